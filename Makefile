@@ -1,0 +1,42 @@
+# `make reproduce` runs the default workflow, `make test` the test suite.
+# Each sets up .venv from envs/requirements.txt first when it is missing.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+STAMP := $(VENV)/.installed
+CORES ?= 2
+CONFIG ?=
+SNAKEMAKE := $(BIN)/snakemake --cores $(CORES) $(if $(CONFIG),--configfile $(CONFIG),)
+export PATH := $(BIN):$(PATH)
+
+.PHONY: setup reproduce figures test bench lint clean
+
+setup: $(STAMP)
+
+$(STAMP): envs/requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -r envs/requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+reproduce: $(STAMP)
+	$(SNAKEMAKE)
+	@echo
+	@echo "Summary table: results/tables/summary.md (and summary.csv)"
+	@echo "Figures:       paper_figs/"
+
+figures: $(STAMP)
+	$(SNAKEMAKE) --forcerun figures figures
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m pytest tests/benchmarks --benchmark-only
+
+lint: $(STAMP)
+	$(BIN)/snakemake --lint
+
+clean:
+	rm -rf results/data results/runs results/tables results/logs results/benchmarks paper_figs/*.png paper_figs/*.pdf .snakemake

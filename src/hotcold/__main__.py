@@ -1,0 +1,3 @@
+from hotcold.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,128 @@
+"""``hotcold <verb>``: every workflow rule runs one verb; each also runs by hand."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from hotcold.config import ConfigError
+
+
+def _load_mapping(text: str) -> dict[str, Any]:
+    """A JSON object given inline, or the path of a JSON/YAML file holding one."""
+    if text.lstrip().startswith("{"):
+        data = json.loads(text)
+    else:
+        path = Path(text)
+        if not path.is_file():
+            raise ConfigError(f"{text!r} is neither a JSON object nor an existing file")
+        import yaml
+
+        data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict):
+        raise ConfigError("expected a mapping (JSON object)")
+    return data
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    from hotcold.data.generate import GeneratorConfig, generate
+
+    cfg = GeneratorConfig.from_dict(_load_mapping(args.spec))
+    manifest = generate(cfg, Path(args.out), progress=not args.no_progress)
+    print(f"wrote {args.out}: {manifest['rows']} rows, {len(manifest['cardinalities'])} tables")
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    import dataclasses
+
+    import torch
+
+    from hotcold.config import RunConfig
+    from hotcold.data.format import Dataset
+    from hotcold.records import param_fingerprint, provenance, steps_frame, write_run
+    from hotcold.train import resolve_device, train
+
+    cfg = RunConfig.from_dict(_load_mapping(args.run_config))
+    if args.device:
+        cfg = dataclasses.replace(cfg, timing=dataclasses.replace(cfg.timing, device=args.device))
+    torch.set_num_threads(args.threads)
+    ds = Dataset.open(args.dataset)
+    device = resolve_device(cfg.timing.device)
+    print(f"run {cfg.dataset}/{cfg.method}/{cfg.variant}/seed~{cfg.seed} on {device} "
+          f"({args.threads} threads)", file=sys.stderr)
+    result = train(cfg, ds, device, progress=not args.no_progress)
+    record = {
+        "dataset": cfg.dataset,
+        "method": cfg.method,
+        "variant": cfg.variant,
+        "seed": cfg.seed,
+        "config": cfg.to_dict(),
+        "dataset_manifest_sha256": ds.manifest_sha256,
+        "provenance": provenance(device, result.summary["timer"]),
+        "summary": result.summary,
+        "metrics": result.metrics,
+        "params": param_fingerprint(result.named_parameters()),
+    }
+    path = write_run(Path(args.out), record, steps_frame(result.phases, result.counters))
+    s = result.summary
+    print(f"wrote {path}: {s['samples_per_s']:.0f} samples/s, step p50 {s['step_ms_p50']:.2f} ms, "
+          f"AUC {result.metrics['auc']:.4f}", file=sys.stderr)
+
+
+def cmd_aggregate(args: argparse.Namespace) -> None:
+    from hotcold.analysis.tables import aggregate
+
+    frame = aggregate(Path(args.runs), Path(args.out), args.exact_rtol)
+    print(f"aggregated {len(frame)} runs into {args.out}")
+
+
+def cmd_figures(args: argparse.Namespace) -> None:
+    from hotcold.analysis.figures import make_figures
+
+    for path in make_figures(Path(args.tables), Path(args.out)):
+        print(f"wrote {path}")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hotcold", description=__doc__)
+    sub = p.add_subparsers(dest="verb", required=True)
+
+    g = sub.add_parser("generate", help="write a generated dataset directory")
+    g.add_argument("--spec", required=True, help="generator config: JSON object or a YAML/JSON file")
+    g.add_argument("--out", required=True, help="dataset directory to write")
+    g.add_argument("--no-progress", action="store_true")
+    g.set_defaults(func=cmd_generate)
+
+    t = sub.add_parser("train", help="train one method on one dataset and write its run record")
+    t.add_argument("--dataset", required=True, help="dataset directory (with manifest.json)")
+    t.add_argument("--run-config", required=True, help="run config: JSON object or a YAML/JSON file")
+    t.add_argument("--out", required=True, help="run directory for record.json and steps.parquet")
+    t.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    t.add_argument("--device", choices=["auto", "cpu", "cuda"], help="override timing.device")
+    t.add_argument("--no-progress", action="store_true")
+    t.set_defaults(func=cmd_train)
+
+    a = sub.add_parser("aggregate", help="summary tables from run records")
+    a.add_argument("--runs", default="results/runs")
+    a.add_argument("--out", default="results/tables")
+    a.add_argument("--exact-rtol", type=float, default=1e-6,
+                   help="relative parameter difference under which a run counts as exact")
+    a.set_defaults(func=cmd_aggregate)
+
+    f = sub.add_parser("figures", help="figures from the summary tables")
+    f.add_argument("--tables", default="results/tables")
+    f.add_argument("--out", default="paper_figs")
+    f.set_defaults(func=cmd_figures)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (ConfigError, ValueError, FileNotFoundError) as e:
+        print(f"hotcold {args.verb}: error: {e}", file=sys.stderr)
+        return 2
+    return 0

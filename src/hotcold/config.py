@@ -1,0 +1,159 @@
+"""Typed run configuration, resolved once from a plain dict and logged with the run.
+
+A run is one (dataset, method, variant, seed). The workflow passes the
+sections of the validated workflow config as JSON; ``RunConfig.from_dict``
+rejects unknown keys with a message naming them, so a typo never silently
+falls back to a default.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping, TypeVar
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A configuration value or key is invalid."""
+
+
+def _build(cls: type[T], data: Mapping[str, Any] | None, where: str) -> T:
+    """Build dataclass ``cls`` from ``data``, rejecting unknown keys."""
+    data = dict(data or {})
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(names)}")
+    try:
+        obj = cls(**data)
+    except TypeError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    obj.validate(where)  # type: ignore[attr-defined]
+    return obj
+
+
+def _require(cond: bool, where: str, msg: str) -> None:
+    if not cond:
+        raise ConfigError(f"{where}: {msg}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """DLRM sizes. The bottom MLP's last width must equal ``embedding_dim``."""
+
+    embedding_dim: int = 16
+    bottom_mlp: tuple[int, ...] = (64, 16)
+    top_mlp: tuple[int, ...] = (64, 32, 1)
+
+    def validate(self, where: str) -> None:
+        object.__setattr__(self, "bottom_mlp", tuple(self.bottom_mlp))
+        object.__setattr__(self, "top_mlp", tuple(self.top_mlp))
+        _require(isinstance(self.embedding_dim, int) and self.embedding_dim > 0, where,
+                 f"embedding_dim must be a positive integer, got {self.embedding_dim!r}")
+        _require(len(self.bottom_mlp) > 0 and all(isinstance(w, int) and w > 0 for w in self.bottom_mlp),
+                 where, f"bottom_mlp must be a non-empty list of positive integers, got {list(self.bottom_mlp)}")
+        _require(self.bottom_mlp[-1] == self.embedding_dim, where,
+                 f"bottom_mlp must end with embedding_dim={self.embedding_dim} (the dense vector joins the "
+                 f"embeddings in the interaction), got {list(self.bottom_mlp)}")
+        _require(len(self.top_mlp) > 0 and all(isinstance(w, int) and w > 0 for w in self.top_mlp)
+                 and self.top_mlp[-1] == 1, where,
+                 f"top_mlp must be positive integers ending with 1 (the logit), got {list(self.top_mlp)}")
+
+
+ROW_OPTIMIZERS = ("sgd", "adagrad")
+DENSE_OPTIMIZERS = ("sgd", "adagrad")
+SHUFFLES = ("global", "none")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The training loop: batches, steps, optimizers, evaluation."""
+
+    batch_size: int = 1024
+    steps: int = 300
+    warmup_steps: int = 20
+    lr: float = 0.05          # embedding rows
+    dense_lr: float = 0.05    # MLPs
+    row_optimizer: str = "adagrad"
+    dense_optimizer: str = "adagrad"
+    adagrad_eps: float = 1e-8
+    eval_batch_size: int = 16384
+    eval_samples: int = 0     # 0: the whole test split
+    shuffle: str = "global"
+
+    def validate(self, where: str) -> None:
+        for name in ("batch_size", "steps", "eval_batch_size"):
+            v = getattr(self, name)
+            _require(isinstance(v, int) and v > 0, where, f"{name} must be a positive integer, got {v!r}")
+        _require(isinstance(self.warmup_steps, int) and 0 <= self.warmup_steps < self.steps, where,
+                 f"warmup_steps must be in [0, steps={self.steps}), got {self.warmup_steps!r}")
+        _require(isinstance(self.eval_samples, int) and self.eval_samples >= 0, where,
+                 f"eval_samples must be >= 0, got {self.eval_samples!r}")
+        for name in ("lr", "dense_lr", "adagrad_eps"):
+            v = getattr(self, name)
+            _require(isinstance(v, (int, float)) and v > 0, where, f"{name} must be > 0, got {v!r}")
+        _require(self.row_optimizer in ROW_OPTIMIZERS, where,
+                 f"row_optimizer must be one of {ROW_OPTIMIZERS}, got {self.row_optimizer!r}")
+        _require(self.dense_optimizer in DENSE_OPTIMIZERS, where,
+                 f"dense_optimizer must be one of {DENSE_OPTIMIZERS}, got {self.dense_optimizer!r}")
+        _require(self.shuffle in SHUFFLES, where, f"shuffle must be one of {SHUFFLES}, got {self.shuffle!r}")
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    """Phase timing: ``device`` picks the trainer device (and so the timer)."""
+
+    window: int = 50          # steps per CUDA synchronisation
+    device: str = "auto"      # auto | cpu | cuda
+
+    def validate(self, where: str) -> None:
+        _require(isinstance(self.window, int) and self.window > 0, where,
+                 f"window must be a positive integer, got {self.window!r}")
+        _require(self.device in ("auto", "cpu", "cuda"), where,
+                 f"device must be auto, cpu or cuda, got {self.device!r}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that determines one run."""
+
+    dataset: str
+    method: str
+    variant: str = "base"
+    seed: int = 0
+    store: dict[str, Any] = field(default_factory=dict)  # method-specific options
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    timing: TimingConfig = field(default_factory=TimingConfig)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RunConfig":
+        data = dict(data)
+        allowed = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            raise ConfigError(f"run config: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+        for key in ("dataset", "method"):
+            if not isinstance(data.get(key), str) or not data[key]:
+                raise ConfigError(f"run config: {key!r} must be a non-empty string")
+        if not isinstance(data.get("seed", 0), int):
+            raise ConfigError(f"run config: seed must be an integer, got {data['seed']!r}")
+        if not isinstance(data.get("store", {}) or {}, dict):
+            raise ConfigError("run config: store must be a mapping of method options")
+        return cls(
+            dataset=data["dataset"],
+            method=data["method"],
+            variant=str(data.get("variant", "base")),
+            seed=int(data.get("seed", 0)),
+            store=dict(data.get("store") or {}),
+            model=_build(ModelConfig, data.get("model"), "model"),
+            train=_build(TrainConfig, data.get("train"), "train"),
+            timing=_build(TimingConfig, data.get("timing"), "timing"),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["model"]["bottom_mlp"] = list(self.model.bottom_mlp)
+        d["model"]["top_mlp"] = list(self.model.top_mlp)
+        return d

@@ -1,0 +1,113 @@
+"""Deterministic batches from a dataset split, with a look-ahead window.
+
+The order is a fixed function of (seed, epoch): a permutation of the split
+per epoch (``shuffle="global"``) or the stored order (``"none"``). Stores
+that look ahead (ScratchPipe) see the ids of the next ``lookahead`` batches;
+the loader materialises those batches early, so the cost of reading them is
+still charged to the data phase of some step.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from hotcold.data.format import Dataset
+
+
+@dataclass
+class Batch:
+    step: int
+    dense: torch.Tensor    # float32 [B, num_dense]
+    ids: torch.Tensor      # int64 [B, T], per-table ids
+    labels: torch.Tensor   # float32 [B]
+    upcoming: list[torch.Tensor]  # ids [B, T] of the next batches (look-ahead window)
+
+
+def batch_rows(n_rows: int, batch_size: int, steps: int, seed: int, shuffle: str) -> Iterator[np.ndarray]:
+    """Row indices (relative to the split) of each training batch, sorted within the batch.
+
+    Epochs repeat as needed, each with its own permutation; the last partial
+    batch of an epoch is dropped.
+    """
+    per_epoch = n_rows // batch_size
+    if per_epoch == 0:
+        raise ValueError(f"split has {n_rows} rows, fewer than one batch of {batch_size}")
+    epoch, order = -1, None
+    for step in range(steps):
+        e, k = divmod(step, per_epoch)
+        if e != epoch:
+            epoch = e
+            if shuffle == "global":
+                order = np.random.default_rng([seed, epoch]).permutation(n_rows)
+            else:
+                order = np.arange(n_rows)
+        # Sorting inside a batch keeps memory-mapped reads local; the batch is a set.
+        yield np.sort(order[k * batch_size:(k + 1) * batch_size])
+
+
+class BatchLoader:
+    """Iterates ``steps`` training batches of a split, showing ``lookahead`` batches ahead."""
+
+    def __init__(
+        self,
+        ds: Dataset,
+        split: str,
+        batch_size: int,
+        steps: int,
+        seed: int,
+        shuffle: str = "global",
+        lookahead: int = 0,
+        pin_memory: bool = False,
+    ) -> None:
+        self.ds = ds
+        self.start, stop = ds.split(split)
+        self.rows = batch_rows(stop - self.start, batch_size, steps, seed, shuffle)
+        self.lookahead = lookahead
+        self.pin = pin_memory
+
+    def _read(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        idx = rows + self.start
+        dense = torch.from_numpy(np.asarray(self.ds.dense[idx]))
+        ids = torch.from_numpy(np.asarray(self.ds.sparse[idx]).astype(np.int64))
+        labels = torch.from_numpy(np.asarray(self.ds.labels[idx]))
+        if self.pin:
+            dense, ids, labels = dense.pin_memory(), ids.pin_memory(), labels.pin_memory()
+        return dense, ids, labels
+
+    def __iter__(self) -> Iterator[Batch]:
+        window: deque = deque()
+        step = 0
+        for rows in self.rows:
+            window.append(self._read(rows))
+            if len(window) <= self.lookahead:
+                continue  # fill the window before the first batch
+            yield self._batch(step, window)
+            window.popleft()
+            step += 1
+        while window:
+            yield self._batch(step, window)
+            window.popleft()
+            step += 1
+
+    @staticmethod
+    def _batch(step: int, window: deque) -> Batch:
+        dense, ids, labels = window[0]
+        return Batch(step, dense, ids, labels, [w[1] for w in list(window)[1:]])
+
+
+def eval_batches(ds: Dataset, split: str, batch_size: int, limit: int = 0) -> Iterator[tuple[torch.Tensor, ...]]:
+    """Sequential (dense, ids, labels) batches over a split, the last one partial."""
+    start, stop = ds.split(split)
+    if limit:
+        stop = min(stop, start + limit)
+    for a in range(start, stop, batch_size):
+        b = min(a + batch_size, stop)
+        yield (
+            torch.from_numpy(np.array(ds.dense[a:b])),
+            torch.from_numpy(np.asarray(ds.sparse[a:b]).astype(np.int64)),
+            torch.from_numpy(np.array(ds.labels[a:b])),
+        )

@@ -1,0 +1,24 @@
+"""Embedding stores, one module per technique, selected by method name."""
+from __future__ import annotations
+
+from hotcold.config import ConfigError
+from hotcold.embedding.base import EmbeddingStore, RowOptimizer, StoreSpec
+from hotcold.embedding.device import DeviceStore
+from hotcold.embedding.hybrid import HybridStore
+
+STORES: dict[str, type[EmbeddingStore]] = {
+    "device": DeviceStore,
+    "hybrid": HybridStore,
+}
+
+
+def build_store(method: str, spec: StoreSpec) -> EmbeddingStore:
+    """The store of ``method``; an unknown method fails naming the known ones."""
+    try:
+        cls = STORES[method]
+    except KeyError:
+        raise ConfigError(f"unknown method {method!r}; known: {sorted(STORES)}") from None
+    return cls(spec)
+
+
+__all__ = ["EmbeddingStore", "RowOptimizer", "StoreSpec", "STORES", "build_store"]

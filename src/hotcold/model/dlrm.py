@@ -1,0 +1,40 @@
+"""DLRM: bottom MLP over dense features, pairwise dot interaction, top MLP.
+
+The embeddings come from an ``EmbeddingStore`` as a [B, T, D] tensor, so the
+model owns only the dense parameters.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from hotcold.config import ModelConfig
+
+
+def mlp(widths: list[int], last_relu: bool) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(widths, widths[1:])):
+        layers.append(nn.Linear(a, b))
+        if i < len(widths) - 2 or last_relu:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class DLRM(nn.Module):
+    def __init__(self, num_dense: int, num_tables: int, cfg: ModelConfig) -> None:
+        super().__init__()
+        d = cfg.embedding_dim
+        self.bottom = mlp([num_dense, *cfg.bottom_mlp], last_relu=True)
+        f = num_tables + 1  # embedded features plus the dense vector
+        li, lj = torch.tril_indices(f, f, offset=-1)
+        self.register_buffer("li", li, persistent=False)
+        self.register_buffer("lj", lj, persistent=False)
+        self.top = mlp([d + f * (f - 1) // 2, *cfg.top_mlp], last_relu=False)
+
+    def forward(self, dense: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+        """dense [B, num_dense], emb [B, T, D] -> logits [B]."""
+        x = self.bottom(dense)                              # [B, D]
+        z = torch.cat([x.unsqueeze(1), emb], dim=1)         # [B, T+1, D]
+        dots = torch.bmm(z, z.transpose(1, 2))              # [B, T+1, T+1]
+        pairs = dots[:, self.li, self.lj]                   # [B, (T+1)T/2]
+        return self.top(torch.cat([x, pairs], dim=1)).squeeze(1)

@@ -1,0 +1,147 @@
+"""Run records: provenance, parameter fingerprints and atomic writes.
+
+A run directory holds ``steps.parquet`` (per-step phases and counters, long
+format) and ``record.json``. ``record.json`` is written last and by rename,
+so its presence means the run is complete.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+import torch
+
+import hotcold
+
+SKETCH_SIZE = 256
+_P = 2_147_483_647  # Mersenne prime 2^31 - 1 for the sketch's hash functions
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        frame.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def param_fingerprint(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, Any]:
+    """sha256 of the exact bytes, an L2-preserving count sketch, and the norm.
+
+    The checksum tells bit-identical runs apart; the sketch lets two runs be
+    compared within a tolerance without storing the parameters:
+    ``||sketch_a - sketch_b||`` estimates ``||a - b||`` (count sketch, AMS).
+    Element i goes to bucket ``h(i)`` with sign ``s(i)``, both from fixed
+    hash functions of its position in the concatenation of all tensors.
+    """
+    digest = hashlib.sha256()
+    sketch = torch.zeros(SKETCH_SIZE, dtype=torch.float64)
+    sq = 0.0
+    offset = 0
+    chunk = 1 << 22
+    for name, t in named:
+        flat = t.detach().to("cpu", torch.float32).contiguous().reshape(-1)
+        digest.update(name.encode())
+        digest.update(flat.numpy().tobytes())
+        for a in range(0, flat.numel(), chunk):
+            x = flat[a:a + chunk].double()
+            i = torch.arange(offset + a, offset + a + x.numel(), dtype=torch.int64)
+            bucket = ((i * 1_103_515_245 + 12_345) % _P) % SKETCH_SIZE
+            sign = (((i * 214_013 + 2_531_011) % _P) & 1) * 2 - 1
+            sketch.index_add_(0, bucket, x * sign)
+            sq += float(x.pow(2).sum())
+        offset += flat.numel()
+    return {"checksum": digest.hexdigest(), "sketch": sketch.tolist(), "norm": sq ** 0.5}
+
+
+def sketch_rel_diff(a: list[float], b: list[float]) -> float:
+    """Relative L2 difference of two parameter sketches (of b's norm)."""
+    a_, b_ = np.asarray(a), np.asarray(b)
+    return float(np.linalg.norm(a_ - b_) / max(np.linalg.norm(b_), 1e-30))
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
+                             cwd=Path(__file__).resolve().parent)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _nvidia_driver() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+
+
+def provenance(device: torch.device, timer: str) -> dict[str, Any]:
+    """Where a number came from: code, hardware, library versions, threads."""
+    cuda = device.type == "cuda"
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "device": torch.cuda.get_device_name(device) if cuda else "cpu",
+        "device_type": device.type,
+        "cpu": _cpu_name(),
+        "driver": _nvidia_driver() if cuda else None,
+        "cuda": torch.version.cuda if cuda else None,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "threads": torch.get_num_threads(),
+        "git_commit": _git("rev-parse", "HEAD") or "unknown",
+        "git_dirty": bool(status) if status is not None else None,
+        "hotcold_version": hotcold.__version__,
+        "timer": timer,
+    }
+
+
+def steps_frame(phases: list[tuple[int, dict[str, float]]],
+                counters: list[tuple[int, dict[str, int]]]) -> pd.DataFrame:
+    """Long format: step, kind ('phase' | 'counter'), name, value (ms for phases)."""
+    rows = [(s, "phase", k, v) for s, ph in phases for k, v in ph.items()]
+    rows += [(s, "counter", k, float(v)) for s, cs in counters for k, v in cs.items()]
+    frame = pd.DataFrame(rows, columns=["step", "kind", "name", "value"])
+    return frame.astype({"step": "int64", "kind": "string", "name": "string", "value": "float64"})
+
+
+def write_run(out_dir: Path, record: dict[str, Any], steps: pd.DataFrame) -> Path:
+    """Write ``steps.parquet`` then ``record.json`` (the completeness marker)."""
+    out_dir = Path(out_dir)
+    (out_dir / "record.json").unlink(missing_ok=True)
+    atomic_write_parquet(out_dir / "steps.parquet", steps)
+    atomic_write_bytes(out_dir / "record.json", (json.dumps(record, indent=2) + "\n").encode())
+    return out_dir / "record.json"

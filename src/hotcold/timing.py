@@ -1,0 +1,135 @@
+"""Per-phase step timing (CUDA events or the CPU clock) and step summaries.
+
+A step is cut into consecutive phases by ``mark(phase)`` calls: each mark
+closes the interval that began at the previous boundary, so the phases of a
+step always add up to the step. A phase may be marked several times in one
+step (the hybrid store moves data host-to-device twice); its intervals add.
+
+The CUDA back end records events allocated up front and synchronises once per
+window of steps; the CPU back end reads ``perf_counter_ns`` (or an injected
+clock, for tests). Warm-up steps are dropped from the results.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+PHASES = ("data", "h2d", "emb_fwd", "dense_fwd_bwd", "d2h", "emb_update")
+
+
+class PhaseTimer:
+    """Collects per-step phase durations in milliseconds."""
+
+    def __init__(
+        self,
+        kind: str = "cpu",
+        warmup: int = 0,
+        window: int = 50,
+        max_marks: int = 32,
+        clock: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
+        if kind not in ("cpu", "cuda"):
+            raise ValueError(f"timer kind must be 'cpu' or 'cuda', got {kind!r}")
+        self.kind = kind
+        self.warmup = warmup
+        self.window = window
+        self.max_marks = max_marks
+        self._clock = clock
+        self._step = -1
+        self._names: list[str] = []          # phase names of the open step
+        self._pending: list[tuple[int, list[str], int]] = []  # (step, names, slot) awaiting sync
+        self.steps: list[tuple[int, dict[str, float]]] = []   # (step, {phase: ms}) after warm-up
+        if kind == "cuda":
+            import torch
+
+            # One row of boundary events per step of a window: start + max_marks.
+            self._events = [
+                [torch.cuda.Event(enable_timing=True) for _ in range(max_marks + 1)]
+                for _ in range(window)
+            ]
+        else:
+            self._stamps: list[int] = []
+
+    def begin_step(self) -> None:
+        self._step += 1
+        self._names = []
+        if self.kind == "cuda":
+            self._slot = len(self._pending)
+            self._events[self._slot][0].record()
+        else:
+            self._stamps = [self._clock()]
+
+    def mark(self, phase: str) -> None:
+        """Close the interval since the last boundary and charge it to ``phase``."""
+        if len(self._names) >= self.max_marks:
+            raise RuntimeError(f"more than {self.max_marks} phase marks in one step")
+        self._names.append(phase)
+        if self.kind == "cuda":
+            self._events[self._slot][len(self._names)].record()
+        else:
+            self._stamps.append(self._clock())
+
+    def end_step(self) -> None:
+        if self.kind == "cuda":
+            self._pending.append((self._step, self._names, self._slot))
+            if len(self._pending) == self.window:
+                self.flush()
+        else:
+            ms = [(b - a) / 1e6 for a, b in zip(self._stamps, self._stamps[1:])]
+            self._store(self._step, self._names, ms)
+
+    def flush(self) -> None:
+        """Synchronise once and convert the pending CUDA events to durations."""
+        if self.kind != "cuda" or not self._pending:
+            return
+        step, names, slot = self._pending[-1]
+        self._events[slot][len(names)].synchronize()
+        for step, names, slot in self._pending:
+            ev = self._events[slot]
+            self._store(step, names, [ev[i].elapsed_time(ev[i + 1]) for i in range(len(names))])
+        self._pending = []
+
+    def _store(self, step: int, names: list[str], ms: list[float]) -> None:
+        if step < self.warmup:
+            return
+        phases: dict[str, float] = {}
+        for name, dt in zip(names, ms):
+            phases[name] = phases.get(name, 0.0) + dt
+        self.steps.append((step, phases))
+
+
+def phase_order(seen: set[str]) -> list[str]:
+    """Known phases in pipeline order, then any others alphabetically."""
+    return [p for p in PHASES if p in seen] + sorted(seen - set(PHASES))
+
+
+def summarize(
+    steps: list[tuple[int, dict[str, float]]],
+    counters: list[tuple[int, dict[str, int]]],
+    batch_size: int,
+    timer: str,
+) -> dict:
+    """Median, p10, p90 and mean of step and phase times, throughput and mean counters."""
+    if not steps:
+        raise ValueError("no timed steps to summarise (are all steps warm-up?)")
+    names = phase_order({p for _, ph in steps for p in ph})
+    table = np.array([[ph.get(p, 0.0) for p in names] for _, ph in steps])  # [steps, phases]
+    total = table.sum(axis=1)
+    counter_names = sorted({c for _, cs in counters for c in cs})
+    return {
+        "timer": timer,
+        "batch_size": batch_size,
+        "steps_timed": len(steps),
+        "samples_per_s": float(batch_size * len(steps) / (total.sum() / 1e3)) if total.sum() > 0 else float("nan"),
+        "step_ms_p50": float(np.percentile(total, 50)),
+        "step_ms_p10": float(np.percentile(total, 10)),
+        "step_ms_p90": float(np.percentile(total, 90)),
+        "step_ms_mean": float(total.mean()),
+        "phase_ms_p50": {p: float(np.percentile(table[:, i], 50)) for i, p in enumerate(names)},
+        "phase_ms_mean": {p: float(table[:, i].mean()) for i, p in enumerate(names)},
+        "counters_per_step": {
+            c: float(np.mean([cs.get(c, 0) for _, cs in counters])) for c in counter_names
+        },
+    }

@@ -1,0 +1,126 @@
+"""The one training loop and evaluation. It never names a technique.
+
+Per step: read the batch (``data``), move dense features and labels to the
+device (``h2d``), let the store look up and pool the embeddings, run the
+dense forward and backward and the dense optimizer (``dense_fwd_bwd``), and
+hand the embedding gradients back to the store for the sparse update. The
+store marks its own phases (``emb_fwd``, ``h2d``, ``d2h``, ``emb_update``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from hotcold.config import ConfigError, RunConfig
+from hotcold.data.format import Dataset
+from hotcold.data.loader import BatchLoader, eval_batches
+from hotcold.embedding import EmbeddingStore, RowOptimizer, StoreSpec, build_store
+from hotcold.metrics import log_loss, roc_auc
+from hotcold.model.dlrm import DLRM
+from hotcold.timing import PhaseTimer, summarize
+
+
+@dataclass
+class RunResult:
+    summary: dict[str, Any]
+    metrics: dict[str, Any]
+    phases: list[tuple[int, dict[str, float]]]
+    counters: list[tuple[int, dict[str, int]]]
+    model: nn.Module
+    store: EmbeddingStore
+
+    def named_parameters(self) -> list[tuple[str, torch.Tensor]]:
+        """Every trained parameter, dense ones first, then the embedding rows."""
+        named = [(n, p.detach()) for n, p in self.model.named_parameters()]
+        return named + [("embedding.weight", self.store.export())]
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` is the GPU when there is one; asking for ``cuda`` without one fails clearly."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("timing.device is 'cuda' but torch sees no GPU (use 'auto' or 'cpu')")
+    return torch.device(name)
+
+
+def dense_optimizer(cfg: RunConfig, params) -> torch.optim.Optimizer:
+    t = cfg.train
+    if t.dense_optimizer == "sgd":
+        return torch.optim.SGD(params, lr=t.dense_lr)
+    return torch.optim.Adagrad(params, lr=t.dense_lr, eps=t.adagrad_eps)
+
+
+def build(cfg: RunConfig, ds: Dataset, device: torch.device) -> tuple[nn.Module, EmbeddingStore]:
+    """The model and the store, initialised identically for every method."""
+    torch.manual_seed(cfg.seed)
+    model = DLRM(ds.num_dense, ds.num_tables, cfg.model).to(device)
+    spec = StoreSpec(
+        table_sizes=ds.cardinalities,
+        dim=cfg.model.embedding_dim,
+        optimizer=RowOptimizer(cfg.train.row_optimizer, cfg.train.lr, cfg.train.adagrad_eps),
+        device=device,
+        seed=cfg.seed,
+        options=cfg.store,
+    )
+    return model, build_store(cfg.method, spec)
+
+
+def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = True) -> RunResult:
+    """Train for ``cfg.train.steps`` steps, then evaluate on the test split."""
+    model, store = build(cfg, ds, device)
+    opt = dense_optimizer(cfg, model.parameters())
+    loss_fn = nn.BCEWithLogitsLoss()
+    timer = PhaseTimer("cuda" if device.type == "cuda" else "cpu",
+                       warmup=cfg.train.warmup_steps, window=cfg.timing.window)
+    loader = BatchLoader(ds, "train", cfg.train.batch_size, cfg.train.steps, cfg.seed,
+                         cfg.train.shuffle, store.lookahead, pin_memory=device.type == "cuda")
+    counters: list[tuple[int, dict[str, int]]] = []
+    batches = iter(loader)
+    try:
+        for _ in tqdm(range(cfg.train.steps), desc=f"train {cfg.method}/{cfg.variant}",
+                      disable=not progress, mininterval=2.0):
+            timer.begin_step()
+            batch = next(batches)
+            timer.mark("data")
+            dense = batch.dense.to(device, non_blocking=True)
+            labels = batch.labels.to(device, non_blocking=True)
+            timer.mark("h2d")
+            store.prefetch(batch.upcoming)
+            emb = store.forward(batch.ids, timer).detach().requires_grad_()  # [B, T, D]
+            loss = loss_fn(model(dense, emb), labels)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            timer.mark("dense_fwd_bwd")
+            store.backward(emb.grad, timer)
+            timer.end_step()
+            counters.append((batch.step, store.step_counters()))
+        timer.flush()
+        metrics = evaluate(model, store, ds, cfg, device, progress)
+    finally:
+        store.close()
+    timed = [c for c in counters if c[0] >= cfg.train.warmup_steps]
+    summary = summarize(timer.steps, timed, cfg.train.batch_size, timer.kind)
+    return RunResult(summary, metrics, timer.steps, counters, model, store)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, store: EmbeddingStore, ds: Dataset, cfg: RunConfig,
+             device: torch.device, progress: bool = True) -> dict[str, Any]:
+    """AUC and log loss on the test split (or its first ``eval_samples`` rows)."""
+    model.eval()
+    scores, labels = [], []
+    batches = eval_batches(ds, "test", cfg.train.eval_batch_size, cfg.train.eval_samples)
+    for dense, ids, y in tqdm(batches, desc="evaluate", disable=not progress, mininterval=2.0):
+        logits = model(dense.to(device), store.lookup(ids))
+        scores.append(torch.sigmoid(logits).double().cpu().numpy())
+        labels.append(y.numpy())
+    model.train()
+    p, y = np.concatenate(scores), np.concatenate(labels)
+    return {"auc": roc_auc(y, p), "logloss": log_loss(y, p), "eval_samples": int(y.size)}
