@@ -48,6 +48,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     if args.device:
         cfg = dataclasses.replace(cfg, timing=dataclasses.replace(cfg.timing, device=args.device))
     torch.set_num_threads(args.threads)
+    (Path(args.out) / "record.json").unlink(missing_ok=True)  # never leave a stale complete-looking run
     ds = Dataset.open(args.dataset)
     device = resolve_device(cfg.timing.device)
     print(f"run {cfg.dataset}/{cfg.method}/{cfg.variant}/seed~{cfg.seed} on {device} "

@@ -1,0 +1,79 @@
+"""Run records: complete or absent, traceable, with comparable parameter sketches."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from hotcold.cli import main
+from hotcold.records import param_fingerprint, sketch_rel_diff, steps_frame, write_run
+
+RUN = {"dataset": "small", "method": "hybrid", "variant": "base", "seed": 0,
+       "model": {"embedding_dim": 8, "bottom_mlp": [8], "top_mlp": [8, 1]},
+       "train": {"steps": 12, "warmup_steps": 2, "batch_size": 64, "eval_batch_size": 256}}
+
+
+def test_sketch_estimates_relative_difference():
+    gen = torch.Generator().manual_seed(0)
+    a = [("w", torch.randn(5000, 16, generator=gen)), ("b", torch.randn(7, generator=gen))]
+    fa = param_fingerprint(a)
+    assert sketch_rel_diff(fa["sketch"], fa["sketch"]) == 0.0
+    for scale in (1e-7, 1e-3):
+        b = [(n, t + scale * torch.randn(t.shape, generator=gen)) for n, t in a]
+        true = (sum(float((x - y).pow(2).sum()) for (_, x), (_, y) in zip(a, b))
+                / sum(float(x.pow(2).sum()) for _, x in a)) ** 0.5
+        est = sketch_rel_diff(param_fingerprint(b)["sketch"], fa["sketch"])
+        assert true / 2 < est < true * 2
+    assert fa["norm"] == pytest.approx(sum(float(t.pow(2).sum()) for _, t in a) ** 0.5, rel=1e-6)
+
+
+def test_checksum_is_bit_exact():
+    t = torch.ones(4, 4)
+    u = t.clone()
+    u[2, 2] = torch.nextafter(torch.tensor(1.0), torch.tensor(2.0))
+    assert param_fingerprint([("t", t)])["checksum"] == param_fingerprint([("t", t.clone())])["checksum"]
+    assert param_fingerprint([("t", t)])["checksum"] != param_fingerprint([("t", u)])["checksum"]
+
+
+def test_interrupted_write_leaves_nothing_complete(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "record.json").write_text("{}")  # a stale record from an earlier run
+
+    def die(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", die)
+    with pytest.raises(KeyboardInterrupt):
+        write_run(out, {"x": 1}, steps_frame([(0, {"data": 1.0})], []))
+    assert sorted(p.name for p in out.iterdir()) == []
+
+
+def test_train_verb_writes_a_traceable_record(tmp_path, small_dataset):
+    out = tmp_path / "runs" / "small" / "hybrid" / "base" / "seed~0"
+    code = main(["train", "--dataset", str(small_dataset.path), "--run-config", json.dumps(RUN),
+                 "--out", str(out), "--threads", "1", "--no-progress"])
+    assert code == 0
+    rec = json.loads((out / "record.json").read_text())
+    assert (rec["dataset"], rec["method"], rec["variant"], rec["seed"]) == ("small", "hybrid", "base", 0)
+    assert rec["dataset_manifest_sha256"] == small_dataset.manifest_sha256
+    prov = rec["provenance"]
+    for key in ("device", "cpu", "torch", "threads", "git_commit", "timer", "python"):
+        assert prov[key] not in (None, ""), key
+    assert prov["threads"] == 1 and prov["timer"] == "cpu"
+    assert rec["config"]["train"]["steps"] == 12
+    s = rec["summary"]
+    assert s["steps_timed"] == 10 and s["samples_per_s"] > 0
+    assert sum(s["phase_ms_mean"].values()) == pytest.approx(s["step_ms_mean"])
+    assert 0 <= rec["metrics"]["auc"] <= 1 and rec["metrics"]["logloss"] > 0
+    assert len(rec["params"]["sketch"]) == 256 and len(rec["params"]["checksum"]) == 64
+
+    steps = pd.read_parquet(out / "steps.parquet")
+    assert list(steps.columns) == ["step", "kind", "name", "value"]
+    assert set(steps.kind) == {"phase", "counter"}
+    assert sorted(steps[steps.kind == "phase"].step.unique()) == list(range(2, 12))
+    assert sorted(steps[steps.kind == "counter"].step.unique()) == list(range(12))
+    lookups = steps[(steps.kind == "counter") & (steps.name == "lookups")].value
+    assert (lookups == 64 * len(small_dataset.cardinalities)).all()

@@ -1,0 +1,79 @@
+"""The phase timer on a fake clock, and step summaries."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hotcold.timing import PhaseTimer, summarize
+
+
+class FakeClock:
+    """Advances by the next scripted amount (in ns) on every read."""
+
+    def __init__(self, steps_ns):
+        self.t, self.steps = 0, iter(steps_ns)
+
+    def __call__(self) -> int:
+        self.t += next(self.steps)
+        return self.t
+
+
+def run_steps(timer: PhaseTimer, n: int, phases) -> None:
+    for _ in range(n):
+        timer.begin_step()
+        for p in phases:
+            timer.mark(p)
+        timer.end_step()
+
+
+def test_phases_add_up_and_warmup_is_dropped():
+    # per step: begin, then data 1 ms, h2d 2 ms, emb_fwd 3 ms, h2d again 4 ms
+    clock = FakeClock([10_000_000] + [1_000_000, 2_000_000, 3_000_000, 4_000_000, 7_000_000] * 5)
+    timer = PhaseTimer("cpu", warmup=2, clock=clock)
+    for _ in range(5):
+        timer.begin_step()
+        for p in ("data", "h2d", "emb_fwd", "h2d"):
+            timer.mark(p)
+        timer.end_step()
+    assert [s for s, _ in timer.steps] == [2, 3, 4]
+    for _, ph in timer.steps:
+        assert ph == {"data": 1.0, "h2d": 6.0, "emb_fwd": 3.0}
+    summary = summarize(timer.steps, [(s, {"lookups": 10}) for s in (2, 3, 4)], batch_size=100, timer="cpu")
+    assert summary["step_ms_p50"] == pytest.approx(10.0)
+    assert sum(summary["phase_ms_p50"].values()) == pytest.approx(10.0)
+    assert list(summary["phase_ms_p50"]) == ["data", "h2d", "emb_fwd"]  # pipeline order
+    assert summary["samples_per_s"] == pytest.approx(100 / 0.010)
+    assert summary["counters_per_step"] == {"lookups": 10.0}
+    assert summary["steps_timed"] == 3
+
+
+def test_percentiles_over_steps():
+    durations = [1, 2, 3, 4, 100]  # ms of one phase per step
+    clock = FakeClock([x for d in durations for x in (1, d * 1_000_000)])
+    timer = PhaseTimer("cpu", clock=clock)
+    run_steps(timer, 5, ["dense_fwd_bwd"])
+    s = summarize(timer.steps, [], batch_size=1, timer="cpu")
+    assert s["step_ms_p50"] == pytest.approx(3.0)
+    assert s["step_ms_p90"] > s["step_ms_p50"] > s["step_ms_p10"]
+
+
+def test_summary_needs_timed_steps():
+    timer = PhaseTimer("cpu", warmup=3, clock=FakeClock([1] * 100))
+    run_steps(timer, 3, ["data"])
+    with pytest.raises(ValueError, match="no timed steps"):
+        summarize(timer.steps, [], batch_size=1, timer="cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA-event back end needs a GPU")
+def test_cuda_events_add_up():
+    timer = PhaseTimer("cuda", warmup=1, window=4)
+    x = torch.randn(1024, 1024, device="cuda")
+    for _ in range(10):
+        timer.begin_step()
+        for p in ("data", "dense_fwd_bwd"):
+            x = x @ x.T / 1024
+            timer.mark(p)
+        timer.end_step()
+    timer.flush()
+    assert [s for s, _ in timer.steps] == list(range(1, 10))
+    assert all(ph["data"] > 0 and ph["dense_fwd_bwd"] > 0 for _, ph in timer.steps)
