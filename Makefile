@@ -27,7 +27,7 @@ reproduce: $(STAMP)
 	@echo "Figures:       paper_figs/"
 
 figures: $(STAMP)
-	$(SNAKEMAKE) --forcerun figures figures
+	$(SNAKEMAKE) --allowed-rules aggregate figures --forcerun aggregate -- figures
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -73,9 +73,10 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_aggregate(args: argparse.Namespace) -> None:
-    from hotcold.analysis.tables import aggregate
+    from hotcold.analysis.tables import aggregate, find_records
 
-    frame = aggregate(Path(args.runs), Path(args.out), args.exact_rtol)
+    records = [Path(p) for p in args.records] or find_records(Path(args.runs))
+    frame = aggregate(records, Path(args.out), args.exact_rtol)
     print(f"aggregated {len(frame)} runs into {args.out}")
 
 
@@ -106,7 +107,8 @@ def parser() -> argparse.ArgumentParser:
     t.set_defaults(func=cmd_train)
 
     a = sub.add_parser("aggregate", help="summary tables from run records")
-    a.add_argument("--runs", default="results/runs")
+    a.add_argument("records", nargs="*", help="record.json files (default: every run under --runs)")
+    a.add_argument("--runs", default="results/runs", help="runs directory searched when no records are given")
     a.add_argument("--out", default="results/tables")
     a.add_argument("--exact-rtol", type=float, default=1e-6,
                    help="relative parameter difference under which a run counts as exact")

@@ -24,7 +24,8 @@ SKETCH_SIZE = 256
 _P = 2_147_483_647  # Mersenne prime 2^31 - 1 for the sketch's hash functions
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes) -> Path:
+    """Write to a temporary sibling, then rename over ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -33,6 +34,11 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    return path
+
+
+def atomic_write_text(path: Path, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode())
 
 
 def atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
@@ -75,10 +81,17 @@ def param_fingerprint(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, An
     return {"checksum": digest.hexdigest(), "sketch": sketch.tolist(), "norm": sq ** 0.5}
 
 
-def sketch_rel_diff(a: list[float], b: list[float]) -> float:
-    """Relative L2 difference of two parameter sketches (of b's norm)."""
-    a_, b_ = np.asarray(a), np.asarray(b)
-    return float(np.linalg.norm(a_ - b_) / max(np.linalg.norm(b_), 1e-30))
+def sketch_rel_diff(a: Iterable[float] | None, b: Iterable[float] | None) -> float:
+    """Relative L2 difference of two parameter sketches, ``||a - b|| / ||b||``.
+
+    NaN when a sketch is missing or the two differ in size.
+    """
+    if a is None or b is None:
+        return float("nan")
+    a_, b_ = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a_.shape != b_.shape:
+        return float("nan")
+    return float(np.linalg.norm(a_ - b_) / max(float(np.linalg.norm(b_)), 1e-30))
 
 
 def _git(*args: str) -> str | None:
@@ -143,5 +156,5 @@ def write_run(out_dir: Path, record: dict[str, Any], steps: pd.DataFrame) -> Pat
     out_dir = Path(out_dir)
     (out_dir / "record.json").unlink(missing_ok=True)
     atomic_write_parquet(out_dir / "steps.parquet", steps)
-    atomic_write_bytes(out_dir / "record.json", (json.dumps(record, indent=2) + "\n").encode())
+    atomic_write_text(out_dir / "record.json", json.dumps(record, indent=2) + "\n")
     return out_dir / "record.json"

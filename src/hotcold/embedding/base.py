@@ -103,12 +103,13 @@ class RowOptimizer:
 
         weight: [N, D]; state: [N]; slots: unique int64 [U]; grad: [U, D].
         """
-        if self.kind == "sgd":
-            weight.index_add_(0, slots, grad, alpha=-self.lr)
-            return
-        acc = state.index_select(0, slots) + grad.pow(2).mean(dim=1)  # [U]
-        state.index_copy_(0, slots, acc)
-        weight.index_add_(0, slots, grad / (acc.sqrt() + self.eps).unsqueeze(1), alpha=-self.lr)
+        if self.kind == "adagrad":
+            acc = state.index_select(0, slots) + grad.pow(2).mean(dim=1)  # [U]
+            state.index_copy_(0, slots, acc)
+            grad = grad / (acc.sqrt() + self.eps).unsqueeze(1)
+        # Gather, update, scatter: the rows are unique, and on CPUs this is
+        # several times faster than index_add_ into a large table.
+        weight.index_copy_(0, slots, weight.index_select(0, slots) - self.lr * grad)
 
 
 class EmbeddingStore(abc.ABC):

@@ -1,0 +1,252 @@
+"""Tidy tables from run records: summary, per-phase times and counters.
+
+``aggregate`` reads the given ``<dataset>/<method>/<variant>/seed~<n>/record.json``
+files (the workflow passes the runs its config asks for; by hand,
+``find_records`` lists all under a runs directory) and writes ``summary.csv``/``summary.md``,
+``phases.csv`` and ``counters.csv``/``counters.md``. Speed-ups are computed
+only between runs timed by the same kind of timer; the ``exact`` column checks
+the invariant (same parameters as the ``device`` store) from the records'
+parameter sketches. Both compare only runs on byte-identical datasets (same
+manifest hash), so stale runs of another scale under the same name never
+serve as a reference.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from hotcold.records import atomic_write_text, sketch_rel_diff
+
+RECORD_GLOB = "*/*/*/seed~*/record.json"
+KEYS = ["dataset", "method", "variant", "seed"]
+BASELINE_METHOD = "hybrid"
+REFERENCE_METHOD = "device"
+PREFERRED_VARIANT = "base"
+
+SUMMARY_COLUMNS = [
+    *KEYS, "timer", "device", "samples_per_s", "step_ms_p50", "step_ms_p10", "step_ms_p90",
+    "step_ms_mean", "speedup_vs_hybrid", "auc", "logloss", "exact", "param_rel_diff",
+]
+PROVENANCE_COLUMNS = [
+    "dataset_sha256", "device_type", "batch_size", "steps_timed", "threads", "torch", "git_commit", "git_dirty",
+    "eval_samples",
+]
+MARKDOWN_FORMATS = {
+    "samples_per_s": "{:,.0f}",
+    "step_ms_p50": "{:.3f}", "step_ms_p10": "{:.3f}", "step_ms_p90": "{:.3f}", "step_ms_mean": "{:.3f}",
+    "speedup_vs_hybrid": "{:.2f}x",
+    "auc": "{:.4f}", "logloss": "{:.4f}",
+    "param_rel_diff": "{:.1e}",
+}
+
+
+class NoRecordsError(FileNotFoundError):
+    """The runs directory holds no complete run record."""
+
+
+class RecordError(ValueError):
+    """A run record is malformed or disagrees with where it lies."""
+
+
+def find_records(runs_dir: Path) -> list[Path]:
+    """Paths of all complete run records under ``runs_dir``, sorted."""
+    return sorted(Path(runs_dir).glob(RECORD_GLOB))
+
+
+def load_record(path: Path) -> dict[str, Any]:
+    """Read one record and check that its keys match its directory."""
+    try:
+        rec = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise RecordError(f"{path}: not valid JSON ({e})") from None
+    missing = [k for k in (*KEYS, "summary") if k not in rec]
+    if missing:
+        raise RecordError(f"{path}: record lacks key(s) {missing}")
+    seed_dir, variant_dir, method_dir, dataset_dir = Path(path).parents[:4]
+    expected = {
+        "dataset": dataset_dir.name, "method": method_dir.name,
+        "variant": variant_dir.name, "seed": seed_dir.name.removeprefix("seed~"),
+    }
+    for key, value in expected.items():
+        if str(rec[key]) != value:
+            raise RecordError(f"{path}: record says {key}={rec[key]!r} but lies under {value!r}")
+    return rec
+
+
+def load_records(paths: Sequence[Path]) -> list[dict[str, Any]]:
+    """The records at ``paths``; raises if there are none."""
+    if not paths:
+        raise NoRecordsError(f"no run records given (expected {RECORD_GLOB} under a runs directory); "
+                             "run the train step first")
+    return [load_record(p) for p in paths]
+
+
+def _row(rec: dict[str, Any]) -> dict[str, Any]:
+    summary, prov = rec["summary"], rec.get("provenance", {})
+    metrics = rec.get("metrics", {})
+    return {
+        **{k: rec[k] for k in KEYS},
+        "timer": summary.get("timer", prov.get("timer")),
+        "device": prov.get("device"),
+        "samples_per_s": summary.get("samples_per_s"),
+        **{k: summary.get(k) for k in ("step_ms_p50", "step_ms_p10", "step_ms_p90", "step_ms_mean")},
+        "auc": metrics.get("auc"),
+        "logloss": metrics.get("logloss"),
+        "dataset_sha256": rec.get("dataset_manifest_sha256"),
+        "device_type": prov.get("device_type"),
+        "batch_size": summary.get("batch_size"),
+        "steps_timed": summary.get("steps_timed"),
+        "threads": prov.get("threads"),
+        "torch": prov.get("torch"),
+        "git_commit": prov.get("git_commit"),
+        "git_dirty": prov.get("git_dirty"),
+        "eval_samples": metrics.get("eval_samples"),
+    }
+
+
+def _pick_reference(group: pd.DataFrame, method: str) -> pd.Series | None:
+    """The ``method`` run of a group: variant ``base`` if present, else the first by name."""
+    cands = group[group["method"] == method].sort_values("variant")
+    if cands.empty:
+        return None
+    base = cands[cands["variant"] == PREFERRED_VARIANT]
+    return (base if not base.empty else cands).iloc[0]
+
+
+def _speedups(frame: pd.DataFrame) -> pd.Series:
+    """samples/s over the hybrid run of the same dataset, seed and timer kind."""
+    out = pd.Series(np.nan, index=frame.index, dtype="float64")
+    for _, group in frame.groupby(["dataset", "dataset_sha256", "seed", "timer"], dropna=False, sort=False):
+        ref = _pick_reference(group, BASELINE_METHOD)
+        if ref is not None and ref["samples_per_s"] and ref["samples_per_s"] > 0:
+            out[group.index] = group["samples_per_s"].astype("float64") / float(ref["samples_per_s"])
+    return out
+
+
+def _exactness(frame: pd.DataFrame, sketches: list[Any], exact_rtol: float) -> tuple[pd.Series, pd.Series]:
+    """Relative parameter-sketch distance to the ``device`` run of the same dataset and seed."""
+    diff = pd.Series(np.nan, index=frame.index, dtype="float64")
+    exact = pd.Series(pd.NA, index=frame.index, dtype="boolean")
+    for _, group in frame.groupby(["dataset", "dataset_sha256", "seed"], dropna=False, sort=False):
+        ref = _pick_reference(group, REFERENCE_METHOD)
+        if ref is None:
+            continue
+        for idx in group.index:
+            d = sketch_rel_diff(sketches[idx], sketches[ref.name])
+            if not math.isnan(d):
+                diff[idx] = d
+                exact[idx] = d <= exact_rtol
+    return exact, diff
+
+
+def summary_frame(records: list[dict[str, Any]], exact_rtol: float = 1e-6) -> pd.DataFrame:
+    """One row per run, sorted by dataset, method, variant, seed."""
+    frame = pd.DataFrame([_row(r) for r in records])
+    frame["seed"] = frame["seed"].astype("int64")
+    sketches = [r.get("params", {}).get("sketch") for r in records]
+    frame["speedup_vs_hybrid"] = _speedups(frame)
+    frame["exact"], frame["param_rel_diff"] = _exactness(frame, sketches, exact_rtol)
+    frame = frame[SUMMARY_COLUMNS + PROVENANCE_COLUMNS]
+    return frame.sort_values(KEYS, kind="stable").reset_index(drop=True)
+
+
+def _long(records: list[dict[str, Any]], name: str, values: dict[str, str]) -> pd.DataFrame:
+    """Long frame of one per-name section of the summaries, in the records' own key order."""
+    rows = []
+    for rec in records:
+        summary = rec["summary"]
+        first = summary.get(next(iter(values.values())), {}) or {}
+        for key in first:
+            rows.append({
+                **{k: rec[k] for k in KEYS},
+                "timer": summary.get("timer"),
+                name: key,
+                **{col: (summary.get(src) or {}).get(key, math.nan) for col, src in values.items()},
+            })
+    cols = [*KEYS, "timer", name, *values]
+    frame = pd.DataFrame(rows, columns=cols)
+    frame["seed"] = frame["seed"].astype("int64")
+    return frame.sort_values(KEYS, kind="stable").reset_index(drop=True)
+
+
+def phases_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """Per-phase step times (median and mean ms), one row per run and phase."""
+    return _long(records, "phase", {"ms_p50": "phase_ms_p50", "ms_mean": "phase_ms_mean"})
+
+
+def counters_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """Per-step counters (lookups, hits, rows and bytes moved...), one row per run and counter."""
+    return _long(records, "counter", {"per_step": "counters_per_step"})
+
+
+def _fmt(value: Any, fmt: str) -> str:
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "**no**"
+    if isinstance(value, (float, np.floating)):
+        return fmt.format(float(value))
+    return str(value).replace("|", "\\|")
+
+
+def to_markdown(frame: pd.DataFrame, formats: dict[str, str] | None = None) -> str:
+    """A GitHub-flavoured markdown table; numbers right-aligned, text left-aligned.
+
+    ``formats`` maps column names to ``str.format`` patterns for floats
+    (default: ``MARKDOWN_FORMATS``, then ``{:.4g}``).
+    """
+    cols = list(frame.columns)
+    fmts = [{**MARKDOWN_FORMATS, **(formats or {})}.get(c, "{:.4g}") for c in cols]
+    cells = [[_fmt(v, f) for v, f in zip(row, fmts)] for row in frame.itertuples(index=False, name=None)]
+    numeric = [pd.api.types.is_numeric_dtype(frame[c]) and not pd.api.types.is_bool_dtype(frame[c]) for c in cols]
+    widths = [max([len(c), 3, *(len(r[i]) for r in cells)]) for i, c in enumerate(cols)]
+
+    def line(values: list[str]) -> str:
+        padded = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
+        return "| " + " | ".join(padded) + " |"
+
+    rule = "|" + "|".join(("-" * (w + 1) + ":") if num else (":" + "-" * (w + 1)) for w, num in zip(widths, numeric)) + "|"
+    return "\n".join([line(cols), rule, *(line(r) for r in cells)]) + "\n"
+
+
+def _summary_markdown(summary: pd.DataFrame, exact_rtol: float) -> str:
+    timers = ", ".join(sorted(summary["timer"].dropna().astype(str).unique())) or "unknown"
+    return (
+        "# hotcold summary\n\n"
+        f"Timer kind(s): {timers}. Speed-up is samples/s over the `{BASELINE_METHOD}` run "
+        "of the same dataset, seed and timer kind; times from different timers are never compared.\n"
+        f"`exact`: final parameters match the `{REFERENCE_METHOD}` run of the same dataset and seed "
+        f"(relative sketch distance <= {exact_rtol:g}).\n\n"
+        + to_markdown(summary[SUMMARY_COLUMNS])
+    )
+
+
+def _counters_markdown(counters: pd.DataFrame) -> str:
+    title = "# hotcold counters (per step)\n\n"
+    if counters.empty:
+        return title + "No counters recorded.\n"
+    order = list(dict.fromkeys(counters["counter"]))
+    wide = counters.pivot(index=[*KEYS, "timer"], columns="counter", values="per_step").reset_index()
+    wide = wide[[*KEYS, "timer", *order]].sort_values(KEYS, kind="stable")
+    wide.columns.name = None
+    return title + to_markdown(wide, {c: "{:,.1f}" for c in order})
+
+
+def aggregate(records: Sequence[Path], out_dir: Path, exact_rtol: float = 1e-6) -> pd.DataFrame:
+    """Read the given run records, write the tables to ``out_dir``, return the summary."""
+    out_dir = Path(out_dir)
+    loaded = load_records(records)
+    summary = summary_frame(loaded, exact_rtol)
+    phases = phases_frame(loaded)
+    counters = counters_frame(loaded)
+    atomic_write_text(out_dir / "summary.csv", summary.to_csv(index=False))
+    atomic_write_text(out_dir / "summary.md", _summary_markdown(summary, exact_rtol))
+    atomic_write_text(out_dir / "phases.csv", phases.to_csv(index=False))
+    atomic_write_text(out_dir / "counters.csv", counters.to_csv(index=False))
+    atomic_write_text(out_dir / "counters.md", _counters_markdown(counters))
+    return summary
