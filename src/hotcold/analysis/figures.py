@@ -16,6 +16,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from hotcold.timing import phase_order
+
 FORMATS = ("png", "pdf")
 FIRST_METHODS = ("device", "hybrid")  # the reference and the baseline lead every panel
 PANEL_W, PANEL_H, MAX_COLS = 4.8, 3.6, 3
@@ -67,7 +69,7 @@ def _narrow(ax: Axes, n: int) -> None:
 
 def step_phases_figure(phases: pd.DataFrame) -> Figure:
     """Stacked per-phase median step time per method, one panel per dataset and timer."""
-    order = list(dict.fromkeys(phases["phase"]))
+    order = phase_order(set(phases["phase"]))
     colors = dict(zip(order, sns.color_palette("colorblind", max(len(order), 1))))
     panels = _panels(phases)
     with sns.axes_style("whitegrid"):
@@ -88,8 +90,8 @@ def step_phases_figure(phases: pd.DataFrame) -> Figure:
             axes[0].text(0.5, 0.5, "no phase times recorded", ha="center", va="center")
         handles = [Patch(color=colors[p], label=p) for p in order]
         if handles:
-            fig.legend(handles=handles, loc="outside right upper", title="phase")
-        fig.suptitle("Per-phase step time (median over timed steps, mean over seeds)")
+            fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 3), title="phase")
+        fig.suptitle("Step time by phase\n(median over timed steps, mean over seeds)", fontsize="medium")
     return fig
 
 
@@ -111,7 +113,7 @@ def throughput_figure(summary: pd.DataFrame) -> Figure:
             ax.set_title(f"{dataset} ({timer} timer)")
             ax.set_xlabel("")
             ax.set_ylabel(f"samples/s ({timer} timer)")
-        fig.suptitle("Training throughput (mean and sd over seeds; speed-up over hybrid with the same timer)")
+        fig.suptitle("Training throughput\n(mean and sd over seeds; speed-up over hybrid, same timer)", fontsize="medium")
     return fig
 
 
