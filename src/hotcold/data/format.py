@@ -8,6 +8,20 @@ A dataset directory holds
 - ``manifest.json`` schema, cardinalities, splits (row ranges), sha256 of each
   column file, the generator or source parameters and measured skew.
 
+Sequence datasets (Taobao) add per-sample histories as values + offsets:
+
+- ``history.npy``          int32 [H, S]  S ids per past event (e.g. item, category)
+- ``history_offsets.npy``  int64 [N+1]   sample n owns history rows [off[n], off[n+1])
+
+with ``sequence: {"tables": [...], "max_length": L}`` in the manifest: column
+s of a history row is an id of table ``tables[s]`` (histories share their
+tables with the target), oldest event first, at most L events per sample.
+
+A batch's ids are one int64 [B, K] matrix (``Dataset.batch_ids``): the K
+``sparse`` columns, then, for sequence datasets, L events of S ids each,
+most recent last and left-padded with -1. ``Dataset.column_tables`` gives the
+table of each of the K columns.
+
 ``write_dataset`` writes into a temporary sibling directory and renames it, so
 a directory with a manifest is always complete.
 """
@@ -25,6 +39,8 @@ import numpy as np
 
 FORMAT_VERSION = 1
 COLUMNS = ("dense", "sparse", "labels")
+SEQUENCE_COLUMNS = ("history", "history_offsets")
+PAD = -1
 SPLITS = ("train", "val", "test")
 
 
@@ -40,6 +56,78 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
+class DatasetWriter:
+    """Builds a dataset directory in a temporary sibling, then renames it into place.
+
+    Columns are memory-mapped ``.npy`` files (``column``), so a streaming
+    preprocessor can fill them chunk by chunk in bounded memory. ``commit``
+    validates them, hashes them, writes the manifest and renames the
+    directory; leaving the ``with`` block without a commit removes it all.
+    """
+
+    def __init__(self, out: Path | str) -> None:
+        self.out = Path(out)
+        self.tmp = self.out.parent / f".{self.out.name}.tmp-{os.getpid()}"
+        self._columns: dict[str, np.ndarray] = {}
+
+    def __enter__(self) -> "DatasetWriter":
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.tmp.mkdir(parents=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._columns.clear()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def column(self, name: str, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
+        """A writable memory-mapped column ``<name>.npy``."""
+        if name not in COLUMNS + SEQUENCE_COLUMNS:
+            raise DatasetError(f"unknown column {name!r}")
+        arr = np.lib.format.open_memmap(self.tmp / f"{name}.npy", mode="w+", dtype=dtype, shape=shape)
+        self._columns[name] = arr
+        return arr
+
+    def commit(
+        self,
+        *,
+        cardinalities: list[int],
+        splits: dict[str, tuple[int, int]],
+        meta: dict[str, Any],
+        sequence: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Check the columns, write ``manifest.json`` and move the directory into place."""
+        for arr in self._columns.values():
+            arr.flush()
+        self._columns.clear()
+        cols = {name: np.load(self.tmp / f"{name}.npy", mmap_mode="r")
+                for name in COLUMNS + (SEQUENCE_COLUMNS if sequence else ())
+                if (self.tmp / f"{name}.npy").exists()}
+        _check_columns(cols, cardinalities, splits, sequence)
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            **meta,
+            "rows": int(len(cols["labels"])),
+            "num_dense": int(cols["dense"].shape[1]),
+            "cardinalities": [int(c) for c in cardinalities],
+            "splits": {k: [int(a), int(b)] for k, (a, b) in splits.items()},
+            **({"sequence": {"tables": [int(t) for t in sequence["tables"]],
+                             "max_length": int(sequence["max_length"])}} if sequence else {}),
+            "columns": {n: {"file": f"{n}.npy", "dtype": str(a.dtype), "shape": list(a.shape)}
+                        for n, a in cols.items()},
+            "sha256": {f"{n}.npy": sha256_file(self.tmp / f"{n}.npy") for n in cols},
+        }
+        del cols
+        (self.tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        if self.out.exists():
+            shutil.rmtree(self.out)
+        os.replace(self.tmp, self.out)
+        return manifest
+
+
+DTYPES = {"dense": np.float32, "sparse": np.int32, "labels": np.float32,
+          "history": np.int32, "history_offsets": np.int64}
+
+
 def write_dataset(
     out: Path | str,
     *,
@@ -49,55 +137,69 @@ def write_dataset(
     cardinalities: list[int],
     splits: dict[str, tuple[int, int]],
     meta: dict[str, Any],
+    history: np.ndarray | None = None,
+    history_offsets: np.ndarray | None = None,
+    sequence: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write a complete dataset directory atomically and return its manifest.
+    """Write in-memory columns as a complete dataset directory; return its manifest.
 
     ``meta`` is merged into the manifest (name, kind, generator or source
-    parameters, skew statistics...).
+    parameters, skew statistics...). Sequence datasets also pass
+    ``history`` [H, S], ``history_offsets`` [N+1] and
+    ``sequence={"tables": [table of each history column], "max_length": L}``.
     """
-    out = Path(out)
-    n = len(labels)
+    arrays = {"dense": dense, "sparse": sparse, "labels": labels}
+    if history is not None:
+        arrays.update(history=history, history_offsets=history_offsets)
+    with DatasetWriter(out) as w:
+        for name, arr in arrays.items():
+            arr = np.asarray(arr)
+            w.column(name, DTYPES[name], arr.shape)[...] = arr
+        return w.commit(cardinalities=cardinalities, splits=splits, meta=meta, sequence=sequence)
+
+
+def _check_columns(cols: dict[str, np.ndarray], cardinalities: list[int],
+                   splits: dict[str, tuple[int, int]], sequence: dict[str, Any] | None,
+                   chunk: int = 1 << 20) -> None:
+    """Shapes, dtypes, id ranges and splits, read in chunks to keep memory bounded."""
+    missing = [c for c in COLUMNS + (SEQUENCE_COLUMNS if sequence else ()) if c not in cols]
+    if missing:
+        raise DatasetError(f"missing column(s) {missing}")
+    for name, arr in cols.items():
+        if arr.dtype != DTYPES[name]:
+            raise DatasetError(f"column {name} must be {np.dtype(DTYPES[name])}, got {arr.dtype}")
+    n = len(cols["labels"])
+    dense, sparse = cols["dense"], cols["sparse"]
     if dense.ndim != 2 or dense.shape[0] != n:
         raise DatasetError(f"dense must be [N, F] with N={n}, got {dense.shape}")
     if sparse.ndim != 2 or sparse.shape != (n, len(cardinalities)):
         raise DatasetError(f"sparse must be [N, {len(cardinalities)}], got {sparse.shape}")
+    card = np.asarray(cardinalities)
+    for a in range(0, n, chunk):
+        block = sparse[a:a + chunk]
+        if (block.min(axis=0) < 0).any() or (block.max(axis=0) >= card).any():
+            raise DatasetError("sparse ids must lie in [0, cardinality) per table")
     _check_splits(splits, n)
-    if n and ((sparse.min(axis=0) < 0).any() or (sparse.max(axis=0) >= np.asarray(cardinalities)).any()):
-        raise DatasetError("sparse ids must lie in [0, cardinality) per table")
+    if sequence:
+        _check_history(cols["history"], cols["history_offsets"], sequence, cardinalities, n, chunk)
 
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        arrays = {
-            "dense": np.ascontiguousarray(dense, dtype=np.float32),
-            "sparse": np.ascontiguousarray(sparse, dtype=np.int32),
-            "labels": np.ascontiguousarray(labels, dtype=np.float32),
-        }
-        columns, digests = {}, {}
-        for name, arr in arrays.items():
-            fname = f"{name}.npy"
-            np.save(tmp / fname, arr)
-            columns[name] = {"file": fname, "dtype": str(arr.dtype), "shape": list(arr.shape)}
-            digests[fname] = sha256_file(tmp / fname)
-        manifest = {
-            "format_version": FORMAT_VERSION,
-            **meta,
-            "rows": int(n),
-            "num_dense": int(dense.shape[1]),
-            "cardinalities": [int(c) for c in cardinalities],
-            "splits": {k: [int(a), int(b)] for k, (a, b) in splits.items()},
-            "columns": columns,
-            "sha256": digests,
-        }
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return manifest
+
+def _check_history(history, offsets, sequence, cardinalities, n, chunk) -> None:
+    tables, max_length = sequence["tables"], sequence["max_length"]
+    if history.ndim != 2 or history.shape[1] != len(tables):
+        raise DatasetError(f"history must be [H, {len(tables)}] (one column per sequence table), got {history.shape}")
+    if offsets.shape != (n + 1,) or offsets[0] != 0 or offsets[-1] != len(history):
+        raise DatasetError(f"history_offsets must be [N+1] from 0 to {len(history)}")
+    lengths = np.diff(offsets)
+    if (lengths < 0).any() or (n and lengths.max() > max_length):
+        raise DatasetError(f"history lengths must lie in [0, max_length={max_length}]")
+    if not all(0 <= t < len(cardinalities) for t in tables):
+        raise DatasetError(f"sequence tables {tables} do not all exist")
+    card = np.asarray(cardinalities)[tables]
+    for a in range(0, len(history), chunk):
+        block = history[a:a + chunk]
+        if len(block) and ((block.min(axis=0) < 0).any() or (block.max(axis=0) >= card).any()):
+            raise DatasetError("history ids must lie in [0, cardinality) of their tables")
 
 
 def _check_splits(splits: dict[str, tuple[int, int]], n: int) -> None:
@@ -120,6 +222,8 @@ class Dataset:
     dense: np.ndarray   # float32 [N, num_dense], memory-mapped
     sparse: np.ndarray  # int32 [N, num_tables], memory-mapped
     labels: np.ndarray  # float32 [N], memory-mapped
+    history: np.ndarray | None = None          # int32 [H, S], memory-mapped
+    history_offsets: np.ndarray | None = None  # int64 [N+1], memory-mapped
 
     @classmethod
     def open(cls, path: Path | str, verify: bool = False) -> "Dataset":
@@ -135,7 +239,8 @@ class Dataset:
                 f"{mpath}: format_version {manifest.get('format_version')!r}, expected {FORMAT_VERSION}"
             )
         arrays = {}
-        for name in COLUMNS:
+        names = COLUMNS + (SEQUENCE_COLUMNS if "sequence" in manifest else ())
+        for name in names:
             col = manifest["columns"][name]
             fpath = path / col["file"]
             if not fpath.is_file():
@@ -163,6 +268,35 @@ class Dataset:
     @property
     def num_tables(self) -> int:
         return len(self.manifest["cardinalities"])
+
+    @property
+    def sequence(self) -> dict[str, Any] | None:
+        """``{"tables": [...], "max_length": L}`` for sequence datasets, else None."""
+        return self.manifest.get("sequence")
+
+    @property
+    def column_tables(self) -> list[int]:
+        """The table of each column of ``batch_ids``."""
+        cols = list(range(self.num_tables))
+        if self.sequence:
+            cols += list(self.sequence["tables"]) * self.sequence["max_length"]
+        return cols
+
+    def batch_ids(self, rows: np.ndarray) -> np.ndarray:
+        """int64 [B, K] ids of the samples at ``rows`` (see the module docstring)."""
+        ids = np.asarray(self.sparse[rows]).astype(np.int64)
+        if not self.sequence:
+            return ids
+        tables, length = self.sequence["tables"], self.sequence["max_length"]
+        rows = np.asarray(rows)
+        starts = self.history_offsets[rows]
+        lengths = self.history_offsets[rows + 1] - starts
+        hist = np.full((len(rows), length, len(tables)), PAD, dtype=np.int64)  # [B, L, S]
+        sample = np.repeat(np.arange(len(rows)), lengths)
+        within = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        hist[sample, length - np.repeat(lengths, lengths) + within] = \
+            self.history[np.repeat(starts, lengths) + within]
+        return np.concatenate([ids, hist.reshape(len(rows), -1)], axis=1)
 
     def split(self, name: str) -> tuple[int, int]:
         """Row range ``[start, stop)`` of a split."""
