@@ -26,3 +26,35 @@ def make_dataset(path: Path, rows: int = 4096, sizes=(50, 7, 300, 1000), seed: i
 @pytest.fixture(scope="session")
 def small_dataset(tmp_path_factory) -> Dataset:
     return make_dataset(tmp_path_factory.mktemp("data") / "small")
+
+
+def make_sequence_dataset(path: Path, rows: int = 3000, sizes=(40, 500, 30), max_length: int = 6,
+                          seed: int = 0) -> Dataset:
+    """Taobao-shaped: (user, item, category) targets and (item, category) histories of varying length.
+
+    Positives share their category with some history event; negatives mostly don't.
+    """
+    rng = np.random.default_rng(seed)
+    users, items, cats = sizes
+    item_cat = rng.integers(0, cats, items)
+    lengths = rng.integers(0, max_length + 1, rows)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    hist_items = np.minimum(rng.zipf(1.2, offsets[-1]) - 1, items - 1)
+    history = np.stack([hist_items, item_cat[hist_items]], axis=1)
+    labels = (rng.random(rows) < 0.5).astype(np.float32)
+    target = np.minimum(rng.zipf(1.2, rows) - 1, items - 1)
+    for n in np.nonzero((labels == 1) & (lengths > 0))[0]:
+        same = np.nonzero(item_cat == history[offsets[n + 1] - 1, 1])[0]
+        target[n] = rng.choice(same)
+    sparse = np.stack([rng.integers(0, users, rows), target, item_cat[target]], axis=1)
+    n_train = rows * 3 // 4
+    write_dataset(path, dense=np.zeros((rows, 0), np.float32), sparse=sparse, labels=labels,
+                  cardinalities=list(sizes), splits={"train": (0, n_train), "test": (n_train, rows)},
+                  meta={"name": path.name}, history=history, history_offsets=offsets,
+                  sequence={"tables": [1, 2], "max_length": max_length})
+    return Dataset.open(path)
+
+
+@pytest.fixture(scope="session")
+def sequence_dataset(tmp_path_factory) -> Dataset:
+    return make_sequence_dataset(tmp_path_factory.mktemp("data") / "seq")

@@ -30,12 +30,19 @@ def rel_diff(a: list[tuple[str, torch.Tensor]], b: list[tuple[str, torch.Tensor]
 
 @pytest.mark.parametrize("row_optimizer", ["sgd", "adagrad"])
 @pytest.mark.parametrize("method", sorted(set(STORES) - {"device"}))
-def test_store_trains_same_model_as_device(small_dataset, method, row_optimizer):
-    ref = train(run_cfg("device", row_optimizer), small_dataset, CPU, progress=False)
-    got = train(run_cfg(method, row_optimizer), small_dataset, CPU, progress=False)
-    before = init_table(small_dataset.cardinalities, 8, 0)
+@pytest.mark.parametrize("data", ["small_dataset", "sequence_dataset"])
+def test_store_trains_same_model_as_device(request, data, method, row_optimizer):
+    ds = request.getfixturevalue(data)
+    ref = train(run_cfg("device", row_optimizer), ds, CPU, progress=False)
+    got = train(run_cfg(method, row_optimizer), ds, CPU, progress=False)
+    before = init_table(ds.cardinalities, 8, 0)
     assert not torch.equal(ref.store.export(), before), "training must change the rows"
     assert rel_diff(got.named_parameters(), ref.named_parameters()) <= 1e-6
+
+
+def test_sequence_model_learns(sequence_dataset):
+    res = train(run_cfg("hybrid", steps=150), sequence_dataset, CPU, progress=False)
+    assert res.metrics["auc"] > 0.65
 
 
 def test_training_learns(small_dataset):
@@ -85,6 +92,23 @@ def test_sparse_update_matches_dense_reference(method, optimizer):
             state[touched] += dense_grad[touched].pow(2).mean(1)
             weight[touched] -= 0.1 * dense_grad[touched] / (state[touched].sqrt() + 1e-8).unsqueeze(1)
     torch.testing.assert_close(store.export().double(), weight, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("method", sorted(STORES))
+def test_padding_is_not_looked_up_or_updated(method):
+    spec = _spec("sgd")
+    spec.column_tables = [0, 1, 1, 2]  # a history column shares table 1
+    store = build_store(method, spec)
+    before = store.export()
+    ids = torch.tensor([[0, 3, -1, 1], [4, -1, -1, 0]])  # [B=2, K=4], -1 = padding
+    out = store.forward(ids, NullMarker())
+    assert out.shape == (2, 4, spec.dim)
+    assert (out[0, 2] == 0).all() and (out[1, 1:3] == 0).all()
+    torch.testing.assert_close(out[0, 1], before[5 + 3])  # table 1 starts at row 5
+    store.backward(torch.ones(2, 4, spec.dim), NullMarker())
+    changed = sorted(((store.export() != before).any(1)).nonzero().squeeze(1).tolist())
+    assert changed == [0, 4, 5 + 3, 14 + 0, 14 + 1]
+    assert store.step_counters()["lookups"] == 5
 
 
 @pytest.mark.parametrize("method", sorted(STORES))

@@ -19,9 +19,9 @@ from tqdm.auto import tqdm
 from hotcold.config import ConfigError, RunConfig
 from hotcold.data.format import Dataset
 from hotcold.data.loader import BatchLoader, eval_batches
-from hotcold.embedding import EmbeddingStore, RowOptimizer, StoreSpec, build_store
+from hotcold.embedding import EmbeddingStore, RowOptimizer, StoreSpec, store_class
 from hotcold.metrics import log_loss, roc_auc
-from hotcold.model.dlrm import DLRM
+from hotcold.model import build_model
 from hotcold.timing import PhaseTimer, summarize
 
 
@@ -56,10 +56,22 @@ def dense_optimizer(cfg: RunConfig, params) -> torch.optim.Optimizer:
     return torch.optim.Adagrad(params, lr=t.dense_lr, eps=t.adagrad_eps)
 
 
+def row_frequencies(ds: Dataset, offsets: torch.Tensor, chunk: int = 1 << 18) -> torch.Tensor:
+    """Access count of every global row over the training split: int64 [N]."""
+    counts = np.zeros(sum(ds.cardinalities), dtype=np.int64)
+    start, stop = ds.split("train")
+    cols = offsets.numpy()
+    for a in range(start, stop, chunk):
+        ids = ds.batch_ids(np.arange(a, min(a + chunk, stop)))
+        rows = (ids + cols)[ids >= 0]
+        counts += np.bincount(rows, minlength=counts.size)
+    return torch.from_numpy(counts)
+
+
 def build(cfg: RunConfig, ds: Dataset, device: torch.device) -> tuple[nn.Module, EmbeddingStore]:
     """The model and the store, initialised identically for every method."""
     torch.manual_seed(cfg.seed)
-    model = DLRM(ds.num_dense, ds.num_tables, cfg.model).to(device)
+    model = build_model(ds, cfg.model).to(device)
     spec = StoreSpec(
         table_sizes=ds.cardinalities,
         dim=cfg.model.embedding_dim,
@@ -67,8 +79,19 @@ def build(cfg: RunConfig, ds: Dataset, device: torch.device) -> tuple[nn.Module,
         device=device,
         seed=cfg.seed,
         options=cfg.store,
+        column_tables=ds.column_tables,
     )
-    return model, build_store(cfg.method, spec)
+    cls = store_class(cfg.method)
+    if cls.needs_batches:
+        spec.batches = lambda: (b.ids for b in train_loader(cfg, ds, lookahead=0))
+    if cls.needs_frequencies:
+        spec.frequencies = row_frequencies(ds, spec.column_offsets())
+    return model, cls(spec)
+
+
+def train_loader(cfg: RunConfig, ds: Dataset, lookahead: int, pin_memory: bool = False) -> BatchLoader:
+    t = cfg.train
+    return BatchLoader(ds, "train", t.batch_size, t.steps, cfg.seed, t.shuffle, lookahead, pin_memory)
 
 
 def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = True) -> RunResult:
@@ -78,8 +101,7 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
     loss_fn = nn.BCEWithLogitsLoss()
     timer = PhaseTimer("cuda" if device.type == "cuda" else "cpu",
                        warmup=cfg.train.warmup_steps, window=cfg.timing.window)
-    loader = BatchLoader(ds, "train", cfg.train.batch_size, cfg.train.steps, cfg.seed,
-                         cfg.train.shuffle, store.lookahead, pin_memory=device.type == "cuda")
+    loader = train_loader(cfg, ds, store.lookahead, pin_memory=device.type == "cuda")
     counters: list[tuple[int, dict[str, int]]] = []
     batches = iter(loader)
     try:
@@ -89,11 +111,12 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
             batch = next(batches)
             timer.mark("data")
             dense = batch.dense.to(device, non_blocking=True)
+            valid = (batch.ids >= 0).to(device, non_blocking=True)
             labels = batch.labels.to(device, non_blocking=True)
             timer.mark("h2d")
             store.prefetch(batch.upcoming)
             emb = store.forward(batch.ids, timer).detach().requires_grad_()  # [B, T, D]
-            loss = loss_fn(model(dense, emb), labels)
+            loss = loss_fn(model(dense, emb, valid), labels)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -118,7 +141,7 @@ def evaluate(model: nn.Module, store: EmbeddingStore, ds: Dataset, cfg: RunConfi
     scores, labels = [], []
     batches = eval_batches(ds, "test", cfg.train.eval_batch_size, cfg.train.eval_samples)
     for dense, ids, y in tqdm(batches, desc="evaluate", disable=not progress, mininterval=2.0):
-        logits = model(dense.to(device), store.lookup(ids))
+        logits = model(dense.to(device), store.lookup(ids), (ids >= 0).to(device))
         scores.append(torch.sigmoid(logits).double().cpu().numpy())
         labels.append(y.numpy())
     model.train()

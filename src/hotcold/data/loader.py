@@ -22,9 +22,9 @@ from hotcold.data.format import Dataset
 class Batch:
     step: int
     dense: torch.Tensor    # float32 [B, num_dense]
-    ids: torch.Tensor      # int64 [B, T], per-table ids
+    ids: torch.Tensor      # int64 [B, K], ids of table ds.column_tables[k], -1 = padding
     labels: torch.Tensor   # float32 [B]
-    upcoming: list[torch.Tensor]  # ids [B, T] of the next batches (look-ahead window)
+    upcoming: list[torch.Tensor]  # ids [B, K] of the next batches (look-ahead window)
 
 
 def batch_rows(n_rows: int, batch_size: int, steps: int, seed: int, shuffle: str) -> Iterator[np.ndarray]:
@@ -72,7 +72,7 @@ class BatchLoader:
     def _read(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         idx = rows + self.start
         dense = torch.from_numpy(np.asarray(self.ds.dense[idx]))
-        ids = torch.from_numpy(np.asarray(self.ds.sparse[idx]).astype(np.int64))
+        ids = torch.from_numpy(self.ds.batch_ids(idx))
         labels = torch.from_numpy(np.asarray(self.ds.labels[idx]))
         if self.pin:
             dense, ids, labels = dense.pin_memory(), ids.pin_memory(), labels.pin_memory()
@@ -108,6 +108,6 @@ def eval_batches(ds: Dataset, split: str, batch_size: int, limit: int = 0) -> It
         b = min(a + batch_size, stop)
         yield (
             torch.from_numpy(np.array(ds.dense[a:b])),
-            torch.from_numpy(np.asarray(ds.sparse[a:b]).astype(np.int64)),
+            torch.from_numpy(ds.batch_ids(np.arange(a, b))),
             torch.from_numpy(np.array(ds.labels[a:b])),
         )

@@ -12,13 +12,16 @@ STORES: dict[str, type[EmbeddingStore]] = {
 }
 
 
-def build_store(method: str, spec: StoreSpec) -> EmbeddingStore:
-    """The store of ``method``; an unknown method fails naming the known ones."""
+def store_class(method: str) -> type[EmbeddingStore]:
+    """The store class of ``method``; an unknown method fails naming the known ones."""
     try:
-        cls = STORES[method]
+        return STORES[method]
     except KeyError:
         raise ConfigError(f"unknown method {method!r}; known: {sorted(STORES)}") from None
-    return cls(spec)
 
 
-__all__ = ["EmbeddingStore", "RowOptimizer", "StoreSpec", "STORES", "build_store"]
+def build_store(method: str, spec: StoreSpec) -> EmbeddingStore:
+    return store_class(method)(spec)
+
+
+__all__ = ["EmbeddingStore", "RowOptimizer", "StoreSpec", "STORES", "build_store", "store_class"]

@@ -1,7 +1,10 @@
 """The embedding-store protocol, the shared row optimizers and table initialisation.
 
 All tables of a model share one global row space: row ``offsets[t] + id`` is
-id ``id`` of table ``t``. A store owns every row and its optimizer state and
+id ``id`` of table ``t``. A batch is an id matrix [B, K] whose column k holds
+ids of table ``column_tables[k]`` (several columns may share a table, as a
+history shares the item table with the target); -1 marks padding, which is
+neither looked up nor updated and comes back as a zero vector. A store owns every row and its optimizer state and
 decides where each lives; the training loop only calls ``forward``,
 ``backward`` and ``lookup``. Every store must train exactly the same model as
 the ``device`` store: they share ``init_table``, ``coalesce`` and
@@ -11,7 +14,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 import torch
 
@@ -39,6 +42,13 @@ class StoreSpec:
     device: torch.device          # the trainer device (cuda, or cpu without a GPU)
     seed: int = 0
     options: dict[str, Any] = field(default_factory=dict)
+    column_tables: list[int] | None = None  # table of each id column; None: column t is table t
+    #: replays the ids [B, K] of every training batch in order, for stores that
+    #: plan ahead (capacity checks, optimal policies); filled when ``needs_batches``
+    batches: Callable[[], Iterable[torch.Tensor]] | None = None
+    #: access count of every global row over the training split [N] (int64),
+    #: filled when the store's ``needs_frequencies`` is set
+    frequencies: torch.Tensor | None = None
 
     @property
     def num_rows(self) -> int:
@@ -48,6 +58,24 @@ class StoreSpec:
         """Global row of id 0 of each table: int64 [T]."""
         sizes = torch.tensor([0] + list(self.table_sizes[:-1]), dtype=torch.int64)
         return torch.cumsum(sizes, 0)
+
+    def column_offsets(self) -> torch.Tensor:
+        """Global row of id 0 of each id column's table: int64 [K]."""
+        tables = self.column_tables if self.column_tables is not None else range(len(self.table_sizes))
+        return self.offsets()[torch.tensor(list(tables), dtype=torch.int64)]
+
+
+@dataclass
+class Lookup:
+    """The rows one batch looks up, planned on the host from its ids."""
+
+    rows: torch.Tensor                 # int64 [L] global rows of the non-padding entries
+    positions: torch.Tensor | None     # int64 [L] their flat positions in [B*K]; None: no padding
+    shape: tuple[int, int]             # (B, K)
+
+    @property
+    def size(self) -> int:
+        return self.rows.numel()
 
 
 def init_table(table_sizes: Sequence[int], dim: int, seed: int) -> torch.Tensor:
@@ -126,6 +154,9 @@ class EmbeddingStore(abc.ABC):
     lookahead: int = 0
     #: options this store accepts in ``StoreSpec.options``
     option_names: tuple[str, ...] = ()
+    #: whether the store wants ``StoreSpec.batches`` / ``StoreSpec.frequencies``
+    needs_batches: bool = False
+    needs_frequencies: bool = False
 
     def __init__(self, spec: StoreSpec) -> None:
         unknown = sorted(set(spec.options) - set(self.option_names))
@@ -138,31 +169,51 @@ class EmbeddingStore(abc.ABC):
         self.device = spec.device
         self.dim = spec.dim
         self.optimizer = spec.optimizer
-        self.offsets_cpu = spec.offsets()
+        self.column_offsets = spec.column_offsets()  # [K], CPU
         self._counters: dict[str, int] = {}
 
-    def global_rows(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids int64 [B, T] (per-table ids) -> global rows int64 [B*T] on ids' device."""
-        return (ids + self.offsets_cpu.to(ids.device)).reshape(-1)
+    def plan(self, ids: torch.Tensor) -> Lookup:
+        """ids int64 [B, K] on the CPU -> the global rows to look up."""
+        rows = (ids + self.column_offsets).reshape(-1)
+        valid = (ids >= 0).reshape(-1)
+        if bool(valid.all()):
+            return Lookup(rows, None, tuple(ids.shape))
+        positions = valid.nonzero().squeeze(1)
+        return Lookup(rows.index_select(0, positions), positions, tuple(ids.shape))
+
+    def to_batch(self, values: torch.Tensor, lk: Lookup) -> torch.Tensor:
+        """[L, D] looked-up rows -> [B, K, D], zeros at padding, on ``values``' device."""
+        if lk.positions is None:
+            return values.view(*lk.shape, self.dim)
+        out = torch.zeros(lk.shape[0] * lk.shape[1], self.dim, dtype=values.dtype, device=values.device)
+        out.index_copy_(0, lk.positions.to(values.device, non_blocking=True), values)
+        return out.view(*lk.shape, self.dim)
+
+    def from_batch(self, grad: torch.Tensor, lk: Lookup) -> torch.Tensor:
+        """[B, K, D] gradients -> [L, D] gradients of the looked-up rows."""
+        flat = grad.reshape(-1, self.dim)
+        if lk.positions is None:
+            return flat
+        return flat.index_select(0, lk.positions.to(grad.device, non_blocking=True))
 
     def prefetch(self, upcoming: Sequence[torch.Tensor]) -> None:
-        """See the ids ([B, T] each) of the next batches; only look-ahead stores use it."""
+        """See the ids ([B, K] each) of the next batches; only look-ahead stores use it."""
 
     @abc.abstractmethod
     def forward(self, ids: torch.Tensor, timer: Marker) -> torch.Tensor:
-        """ids int64 [B, T] on the CPU -> pooled embeddings [B, T, D] on the trainer device."""
+        """ids int64 [B, K] on the CPU -> embeddings [B, K, D] on the trainer device."""
 
     @abc.abstractmethod
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
-        """Apply the sparse update for the last ``forward``; grad: [B, T, D] on the trainer device."""
+        """Apply the sparse update for the last ``forward``; grad: [B, K, D] on the trainer device."""
 
     @abc.abstractmethod
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
-        """Evaluation lookup: ids [B, T] on the CPU -> [B, T, D] on the trainer device."""
+        """Evaluation lookup: ids [B, K] on the CPU -> [B, K, D] on the trainer device."""
 
     @abc.abstractmethod
     def export(self) -> torch.Tensor:
-        """Every row's current weights, float32 [N, D] on the CPU, in global-row order."""
+        """A copy of every row's current weights, float32 [N, D] on the CPU, in global-row order."""
 
     def step_counters(self) -> dict[str, int]:
         """Counters of the last training step."""

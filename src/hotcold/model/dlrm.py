@@ -31,8 +31,8 @@ class DLRM(nn.Module):
         self.register_buffer("lj", lj, persistent=False)
         self.top = mlp([d + f * (f - 1) // 2, *cfg.top_mlp], last_relu=False)
 
-    def forward(self, dense: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
-        """dense [B, num_dense], emb [B, T, D] -> logits [B]."""
+    def forward(self, dense: torch.Tensor, emb: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+        """dense [B, num_dense], emb [B, T, D] -> logits [B]. Criteo has no padding: ``valid`` is unused."""
         x = self.bottom(dense)                              # [B, D]
         z = torch.cat([x.unsqueeze(1), emb], dim=1)         # [B, T+1, D]
         dots = torch.bmm(z, z.transpose(1, 2))              # [B, T+1, T+1]
