@@ -9,7 +9,7 @@ store marks its own phases (``emb_fwd``, ``h2d``, ``d2h``, ``emb_update``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from hotcold.config import ConfigError, RunConfig
 from hotcold.data.format import Dataset
-from hotcold.data.loader import BatchLoader, eval_batches
+from hotcold.data.loader import BatchLoader, batch_rows, eval_batches
 from hotcold.embedding import EmbeddingStore, RowOptimizer, StoreSpec, store_class
 from hotcold.metrics import log_loss, roc_auc
 from hotcold.model import build_model
@@ -29,6 +29,7 @@ from hotcold.timing import PhaseTimer, summarize
 class RunResult:
     summary: dict[str, Any]
     metrics: dict[str, Any]
+    order: list[np.ndarray]  # the row batches trained on
     phases: list[tuple[int, dict[str, float]]]
     counters: list[tuple[int, dict[str, int]]]
     model: nn.Module
@@ -68,8 +69,13 @@ def row_frequencies(ds: Dataset, offsets: torch.Tensor, chunk: int = 1 << 18) ->
     return torch.from_numpy(counts)
 
 
-def build(cfg: RunConfig, ds: Dataset, device: torch.device) -> tuple[nn.Module, EmbeddingStore]:
-    """The model and the store, initialised identically for every method."""
+def build(cfg: RunConfig, ds: Dataset, device: torch.device,
+          order: Sequence[np.ndarray] | None = None) -> tuple[nn.Module, EmbeddingStore, list[np.ndarray]]:
+    """The model, the store (initialised identically for every method) and the batch order.
+
+    ``order`` (row batches of the train split) replaces the store's own
+    schedule, so a reference store can replay another store's batches.
+    """
     torch.manual_seed(cfg.seed)
     model = build_model(ds, cfg.model).to(device)
     spec = StoreSpec(
@@ -82,26 +88,38 @@ def build(cfg: RunConfig, ds: Dataset, device: torch.device) -> tuple[nn.Module,
         column_tables=ds.column_tables,
     )
     cls = store_class(cfg.method)
-    if cls.needs_batches:
-        spec.batches = lambda: (b.ids for b in train_loader(cfg, ds, lookahead=0))
     if cls.needs_frequencies:
         spec.frequencies = row_frequencies(ds, spec.column_offsets())
-    return model, cls(spec)
+    rows = list(order if order is not None else cls.schedule(spec, ds, default_order(cfg, ds)))
+    if len(rows) < cfg.train.steps:
+        raise ConfigError(f"the batch order has {len(rows)} batches, fewer than steps={cfg.train.steps}")
+    rows = rows[: cfg.train.steps]
+    if cls.needs_batches:
+        spec.batches = lambda: (b.ids for b in train_loader(cfg, ds, lookahead=0, rows=rows))
+    return model, cls(spec), rows
 
 
-def train_loader(cfg: RunConfig, ds: Dataset, lookahead: int, pin_memory: bool = False) -> BatchLoader:
+def default_order(cfg: RunConfig, ds: Dataset) -> Iterator[np.ndarray]:
+    """The loader's batch order: row indices into the train split."""
+    start, stop = ds.split("train")
+    return batch_rows(stop - start, cfg.train.batch_size, cfg.train.steps, cfg.seed, cfg.train.shuffle)
+
+
+def train_loader(cfg: RunConfig, ds: Dataset, lookahead: int, pin_memory: bool = False,
+                 rows: Iterable[np.ndarray] | None = None) -> BatchLoader:
     t = cfg.train
-    return BatchLoader(ds, "train", t.batch_size, t.steps, cfg.seed, t.shuffle, lookahead, pin_memory)
+    return BatchLoader(ds, "train", t.batch_size, t.steps, cfg.seed, t.shuffle, lookahead, pin_memory, rows)
 
 
-def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = True) -> RunResult:
-    """Train for ``cfg.train.steps`` steps, then evaluate on the test split."""
-    model, store = build(cfg, ds, device)
+def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = True,
+          order: Sequence[np.ndarray] | None = None) -> RunResult:
+    """Train for ``cfg.train.steps`` steps, then evaluate on the test split (``order``: see ``build``)."""
+    model, store, rows = build(cfg, ds, device, order)
     opt = dense_optimizer(cfg, model.parameters())
     loss_fn = nn.BCEWithLogitsLoss()
     timer = PhaseTimer("cuda" if device.type == "cuda" else "cpu",
                        warmup=cfg.train.warmup_steps, window=cfg.timing.window)
-    loader = train_loader(cfg, ds, store.lookahead, pin_memory=device.type == "cuda")
+    loader = train_loader(cfg, ds, store.lookahead, pin_memory=device.type == "cuda", rows=rows)
     counters: list[tuple[int, dict[str, int]]] = []
     batches = iter(loader)
     try:
@@ -130,7 +148,7 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
         store.close()
     timed = [c for c in counters if c[0] >= cfg.train.warmup_steps]
     summary = summarize(timer.steps, timed, cfg.train.batch_size, timer.kind)
-    return RunResult(summary, metrics, timer.steps, counters, model, store)
+    return RunResult(summary, metrics, rows, timer.steps, counters, model, store)
 
 
 @torch.no_grad()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import numpy as np
 import torch
@@ -62,10 +62,12 @@ class BatchLoader:
         shuffle: str = "global",
         lookahead: int = 0,
         pin_memory: bool = False,
+        rows: Iterable[np.ndarray] | None = None,
     ) -> None:
+        """``rows`` replaces the default batch order (row indices relative to the split)."""
         self.ds = ds
         self.start, stop = ds.split(split)
-        self.rows = batch_rows(stop - self.start, batch_size, steps, seed, shuffle)
+        self.rows = rows if rows is not None else batch_rows(stop - self.start, batch_size, steps, seed, shuffle)
         self.lookahead = lookahead
         self.pin = pin_memory
 

@@ -14,11 +14,16 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
+
+import numpy as np
 
 import torch
 
 from hotcold.config import ConfigError
+
+if TYPE_CHECKING:
+    from hotcold.data.format import Dataset
 
 
 class Marker(Protocol):
@@ -195,6 +200,15 @@ class EmbeddingStore(abc.ABC):
         if lk.positions is None:
             return flat
         return flat.index_select(0, lk.positions.to(grad.device, non_blocking=True))
+
+    @classmethod
+    def schedule(cls, spec: StoreSpec, ds: "Dataset", default: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
+        """The training batches as row indices into the train split, in order.
+
+        Most stores train on the loader's order; FAE forms hot and cold
+        batches of its own. Called once, before the store is built.
+        """
+        return default
 
     def prefetch(self, upcoming: Sequence[torch.Tensor]) -> None:
         """See the ids ([B, K] each) of the next batches; only look-ahead stores use it."""
