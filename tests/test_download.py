@@ -1,0 +1,362 @@
+"""Resumable verified downloads and the dataset sources, against a local fault-injecting HTTP server."""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import re
+import socket
+import struct
+import tarfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from hotcold.data.download import DownloadError, download, file_sha256
+from hotcold.data.sources import (describe_local, fetch_criteo_kaggle, fetch_criteo_terabyte,
+                                  locate_taobao)
+
+PAYLOAD = bytes(range(256)) * 400  # 102,400 bytes
+SHA = hashlib.sha256(PAYLOAD).hexdigest()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Serves ``server.root`` with ``Range: bytes=N-`` support and the faults in ``server.faults``.
+
+    Faults per path: ``fail`` (statuses answered first, one per request), ``cut_after`` (first
+    response stops after that many body bytes), ``stall_after`` (likewise, then hangs until
+    teardown), ``reset_after`` (likewise, then a TCP reset), ``chunked_cut`` (first response
+    chunked, cut after one chunk of that size), ``ignore_range`` (always 200), ``range_from_zero``
+    (206 that starts at byte 0), ``redirect`` (302 to that path).
+    """
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        srv = self.server
+        with srv.lock:
+            srv.requests.append((self.path, self.headers.get("Range")))
+            fault = srv.faults.setdefault(self.path, {})
+            status = fault["fail"].pop(0) if fault.get("fail") else None
+            cut = fault.pop("cut_after", None)
+            stall = fault.pop("stall_after", None)
+            reset = fault.pop("reset_after", None)
+            chunked = fault.pop("chunked_cut", None)
+        if status is not None:
+            self.send_error(status)
+            return
+        if fault.get("redirect"):
+            self.send_response(302)
+            self.send_header("Location", fault["redirect"])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        file = srv.root / self.path.lstrip("/")
+        if not file.is_file():
+            self.send_error(404)
+            return
+        data = file.read_bytes()
+        m = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range") or "")
+        start = 0
+        if m and not fault.get("ignore_range"):
+            start = 0 if fault.get("range_from_zero") else int(m.group(1))
+            if start >= len(data):
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{len(data)}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+        body = data[start:]
+        if chunked is not None:
+            self.protocol_version = "HTTP/1.1"
+        self.send_response(206 if m and not fault.get("ignore_range") else 200)
+        if m and not fault.get("ignore_range"):
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        if chunked is not None:
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(b"%x\r\n%s\r\n" % (chunked, body[:chunked]))
+            self.close_connection = True
+            return
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        limit = next((x for x in (cut, stall, reset) if x is not None), None)
+        self.wfile.write(body if limit is None else body[:limit])
+        self.wfile.flush()
+        if stall is not None:
+            srv.release.wait(10)
+        if reset is not None:
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+
+
+@pytest.fixture
+def server(tmp_path):
+    root = tmp_path / "srv"
+    root.mkdir()
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv.daemon_threads = False  # server_close() joins the handler threads
+    srv.root, srv.faults, srv.requests = root, {}, []
+    srv.lock, srv.release = threading.Lock(), threading.Event()
+    srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    yield srv
+    srv.release.set()
+    srv.shutdown()
+    srv.server_close()
+    thread.join(5)
+    assert not thread.is_alive()
+
+
+def _serve(server, name: str = "f.bin", data: bytes = PAYLOAD) -> str:
+    path = server.root / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return f"{server.url}/{name}"
+
+
+def _get(url: str, dest: Path, **kw) -> str:
+    kw = {"backoff": 0, "progress": False, **kw}
+    return download(url, dest, **kw)
+
+
+def test_plain_download_with_progress(server, tmp_path):
+    dest = tmp_path / "out" / "f.bin"
+    assert _get(_serve(server), dest, sha256=SHA.upper(), size=len(PAYLOAD), progress=True) == SHA
+    assert dest.read_bytes() == PAYLOAD
+    assert not dest.with_name("f.bin.part").exists()
+    assert server.requests == [("/f.bin", None)]
+
+
+def test_resume_after_cut_connection(server, tmp_path):
+    url, k = _serve(server), 30_001
+    server.faults["/f.bin"] = {"cut_after": k}
+    dest = tmp_path / "f.bin"
+    assert _get(url, dest, chunk=4096) == SHA
+    assert dest.read_bytes() == PAYLOAD
+    assert server.requests == [("/f.bin", None), ("/f.bin", f"bytes={k}-")]
+
+
+def test_resume_existing_part_hashes_whole_file(server, tmp_path):
+    url = _serve(server)
+    dest = tmp_path / "f.bin"
+    dest.with_name("f.bin.part").write_bytes(PAYLOAD[:5000])
+    assert _get(url, dest, sha256=SHA) == SHA
+    assert server.requests == [("/f.bin", "bytes=5000-")]
+
+
+def test_timeout_is_retried_and_resumed(server, tmp_path):
+    url = _serve(server)
+    server.faults["/f.bin"] = {"stall_after": 777}
+    dest = tmp_path / "f.bin"
+    assert _get(url, dest, timeout=0.3, sha256=SHA) == SHA
+    assert server.requests[-1] == ("/f.bin", "bytes=777-")
+
+
+def test_connection_reset_is_retried(server, tmp_path):
+    url = _serve(server)
+    server.faults["/f.bin"] = {"reset_after": 20_000}
+    dest = tmp_path / "f.bin"
+    assert _get(url, dest, sha256=SHA) == SHA
+    assert dest.read_bytes() == PAYLOAD and len(server.requests) == 2
+
+
+def test_incomplete_chunked_read_is_resumed(server, tmp_path):
+    url = _serve(server)
+    server.faults["/f.bin"] = {"chunked_cut": 4321}
+    dest = tmp_path / "f.bin"
+    assert _get(url, dest, sha256=SHA) == SHA
+    assert server.requests == [("/f.bin", None), ("/f.bin", "bytes=4321-")]
+
+
+def test_redirect_keeps_range(server, tmp_path):
+    _serve(server, "real.bin")
+    server.faults["/alias.bin"] = {"redirect": "/real.bin"}
+    server.faults["/real.bin"] = {"cut_after": 999}
+    dest = tmp_path / "f.bin"
+    assert _get(f"{server.url}/alias.bin", dest, sha256=SHA) == SHA
+    assert server.requests[-1] == ("/real.bin", "bytes=999-")
+
+
+def test_server_ignoring_range_restarts_from_zero(server, tmp_path):
+    url = _serve(server)
+    server.faults["/f.bin"] = {"ignore_range": True, "cut_after": 10_000}
+    dest = tmp_path / "f.bin"
+    assert _get(url, dest, sha256=SHA) == SHA
+    assert dest.read_bytes() == PAYLOAD
+    assert server.requests == [("/f.bin", None), ("/f.bin", "bytes=10000-")]
+
+
+def test_range_answered_from_wrong_start_restarts(server, tmp_path):
+    url = _serve(server)
+    server.faults["/f.bin"] = {"range_from_zero": True}
+    dest = tmp_path / "f.bin"
+    dest.with_name("f.bin.part").write_bytes(b"x" * 100)
+    assert _get(url, dest) == SHA
+    assert server.requests == [("/f.bin", "bytes=100-"), ("/f.bin", None)]
+
+
+def test_complete_part_answered_416_is_verified(server, tmp_path):
+    url = _serve(server)
+    dest = tmp_path / "f.bin"
+    dest.with_name("f.bin.part").write_bytes(PAYLOAD)
+    assert _get(url, dest, sha256=SHA) == SHA
+    assert server.requests == [("/f.bin", f"bytes={len(PAYLOAD)}-")]
+
+
+def test_oversized_part_answered_416_restarts(server, tmp_path):
+    url = _serve(server)
+    dest = tmp_path / "f.bin"
+    dest.with_name("f.bin.part").write_bytes(PAYLOAD + b"junk")
+    assert _get(url, dest) == SHA
+    assert dest.read_bytes() == PAYLOAD
+    assert server.requests == [("/f.bin", f"bytes={len(PAYLOAD) + 4}-"), ("/f.bin", None)]
+
+
+def test_transient_503_then_success(server, tmp_path):
+    url = _serve(server)
+    server.faults["/f.bin"] = {"fail": [503, 502]}
+    assert _get(url, tmp_path / "f.bin", sha256=SHA) == SHA
+    assert len(server.requests) == 3
+
+
+def test_retries_exhausted(server, tmp_path):
+    url = _serve(server)
+    server.faults["/f.bin"] = {"fail": [503] * 5}
+    dest = tmp_path / "f.bin"
+    with pytest.raises(DownloadError, match="503") as err:
+        _get(url, dest, retries=2)
+    assert url in str(err.value)
+    assert len(server.requests) == 3 and not dest.exists()
+
+
+def test_404_fails_at_once(server, tmp_path):
+    url = f"{server.url}/missing.bin"
+    dest = tmp_path / "missing.bin"
+    with pytest.raises(DownloadError, match="404") as err:
+        _get(url, dest)
+    assert url in str(err.value)
+    assert len(server.requests) == 1
+    assert not dest.exists()
+
+
+def test_wrong_sha256_refetches_once_then_fails(server, tmp_path):
+    url, wrong = _serve(server), "0" * 64
+    dest = tmp_path / "f.bin"
+    with pytest.raises(DownloadError) as err:
+        _get(url, dest, sha256=wrong)
+    assert wrong in str(err.value) and SHA in str(err.value)
+    assert server.requests == [("/f.bin", None), ("/f.bin", None)]
+    assert not dest.exists() and not dest.with_name("f.bin.part").exists()
+
+
+def test_wrong_size_fails_without_reading_body(server, tmp_path):
+    url = _serve(server)
+    dest = tmp_path / "f.bin"
+    with pytest.raises(DownloadError, match=f"expected 123 bytes.*{len(PAYLOAD)}"):
+        _get(url, dest, size=123)
+    assert len(server.requests) == 2 and not dest.exists()
+
+
+def test_corrupted_dest_is_refetched(server, tmp_path):
+    url = _serve(server)
+    dest = tmp_path / "f.bin"
+    dest.write_bytes(PAYLOAD[:-1] + b"\0")
+    assert _get(url, dest, sha256=SHA) == SHA
+    assert dest.read_bytes() == PAYLOAD
+    assert len(server.requests) == 1
+
+
+def test_good_dest_makes_no_request(server, tmp_path):
+    dest = tmp_path / "f.bin"
+    dest.write_bytes(PAYLOAD)
+    url = f"{server.url}/f.bin"  # not served: any request would fail
+    assert _get(url, dest, sha256=SHA, size=len(PAYLOAD)) == SHA
+    assert _get(url, dest, size=len(PAYLOAD)) == SHA
+    assert _get(url, dest) == SHA
+    assert server.requests == []
+
+
+def _tar_gz(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_fetch_criteo_kaggle(server, tmp_path):
+    train = b"0\t1\t\ta\n1\t2\t3\tb\n0\t\t4\tc\n"
+    archive = _tar_gz({"readme.txt": b"hi\n", "train.txt": train, "test.txt": b"x\n"})
+    url = _serve(server, "dac.tar.gz", archive)
+    out = tmp_path / "kaggle"
+    prov = fetch_criteo_kaggle(out, url=url, sha256=hashlib.sha256(archive).hexdigest(), progress=False)
+    assert (out / "train.txt").read_bytes() == train
+    assert prov["url"] == url and prov["bytes"] == len(archive)
+    assert prov["sha256"] == hashlib.sha256(archive).hexdigest()
+    assert prov["files"] == [{"name": "train.txt", "bytes": len(train),
+                              "sha256": hashlib.sha256(train).hexdigest(), "lines": 3}]
+    assert json.loads((out / "source.json").read_text()) == prov
+    assert not list(out.glob("*.part")) and not list(out.glob("*.tmp"))
+    mtime = (out / "train.txt").stat().st_mtime_ns
+    assert fetch_criteo_kaggle(out, url=url, progress=False) == prov
+    assert (out / "train.txt").stat().st_mtime_ns == mtime
+    (out / "train.txt").unlink()
+    assert fetch_criteo_kaggle(out, url=url, progress=False) == prov
+    assert (out / "train.txt").read_bytes() == train
+    assert len(server.requests) == 1
+
+
+def test_fetch_criteo_kaggle_without_train_txt(server, tmp_path):
+    url = _serve(server, "dac.tar.gz", _tar_gz({"readme.txt": b"hi\n"}))
+    with pytest.raises(DownloadError, match="train.txt"):
+        fetch_criteo_kaggle(tmp_path / "k", url=url, progress=False)
+
+
+def test_fetch_criteo_terabyte(server, tmp_path):
+    days = {d: gzip.compress(f"day {d}\n".encode()) for d in (0, 1, 2)}
+    for d, data in days.items():
+        _serve(server, f"tb/day_{d}.gz", data)
+    out = tmp_path / "tb"
+    prov = fetch_criteo_terabyte(out, days=[1, 0], base_url=f"{server.url}/tb/", progress=False)
+    assert [f["name"] for f in prov["files"]] == ["day_0.gz", "day_1.gz"]
+    for f, d in zip(prov["files"], (0, 1)):
+        assert (out / f["name"]).read_bytes() == days[d]
+        assert f["sha256"] == hashlib.sha256(days[d]).hexdigest() and f["url"].startswith(server.url)
+    assert prov["bytes"] == len(days[0]) + len(days[1])
+    fetch_criteo_terabyte(out, days=[2], base_url=f"{server.url}/tb", progress=False)
+    recorded = json.loads((out / "source.json").read_text())
+    assert [f["day"] for f in recorded["files"]] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("days", [[0, 24], [-1], [], [True], ["3"]])
+def test_fetch_criteo_terabyte_bad_days(server, tmp_path, days):
+    with pytest.raises(ValueError, match="0..23"):
+        fetch_criteo_terabyte(tmp_path, days=days, base_url=server.url, progress=False)
+    assert server.requests == []
+
+
+def test_locate_taobao(tmp_path):
+    for source in (None, "", str(tmp_path / "nowhere" / "UserBehavior.csv")):
+        with pytest.raises(FileNotFoundError) as err:
+            locate_taobao(source)
+        msg = str(err.value)
+        for needle in ("UserBehavior.csv", "tianchi.aliyun.com/dataset/649", "datasets.taobao.source",
+                       "user_id,item_id,category_id,behavior_type,timestamp"):
+            assert needle in msg
+    assert "nowhere" in msg
+    csv = tmp_path / "UserBehavior.csv"
+    csv.write_bytes(b"1,2,3,pv,1511544070\n")
+    assert locate_taobao(str(csv)) == csv
+    assert locate_taobao(tmp_path) == csv
+    info = describe_local(csv)
+    assert info["sha256"] == file_sha256(csv) and info["bytes"] == csv.stat().st_size
+    assert info["files"] == [{"name": "UserBehavior.csv", "bytes": info["bytes"], "sha256": info["sha256"]}]
