@@ -5,10 +5,12 @@ from hotcold.config import ConfigError
 from hotcold.embedding.base import EmbeddingStore, RowOptimizer, StoreSpec
 from hotcold.embedding.device import DeviceStore
 from hotcold.embedding.hybrid import HybridStore
+from hotcold.embedding.scratchpipe import ScratchPipeStore
 
 STORES: dict[str, type[EmbeddingStore]] = {
     "device": DeviceStore,
     "hybrid": HybridStore,
+    "scratchpipe": ScratchPipeStore,
 }
 
 
