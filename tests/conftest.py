@@ -5,8 +5,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from hotcold.data.format import Dataset, write_dataset
+
+# Tiny models train fastest on one thread, and the tests then do not fight
+# over the cores with each other or with background work.
+torch.set_num_threads(1)
 
 
 def make_dataset(path: Path, rows: int = 4096, sizes=(50, 7, 300, 1000), seed: int = 0) -> Dataset:

@@ -12,9 +12,14 @@ from hotcold.train import train
 CPU = torch.device("cpu")
 
 
+# Budgets large enough for the small fixtures' batches, small enough to evict.
+OPTIONS = {"lru": {"cache_ratio": 0.4}, "lfu": {"cache_ratio": 0.4}, "freqcache": {"cache_ratio": 0.4}}
+SPEC_OPTIONS = {"lru": {"cache_rows": 12}, "lfu": {"cache_rows": 12}, "freqcache": {"cache_rows": 12}}
+
+
 def run_cfg(method: str, row_optimizer: str = "adagrad", steps: int = 50, seed: int = 0, **train_kw) -> RunConfig:
     return RunConfig.from_dict({
-        "dataset": "small", "method": method, "seed": seed,
+        "dataset": "small", "method": method, "seed": seed, "store": OPTIONS.get(method, {}),
         "model": {"embedding_dim": 8, "bottom_mlp": [16, 8], "top_mlp": [16, 1]},
         "train": {"steps": steps, "warmup_steps": 2, "batch_size": 128, "eval_batch_size": 512,
                   "row_optimizer": row_optimizer, "dense_optimizer": row_optimizer, **train_kw},
@@ -60,16 +65,17 @@ def test_same_seed_gives_identical_parameters(small_dataset):
     assert sums[0] != sums[2]
 
 
-def _spec(optimizer: str, sizes=(5, 9, 4), dim: int = 3) -> StoreSpec:
+def _spec(optimizer: str, sizes=(5, 9, 4), dim: int = 3, method: str = "") -> StoreSpec:
     return StoreSpec(table_sizes=list(sizes), dim=dim, optimizer=RowOptimizer(optimizer, lr=0.1),
-                     device=CPU, seed=1)
+                     device=CPU, seed=1, options=dict(SPEC_OPTIONS.get(method, {})),
+                     frequencies=torch.arange(sum(sizes), 0, -1))
 
 
 @pytest.mark.parametrize("method", sorted(STORES))
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
 def test_sparse_update_matches_dense_reference(method, optimizer):
     """Two steps of the store against a dense autograd computation of the same update."""
-    spec = _spec(optimizer)
+    spec = _spec(optimizer, method=method)
     store = build_store(method, spec)
     weight = init_table(spec.table_sizes, spec.dim, spec.seed).double()
     state = torch.zeros(weight.shape[0], dtype=torch.float64)
@@ -96,7 +102,7 @@ def test_sparse_update_matches_dense_reference(method, optimizer):
 
 @pytest.mark.parametrize("method", sorted(STORES))
 def test_padding_is_not_looked_up_or_updated(method):
-    spec = _spec("sgd")
+    spec = _spec("sgd", method=method)
     spec.column_tables = [0, 1, 1, 2]  # a history column shares table 1
     store = build_store(method, spec)
     before = store.export()
@@ -113,7 +119,7 @@ def test_padding_is_not_looked_up_or_updated(method):
 
 @pytest.mark.parametrize("method", sorted(STORES))
 def test_counters_match_independent_count(method):
-    spec = _spec("sgd")
+    spec = _spec("sgd", method=method)
     store = build_store(method, spec)
     ids = torch.tensor([[0, 1, 2], [0, 8, 2], [4, 1, 3], [0, 1, 2]])  # [B=4, T=3]
     store.backward(store.forward(ids, NullMarker()), NullMarker())

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from hotcold.config import ConfigError
 from hotcold.embedding.base import EmbeddingStore, RowOptimizer, StoreSpec
+from hotcold.embedding.cache import FreqCacheStore, LFUCacheStore, LRUCacheStore
 from hotcold.embedding.device import DeviceStore
 from hotcold.embedding.hybrid import HybridStore
 from hotcold.embedding.scratchpipe import ScratchPipeStore
@@ -10,6 +11,9 @@ from hotcold.embedding.scratchpipe import ScratchPipeStore
 STORES: dict[str, type[EmbeddingStore]] = {
     "device": DeviceStore,
     "hybrid": HybridStore,
+    "lru": LRUCacheStore,
+    "lfu": LFUCacheStore,
+    "freqcache": FreqCacheStore,
     "scratchpipe": ScratchPipeStore,
 }
 

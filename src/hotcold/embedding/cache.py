@@ -1,0 +1,224 @@
+"""Software embedding caches: ``lru``, ``lfu`` and ``freqcache``.
+
+Every row and its optimizer state live in host memory (pinned on a GPU); the
+device holds a cache of C slots (weights [C, D], state [C]). Before each
+forward the host plans the batch with ``hotcold.trace.cachesim.CacheDirectory``
+(the trace simulator's own directory, so its counts are the stores'): hits
+stay, victims outside the batch are written back (weights and state), misses
+are fetched. Lookups and the sparse update then run on the cached slots.
+
+Budget: ``cache_ratio`` (share of all rows, default 0.015, ColossalAI's 1.5%
+headline setting) or ``cache_rows``; C = ``max(1, floor(ratio * N))``, at
+most N. A batch with more unique rows than C fails with the capacity it
+needs. ``freqcache`` also takes ``warmup_ratio`` (default 0.7) and ``evict``
+(``"static"``: worst dataset rank first; ``"lfu"``: ColossalAI's LFU). Its
+warm fill happens at construction, is no training step and is reported as
+the ``warm_rows`` attribute, not in step counters. Policies and their tie
+rules are documented in ``hotcold.trace.cachesim``.
+
+Phases: planning and fetch are ``h2d``, write-back is ``d2h``, the gather is
+``emb_fwd``, the update ``emb_update``.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import torch
+
+from hotcold.config import ConfigError
+from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, init_table
+from hotcold.trace.cachesim import CacheDirectory, Policy, cache_policy, capacity_from_ratio
+
+DEFAULT_CACHE_RATIO = 0.015
+CACHE_OPTIONS = ("cache_ratio", "cache_rows")
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _is_real(v: object) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def resolve_capacity(options: dict, num_rows: int, where: str) -> int:
+    """Cache slots from ``cache_ratio`` or ``cache_rows`` (exactly one may be given), at most N."""
+    if "cache_ratio" in options and "cache_rows" in options:
+        raise ConfigError(f"{where}: give cache_ratio or cache_rows, not both")
+    if "cache_rows" in options:
+        rows = options["cache_rows"]
+        if not _is_int(rows) or rows < 1:
+            raise ConfigError(f"{where}: cache_rows must be a positive integer, got {rows!r}")
+        return min(int(rows), num_rows)
+    ratio = options.get("cache_ratio", DEFAULT_CACHE_RATIO)
+    if not _is_real(ratio) or not 0 < ratio <= 1:
+        raise ConfigError(f"{where}: cache_ratio must be in (0, 1], got {ratio!r}")
+    return min(capacity_from_ratio(float(ratio), num_rows), num_rows)
+
+
+class CacheStore(EmbeddingStore):
+    """A host table with a device cache of C slots; subclasses choose the policy."""
+
+    option_names = CACHE_OPTIONS
+    policy_name = ""
+
+    def __init__(self, spec: StoreSpec) -> None:
+        super().__init__(spec)
+        n, where = spec.num_rows, f"store {type(self).__name__}"
+        self.capacity = resolve_capacity(spec.options, n, where)
+        policy, warm = self.make_policy(spec, where)
+        self.directory = CacheDirectory(n, self.capacity, policy)
+        self._cuda = self.device.type == "cuda"
+        weight = init_table(spec.table_sizes, spec.dim, spec.seed)  # [N, D]
+        state = self.optimizer.init_state(n)                          # [N]
+        self.host_w = weight.pin_memory() if self._cuda else weight
+        self.host_s = state.pin_memory() if self._cuda else state
+        self.cache_w = torch.zeros(self.capacity, spec.dim, device=self.device)  # [C, D]
+        self.cache_s = self.optimizer.init_state(self.capacity, self.device)     # [C]
+        self._with_state = self.optimizer.state_width > 0
+        self.row_bytes = (spec.dim + self.optimizer.state_width) * 4
+        self._row_slot = torch.from_numpy(self.directory.row_slot)  # [N], shares the directory's memory
+        self._slot_row = torch.from_numpy(self.directory.slot_row)  # [C]
+        self._staging: dict[str, torch.Tensor] = {}                 # pinned buffers (GPU only)
+        self._fetched: torch.cuda.Event | None = None               # last copy out of the fetch buffers
+        self._last: tuple[Lookup, torch.Tensor, torch.Tensor] | None = None
+        self._pending: dict[str, int] = {}
+        self.warm_rows = int(warm.size)
+        if warm.size:
+            self._fetch(torch.from_numpy(warm), torch.from_numpy(self.directory.warm(warm)))
+
+    def make_policy(self, spec: StoreSpec, where: str) -> tuple[Policy, np.ndarray]:
+        """The eviction policy and the rows to preload."""
+        return cache_policy(self.policy_name, spec.num_rows, self.capacity)
+
+    def _stage(self, name: str, n: int, width: int) -> torch.Tensor:
+        """Pinned buffer ``name`` of at least n rows: [n, width] (width 0: [n])."""
+        buf = self._staging.get(name)
+        if buf is None or buf.shape[0] < n:
+            shape = (max(n, 1), width) if width else (max(n, 1),)
+            buf = self._staging[name] = torch.empty(shape, dtype=torch.float32, pin_memory=True)
+        return buf[:n]
+
+    def _fetch(self, rows: torch.Tensor, slots: torch.Tensor) -> None:
+        """Copy host rows (weights and state) into cache slots; rows, slots: int64 [M] on the CPU."""
+        if not self._cuda:
+            self.cache_w.index_copy_(0, slots, self.host_w.index_select(0, rows))
+            if self._with_state:
+                self.cache_s.index_copy_(0, slots, self.host_s.index_select(0, rows))
+            return
+        if self._fetched is not None:
+            self._fetched.synchronize()  # the previous copy out of the staging buffers is done
+        dev_slots = slots.to(self.device, non_blocking=True)
+        w = torch.index_select(self.host_w, 0, rows, out=self._stage("fetch_w", rows.numel(), self.dim))
+        self.cache_w.index_copy_(0, dev_slots, w.to(self.device, non_blocking=True))
+        if self._with_state:
+            s = torch.index_select(self.host_s, 0, rows, out=self._stage("fetch_s", rows.numel(), 0))
+            self.cache_s.index_copy_(0, dev_slots, s.to(self.device, non_blocking=True))
+        self._fetched = torch.cuda.Event()
+        self._fetched.record(torch.cuda.current_stream(self.device))
+
+    def _write_back(self, rows: torch.Tensor, slots: torch.Tensor) -> None:
+        """Copy cache slots (weights and state) back to their host rows; int64 [E] on the CPU."""
+        if not self._cuda:
+            self.host_w.index_copy_(0, rows, self.cache_w.index_select(0, slots))
+            if self._with_state:
+                self.host_s.index_copy_(0, rows, self.cache_s.index_select(0, slots))
+            return
+        dev_slots = slots.to(self.device, non_blocking=True)
+        w = self._stage("back_w", rows.numel(), self.dim)
+        w.copy_(self.cache_w.index_select(0, dev_slots), non_blocking=True)
+        if self._with_state:
+            s = self._stage("back_s", rows.numel(), 0)
+            s.copy_(self.cache_s.index_select(0, dev_slots), non_blocking=True)
+        # Enqueued before this step's fetch overwrites the slots; the host needs the rows now.
+        torch.cuda.current_stream(self.device).synchronize()
+        self.host_w.index_copy_(0, rows, w)
+        if self._with_state:
+            self.host_s.index_copy_(0, rows, s)
+
+    def forward(self, ids: torch.Tensor, timer: Marker) -> torch.Tensor:
+        lk = self.plan(ids)
+        uniq, inverse, counts = torch.unique(lk.rows, return_inverse=True, return_counts=True)  # [U], [L], [U]
+        acc = self.directory.access(uniq.numpy(), counts.numpy())
+        timer.mark("h2d")
+        if acc.victim_rows.size:
+            self._write_back(torch.from_numpy(acc.victim_rows), torch.from_numpy(acc.victim_slots))
+        timer.mark("d2h")
+        if acc.miss_rows.size:
+            self._fetch(torch.from_numpy(acc.miss_rows), torch.from_numpy(acc.miss_slots))
+        uslots = torch.from_numpy(acc.slots)                                 # [U] slot of each unique row
+        lookup_slots = uslots.index_select(0, inverse).to(self.device, non_blocking=True)  # [L]
+        self._last = (lk, uslots.to(self.device, non_blocking=True), inverse.to(self.device, non_blocking=True))
+        c = acc.counters()
+        c["bytes_h2d"] = c["rows_h2d"] * self.row_bytes
+        c["bytes_d2h"] = c["rows_d2h"] * self.row_bytes
+        self._pending = c
+        timer.mark("h2d")
+        out = self.to_batch(self.cache_w.index_select(0, lookup_slots), lk)  # [B, K, D]
+        timer.mark("emb_fwd")
+        return out
+
+    def backward(self, grad: torch.Tensor, timer: Marker) -> None:
+        assert self._last is not None, "backward without forward"
+        lk, uslots, inverse = self._last
+        grad = self.from_batch(grad, lk)  # [L, D]
+        # ``coalesce`` with the host-planned unique rows: no device sync for torch.unique.
+        summed = torch.zeros(uslots.numel(), self.dim, dtype=grad.dtype, device=grad.device)  # [U, D]
+        summed.index_add_(0, inverse, grad)
+        self.optimizer.apply(self.cache_w, self.cache_s, uslots, summed)
+        self._counters = self._pending
+        self._last = None
+        timer.mark("emb_update")
+
+    @torch.no_grad()
+    def lookup(self, ids: torch.Tensor) -> torch.Tensor:
+        """Resident rows from the cache, the others from the host; the cache is not changed."""
+        lk = self.plan(ids)
+        slots = self._row_slot.index_select(0, lk.rows)  # [L], -1: not resident
+        resident = slots >= 0
+        hot = resident.nonzero().squeeze(1)
+        cold = (~resident).nonzero().squeeze(1)
+        out = torch.empty(lk.size, self.dim, device=self.device)
+        out.index_copy_(0, hot.to(self.device), self.cache_w.index_select(0, slots[hot].to(self.device)))
+        out.index_copy_(0, cold.to(self.device), self.host_w.index_select(0, lk.rows[cold]).to(self.device))
+        return self.to_batch(out, lk)
+
+    def export(self) -> torch.Tensor:
+        out = self.host_w.clone()
+        used = self.directory.used
+        out.index_copy_(0, self._slot_row[:used], self.cache_w[:used].to("cpu"))
+        return out
+
+
+class LRUCacheStore(CacheStore):
+    """Evicts the least recently used rows."""
+
+    policy_name = "lru"
+
+
+class LFUCacheStore(CacheStore):
+    """Evicts the rows with the fewest lookups since they entered the cache (ColossalAI's LFU)."""
+
+    policy_name = "lfu"
+
+
+class FreqCacheStore(CacheStore):
+    """ColossalAI's frequency-aware cache: dataset-ranked rows, warm start, static-rank or LFU eviction."""
+
+    option_names = CACHE_OPTIONS + ("warmup_ratio", "evict")
+    needs_frequencies = True
+
+    def make_policy(self, spec: StoreSpec, where: str) -> tuple[Policy, np.ndarray]:
+        warmup = spec.options.get("warmup_ratio", 0.7)
+        if not _is_real(warmup) or not 0 <= warmup <= 1:
+            raise ConfigError(f"{where}: warmup_ratio must be in [0, 1], got {warmup!r}")
+        evict = spec.options.get("evict", "static")
+        if evict not in ("static", "lfu"):
+            raise ConfigError(f"{where}: evict must be 'static' or 'lfu', got {evict!r}")
+        freq = spec.frequencies
+        if freq is None or freq.numel() != spec.num_rows:
+            raise ConfigError(f"{where}: needs spec.frequencies, the access count of each of the "
+                              f"{spec.num_rows} rows")
+        name = "freqcache" if evict == "static" else "freqcache-lfu"
+        return cache_policy(name, spec.num_rows, self.capacity, freq.numpy(), float(warmup))
