@@ -72,6 +72,22 @@ def cmd_train(args: argparse.Namespace) -> None:
           f"AUC {result.metrics['auc']:.4f}", file=sys.stderr)
 
 
+def cmd_simulate(args: argparse.Namespace) -> None:
+    from hotcold.config import RunConfig
+    from hotcold.data.format import Dataset
+    from hotcold.records import atomic_write_text
+    from hotcold.trace.cachesim import POLICIES, dataset_trace, split_frequencies, sweep
+
+    cfg = RunConfig.from_dict({"dataset": "-", "method": "-", **_load_mapping(args.run_config)})
+    ds = Dataset.open(args.dataset)
+    t = cfg.train
+    trace = dataset_trace(ds, t.batch_size, t.steps, cfg.seed, t.shuffle)
+    frame = sweep(trace, args.ratios, args.policies or POLICIES, split_frequencies(ds), windows=args.windows)
+    frame.insert(0, "dataset", ds.name)
+    atomic_write_text(Path(args.out), frame.to_csv(index=False))
+    print(f"wrote {args.out}: {len(frame)} policy x size rows over {t.steps} batches")
+
+
 def cmd_aggregate(args: argparse.Namespace) -> None:
     from hotcold.analysis.tables import aggregate, find_records
 
@@ -105,6 +121,16 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--device", choices=["auto", "cpu", "cuda"], help="override timing.device")
     t.add_argument("--no-progress", action="store_true")
     t.set_defaults(func=cmd_train)
+
+    s = sub.add_parser("simulate", help="cache policies on a dataset's training trace, without training")
+    s.add_argument("--dataset", required=True, help="dataset directory")
+    s.add_argument("--run-config", default="{}", help="run config whose train section fixes the batch order")
+    s.add_argument("--out", required=True, help="CSV to write")
+    s.add_argument("--ratios", type=float, nargs="+", default=[0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1],
+                   help="cache sizes as fractions of all rows")
+    s.add_argument("--policies", nargs="+", help="default: every policy")
+    s.add_argument("--windows", type=int, nargs="+", default=[1, 2], help="look-ahead windows to size")
+    s.set_defaults(func=cmd_simulate)
 
     a = sub.add_parser("aggregate", help="summary tables from run records")
     a.add_argument("records", nargs="*", help="record.json files (default: every run under --runs)")
