@@ -1,16 +1,27 @@
-"""Synthetic click logs shaped like Criteo Kaggle (``hotcold generate``).
+"""Synthetic datasets shaped like Criteo Kaggle, Criteo Terabyte and Taobao (``hotcold generate``).
 
 Why synthetic: the benchmark needs data whose embedding-access skew, drift and
-learnability are known and reproducible at any size, without downloading
-Criteo. The ``criteo-kaggle-style`` kind reproduces the 26 Kaggle table sizes
-(optionally capped), 13 heavy-tailed dense counts, power-law row popularity
-with popular ids scattered over the table, a slowly drifting hot set, and
-labels drawn from a planted logistic model so that a trained DLRM has a known
-ceiling (the Bayes AUC, recorded in the manifest).
+learnability are known and reproducible at any size, without downloading the
+real logs. One ``GeneratorConfig`` describes a dataset; ``kind`` selects the
+generator:
 
-Samples are produced in chunks, table by table, with one random stream per
-table, so the output is byte-identical for a given config and independent of
-the chunk size.
+- ``criteo-kaggle-style`` / ``criteo-terabyte-style`` (``gen_criteo``): the 26
+  table sizes of Criteo Kaggle or of Terabyte under DLRM's ``max_ind_range``
+  10M convention (optionally capped), 13 heavy-tailed dense counts,
+  power-law row popularity with scattered ids, a slowly drifting hot set and
+  planted logistic labels with a known Bayes AUC.
+- ``taobao-style`` (``gen_taobao``): the Taobao UserBehavior layout of TBSM,
+  (user, target item, target category) plus the (item, category) history of
+  the user's previous clicks, power-law items tied to power-law categories,
+  drifting per-user interests and 50% sampled negatives.
+
+Each manifest records the measured access skew under ``skew``
+(``hotcold.data.skew.coverage_from_counts`` over every lookup of a sample,
+histories included). Output is byte-identical for a given config.
+
+Knobs and kinds: ``exponent`` and ``holdout_fraction`` default per kind
+(``None`` resolves them); ``max_length`` and ``interest_drift`` apply to
+``taobao-style`` only and are rejected for the Criteo kinds.
 """
 from __future__ import annotations
 
@@ -21,57 +32,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
-from tqdm import tqdm
-
 from hotcold.config import ConfigError
-from hotcold.data.format import write_dataset
-from hotcold.data.skew import coverage_stats
-from hotcold.metrics import roc_auc
 
-KINDS = ("criteo-kaggle-style",)
+KINDS = ("criteo-kaggle-style", "criteo-terabyte-style", "taobao-style")
+DEFAULT_NAMES = {"criteo-kaggle-style": "kaggle", "criteo-terabyte-style": "terabyte", "taobao-style": "taobao"}
 
 # Rows per table of the Criteo Kaggle display-advertising data (C1..C26).
 CRITEO_KAGGLE_CARDINALITIES = [
     1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
     27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
 ]
-NUM_DENSE = 13
+# Rows per table of Criteo Terabyte preprocessed with DLRM's --max-ind-range=10000000.
+CRITEO_TERABYTE_CARDINALITIES = [
+    9980333, 36084, 17217, 7378, 20134, 3, 7112, 1442, 61, 9758201, 1333352, 313829, 10,
+    2208, 11156, 122, 4, 970, 14, 9994222, 7267859, 9946608, 415421, 12420, 101, 36,
+]
+# Users, items and categories of Taobao UserBehavior, as TBSM's --arch-embedding-size.
+TAOBAO_CARDINALITIES = [987994, 4162024, 9439]
+FULL_CARDINALITIES = {
+    "criteo-kaggle-style": CRITEO_KAGGLE_CARDINALITIES,
+    "criteo-terabyte-style": CRITEO_TERABYTE_CARDINALITIES,
+    "taobao-style": TAOBAO_CARDINALITIES,
+}
 
-# Default popularity exponent, calibrated with ``coverage_stats`` on the default
-# config (500k rows, tables capped at 100k rows, drift 0.05 over 20 segments,
-# seed 0). Measured on the eight capped big tables (93k-100k rows), min-max:
-#   exponent  top 0.1%     top 1%       top 10%      max/median
-#   1.20      0.66-0.67    0.82-0.83    0.94         4.9e4-9.8e4
-#   1.25      0.71-0.73    0.86-0.87    0.96         5.7e4-1.1e5
-#   1.30      0.76-0.78    0.90         0.97         6.5e4-1.3e5
-#   1.35      0.81-0.82    0.92-0.93    0.98         7.3e4-1.5e5
-# (the median accessed row is read once; with drift 0, exponent 1.3 gives top 1%
-# 0.92 and max/median 1.3e5 on every table). 1.3 matches the ~90% of lookups
-# on the top 1% of rows that FAE and Bagpipe report for Criteo.
-DEFAULT_EXPONENT = 1.3
-
-# Drift acts on the hottest HOT_FRACTION of ranks of each table.
-HOT_FRACTION = 0.1
-CHUNK_ROWS = 1 << 18
-
-# Dense counts: per feature, count = floor(exp(mu + sigma * z)) (0 with
-# probability p_zero), z standard normal with a shared factor of weight
-# DENSE_RHO so features correlate, as Criteo's count features do.
-DENSE_MU = np.array([0.5, 2.0, 1.0, 1.5, 6.0, 3.0, 1.5, 2.0, 3.5, 0.2, 1.0, 0.1, 1.5])
-DENSE_SIGMA = np.array([1.2, 1.5, 1.0, 1.0, 2.0, 1.8, 1.4, 1.0, 1.3, 0.8, 1.0, 0.8, 1.2])
-DENSE_P_ZERO = np.array([0.45, 0.05, 0.2, 0.2, 0.02, 0.2, 0.3, 0.05, 0.05, 0.45, 0.3, 0.75, 0.2])
-DENSE_RHO = 0.3
-
-# Planted label model: logit = bias + dense @ w + sum_t effect_t[id_t] over a
-# few small/medium tables (C2, C5, C8, C25: 583, 305, 633 and 105 rows) that a
-# small DLRM learns within a few hundred steps. The scales were calibrated on
-# 200k rows, seeds 0-3: dense-part std 0.7-0.9, categorical-part std 1.1-1.2,
-# Bayes AUC 0.80-0.81 at a 25% click rate.
-PLANTED_TABLES = (1, 4, 7, 24)
-DENSE_LOGIT_SCALE = 0.8   # L2 norm of w * sigma, i.e. rough std of the dense logit part
-EFFECT_STD = 0.6          # std of the per-id effects of each planted table
-TARGET_CTR = 0.25
+# Per-kind defaults of the knobs left as None. Criteo's 1.3 puts ~90% of the
+# lookups of a capped big table on its top 1% of rows (see gen_criteo);
+# Taobao's item popularity is flatter (see gen_taobao). Terabyte's holdout is
+# its last day of 24, Kaggle's the DLRM reference's 10% tail.
+DEFAULT_EXPONENTS = {"criteo-kaggle-style": 1.3, "criteo-terabyte-style": 1.3, "taobao-style": 1.0}
+DEFAULT_HOLDOUT = {"criteo-kaggle-style": 0.1, "criteo-terabyte-style": 1 / 24, "taobao-style": 0.1}
+TAOBAO_DEFAULTS = {"max_length": 20, "interest_drift": 0.02}
 
 
 def _is_int(v: Any) -> bool:
@@ -84,25 +74,40 @@ def _is_real(v: Any) -> bool:
 
 @dataclass(frozen=True)
 class GeneratorConfig:
-    """Parameters of one synthetic dataset; validated on construction."""
+    """Parameters of one synthetic dataset; validated on construction, None resolved per kind."""
 
-    name: str = "kaggle"
+    name: str | None = None                # default: "kaggle", "terabyte" or "taobao"
     kind: str = "criteo-kaggle-style"
     rows: int = 500_000                    # total samples
     max_rows_per_table: int | None = 100_000  # cap on each table's cardinality; None: real sizes
-    exponent: float = DEFAULT_EXPONENT     # power-law exponent of row popularity
+    exponent: float | None = None          # power-law exponent of row (Taobao: item) popularity
     drift: float = 0.05                    # fraction of hot ranks re-assigned per segment boundary
     drift_segments: int = 20
-    holdout_fraction: float = 0.1          # tail of the sequence, halved into val and test
+    holdout_fraction: float | None = None  # share of samples for val + test (Criteo: the tail; Taobao: latest users)
     seed: int = 0
+    max_length: int | None = None          # taobao-style: history events per sample (default 20)
+    interest_drift: float | None = None    # taobao-style: chance a click replaces a favourite category
 
     def __post_init__(self) -> None:
         def need(cond: bool, msg: str) -> None:
             if not cond:
                 raise ConfigError(f"generator config: {msg}")
 
-        need(isinstance(self.name, str) and bool(self.name), f"name must be a non-empty string, got {self.name!r}")
+        def resolve(field: str, default: Any) -> None:
+            if getattr(self, field) is None:
+                object.__setattr__(self, field, default)
+
         need(self.kind in KINDS, f"unknown kind {self.kind!r}; allowed kinds: {list(KINDS)}")
+        resolve("name", DEFAULT_NAMES[self.kind])
+        resolve("exponent", DEFAULT_EXPONENTS[self.kind])
+        resolve("holdout_fraction", DEFAULT_HOLDOUT[self.kind])
+        if self.kind == "taobao-style":
+            for field, default in TAOBAO_DEFAULTS.items():
+                resolve(field, default)
+        else:
+            given = [f for f in TAOBAO_DEFAULTS if getattr(self, f) is not None]
+            need(not given, f"{given} only apply to kind 'taobao-style', not {self.kind!r}")
+        need(isinstance(self.name, str) and bool(self.name), f"name must be a non-empty string, got {self.name!r}")
         need(_is_int(self.rows) and self.rows > 0, f"rows must be a positive integer, got {self.rows!r}")
         need(self.max_rows_per_table is None or (_is_int(self.max_rows_per_table) and self.max_rows_per_table > 0),
              f"max_rows_per_table must be a positive integer or null, got {self.max_rows_per_table!r}")
@@ -114,9 +119,19 @@ class GeneratorConfig:
         need(_is_real(self.holdout_fraction) and 0 < self.holdout_fraction < 1,
              f"holdout_fraction must be in (0, 1), got {self.holdout_fraction!r}")
         need(_is_int(self.seed) and self.seed >= 0, f"seed must be a non-negative integer, got {self.seed!r}")
-        for f in ("exponent", "drift", "holdout_fraction"):
+        floats, ints = ["exponent", "drift", "holdout_fraction"], ["rows", "drift_segments", "seed"]
+        if self.kind == "taobao-style":
+            need(_is_int(self.max_length) and self.max_length >= 1,
+                 f"max_length must be an integer >= 1, got {self.max_length!r}")
+            need(_is_real(self.interest_drift) and 0 <= self.interest_drift <= 1,
+                 f"interest_drift must be in [0, 1], got {self.interest_drift!r}")
+            need(self.max_rows_per_table is None or self.max_rows_per_table >= 2,
+                 "taobao-style needs max_rows_per_table >= 2 (a negative is an item other than the click)")
+            floats.append("interest_drift")
+            ints.append("max_length")
+        for f in floats:
             object.__setattr__(self, f, float(getattr(self, f)))
-        for f in ("rows", "drift_segments", "seed"):
+        for f in ints:
             object.__setattr__(self, f, int(getattr(self, f)))
         sizes = split_sizes(self.rows, self.holdout_fraction)
         need(min(sizes) >= 1, f"rows={self.rows} with holdout_fraction={self.holdout_fraction} leaves an empty "
@@ -135,137 +150,47 @@ class GeneratorConfig:
         return dataclasses.asdict(self)
 
     @property
+    def full_cardinalities(self) -> list[int]:
+        """Per-table rows of the real dataset this kind imitates."""
+        return list(FULL_CARDINALITIES[self.kind])
+
+    @property
     def cardinalities(self) -> list[int]:
         """Per-table rows after the cap."""
         cap = self.max_rows_per_table
-        return [c if cap is None else min(c, cap) for c in CRITEO_KAGGLE_CARDINALITIES]
+        return [c if cap is None else min(c, cap) for c in self.full_cardinalities]
 
 
 def split_sizes(rows: int, holdout_fraction: float) -> tuple[int, int, int]:
     """(train, val, test) sizes: the holdout tail is halved into val then test.
 
-    This mirrors the DLRM reference, which halves Criteo Kaggle's last day.
+    This mirrors the DLRM reference, which halves the last day of Criteo
+    Kaggle and of Criteo Terabyte into validation and test.
     """
     hold = int(round(rows * holdout_fraction))
     return rows - hold, hold // 2, hold - hold // 2
 
 
-def _drift(perm: np.ndarray, hot: int, drift: float, rng: np.random.Generator) -> None:
-    """Swap the ids of a random ``drift`` share of the top ``hot`` ranks with random ranks, in place."""
-    a = np.flatnonzero(rng.random(hot) < drift)       # hot ranks that move
-    b = rng.integers(0, perm.size, size=a.size)       # their partner ranks
-    _, first = np.unique(b, return_index=True)
-    keep = np.zeros(b.size, dtype=bool)
-    keep[first] = True
-    keep &= ~np.isin(b, a)                            # disjoint pairs, so one fancy swap is exact
-    a, b = a[keep], b[keep]
-    perm[a], perm[b] = perm[b], perm[a]   # fancy indexing copies the right side
-
-
-def _dense_chunk(m: int, rngs: tuple[np.random.Generator, ...]) -> np.ndarray:
-    """Heavy-tailed counts for ``m`` samples, returned as log(1 + count), float32 [m, 13]."""
-    r_factor, r_noise, r_zero = rngs
-    z = math.sqrt(DENSE_RHO) * r_factor.standard_normal(m)[:, None] \
-        + math.sqrt(1 - DENSE_RHO) * r_noise.standard_normal((m, NUM_DENSE))
-    counts = np.floor(np.exp(DENSE_MU + DENSE_SIGMA * z))
-    counts[r_zero.random((m, NUM_DENSE)) < DENSE_P_ZERO] = 0.0
-    return np.log1p(counts).astype(np.float32)
-
-
-def _solve_bias(logit: np.ndarray, target: float) -> float:
-    """Bias b with mean(sigmoid(logit + b)) = target, by bisection on at most ~1M logits."""
-    sub = logit[:: max(1, logit.size // (1 << 20))]
-    lo, hi = -40.0, 40.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if np.mean(1 / (1 + np.exp(-(sub + mid)))) < target:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
+def split_ranges(rows: int, holdout_fraction: float) -> dict[str, tuple[int, int]]:
+    """Contiguous row ranges of train, val and test (``split_sizes``)."""
+    n_train, n_val, _ = split_sizes(rows, holdout_fraction)
+    return {"train": (0, n_train), "val": (n_train, n_train + n_val), "test": (n_train + n_val, rows)}
 
 
 def generate(cfg: GeneratorConfig, out: Path | str, progress: bool = True,
-             chunk_rows: int = CHUNK_ROWS) -> dict[str, Any]:
+             chunk_rows: int | None = None) -> dict[str, Any]:
     """Generate the dataset described by ``cfg`` into directory ``out``; return its manifest.
 
-    ``chunk_rows`` bounds the samples drawn per step (memory of the temporaries);
-    it does not change the output.
+    ``chunk_rows`` bounds the samples drawn per step of the Criteo kinds
+    (memory of the temporaries); it never changes the output and is ignored
+    by ``taobao-style``, which builds its samples in one pass.
     """
-    if chunk_rows <= 0:
+    if chunk_rows is not None and chunk_rows <= 0:
         raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
-    n_rows, cards = cfg.rows, cfg.cardinalities
-    n_tables = len(cards)
-    streams = np.random.SeedSequence(cfg.seed).spawn(n_tables + 5)
-    table_rngs = [np.random.default_rng(s) for s in streams[:n_tables]]
-    dense_rngs = tuple(np.random.default_rng(s) for s in streams[n_tables:n_tables + 3])
-    model_rng = np.random.default_rng(streams[n_tables + 3])
-    label_rng = np.random.default_rng(streams[n_tables + 4])
+    if cfg.kind == "taobao-style":
+        from hotcold.data.gen_taobao import generate_taobao
 
-    # Unnormalised power-law CDF over ranks, shared by all tables: table t samples
-    # rank r with P ∝ (r+1)^-exponent by inverting cdf[:n_t].
-    cdf = np.cumsum(np.arange(1, max(cards) + 1, dtype=np.float64) ** -cfg.exponent)
-    perms = [rng.permutation(n).astype(np.int32) for rng, n in zip(table_rngs, cards)]  # rank -> id
-    hots = [max(1, math.ceil(HOT_FRACTION * n)) for n in cards]
+        return generate_taobao(cfg, Path(out), progress=progress)
+    from hotcold.data.gen_criteo import CHUNK_ROWS, generate_criteo
 
-    planted = [t for t in PLANTED_TABLES if t < n_tables]
-    a = model_rng.standard_normal(NUM_DENSE)
-    w_dense = a / np.linalg.norm(a) * DENSE_LOGIT_SCALE / DENSE_SIGMA  # [13]
-    effects = {t: model_rng.normal(0.0, EFFECT_STD, cards[t]) for t in planted}  # per-id effects
-
-    dense = np.empty((n_rows, NUM_DENSE), dtype=np.float32)
-    sparse = np.empty((n_rows, n_tables), dtype=np.int32)
-    dense_logit = np.empty(n_rows, dtype=np.float64)
-    bounds = [k * n_rows // cfg.drift_segments for k in range(cfg.drift_segments + 1)]
-    with tqdm(total=n_rows, unit="rows", desc=f"generate {cfg.name}", disable=not progress) as bar:
-        for seg in range(cfg.drift_segments):
-            if seg > 0 and cfg.drift > 0:
-                for t in range(n_tables):
-                    _drift(perms[t], hots[t], cfg.drift, table_rngs[t])
-            for lo in range(bounds[seg], bounds[seg + 1], chunk_rows):
-                hi = min(lo + chunk_rows, bounds[seg + 1])
-                for t, n in enumerate(cards):
-                    u = table_rngs[t].random(hi - lo) * cdf[n - 1]
-                    ranks = np.minimum(np.searchsorted(cdf[:n], u, side="right"), n - 1)
-                    sparse[lo:hi, t] = perms[t][ranks]
-                dense[lo:hi] = _dense_chunk(hi - lo, dense_rngs)
-                dense_logit[lo:hi] = dense[lo:hi].astype(np.float64) @ w_dense
-                bar.update(hi - lo)
-
-    cat_logit = np.zeros(n_rows, dtype=np.float64)
-    for t in planted:
-        cat_logit += effects[t][sparse[:, t]]
-    logit = dense_logit + cat_logit
-    bias = _solve_bias(logit, TARGET_CTR)
-    prob = 1 / (1 + np.exp(-(logit + bias)))
-    labels = (label_rng.random(n_rows) < prob).astype(np.float32)
-
-    n_train, n_val, _ = split_sizes(n_rows, cfg.holdout_fraction)
-    splits = {"train": (0, n_train), "val": (n_train, n_train + n_val), "test": (n_train + n_val, n_rows)}
-    test = slice(*splits["test"])
-    planted_model = {
-        "form": "label ~ Bernoulli(sigmoid(bias + dense @ dense_weights + sum_t effect_t[id_t]))",
-        "categorical_tables": planted,
-        "categorical_cardinalities": [cards[t] for t in planted],
-        "effect_std": EFFECT_STD,
-        "dense_weights": [round(float(v), 6) for v in w_dense],
-        "bias": bias,
-        "target_ctr": TARGET_CTR,
-        "ctr": float(labels.mean()),
-        "dense_logit_std": float(dense_logit.std()),
-        "categorical_logit_std": float(cat_logit.std()),
-        "logit_std": float(logit.std()),
-        "bayes_auc": roc_auc(labels, prob),
-        "bayes_auc_test": roc_auc(labels[test], prob[test]),
-    }
-    generator = {**cfg.to_dict(), "full_cardinalities": list(CRITEO_KAGGLE_CARDINALITIES),
-                 "hot_fraction": HOT_FRACTION}
-    meta = {
-        "name": cfg.name,
-        "kind": cfg.kind,
-        "generator": generator,
-        "planted_model": planted_model,
-        "skew": coverage_stats(sparse, cards),
-    }
-    return write_dataset(out, dense=dense, sparse=sparse, labels=labels, cardinalities=cards,
-                         splits=splits, meta=meta)
+    return generate_criteo(cfg, Path(out), progress=progress, chunk_rows=chunk_rows or CHUNK_ROWS)

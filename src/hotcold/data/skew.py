@@ -4,7 +4,8 @@ Hot/cold embedding methods (FAE, Bagpipe, caching) rely on a few rows taking
 most lookups. These helpers measure how concentrated the lookups of a dataset
 really are, per table and over all tables together, so the numbers recorded in
 a manifest describe the data rather than the generator's intent. They work on
-any ``[N, T]`` id matrix (synthetic or real).
+any ``[N, T]`` id matrix (synthetic or real) or on per-row lookup counts
+(``coverage_from_counts``), e.g. the counts of ``hotcold profile``.
 """
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from typing import Any, Sequence
 import numpy as np
 
 DEFAULT_FRACTIONS = (0.001, 0.01, 0.1)
+MIN_FIT_COUNT = 10   # ranks with fewer lookups are left out of the exponent fit
+FIT_POINTS = 50      # log-spaced ranks used by the exponent fit
+SPARSE_COUNT_RATIO = 8  # count_lookups sorts instead of a dense bincount above this rows/lookups ratio
 
 
 def share_key(fraction: float) -> str:
@@ -52,40 +56,63 @@ def _shares(counts: np.ndarray, rows: int, fractions: Sequence[float]) -> dict[s
     return {share_key(f): float(s) for f, s in zip(fractions, curve)}
 
 
-def coverage_stats(
-    sparse: np.ndarray,
-    cardinalities: Sequence[int],
+def count_lookups(
+    counts: Sequence[np.ndarray],
+    ids: np.ndarray,
+    column_tables: Sequence[int],
+) -> None:
+    """Add the lookups of an id matrix to per-table counts, in place.
+
+    ``ids`` int [B, K], column k holding ids of table ``column_tables[k]``;
+    negative ids (padding) are skipped. ``counts[t]`` is int64 [rows of t].
+    """
+    ids = np.asarray(ids)
+    if ids.ndim != 2 or ids.shape[1] != len(column_tables):
+        raise ValueError(f"ids must be [B, {len(column_tables)}], got {ids.shape}")
+    col_tables = np.asarray(column_tables)
+    if col_tables.size and not 0 <= col_tables.min() <= col_tables.max() < len(counts):
+        raise ValueError(f"column tables must lie in [0, {len(counts)}), got {sorted(set(column_tables))}")
+    for t, c in enumerate(counts):
+        sel = ids[:, col_tables == t].ravel()
+        sel = sel[sel >= 0].astype(np.int64, copy=False)
+        if not sel.size:
+            continue
+        if sel.max() >= c.size:
+            raise ValueError(f"table {t}: ids must lie in [0, {c.size})")
+        if c.size > SPARSE_COUNT_RATIO * sel.size:   # few lookups into a big table: skip the dense pass
+            ids_t, n = np.unique(sel, return_counts=True)
+            c[ids_t] += n
+        else:
+            c += np.bincount(sel, minlength=c.size)
+
+
+def coverage_from_counts(
+    counts_per_table: Sequence[np.ndarray],
     fractions: Sequence[float] = DEFAULT_FRACTIONS,
 ) -> dict[str, Any]:
-    """Per-table and overall lookup concentration of an id matrix.
+    """Per-table and overall lookup concentration from per-row lookup counts.
 
-    ``sparse`` int [N, T], column t holding ids in ``[0, cardinalities[t])``.
+    ``counts_per_table[t]`` is int [cardinality of t], the lookups of each row.
     Per table: ``rows`` (cardinality), ``accessed_rows``, the share of lookups
     covered by the top ``ceil(f * rows)`` rows for each fraction (keys
     ``top_0.1%``, ``top_1%``, ``top_10%``) and ``max_over_median`` (largest
     count over the median count of accessed rows). ``overall`` ranks the rows
     of all tables together (as one global id space) with the same shares.
     """
-    sparse = np.asarray(sparse)
-    if sparse.ndim != 2 or sparse.shape[1] != len(cardinalities):
-        raise ValueError(f"sparse must be [N, {len(cardinalities)}], got {sparse.shape}")
     tables, accessed_counts = [], []
-    for t, card in enumerate(cardinalities):
-        ids = np.asarray(sparse[:, t], dtype=np.int64)
-        if ids.size and (ids.min() < 0 or ids.max() >= card):
-            raise ValueError(f"table {t}: ids must lie in [0, {card})")
-        counts = np.bincount(ids, minlength=int(card))  # [card]
+    for t, counts in enumerate(counts_per_table):
+        counts = np.asarray(counts)
         accessed = counts[counts > 0]
         tables.append({
             "table": t,
-            "rows": int(card),
+            "rows": int(counts.size),
             "accessed_rows": int(accessed.size),
-            **_shares(accessed, int(card), fractions),
+            **_shares(accessed, int(counts.size), fractions),
             "max_over_median": float(accessed.max() / np.median(accessed)) if accessed.size else 0.0,
         })
         accessed_counts.append(accessed)
     merged = np.concatenate(accessed_counts) if accessed_counts else np.zeros(0, dtype=np.int64)
-    total_rows = int(sum(int(c) for c in cardinalities))
+    total_rows = int(sum(np.asarray(c).size for c in counts_per_table))
     overall = {
         "rows": total_rows,
         "accessed_rows": int(merged.size),
@@ -93,3 +120,39 @@ def coverage_stats(
         **_shares(merged, total_rows, fractions),
     }
     return {"tables": tables, "overall": overall}
+
+
+def coverage_stats(
+    sparse: np.ndarray,
+    cardinalities: Sequence[int],
+    fractions: Sequence[float] = DEFAULT_FRACTIONS,
+) -> dict[str, Any]:
+    """``coverage_from_counts`` of an id matrix ``sparse`` int [N, T], one column per table."""
+    sparse = np.asarray(sparse)
+    if sparse.ndim != 2 or sparse.shape[1] != len(cardinalities):
+        raise ValueError(f"sparse must be [N, {len(cardinalities)}], got {sparse.shape}")
+    counts = []
+    for t, card in enumerate(cardinalities):
+        ids = np.asarray(sparse[:, t], dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= card):
+            raise ValueError(f"table {t}: ids must lie in [0, {card})")
+        counts.append(np.bincount(ids, minlength=int(card)))  # [card]
+    return coverage_from_counts(counts, fractions)
+
+
+def powerlaw_exponent(counts: np.ndarray, min_count: int = MIN_FIT_COUNT, points: int = FIT_POINTS) -> float:
+    """Exponent s of ``count ~ rank^-s``, by least squares of log count on log rank.
+
+    Rows are ranked by count (rank 1 = most looked up). Only ranks whose count
+    is at least ``min_count`` enter (the tail of rows seen once or twice is a
+    sampling floor, not the law), sampled at ``points`` log-spaced ranks so
+    each decade of ranks weighs the same. NaN when fewer than 3 ranks qualify.
+    """
+    counts = np.sort(np.asarray(counts)[np.asarray(counts) >= min_count])[::-1].astype(np.float64)
+    if counts.size < 3:
+        return float("nan")
+    ranks = np.unique(np.geomspace(1, counts.size, points).round().astype(np.int64))  # 1-based
+    if ranks.size < 3:
+        return float("nan")
+    slope = np.polyfit(np.log(ranks), np.log(counts[ranks - 1]), 1)[0]
+    return float(-slope)
