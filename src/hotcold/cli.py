@@ -34,6 +34,41 @@ def cmd_generate(args: argparse.Namespace) -> None:
     print(f"wrote {args.out}: {manifest['rows']} rows, {len(manifest['cardinalities'])} tables")
 
 
+def cmd_download(args: argparse.Namespace) -> None:
+    from hotcold.data.prepare import SourceConfig, fetch
+
+    record = fetch(SourceConfig.from_dict(_load_mapping(args.spec)), Path(args.out), name=args.name,
+                   progress=not args.no_progress)
+    print(f"fetched {len(record['files'])} file(s) into {args.out}")
+
+
+def cmd_preprocess(args: argparse.Namespace) -> None:
+    from hotcold.data.prepare import SourceConfig, preprocess
+
+    manifest = preprocess(SourceConfig.from_dict(_load_mapping(args.spec)), Path(args.raw), Path(args.out),
+                          name=args.name, progress=not args.no_progress)
+    print(f"wrote {args.out}: {manifest['rows']} rows, {len(manifest['cardinalities'])} tables")
+
+
+def cmd_profile(args: argparse.Namespace) -> None:
+    from hotcold.data.format import Dataset
+    from hotcold.trace.profile import profile_dataset, save_profile
+
+    prof = profile_dataset(Dataset.open(args.dataset), sample_fraction=args.sample_fraction,
+                           batch_size=args.batch_size, window=args.window, batches=args.batches, seed=args.seed)
+    save_profile(prof, Path(args.out))
+    print(f"wrote profile of {args.dataset} into {args.out}")
+
+
+def cmd_dataset_stats(args: argparse.Namespace) -> None:
+    from hotcold.trace.profile import coverage_figure, dataset_stats, write_dataset_stats
+
+    dirs = [Path(p) for p in args.profiles]
+    write_dataset_stats(dataset_stats(dirs), Path(args.out))
+    for path in [Path(args.out), *coverage_figure(dirs, Path(args.figures))]:
+        print(f"wrote {path}")
+
+
 def cmd_train(args: argparse.Namespace) -> None:
     import dataclasses
 
@@ -112,6 +147,37 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--out", required=True, help="dataset directory to write")
     g.add_argument("--no-progress", action="store_true")
     g.set_defaults(func=cmd_generate)
+
+    d = sub.add_parser("download", help="fetch a real dataset's raw files (source.json records provenance)")
+    d.add_argument("--spec", required=True, help="source config: JSON object or a YAML/JSON file")
+    d.add_argument("--out", required=True, help="directory for the raw files")
+    d.add_argument("--name", required=True, help="the dataset's name in the config")
+    d.add_argument("--no-progress", action="store_true")
+    d.set_defaults(func=cmd_download)
+
+    pp = sub.add_parser("preprocess", help="turn fetched raw files into a dataset directory")
+    pp.add_argument("--spec", required=True, help="source config: JSON object or a YAML/JSON file")
+    pp.add_argument("--raw", required=True, help="directory written by `hotcold download`")
+    pp.add_argument("--out", required=True, help="dataset directory to write")
+    pp.add_argument("--name", required=True, help="the dataset's name")
+    pp.add_argument("--no-progress", action="store_true")
+    pp.set_defaults(func=cmd_preprocess)
+
+    pr = sub.add_parser("profile", help="row access counts, coverage, unique rows per batch and window")
+    pr.add_argument("--dataset", required=True)
+    pr.add_argument("--out", required=True, help="profile directory (counts.npz, profile.json)")
+    pr.add_argument("--sample-fraction", type=float, default=1.0, help="profile this share of training rows")
+    pr.add_argument("--batch-size", type=int, default=1024)
+    pr.add_argument("--window", type=int, default=8, help="batches per window for unique-row counts")
+    pr.add_argument("--batches", type=int, default=200, help="batches scanned for unique-row counts")
+    pr.add_argument("--seed", type=int, default=0)
+    pr.set_defaults(func=cmd_profile)
+
+    ds = sub.add_parser("dataset-stats", help="dataset_stats.csv and the coverage figure from profiles")
+    ds.add_argument("profiles", nargs="+", help="profile directories")
+    ds.add_argument("--out", default="results/tables/dataset_stats.csv")
+    ds.add_argument("--figures", default="paper_figs")
+    ds.set_defaults(func=cmd_dataset_stats)
 
     t = sub.add_parser("train", help="train one method on one dataset and write its run record")
     t.add_argument("--dataset", required=True, help="dataset directory (with manifest.json)")

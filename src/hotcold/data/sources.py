@@ -158,8 +158,8 @@ def locate_taobao(source: str | os.PathLike | None, *, name: str = "taobao") -> 
     how = (f"Taobao's {TAOBAO_FILE} cannot be downloaded automatically (Alibaba Tianchi requires a "
            f"login): get UserBehavior.csv.zip from the Tianchi user-behaviour dataset page "
            f"{TAOBAO_URL}, unzip it ({TAOBAO_FILE}, ~3.5 GB; columns user_id,item_id,category_id,"
-           f"behavior_type,timestamp, no header) and set datasets.{name}.source in the config to "
-           f"its path.")
+           f"behavior_type,timestamp, no header) and set the config to "
+           f"its path (key datasets.{name}.source.path).")
     if source is None or str(source).strip() == "":
         raise FileNotFoundError(f"No path configured for {TAOBAO_FILE}. {how}")
     path = Path(source).expanduser()
