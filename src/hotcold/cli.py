@@ -77,7 +77,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     from hotcold.config import RunConfig
     from hotcold.data.format import Dataset
     from hotcold.records import param_fingerprint, provenance, steps_frame, write_run
-    from hotcold.train import resolve_device, train
+    from hotcold.train import reference, resolve_device, train
 
     cfg = RunConfig.from_dict(_load_mapping(args.run_config))
     if args.device:
@@ -100,7 +100,12 @@ def cmd_train(args: argparse.Namespace) -> None:
         "summary": result.summary,
         "metrics": result.metrics,
         "params": param_fingerprint(result.named_parameters()),
+        "store": result.store_report,
     }
+    ref = reference(cfg, ds, device, result, progress=not args.no_progress)
+    if ref is not None:  # the invariant of a store with its own batch order is against this replay
+        record["reference"] = {"method": "device", "order": "this run's", "metrics": ref.metrics,
+                               "params": param_fingerprint(ref.named_parameters())}
     path = write_run(Path(args.out), record, steps_frame(result.phases, result.counters))
     s = result.summary
     print(f"wrote {path}: {s['samples_per_s']:.0f} samples/s, step p50 {s['step_ms_p50']:.2f} ms, "

@@ -8,6 +8,7 @@ store marks its own phases (``emb_fwd``, ``h2d``, ``d2h``, ``emb_update``).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -30,6 +31,7 @@ class RunResult:
     summary: dict[str, Any]
     metrics: dict[str, Any]
     order: list[np.ndarray]  # the row batches trained on
+    store_report: dict[str, Any]
     phases: list[tuple[int, dict[str, float]]]
     counters: list[tuple[int, dict[str, int]]]
     model: nn.Module
@@ -148,7 +150,16 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
         store.close()
     timed = [c for c in counters if c[0] >= cfg.train.warmup_steps]
     summary = summarize(timer.steps, timed, cfg.train.batch_size, timer.kind)
-    return RunResult(summary, metrics, rows, timer.steps, counters, model, store)
+    return RunResult(summary, metrics, rows, store.report(), timer.steps, counters, model, store)
+
+
+def reference(cfg: RunConfig, ds: Dataset, device: torch.device, result: RunResult,
+              progress: bool = True) -> RunResult | None:
+    """For a store with its own batch order (FAE), the ``device`` store trained on that order."""
+    if not store_class(cfg.method).own_schedule():
+        return None
+    ref_cfg = dataclasses.replace(cfg, method="device", store={})
+    return train(ref_cfg, ds, device, progress=progress, order=result.order)
 
 
 @torch.no_grad()

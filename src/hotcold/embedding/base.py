@@ -233,5 +233,14 @@ class EmbeddingStore(abc.ABC):
         """Counters of the last training step."""
         return dict(self._counters)
 
+    def report(self) -> dict[str, Any]:
+        """Store-specific numbers for the run record (capacity, hot fraction, hidden side time...)."""
+        return {}
+
+    @classmethod
+    def own_schedule(cls) -> bool:
+        """Whether the store trains on a batch order of its own (then ``device`` replays it as reference)."""
+        return cls.schedule.__func__ is not EmbeddingStore.schedule.__func__
+
     def close(self) -> None:
         """Release background resources (threads, streams)."""
