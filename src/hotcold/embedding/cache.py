@@ -22,6 +22,7 @@ Phases: planning and fetch are ``h2d``, write-back is ``d2h``, the gather is
 from __future__ import annotations
 
 import numbers
+from typing import Any
 
 import numpy as np
 import torch
@@ -87,6 +88,10 @@ class CacheStore(EmbeddingStore):
         self.warm_rows = int(warm.size)
         if warm.size:
             self._fetch(torch.from_numpy(warm), torch.from_numpy(self.directory.warm(warm)))
+
+    def report(self) -> dict[str, Any]:
+        return {"capacity": self.capacity, "cache_ratio": self.capacity / self.spec.num_rows,
+                "warm_rows": self.warm_rows}
 
     def make_policy(self, spec: StoreSpec, where: str) -> tuple[Policy, np.ndarray]:
         """The eviction policy and the rows to preload."""

@@ -150,6 +150,8 @@ class ScratchPipeStore(EmbeddingStore):
         self.host_times: list[tuple[int, float, float]] = []
         self.side_times: list[tuple[int, float, float]] = [] if self._cuda else self.host_times
         self._pending_times: deque[tuple[int, list[Any], tuple[Any, ...]]] = deque()
+        self.wait_times: list[float] = []  # ms the training step waited for fetches (CPU: wall time)
+        self._wait_events: list[tuple[Any, Any]] = []  # CUDA: events around the training stream's wait
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="scratchpipe")
         self._closed = False
 
@@ -322,7 +324,16 @@ class ScratchPipeStore(EmbeddingStore):
             rec = self._admit(ids)  # nothing prefetched it: fetch now, synchronously
         elif not (rec.ids is ids or torch.equal(rec.ids, ids)):
             raise RuntimeError("scratchpipe: forward got a batch other than the one prefetched for this step")
-        self._complete(rec.seq)
+        if self._cuda:
+            before, after = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            before.record()
+            self._complete(rec.seq)
+            after.record()
+            self._wait_events.append((before, after))
+        else:
+            t0 = time.perf_counter_ns()
+            self._complete(rec.seq)
+            self.wait_times.append((time.perf_counter_ns() - t0) / 1e6)
         timer.mark("h2d")
         lk = rec.lookup
         slots = self.row_to_slot[lk.rows.numpy()]  # [L]
@@ -383,7 +394,27 @@ class ScratchPipeStore(EmbeddingStore):
         self._complete()
         self._worker.shutdown(wait=True)
         self._resolve_times(block=True)
+        for before, after in self._wait_events:
+            after.synchronize()
+            self.wait_times.append(before.elapsed_time(after))
+        self._wait_events.clear()
         self._closed = True
+
+    def report(self) -> dict[str, Any]:
+        """Scratchpad size and how much of the side work (fetch, write-back) training did not wait for.
+
+        ``hidden_fraction`` = 1 - (time training waited) / (side work time),
+        over the whole run; side time is CUDA-event time of the side stream on
+        a GPU and the worker's wall time on a CPU (``side_timer``).
+        """
+        fetch = sum(t[1] for t in self.side_times)
+        write_back = sum(t[2] for t in self.side_times)
+        side, wait = fetch + write_back, sum(self.wait_times)
+        return {
+            "capacity": self.capacity, "min_capacity": self.min_capacity, "window": self.window,
+            "side_timer": self.side_timer, "side_ms_fetch": fetch, "side_ms_write_back": write_back,
+            "wait_ms": wait, "hidden_fraction": max(0.0, 1.0 - wait / side) if side > 0 else None,
+        }
 
 
 def _window(value: Any) -> int:
