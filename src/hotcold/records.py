@@ -7,8 +7,6 @@ so its presence means the run is complete.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import platform
 import subprocess
 from pathlib import Path
@@ -19,37 +17,14 @@ import pandas as pd
 import torch
 
 import hotcold
+from hotcold.atomic import atomic_write, atomic_write_bytes, atomic_write_json, atomic_write_text  # noqa: F401
 
 SKETCH_SIZE = 256
 _P = 2_147_483_647  # Mersenne prime 2^31 - 1 for the sketch's hash functions
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> Path:
-    """Write to a temporary sibling, then rename over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
-
-
-def atomic_write_text(path: Path, text: str) -> Path:
-    return atomic_write_bytes(path, text.encode())
-
-
-def atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        frame.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+def atomic_write_parquet(path: Path, frame: pd.DataFrame) -> Path:
+    return atomic_write(path, lambda f: frame.to_parquet(f, index=False))
 
 
 def param_fingerprint(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, Any]:
@@ -156,5 +131,5 @@ def write_run(out_dir: Path, record: dict[str, Any], steps: pd.DataFrame) -> Pat
     out_dir = Path(out_dir)
     (out_dir / "record.json").unlink(missing_ok=True)
     atomic_write_parquet(out_dir / "steps.parquet", steps)
-    atomic_write_text(out_dir / "record.json", json.dumps(record, indent=2) + "\n")
+    atomic_write_json(out_dir / "record.json", record)
     return out_dir / "record.json"

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
+from hotcold.atomic import atomic_write_json
 from hotcold.config import ConfigError
 from hotcold.data.criteo import CriteoConfig, preprocess_criteo
 from hotcold.data.sources import (
@@ -27,7 +28,6 @@ from hotcold.data.sources import (
     locate_taobao,
 )
 from hotcold.data.taobao import TaobaoConfig, preprocess_taobao
-from hotcold.records import atomic_write_text
 
 KINDS = ("criteo-kaggle", "criteo-terabyte", "taobao")
 
@@ -72,7 +72,7 @@ def fetch(cfg: SourceConfig, raw_dir: Path, *, name: str, progress: bool = True)
         return fetch_criteo_terabyte(raw_dir, days=list(cfg.days), base_url=cfg.url or CRITEO_TERABYTE_BASE_URL,
                                      progress=progress)
     record = describe_local(locate_taobao(cfg.path, name=name))
-    atomic_write_text(raw_dir / SOURCE_FILE, json.dumps(record, indent=2) + "\n")
+    atomic_write_json(raw_dir / SOURCE_FILE, record)
     return record
 
 

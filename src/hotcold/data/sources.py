@@ -9,16 +9,14 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import tarfile
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlparse
 
 from tqdm import tqdm
 
+from hotcold.atomic import atomic_write_json
 from hotcold.data.download import DownloadError, download, file_sha256
 
 __all__ = [
@@ -44,18 +42,6 @@ CRITEO_TERABYTE_DAYS = range(24)
 TAOBAO_URL = "https://tianchi.aliyun.com/dataset/649"
 TAOBAO_FILE = "UserBehavior.csv"
 SOURCE_FILE = "source.json"
-
-
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _read_source(out_dir: Path) -> dict:
@@ -110,7 +96,7 @@ def fetch_criteo_kaggle(out_dir: Path, *, url: str = CRITEO_KAGGLE_URL, sha256: 
         log.warning("train.txt has %d lines, expected %d", record["lines"], CRITEO_KAGGLE_TRAIN_LINES)
     provenance = {"dataset": "criteo_kaggle", "url": url, "archive": archive.name, "sha256": digest,
                   "bytes": archive.stat().st_size, "files": [record]}
-    _write_json_atomic(out_dir / SOURCE_FILE, provenance)
+    atomic_write_json(out_dir / SOURCE_FILE, provenance)
     return provenance
 
 
@@ -144,7 +130,7 @@ def fetch_criteo_terabyte(out_dir: Path, *, days: Sequence[int],
     kept = [r for r in _read_source(out_dir).get("files", [])
             if r.get("name") not in fetched and (out_dir / r.get("name", "")).is_file()]
     all_files = sorted(kept + records, key=lambda r: r.get("day", -1))
-    _write_json_atomic(out_dir / SOURCE_FILE, _terabyte_provenance(base_url, all_files))
+    atomic_write_json(out_dir / SOURCE_FILE, _terabyte_provenance(base_url, all_files))
     return _terabyte_provenance(base_url, records)
 
 

@@ -25,14 +25,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from hotcold.atomic import atomic_write
 from hotcold.data.format import Dataset
 from hotcold.data.loader import batch_rows
 from hotcold.data.skew import MIN_FIT_COUNT, count_lookups, coverage_curve, coverage_from_counts, powerlaw_exponent
@@ -143,19 +143,6 @@ def profile_dataset(ds: Dataset, *, sample_fraction: float = 1.0, batch_size: in
                    np.array(lookups, dtype=np.int64).reshape(-1, width), params)
 
 
-def _atomic(path: Path, write: Callable[[IO[bytes]], None]) -> Path:
-    """Call ``write`` on a temporary sibling of ``path``, then rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
-
-
 def _finite(x: Any) -> Any:
     """JSON-safe nested lists: NaN and infinities become None."""
     if isinstance(x, (list, tuple)):
@@ -171,7 +158,7 @@ def save_profile(profile: Profile, out_dir: Path) -> list[Path]:
     """Write ``counts.npz`` then ``profile.json`` into ``out_dir``, each atomically; return both paths."""
     out_dir = Path(out_dir)
     arrays = {f"table_{t}": np.asarray(c, dtype=np.int64) for t, c in enumerate(profile.counts)}
-    counts_path = _atomic(out_dir / "counts.npz", lambda f: np.savez(f, **arrays))
+    counts_path = atomic_write(out_dir / "counts.npz", lambda f: np.savez(f, **arrays))
     doc = {
         "profile_version": PROFILE_VERSION,
         "dataset": profile.dataset,
@@ -195,7 +182,7 @@ def save_profile(profile: Profile, out_dir: Path) -> list[Path]:
         },
     }
     text = json.dumps(doc, indent=1) + "\n"
-    json_path = _atomic(out_dir / "profile.json", lambda f: f.write(text.encode()))
+    json_path = atomic_write(out_dir / "profile.json", lambda f: f.write(text.encode()))
     return [counts_path, json_path]
 
 
@@ -252,7 +239,7 @@ def dataset_stats(profile_dirs: list[Path]) -> pd.DataFrame:
 def write_dataset_stats(frame: pd.DataFrame, out_csv: Path) -> Path:
     """Write ``frame`` as CSV atomically."""
     text = frame.to_csv(index=False)
-    return _atomic(Path(out_csv), lambda f: f.write(text.encode()))
+    return atomic_write(Path(out_csv), lambda f: f.write(text.encode()))
 
 
 def coverage_figure(profile_dirs: list[Path], out_dir: Path) -> list[Path]:
@@ -280,6 +267,6 @@ def coverage_figure(profile_dirs: list[Path], out_dir: Path) -> list[Path]:
     written = []
     for fmt in ("png", "pdf"):
         metadata = {"CreationDate": None} if fmt == "pdf" else None
-        written.append(_atomic(out_dir / f"coverage.{fmt}",
+        written.append(atomic_write(out_dir / f"coverage.{fmt}",
                                lambda f, fmt=fmt, md=metadata: fig.savefig(f, format=fmt, dpi=150, metadata=md)))
     return written
