@@ -5,12 +5,14 @@ from hotcold.config import ConfigError
 from hotcold.embedding.base import EmbeddingStore, RowOptimizer, StoreSpec
 from hotcold.embedding.cache import FreqCacheStore, LFUCacheStore, LRUCacheStore
 from hotcold.embedding.device import DeviceStore
+from hotcold.embedding.fae import FAEStore
 from hotcold.embedding.hybrid import HybridStore
 from hotcold.embedding.scratchpipe import ScratchPipeStore
 
 STORES: dict[str, type[EmbeddingStore]] = {
     "device": DeviceStore,
     "hybrid": HybridStore,
+    "fae": FAEStore,
     "lru": LRUCacheStore,
     "lfu": LFUCacheStore,
     "freqcache": FreqCacheStore,

@@ -54,6 +54,8 @@ class StoreSpec:
     #: access count of every global row over the training split [N] (int64),
     #: filled when the store's ``needs_frequencies`` is set
     frequencies: torch.Tensor | None = None
+    #: what a store's ``schedule`` prepared for its construction (FAE's hot set)
+    prepared: dict[str, Any] = field(default_factory=dict)
 
     @property
     def num_rows(self) -> int:

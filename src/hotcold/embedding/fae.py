@@ -59,7 +59,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from itertools import chain
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -73,7 +73,6 @@ if TYPE_CHECKING:
 
 DEFAULT_SAMPLE_FRACTION = 0.05
 DEFAULT_BUDGET_RATIO = 0.124   # 256 MiB of full Criteo Kaggle's 2061 MiB at D=16
-PROFILE_ATTR = "fae_profile"   # where ``schedule`` leaves the profile on the spec
 _CHUNK = 1 << 16               # samples read at a time when profiling and classifying
 
 
@@ -86,11 +85,11 @@ class FAEProfile:
     sampled: int = 0            # training inputs profiled
 
     def attach(self, spec: StoreSpec) -> None:
-        setattr(spec, PROFILE_ATTR, self)
+        spec.prepared["fae"] = self
 
     @staticmethod
     def of(spec: StoreSpec) -> "FAEProfile | None":
-        return getattr(spec, PROFILE_ATTR, None)
+        return spec.prepared.get("fae")
 
 
 def fae_options(spec: StoreSpec) -> tuple[float, int, int]:
@@ -226,6 +225,12 @@ class FAEStore(EmbeddingStore):
     @property
     def hot_fraction(self) -> float:
         return self.profile.hot_fraction
+
+    def report(self) -> dict[str, Any]:
+        return {"hot_fraction": self.hot_fraction, "hot_rows": int(self.hot_rows.numel()),
+                "hot_ratio": self.hot_rows.numel() / self.spec.num_rows,
+                "hot_bytes": int(self.hot_rows.numel()) * row_bytes(self.spec),
+                "sampled_inputs": self.profile.sampled}
 
     @classmethod
     def schedule(cls, spec: StoreSpec, ds: "Dataset", default: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
