@@ -28,14 +28,6 @@ def _register(monkeypatch):
         monkeypatch.setitem(embedding.STORES, name, cls)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models train many times faster on one thread, above all on a loaded machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def run_cfg(method: str, row_optimizer: str, store: dict | None = None, steps: int = STEPS) -> RunConfig:
     return RunConfig.from_dict({

@@ -18,13 +18,6 @@ from hotcold.trace.cachesim import (COUNTERS, Trace, capacity_from_ratio, column
 from hotcold.train import row_frequencies, train
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def zipf_trace(seed: int, steps: int = 40, batch: int = 30, num_rows: int = 200, a: float = 1.2) -> list[np.ndarray]:
     """Batches of Zipf-popular rows scattered over the row space."""

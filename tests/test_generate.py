@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
@@ -29,15 +28,6 @@ def ds(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
     out = tmp_path_factory.mktemp("gen") / "kaggle"
     generate(GeneratorConfig(rows=200_000, max_rows_per_table=CAP, seed=0), out, progress=False)
     return Dataset.open(out, verify=True)
-
-
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    """Single-threaded torch: small models train faster, and far faster on a loaded machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def top_ids(ids: np.ndarray, k: int) -> set[int]:
@@ -113,7 +103,7 @@ def test_deterministic_per_seed(tmp_path: Path) -> None:
     assert all(a["sha256"][f] != c["sha256"][f] for f in a["sha256"])
 
 
-def test_labels_are_learnable(ds: Dataset, one_thread: None) -> None:
+def test_labels_are_learnable(ds: Dataset) -> None:
     """Logistic regression on dense + one-hot of the planted tables reaches test AUC >= 0.70."""
     torch.manual_seed(0)
     tables = ds.manifest["planted_model"]["categorical_tables"]
@@ -313,7 +303,7 @@ def test_taobao_skew(taobao: Dataset) -> None:
     assert 0.2 * TB_CAP < np.median(hot) < 0.8 * TB_CAP
 
 
-def test_taobao_labels_are_learnable(taobao: Dataset, one_thread: None) -> None:
+def test_taobao_labels_are_learnable(taobao: Dataset) -> None:
     """Logistic regression on history-match features of the target reaches test AUC >= 0.65."""
     x = torch.from_numpy(history_features(taobao))
     y = torch.from_numpy(np.array(taobao.labels))

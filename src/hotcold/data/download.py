@@ -17,6 +17,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from hotcold.files import file_sha256
+
 __all__ = ["DownloadError", "download", "file_sha256"]
 
 log = logging.getLogger(__name__)
@@ -37,15 +39,6 @@ class _Transient(Exception):
 
 class _Mismatch(Exception):
     """The server announces a size other than the expected one."""
-
-
-def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a file."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while data := f.read(chunk):
-            h.update(data)
-    return h.hexdigest()
 
 
 def _part_path(dest: Path) -> Path:

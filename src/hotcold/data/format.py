@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from hotcold.files import file_sha256
+
 FORMAT_VERSION = 1
 COLUMNS = ("dense", "sparse", "labels")
 SEQUENCE_COLUMNS = ("history", "history_offsets")
@@ -46,14 +48,6 @@ SPLITS = ("train", "val", "test")
 
 class DatasetError(ValueError):
     """A dataset directory is missing, incomplete or inconsistent."""
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 class DatasetWriter:
@@ -114,7 +108,7 @@ class DatasetWriter:
                              "max_length": int(sequence["max_length"])}} if sequence else {}),
             "columns": {n: {"file": f"{n}.npy", "dtype": str(a.dtype), "shape": list(a.shape)}
                         for n, a in cols.items()},
-            "sha256": {f"{n}.npy": sha256_file(self.tmp / f"{n}.npy") for n in cols},
+            "sha256": {f"{n}.npy": file_sha256(self.tmp / f"{n}.npy") for n in cols},
         }
         del cols
         (self.tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -245,7 +239,7 @@ class Dataset:
             fpath = path / col["file"]
             if not fpath.is_file():
                 raise DatasetError(f"{path}: column file {col['file']} is missing")
-            if verify and sha256_file(fpath) != manifest["sha256"][col["file"]]:
+            if verify and file_sha256(fpath) != manifest["sha256"][col["file"]]:
                 raise DatasetError(f"{fpath}: sha256 does not match the manifest (corrupted?)")
             arr = np.load(fpath, mmap_mode="r")
             if list(arr.shape) != col["shape"] or str(arr.dtype) != col["dtype"]:

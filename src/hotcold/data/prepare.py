@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
-from hotcold.atomic import atomic_write_json
+from hotcold.files import atomic_write_json
 from hotcold.config import ConfigError
 from hotcold.data.criteo import CriteoConfig, preprocess_criteo
 from hotcold.data.sources import (

@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 
 from tqdm import tqdm
 
-from hotcold.atomic import atomic_write_json
+from hotcold.files import atomic_write_json
 from hotcold.data.download import DownloadError, download, file_sha256
 
 __all__ = [

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hotcold.atomic import atomic_write
+from hotcold.files import atomic_write
 from hotcold.data.format import Dataset
 from hotcold.data.loader import batch_rows
 from hotcold.data.skew import MIN_FIT_COUNT, count_lookups, coverage_curve, coverage_from_counts, powerlaw_exponent

@@ -1,10 +1,12 @@
-"""Atomic file writes: a file appears under its name only when complete.
+"""File helpers: atomic writes and content hashes.
 
-Each writer fills a temporary sibling and renames it into place, so a job
-killed half-way leaves no file that looks finished.
+Each writer fills a temporary sibling and renames it into place, so a file
+appears under its name only when complete and a job killed half-way leaves
+nothing that looks finished.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -35,3 +37,12 @@ def atomic_write_text(path: Path | str, text: str) -> Path:
 
 def atomic_write_json(path: Path | str, obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
+
+
+def file_sha256(path: Path | str, chunk: int = 1 << 22) -> str:
+    """Hex sha256 of a file's bytes, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
