@@ -13,9 +13,10 @@ from hotcold.config import ConfigError, RunConfig
 from hotcold.data.loader import batch_rows
 from hotcold.embedding import RowOptimizer, StoreSpec
 from hotcold.embedding.cache import FreqCacheStore, LFUCacheStore, LRUCacheStore
-from hotcold.trace.cachesim import (COUNTERS, Trace, capacity_from_ratio, column_offsets, dataset_trace,
-                                    simulate, split_frequencies, sweep)
-from hotcold.train import row_frequencies, train
+from hotcold.data.skew import row_counts
+from hotcold.trace.cachesim import COUNTERS, Trace, dataset_trace, simulate, split_frequencies, sweep
+from hotcold.trace.policies import capacity_from_ratio
+from hotcold.train import train
 
 
 
@@ -184,9 +185,9 @@ def test_dataset_helpers_agree_with_the_store_spec(sequence_dataset):
     ds = sequence_dataset
     spec = StoreSpec(ds.cardinalities, 4, RowOptimizer("sgd", 0.1), torch.device("cpu"),
                      column_tables=ds.column_tables)
-    assert column_offsets(ds).tolist() == spec.column_offsets().tolist()
+    assert ds.column_offsets.tolist() == spec.column_offsets().tolist()
     freq = split_frequencies(ds, chunk=500)
-    assert freq.tolist() == row_frequencies(ds, spec.column_offsets()).tolist()
+    assert freq.tolist() == row_counts(ds, "train").tolist()
     trace = dataset_trace(ds, 100, 25, seed=1)  # 25 steps: two epochs of 22 batches
     start, stop = ds.split("train")
     for t, rows in enumerate(batch_rows(stop - start, 100, 25, 1, "global")):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hotcold.config import ConfigError
-from hotcold.data import criteo
+from hotcold.data import criteo, textparse
 from hotcold.data.criteo import CriteoConfig, preprocess_criteo
 from hotcold.data.format import Dataset
 from hotcold.data.skew import coverage_stats
@@ -172,7 +172,7 @@ def test_malformed_lines_counted_and_skipped(tmp_path: Path) -> None:
     assert m["bad_lines"]["total"] == len(reasons) and m["raw_lines"] == 40
     assert m["bad_lines"]["by_reason"] == dict(Counter(reasons.values()))
     assert [(e["file"], e["line"], e["reason"]) for e in m["bad_lines"]["first"]] == \
-        [("train.txt", n, r) for n, r in sorted(reasons.items())][:criteo.MAX_BAD_EXAMPLES]
+        [("train.txt", n, r) for n, r in sorted(reasons.items())][:textparse.MAX_BAD_EXAMPLES]
     ds = Dataset.open(tmp_path / "ds")
     kept = [ln for i, ln in enumerate(lines, 1) if i not in reasons]
     labels, ints, _ = parse_reference(kept)
@@ -272,14 +272,14 @@ def test_bounded_memory(tmp_path: Path) -> None:
 
 
 def test_parsers_on_edge_values() -> None:
-    tok = criteo.tokenize(b"0,-12,,123456789012345,-,1.5,99999999,100000000,1234567890123456,12345678901234567",
-                          b",", 10)
-    vals, ok = criteo.parse_ints(tok.u8, tok.starts, tok.lens)
+    tok = textparse.tokenize(b"0,-12,,123456789012345,-,1.5,99999999,100000000,1234567890123456,12345678901234567",
+                             b",", 10)
+    vals, ok = textparse.parse_ints(tok.u8, tok.starts, tok.lens)
     assert vals[0, [0, 1, 2, 3, 6, 7, 8]].tolist() == [0, -12, 0, 123456789012345, 99999999, 100000000,
                                                       1234567890123456]
     assert ok[0].tolist() == [True] * 4 + [False, False] + [True] * 3 + [False]
-    tok = criteo.tokenize(b"deadBEEF,,00000000,ffffffff,abc,deadbeef0,0123456g\r\n", b",", 7)
-    vals, ok, missing = criteo.parse_hex8(tok.u8, tok.starts, tok.lens)
+    tok = textparse.tokenize(b"deadBEEF,,00000000,ffffffff,abc,deadbeef0,0123456g\r\n", b",", 7)
+    vals, ok, missing = textparse.parse_hex8(tok.u8, tok.starts, tok.lens)
     assert vals[0, :4].tolist() == [0xDEADBEEF, 0, 0, 0xFFFFFFFF]
     assert ok[0].tolist() == [True] * 4 + [False] * 3 and missing[0].tolist() == [False, True] + [False] * 5
 

@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 from hotcold.config import ConfigError, RunConfig
 from hotcold.data.format import Dataset
 from hotcold.data.loader import BatchLoader, batch_rows, eval_batches
+from hotcold.data.skew import row_counts
 from hotcold.embedding import EmbeddingStore, RowOptimizer, StoreSpec, store_class
 from hotcold.metrics import log_loss, roc_auc
 from hotcold.model import build_model
@@ -59,18 +60,6 @@ def dense_optimizer(cfg: RunConfig, params) -> torch.optim.Optimizer:
     return torch.optim.Adagrad(params, lr=t.dense_lr, eps=t.adagrad_eps)
 
 
-def row_frequencies(ds: Dataset, offsets: torch.Tensor, chunk: int = 1 << 18) -> torch.Tensor:
-    """Access count of every global row over the training split: int64 [N]."""
-    counts = np.zeros(sum(ds.cardinalities), dtype=np.int64)
-    start, stop = ds.split("train")
-    cols = offsets.numpy()
-    for a in range(start, stop, chunk):
-        ids = ds.batch_ids(np.arange(a, min(a + chunk, stop)))
-        rows = (ids + cols)[ids >= 0]
-        counts += np.bincount(rows, minlength=counts.size)
-    return torch.from_numpy(counts)
-
-
 def build(cfg: RunConfig, ds: Dataset, device: torch.device,
           order: Sequence[np.ndarray] | None = None) -> tuple[nn.Module, EmbeddingStore, list[np.ndarray]]:
     """The model, the store (initialised identically for every method) and the batch order.
@@ -91,7 +80,7 @@ def build(cfg: RunConfig, ds: Dataset, device: torch.device,
     )
     cls = store_class(cfg.method)
     if cls.needs_frequencies:
-        spec.frequencies = row_frequencies(ds, spec.column_offsets())
+        spec.frequencies = torch.from_numpy(row_counts(ds, "train"))
     rows = list(order if order is not None else cls.schedule(spec, ds, default_order(cfg, ds)))
     if len(rows) < cfg.train.steps:
         raise ConfigError(f"the batch order has {len(rows)} batches, fewer than steps={cfg.train.steps}")

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hotcold.trace.cachesim import POLICIES, Trace, capacity_from_ratio, simulate
+from hotcold.trace.cachesim import POLICIES, Trace, simulate
+from hotcold.trace.policies import capacity_from_ratio
 
 NUM_ROWS = 1_000_000
 BATCHES, LOOKUPS_PER_BATCH = 40, 2048 * 13

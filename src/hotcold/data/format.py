@@ -20,7 +20,9 @@ tables with the target), oldest event first, at most L events per sample.
 A batch's ids are one int64 [B, K] matrix (``Dataset.batch_ids``): the K
 ``sparse`` columns, then, for sequence datasets, L events of S ids each,
 most recent last and left-padded with -1. ``Dataset.column_tables`` gives the
-table of each of the K columns.
+table of each of the K columns, ``Dataset.column_offsets`` the global row of
+its id 0 (tables share one row space in table order), and
+``Dataset.global_rows`` the global rows of a batch's non-padding lookups.
 
 ``write_dataset`` writes into a temporary sibling directory and renames it, so
 a directory with a manifest is always complete.
@@ -275,6 +277,25 @@ class Dataset:
         if self.sequence:
             cols += list(self.sequence["tables"]) * self.sequence["max_length"]
         return cols
+
+    @property
+    def table_bounds(self) -> np.ndarray:
+        """int64 [T+1]: the global row of id 0 of each table, then the number of rows N.
+
+        All tables share one global row space: table t holds rows
+        ``[bounds[t], bounds[t+1])``, in table order.
+        """
+        return np.concatenate([[0], np.cumsum(self.cardinalities)]).astype(np.int64)
+
+    @property
+    def column_offsets(self) -> np.ndarray:
+        """Global row of id 0 of each ``batch_ids`` column's table: int64 [K] (``StoreSpec.column_offsets``)."""
+        return self.table_bounds[np.asarray(self.column_tables, dtype=np.int64)]
+
+    def global_rows(self, rows: np.ndarray) -> np.ndarray:
+        """int64 [L] global rows of the non-padding lookups of the samples at ``rows``, sample by sample."""
+        ids = self.batch_ids(rows)  # [B, K]
+        return (ids + self.column_offsets)[ids >= 0]
 
     def batch_ids(self, rows: np.ndarray) -> np.ndarray:
         """int64 [B, K] ids of the samples at ``rows`` (see the module docstring)."""

@@ -6,18 +6,25 @@ really are, per table and over all tables together, so the numbers recorded in
 a manifest describe the data rather than the generator's intent. They work on
 any ``[N, T]`` id matrix (synthetic or real) or on per-row lookup counts
 (``coverage_from_counts``), e.g. the counts of ``hotcold profile``.
+``row_counts`` counts the lookups of every row over (a sample of) a split of
+a dataset, the one count that profiles, FAE, the frequency-aware cache and the
+cache simulator share.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from hotcold.data.format import Dataset
 
 DEFAULT_FRACTIONS = (0.001, 0.01, 0.1)
 MIN_FIT_COUNT = 10   # ranks with fewer lookups are left out of the exponent fit
 FIT_POINTS = 50      # log-spaced ranks used by the exponent fit
-SPARSE_COUNT_RATIO = 8  # count_lookups sorts instead of a dense bincount above this rows/lookups ratio
+SPARSE_COUNT_RATIO = 8  # add_counts sorts instead of a dense bincount above this rows/lookups ratio
+COUNT_CHUNK = 1 << 16   # samples per batch_ids call while counting a split
 
 
 def share_key(fraction: float) -> str:
@@ -56,6 +63,21 @@ def _shares(counts: np.ndarray, rows: int, fractions: Sequence[float]) -> dict[s
     return {share_key(f): float(s) for f, s in zip(fractions, curve)}
 
 
+def add_counts(counts: np.ndarray, rows: np.ndarray) -> None:
+    """Add one lookup of each entry of ``rows`` (int, in ``[0, counts.size)``) to ``counts``, in place.
+
+    Few lookups into many rows (more than ``SPARSE_COUNT_RATIO`` rows per
+    lookup) are sorted instead of a dense bincount over every row.
+    """
+    if not rows.size:
+        return
+    if counts.size > SPARSE_COUNT_RATIO * rows.size:
+        uniq, n = np.unique(rows, return_counts=True)
+        counts[uniq] += n
+    else:
+        counts += np.bincount(rows, minlength=counts.size)
+
+
 def count_lookups(
     counts: Sequence[np.ndarray],
     ids: np.ndarray,
@@ -75,44 +97,72 @@ def count_lookups(
     for t, c in enumerate(counts):
         sel = ids[:, col_tables == t].ravel()
         sel = sel[sel >= 0].astype(np.int64, copy=False)
-        if not sel.size:
-            continue
-        if sel.max() >= c.size:
+        if sel.size and sel.max() >= c.size:
             raise ValueError(f"table {t}: ids must lie in [0, {c.size})")
-        if c.size > SPARSE_COUNT_RATIO * sel.size:   # few lookups into a big table: skip the dense pass
-            ids_t, n = np.unique(sel, return_counts=True)
-            c[ids_t] += n
-        else:
-            c += np.bincount(sel, minlength=c.size)
+        add_counts(c, sel)
+
+
+def row_counts(ds: "Dataset", split: str = "train", rows: np.ndarray | Iterable[np.ndarray] | None = None,
+               chunk: int = COUNT_CHUNK) -> np.ndarray:
+    """Lookups of every global row by samples of a split: int64 [N] (``StoreSpec.frequencies``).
+
+    ``rows``: the samples to count, as indices relative to the split: one
+    int array (read ``chunk`` samples at a time), an iterable of such arrays
+    (read one at a time, so a sample drawn chunk by chunk never sits in memory
+    whole), or None for the whole split. Every non-padding lookup of
+    ``Dataset.batch_ids`` counts (sequence histories included).
+    """
+    start, stop = ds.split(split)
+    n = stop - start
+    if rows is None:
+        blocks: Iterable[np.ndarray] = (np.arange(a, min(a + chunk, n)) for a in range(0, n, chunk))
+    elif isinstance(rows, np.ndarray):
+        blocks = (rows[a:a + chunk] for a in range(0, rows.size, chunk))
+    else:
+        blocks = rows
+    counts = np.zeros(sum(ds.cardinalities), dtype=np.int64)
+    for block in blocks:
+        if len(block):
+            add_counts(counts, ds.global_rows(start + np.asarray(block, dtype=np.int64)))
+    return counts
 
 
 def coverage_from_counts(
     counts_per_table: Sequence[np.ndarray],
     fractions: Sequence[float] = DEFAULT_FRACTIONS,
+    *,
+    rows: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """Per-table and overall lookup concentration from per-row lookup counts.
 
-    ``counts_per_table[t]`` is int [cardinality of t], the lookups of each row.
+    ``counts_per_table[t]`` holds lookup counts of rows of table t: one per
+    row (its cardinality is then the array's length), or, with ``rows[t]``
+    the cardinality of table t, those of the accessed rows only, in any order
+    (zeros allowed), so a table of 10M rows costs only its accessed rows.
     Per table: ``rows`` (cardinality), ``accessed_rows``, the share of lookups
     covered by the top ``ceil(f * rows)`` rows for each fraction (keys
     ``top_0.1%``, ``top_1%``, ``top_10%``) and ``max_over_median`` (largest
     count over the median count of accessed rows). ``overall`` ranks the rows
     of all tables together (as one global id space) with the same shares.
     """
+    if rows is None:
+        rows = [np.asarray(c).size for c in counts_per_table]
+    if len(rows) != len(counts_per_table):
+        raise ValueError(f"rows gives {len(rows)} table sizes for {len(counts_per_table)} tables")
     tables, accessed_counts = [], []
-    for t, counts in enumerate(counts_per_table):
-        counts = np.asarray(counts)
+    for t, (counts, n) in enumerate(zip(counts_per_table, rows)):
+        counts = np.asarray(counts, dtype=np.int64)
         accessed = counts[counts > 0]
         tables.append({
             "table": t,
-            "rows": int(counts.size),
+            "rows": int(n),
             "accessed_rows": int(accessed.size),
-            **_shares(accessed, int(counts.size), fractions),
+            **_shares(accessed, int(n), fractions),
             "max_over_median": float(accessed.max() / np.median(accessed)) if accessed.size else 0.0,
         })
         accessed_counts.append(accessed)
     merged = np.concatenate(accessed_counts) if accessed_counts else np.zeros(0, dtype=np.int64)
-    total_rows = int(sum(np.asarray(c).size for c in counts_per_table))
+    total_rows = int(sum(int(n) for n in rows))
     overall = {
         "rows": total_rows,
         "accessed_rows": int(merged.size),

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -45,10 +44,10 @@ from typing import Any, Mapping
 import numpy as np
 from tqdm import tqdm
 
-from hotcold.data.criteo import (BAD_LINE_POLICIES, BadLines, _words, check_config, config_from_dict,
-                                 count_lines, coverage_from_accessed, parse_ints, read_chunks, source_meta,
-                                 tokenize)
 from hotcold.data.format import DatasetWriter
+from hotcold.data.skew import coverage_from_counts
+from hotcold.data.textparse import (BAD_LINE_POLICIES, BadLines, check_config, config_from_dict, count_lines,
+                                    is_int, is_real, parse_ints, read_chunks, source_meta, tokenize, words)
 
 BEHAVIORS = ("pv", "buy", "cart", "fav")
 REASONS = {"fields": "wrong number of fields (expected 5)",
@@ -57,10 +56,6 @@ REASONS = {"fields": "wrong number of fields (expected 5)",
 _BEHAVIOR_CODES = [int.from_bytes(b.encode(), "little") for b in BEHAVIORS]
 _BYTE_MASKS = np.array([(1 << (8 * n)) - 1 for n in range(5)], dtype=np.uint64)  # [0..4 bytes]
 INT_COLUMNS = [0, 1, 2, 4]   # user, item, category, timestamp
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
 @dataclass(frozen=True)
@@ -81,12 +76,12 @@ class TaobaoConfig:
         for name, low in (("max_length", 1), ("min_history", 0), ("samples_per_user", 1), ("seed", 0),
                           ("chunk_lines", 1)):
             v = getattr(self, name)
-            check_config(_is_int(v) and v >= low, w, f"{name} must be an integer >= {low}, got {v!r}")
+            check_config(is_int(v) and v >= low, w, f"{name} must be an integer >= {low}, got {v!r}")
         r = self.negative_ratio
-        check_config(isinstance(r, numbers.Real) and not isinstance(r, bool) and 0 <= r < math.inf, w,
+        check_config(is_real(r) and 0 <= r < math.inf, w,
                      f"negative_ratio must be a finite number >= 0, got {r!r}")
         q = self.holdout_quantile
-        check_config(isinstance(q, numbers.Real) and not isinstance(q, bool) and 0 < q < 1, w,
+        check_config(is_real(q) and 0 < q < 1, w,
                      f"holdout_quantile must be in (0, 1), got {q!r}")
         check_config(self.on_bad_line in BAD_LINE_POLICIES, w,
                      f"on_bad_line must be one of {list(BAD_LINE_POLICIES)}, got {self.on_bad_line!r}")
@@ -109,15 +104,13 @@ def _parse_chunk(buf: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     vals, ok = parse_ints(tok.u8, s[:, INT_COLUMNS], n[:, INT_COLUMNS])
     int_ok = ok.all(1) & (n[:, INT_COLUMNS] > 0).all(1) & (vals[:, :3] >= 0).all(1)
     blen = n[:, 3]
-    word = _words(tok.u8)[s[:, 3]] & _BYTE_MASKS[np.minimum(blen, 4)]
+    word = words(tok.u8)[s[:, 3]] & _BYTE_MASKS[np.minimum(blen, 4)]
     behavior = np.full(blen.size, -1, dtype=np.int8)
     for i, (name, code) in enumerate(zip(BEHAVIORS, _BEHAVIOR_CODES)):
         behavior[(blen == len(name)) & (word == np.uint64(code))] = i
     code = np.select([~int_ok, behavior < 0], [2, 3], 0).astype(np.int8)
-    codes = np.ones(tok.n_lines, dtype=np.int8)   # 1: wrong field count
-    codes[tok.good] = code
     keep = code == 0
-    return codes, tok.good[keep], vals[keep], behavior[keep]
+    return tok.line_codes(code), tok.good[keep], vals[keep], behavior[keep]
 
 
 def _renumber(raw: np.ndarray) -> tuple[np.ndarray, int]:
@@ -261,8 +254,8 @@ def preprocess_taobao(csv: Path, out: Path, cfg: TaobaoConfig, *, name: str,
                         "users": {"train": int(split_users[0]), "val": n_val_users,
                                   "test": int(held.size - n_val_users)}},
             "item_category_conflicts": conflicts,
-            "skew": coverage_from_accessed(train_counts, cards),
-            "skew_with_history": coverage_from_accessed([c + h for c, h in zip(train_counts, hist_counts)], cards),
+            "skew": coverage_from_counts(train_counts),
+            "skew_with_history": coverage_from_counts([c + h for c, h in zip(train_counts, hist_counts)]),
         }
         return w.commit(cardinalities=cards, splits={"train": (0, r1), "val": (r1, r2), "test": (r2, rows)},
                         meta=meta, sequence={"tables": [1, 2], "max_length": cfg.max_length})

@@ -2,7 +2,7 @@
 
 Every row and its optimizer state live in host memory (pinned on a GPU); the
 device holds a cache of C slots (weights [C, D], state [C]). Before each
-forward the host plans the batch with ``hotcold.trace.cachesim.CacheDirectory``
+forward the host plans the batch with ``hotcold.trace.policies.CacheDirectory``
 (the trace simulator's own directory, so its counts are the stores'): hits
 stay, victims outside the batch are written back (weights and state), misses
 are fetched. Lookups and the sparse update then run on the cached slots.
@@ -14,7 +14,7 @@ needs. ``freqcache`` also takes ``warmup_ratio`` (default 0.7) and ``evict``
 (``"static"``: worst dataset rank first; ``"lfu"``: ColossalAI's LFU). Its
 warm fill happens at construction, is no training step and is reported as
 the ``warm_rows`` attribute, not in step counters. Policies and their tie
-rules are documented in ``hotcold.trace.cachesim``.
+rules are documented in ``hotcold.trace.policies``.
 
 Phases: planning and fetch are ``h2d``, write-back is ``d2h``, the gather is
 ``emb_fwd``, the update ``emb_update``.
@@ -29,7 +29,7 @@ import torch
 
 from hotcold.config import ConfigError
 from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, init_table
-from hotcold.trace.cachesim import CacheDirectory, Policy, cache_policy, capacity_from_ratio
+from hotcold.trace.policies import CacheDirectory, Policy, cache_policy, capacity_from_ratio
 
 DEFAULT_CACHE_RATIO = 0.015
 CACHE_OPTIONS = ("cache_ratio", "cache_rows")
@@ -105,12 +105,17 @@ class CacheStore(EmbeddingStore):
             buf = self._staging[name] = torch.empty(shape, dtype=torch.float32, pin_memory=True)
         return buf[:n]
 
+    def _copy_rows(self, dst: tuple[torch.Tensor, torch.Tensor], dst_index: torch.Tensor,
+                   src: tuple[torch.Tensor, torch.Tensor], src_index: torch.Tensor) -> None:
+        """``dst[dst_index] = src[src_index]`` for the (weights, state) pairs, in one memory (CPU)."""
+        dst[0].index_copy_(0, dst_index, src[0].index_select(0, src_index))
+        if self._with_state:
+            dst[1].index_copy_(0, dst_index, src[1].index_select(0, src_index))
+
     def _fetch(self, rows: torch.Tensor, slots: torch.Tensor) -> None:
         """Copy host rows (weights and state) into cache slots; rows, slots: int64 [M] on the CPU."""
         if not self._cuda:
-            self.cache_w.index_copy_(0, slots, self.host_w.index_select(0, rows))
-            if self._with_state:
-                self.cache_s.index_copy_(0, slots, self.host_s.index_select(0, rows))
+            self._copy_rows((self.cache_w, self.cache_s), slots, (self.host_w, self.host_s), rows)
             return
         if self._fetched is not None:
             self._fetched.synchronize()  # the previous copy out of the staging buffers is done
@@ -126,9 +131,7 @@ class CacheStore(EmbeddingStore):
     def _write_back(self, rows: torch.Tensor, slots: torch.Tensor) -> None:
         """Copy cache slots (weights and state) back to their host rows; int64 [E] on the CPU."""
         if not self._cuda:
-            self.host_w.index_copy_(0, rows, self.cache_w.index_select(0, slots))
-            if self._with_state:
-                self.host_s.index_copy_(0, rows, self.cache_s.index_select(0, slots))
+            self._copy_rows((self.host_w, self.host_s), rows, (self.cache_w, self.cache_s), slots)
             return
         dev_slots = slots.to(self.device, non_blocking=True)
         w = self._stage("back_w", rows.numel(), self.dim)

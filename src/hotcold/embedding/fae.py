@@ -65,6 +65,7 @@ import numpy as np
 import torch
 
 from hotcold.config import ConfigError
+from hotcold.data.skew import row_counts
 from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, coalesce
 from hotcold.embedding.hybrid import HybridStore
 
@@ -124,12 +125,6 @@ def row_bytes(spec: StoreSpec) -> int:
     return (spec.dim + spec.optimizer.state_width) * 4
 
 
-def _global_rows(ds: "Dataset", rows: np.ndarray, col_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Global rows [B, K] of the samples at ``rows`` (absolute) and their validity mask [B, K]."""
-    ids = ds.batch_ids(rows)
-    return ids + col_offsets, ids >= 0
-
-
 def profile_counts(spec: StoreSpec, ds: "Dataset", fraction: float) -> tuple[np.ndarray, int]:
     """Access count of every global row [N] over a random sample of the training inputs.
 
@@ -139,13 +134,8 @@ def profile_counts(spec: StoreSpec, ds: "Dataset", fraction: float) -> tuple[np.
     start, stop = ds.split("train")
     n = stop - start
     k = max(1, int(round(fraction * n)))
-    sample = np.sort(np.random.default_rng([spec.seed, 0xFAE]).choice(n, size=k, replace=False)) + start
-    cols = spec.column_offsets().numpy()
-    counts = np.zeros(spec.num_rows, dtype=np.int64)
-    for a in range(0, k, _CHUNK):
-        g, valid = _global_rows(ds, sample[a:a + _CHUNK], cols)
-        counts += np.bincount(g[valid], minlength=spec.num_rows)
-    return counts, k
+    sample = np.sort(np.random.default_rng([spec.seed, 0xFAE]).choice(n, size=k, replace=False))
+    return row_counts(ds, "train", sample, _CHUNK), k
 
 
 def hottest_rows(counts: np.ndarray, capacity: int) -> np.ndarray:
@@ -159,12 +149,13 @@ def classify_samples(spec: StoreSpec, ds: "Dataset", hot_rows: np.ndarray) -> np
     hot = np.zeros(spec.num_rows, dtype=bool)
     hot[hot_rows] = True
     start, stop = ds.split("train")
-    cols = spec.column_offsets().numpy()
+    cols = ds.column_offsets  # [K]
     out = np.empty(stop - start, dtype=bool)
     for a in range(start, stop, _CHUNK):
         b = min(a + _CHUNK, stop)
-        g, valid = _global_rows(ds, np.arange(a, b), cols)
-        out[a - start:b - start] = (hot[np.where(valid, g, 0)] | ~valid).all(axis=1)
+        ids = ds.batch_ids(np.arange(a, b))  # [B, K]
+        valid = ids >= 0
+        out[a - start:b - start] = (hot[np.where(valid, ids + cols, 0)] | ~valid).all(axis=1)
     return out
 
 

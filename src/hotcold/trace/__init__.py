@@ -1,7 +1,7 @@
 """Access traces of the embedding lookups: per-row counts and skew profiles (``hotcold profile``).
 
 The profile API is re-exported lazily, so importing a sibling module (e.g.
-``hotcold.trace.cachesim`` on the training path) does not load pandas.
+``hotcold.trace.policies`` on the training path) does not load pandas.
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
@@ -35,11 +35,11 @@ import pandas as pd
 from hotcold.files import atomic_write
 from hotcold.data.format import Dataset
 from hotcold.data.loader import batch_rows
-from hotcold.data.skew import MIN_FIT_COUNT, count_lookups, coverage_curve, coverage_from_counts, powerlaw_exponent
+from hotcold.data.skew import (COUNT_CHUNK, MIN_FIT_COUNT, coverage_curve, coverage_from_counts, powerlaw_exponent,
+                               row_counts)
 
 PROFILE_VERSION = 1
 GRID = np.logspace(-4, 0, 41)  # shares of rows of the coverage curves: 0.01% .. 100%, 10 per decade
-COUNT_CHUNK = 1 << 16          # rows per batch_ids call while counting
 STATS_COLUMNS = ("dataset", "table", "rows", "accessed_rows", "top_0.1%", "top_1%", "top_10%", "exponent",
                  "unique_per_batch_mean", "unique_per_window_mean")
 EXPONENT_FIT = (f"least squares of log count on log rank, ranks with >= {MIN_FIT_COUNT} lookups "
@@ -97,29 +97,29 @@ def profile_dataset(ds: Dataset, *, sample_fraction: float = 1.0, batch_size: in
     start, stop = ds.split("train")
     n = stop - start
     cards = ds.cardinalities
-    col_tables = ds.column_tables
-    counts = [np.zeros(c, dtype=np.int64) for c in cards]
-    rng = np.random.default_rng(seed)
-    profiled = 0
-    for a in range(0, n, COUNT_CHUNK):
-        rows = np.arange(a, min(a + COUNT_CHUNK, n))
-        if sample_fraction < 1:
-            rows = rows[rng.random(rows.size) < sample_fraction]
-        profiled += rows.size
-        if rows.size:
-            count_lookups(counts, ds.batch_ids(start + rows), col_tables)
+    bounds = ds.table_bounds   # [T+1]
+    sampled: list[int] = []
 
-    bounds = np.concatenate([[0], np.cumsum(cards)]).astype(np.int64)   # [T+1] global id of each table's row 0
-    col_offset = bounds[col_tables]                                     # [K]
-    col_tables_arr = np.asarray(col_tables)
+    def sample() -> Iterator[np.ndarray]:
+        """Chunks of the kept training rows (split-relative); every row is kept when sampling all."""
+        rng = np.random.default_rng(seed)
+        for a in range(0, n, COUNT_CHUNK):
+            rows = np.arange(a, min(a + COUNT_CHUNK, n))
+            if sample_fraction < 1:
+                rows = rows[rng.random(rows.size) < sample_fraction]
+            sampled.append(rows.size)
+            yield rows
+
+    counts = np.split(row_counts(ds, "train", sample()), bounds[1:-1])  # [rows_t] per table
+    profiled = sum(sampled)
+
     per_batch, lookups, per_window, pending = [], [], [], []
     for b in batch_rows(n, batch_size, batches, seed, "global"):
-        ids = ds.batch_ids(start + b)                                   # [B, K]
-        valid = ids >= 0
-        uniq = np.unique((ids + col_offset)[valid])
+        rows = ds.global_rows(start + b)                                # [L]
+        uniq = np.unique(rows)
         per_batch.append(_unique_per_table(uniq, bounds))
-        tables = np.broadcast_to(col_tables_arr, ids.shape)[valid]
-        lookups.append(np.append(np.bincount(tables, minlength=len(cards)), tables.size))
+        tables = np.searchsorted(bounds, rows, side="right") - 1        # [L] table of each lookup
+        lookups.append(np.append(np.bincount(tables, minlength=len(cards)), rows.size))
         pending.append(uniq)
         if len(pending) == window:
             per_window.append(_unique_per_table(np.unique(np.concatenate(pending)), bounds))
@@ -133,7 +133,7 @@ def profile_dataset(ds: Dataset, *, sample_fraction: float = 1.0, batch_size: in
         "dataset_path": str(ds.path), "manifest_sha256": ds.manifest_sha256, "kind": ds.manifest.get("kind"),
         "split": "train", "train_rows": int(n), "profiled_rows": int(profiled),
         "sample_fraction": float(sample_fraction), "batch_size": int(batch_size), "window": int(window),
-        "batches": int(batches), "seed": int(seed), "shuffle": "global", "column_tables": list(col_tables),
+        "batches": int(batches), "seed": int(seed), "shuffle": "global", "column_tables": list(ds.column_tables),
         "exponent_fit": EXPONENT_FIT,
     }
     width = len(cards) + 1
