@@ -8,6 +8,7 @@ falls back to a default.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Mapping, TypeVar
 
@@ -18,24 +19,39 @@ class ConfigError(ValueError):
     """A configuration value or key is invalid."""
 
 
-def _build(cls: type[T], data: Mapping[str, Any] | None, where: str) -> T:
-    """Build dataclass ``cls`` from ``data``, rejecting unknown keys."""
+def is_int(v: Any) -> bool:
+    """An integer that is not a bool."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def is_real(v: Any) -> bool:
+    """A real number that is not a bool."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def require(cond: bool, where: str, msg: str) -> None:
+    """Raise ``ConfigError("<where>: <msg>")`` unless ``cond``."""
+    if not cond:
+        raise ConfigError(f"{where}: {msg}")
+
+
+def from_mapping(cls: type[T], data: Mapping[str, Any] | None, where: str) -> T:
+    """Build dataclass ``cls`` from a plain mapping, rejecting unknown keys by name.
+
+    A class with a ``validate(where)`` method is validated after construction
+    (others validate themselves in ``__post_init__``).
+    """
     data = dict(data or {})
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(names)}")
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(names))
+    require(not unknown, where, f"unknown key(s) {unknown}; allowed: {sorted(names)}")
     try:
         obj = cls(**data)
     except TypeError as e:
         raise ConfigError(f"{where}: {e}") from None
-    obj.validate(where)  # type: ignore[attr-defined]
+    if hasattr(obj, "validate"):
+        obj.validate(where)
     return obj
-
-
-def _require(cond: bool, where: str, msg: str) -> None:
-    if not cond:
-        raise ConfigError(f"{where}: {msg}")
 
 
 @dataclass(frozen=True)
@@ -49,14 +65,14 @@ class ModelConfig:
     def validate(self, where: str) -> None:
         object.__setattr__(self, "bottom_mlp", tuple(self.bottom_mlp))
         object.__setattr__(self, "top_mlp", tuple(self.top_mlp))
-        _require(isinstance(self.embedding_dim, int) and self.embedding_dim > 0, where,
+        require(isinstance(self.embedding_dim, int) and self.embedding_dim > 0, where,
                  f"embedding_dim must be a positive integer, got {self.embedding_dim!r}")
-        _require(len(self.bottom_mlp) > 0 and all(isinstance(w, int) and w > 0 for w in self.bottom_mlp),
+        require(len(self.bottom_mlp) > 0 and all(isinstance(w, int) and w > 0 for w in self.bottom_mlp),
                  where, f"bottom_mlp must be a non-empty list of positive integers, got {list(self.bottom_mlp)}")
-        _require(self.bottom_mlp[-1] == self.embedding_dim, where,
+        require(self.bottom_mlp[-1] == self.embedding_dim, where,
                  f"bottom_mlp must end with embedding_dim={self.embedding_dim} (the dense vector joins the "
                  f"embeddings in the interaction), got {list(self.bottom_mlp)}")
-        _require(len(self.top_mlp) > 0 and all(isinstance(w, int) and w > 0 for w in self.top_mlp)
+        require(len(self.top_mlp) > 0 and all(isinstance(w, int) and w > 0 for w in self.top_mlp)
                  and self.top_mlp[-1] == 1, where,
                  f"top_mlp must be positive integers ending with 1 (the logit), got {list(self.top_mlp)}")
 
@@ -85,19 +101,19 @@ class TrainConfig:
     def validate(self, where: str) -> None:
         for name in ("batch_size", "steps", "eval_batch_size"):
             v = getattr(self, name)
-            _require(isinstance(v, int) and v > 0, where, f"{name} must be a positive integer, got {v!r}")
-        _require(isinstance(self.warmup_steps, int) and 0 <= self.warmup_steps < self.steps, where,
+            require(isinstance(v, int) and v > 0, where, f"{name} must be a positive integer, got {v!r}")
+        require(isinstance(self.warmup_steps, int) and 0 <= self.warmup_steps < self.steps, where,
                  f"warmup_steps must be in [0, steps={self.steps}), got {self.warmup_steps!r}")
-        _require(isinstance(self.eval_samples, int) and self.eval_samples >= 0, where,
+        require(isinstance(self.eval_samples, int) and self.eval_samples >= 0, where,
                  f"eval_samples must be >= 0, got {self.eval_samples!r}")
         for name in ("lr", "dense_lr", "adagrad_eps"):
             v = getattr(self, name)
-            _require(isinstance(v, (int, float)) and v > 0, where, f"{name} must be > 0, got {v!r}")
-        _require(self.row_optimizer in ROW_OPTIMIZERS, where,
+            require(isinstance(v, (int, float)) and v > 0, where, f"{name} must be > 0, got {v!r}")
+        require(self.row_optimizer in ROW_OPTIMIZERS, where,
                  f"row_optimizer must be one of {ROW_OPTIMIZERS}, got {self.row_optimizer!r}")
-        _require(self.dense_optimizer in DENSE_OPTIMIZERS, where,
+        require(self.dense_optimizer in DENSE_OPTIMIZERS, where,
                  f"dense_optimizer must be one of {DENSE_OPTIMIZERS}, got {self.dense_optimizer!r}")
-        _require(self.shuffle in SHUFFLES, where, f"shuffle must be one of {SHUFFLES}, got {self.shuffle!r}")
+        require(self.shuffle in SHUFFLES, where, f"shuffle must be one of {SHUFFLES}, got {self.shuffle!r}")
 
 
 @dataclass(frozen=True)
@@ -108,9 +124,9 @@ class TimingConfig:
     device: str = "auto"      # auto | cpu | cuda
 
     def validate(self, where: str) -> None:
-        _require(isinstance(self.window, int) and self.window > 0, where,
+        require(isinstance(self.window, int) and self.window > 0, where,
                  f"window must be a positive integer, got {self.window!r}")
-        _require(self.device in ("auto", "cpu", "cuda"), where,
+        require(self.device in ("auto", "cpu", "cuda"), where,
                  f"device must be auto, cpu or cuda, got {self.device!r}")
 
 
@@ -147,9 +163,9 @@ class RunConfig:
             variant=str(data.get("variant", "base")),
             seed=int(data.get("seed", 0)),
             store=dict(data.get("store") or {}),
-            model=_build(ModelConfig, data.get("model"), "model"),
-            train=_build(TrainConfig, data.get("train"), "train"),
-            timing=_build(TimingConfig, data.get("timing"), "timing"),
+            model=from_mapping(ModelConfig, data.get("model"), "model"),
+            train=from_mapping(TrainConfig, data.get("train"), "train"),
+            timing=from_mapping(TimingConfig, data.get("timing"), "timing"),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -43,8 +43,9 @@ from tqdm import tqdm
 
 from hotcold.data.format import DatasetWriter
 from hotcold.data.skew import coverage_from_counts
-from hotcold.data.textparse import (BAD_LINE_POLICIES, BadLines, check_config, config_from_dict, count_lines,
-                                    is_int, parse_hex8, parse_ints, read_chunks, source_meta, tokenize)
+from hotcold.config import from_mapping, is_int, require
+from hotcold.data.textparse import (BAD_LINE_POLICIES, BadLines, count_lines, parse_hex8, parse_ints,
+                                    read_chunks, source_meta, tokenize)
 
 KINDS = ("criteo-kaggle", "criteo-terabyte")
 ENCODINGS = ("frequency", "modulo")
@@ -73,23 +74,23 @@ class CriteoConfig:
 
     def __post_init__(self) -> None:
         w = "criteo config"
-        check_config(self.kind in KINDS, w, f"unknown kind {self.kind!r}; allowed: {list(KINDS)}")
-        check_config(self.encoding in ENCODINGS, w, f"encoding must be one of {list(ENCODINGS)}, got {self.encoding!r}")
-        check_config(is_int(self.min_frequency) and self.min_frequency >= 1, w,
+        require(self.kind in KINDS, w, f"unknown kind {self.kind!r}; allowed: {list(KINDS)}")
+        require(self.encoding in ENCODINGS, w, f"encoding must be one of {list(ENCODINGS)}, got {self.encoding!r}")
+        require(is_int(self.min_frequency) and self.min_frequency >= 1, w,
                      f"min_frequency must be an integer >= 1, got {self.min_frequency!r}")
-        check_config(is_int(self.max_ind_range) and 1 <= self.max_ind_range < 2**31, w,
+        require(is_int(self.max_ind_range) and 1 <= self.max_ind_range < 2**31, w,
                      f"max_ind_range must be an integer in [1, 2**31), got {self.max_ind_range!r}")
-        check_config(self.on_bad_line in BAD_LINE_POLICIES, w,
+        require(self.on_bad_line in BAD_LINE_POLICIES, w,
                      f"on_bad_line must be one of {list(BAD_LINE_POLICIES)}, got {self.on_bad_line!r}")
-        check_config(is_int(self.chunk_lines) and self.chunk_lines >= 1, w,
+        require(is_int(self.chunk_lines) and self.chunk_lines >= 1, w,
                      f"chunk_lines must be a positive integer, got {self.chunk_lines!r}")
-        check_config(self.expected_rows is None or (is_int(self.expected_rows) and self.expected_rows >= 0), w,
+        require(self.expected_rows is None or (is_int(self.expected_rows) and self.expected_rows >= 0), w,
                      f"expected_rows must be a non-negative integer or null, got {self.expected_rows!r}")
-        check_config(isinstance(self.check_rows, bool), w, f"check_rows must be true or false, got {self.check_rows!r}")
+        require(isinstance(self.check_rows, bool), w, f"check_rows must be true or false, got {self.check_rows!r}")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "CriteoConfig":
-        return config_from_dict(cls, d, "criteo config")
+        return from_mapping(cls, d, "criteo config")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

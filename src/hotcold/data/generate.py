@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from hotcold.config import ConfigError
+from hotcold.config import ConfigError, is_int, is_real
 
 KINDS = ("criteo-kaggle-style", "criteo-terabyte-style", "taobao-style")
 DEFAULT_NAMES = {"criteo-kaggle-style": "kaggle", "criteo-terabyte-style": "terabyte", "taobao-style": "taobao"}
@@ -62,14 +61,6 @@ FULL_CARDINALITIES = {
 DEFAULT_EXPONENTS = {"criteo-kaggle-style": 1.3, "criteo-terabyte-style": 1.3, "taobao-style": 1.0}
 DEFAULT_HOLDOUT = {"criteo-kaggle-style": 0.1, "criteo-terabyte-style": 1 / 24, "taobao-style": 0.1}
 TAOBAO_DEFAULTS = {"max_length": 20, "interest_drift": 0.02}
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
-def _is_real(v: Any) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
 @dataclass(frozen=True)
@@ -108,22 +99,22 @@ class GeneratorConfig:
             given = [f for f in TAOBAO_DEFAULTS if getattr(self, f) is not None]
             need(not given, f"{given} only apply to kind 'taobao-style', not {self.kind!r}")
         need(isinstance(self.name, str) and bool(self.name), f"name must be a non-empty string, got {self.name!r}")
-        need(_is_int(self.rows) and self.rows > 0, f"rows must be a positive integer, got {self.rows!r}")
-        need(self.max_rows_per_table is None or (_is_int(self.max_rows_per_table) and self.max_rows_per_table > 0),
+        need(is_int(self.rows) and self.rows > 0, f"rows must be a positive integer, got {self.rows!r}")
+        need(self.max_rows_per_table is None or (is_int(self.max_rows_per_table) and self.max_rows_per_table > 0),
              f"max_rows_per_table must be a positive integer or null, got {self.max_rows_per_table!r}")
-        need(_is_real(self.exponent) and 0 < self.exponent < math.inf,
+        need(is_real(self.exponent) and 0 < self.exponent < math.inf,
              f"exponent must be a finite number > 0, got {self.exponent!r}")
-        need(_is_real(self.drift) and 0 <= self.drift < 1, f"drift must be in [0, 1), got {self.drift!r}")
-        need(_is_int(self.drift_segments) and self.drift_segments >= 1,
+        need(is_real(self.drift) and 0 <= self.drift < 1, f"drift must be in [0, 1), got {self.drift!r}")
+        need(is_int(self.drift_segments) and self.drift_segments >= 1,
              f"drift_segments must be an integer >= 1, got {self.drift_segments!r}")
-        need(_is_real(self.holdout_fraction) and 0 < self.holdout_fraction < 1,
+        need(is_real(self.holdout_fraction) and 0 < self.holdout_fraction < 1,
              f"holdout_fraction must be in (0, 1), got {self.holdout_fraction!r}")
-        need(_is_int(self.seed) and self.seed >= 0, f"seed must be a non-negative integer, got {self.seed!r}")
+        need(is_int(self.seed) and self.seed >= 0, f"seed must be a non-negative integer, got {self.seed!r}")
         floats, ints = ["exponent", "drift", "holdout_fraction"], ["rows", "drift_segments", "seed"]
         if self.kind == "taobao-style":
-            need(_is_int(self.max_length) and self.max_length >= 1,
+            need(is_int(self.max_length) and self.max_length >= 1,
                  f"max_length must be an integer >= 1, got {self.max_length!r}")
-            need(_is_real(self.interest_drift) and 0 <= self.interest_drift <= 1,
+            need(is_real(self.interest_drift) and 0 <= self.interest_drift <= 1,
                  f"interest_drift must be in [0, 1], got {self.interest_drift!r}")
             need(self.max_rows_per_table is None or self.max_rows_per_table >= 2,
                  "taobao-style needs max_rows_per_table >= 2 (a negative is an item other than the click)")

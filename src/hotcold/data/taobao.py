@@ -46,8 +46,9 @@ from tqdm import tqdm
 
 from hotcold.data.format import DatasetWriter
 from hotcold.data.skew import coverage_from_counts
-from hotcold.data.textparse import (BAD_LINE_POLICIES, BadLines, check_config, config_from_dict, count_lines,
-                                    is_int, is_real, parse_ints, read_chunks, source_meta, tokenize, words)
+from hotcold.config import from_mapping, is_int, is_real, require
+from hotcold.data.textparse import (BAD_LINE_POLICIES, BadLines, count_lines, parse_ints, read_chunks,
+                                    source_meta, tokenize, words)
 
 BEHAVIORS = ("pv", "buy", "cart", "fav")
 REASONS = {"fields": "wrong number of fields (expected 5)",
@@ -76,21 +77,21 @@ class TaobaoConfig:
         for name, low in (("max_length", 1), ("min_history", 0), ("samples_per_user", 1), ("seed", 0),
                           ("chunk_lines", 1)):
             v = getattr(self, name)
-            check_config(is_int(v) and v >= low, w, f"{name} must be an integer >= {low}, got {v!r}")
+            require(is_int(v) and v >= low, w, f"{name} must be an integer >= {low}, got {v!r}")
         r = self.negative_ratio
-        check_config(is_real(r) and 0 <= r < math.inf, w,
+        require(is_real(r) and 0 <= r < math.inf, w,
                      f"negative_ratio must be a finite number >= 0, got {r!r}")
         q = self.holdout_quantile
-        check_config(is_real(q) and 0 < q < 1, w,
+        require(is_real(q) and 0 < q < 1, w,
                      f"holdout_quantile must be in (0, 1), got {q!r}")
-        check_config(self.on_bad_line in BAD_LINE_POLICIES, w,
+        require(self.on_bad_line in BAD_LINE_POLICIES, w,
                      f"on_bad_line must be one of {list(BAD_LINE_POLICIES)}, got {self.on_bad_line!r}")
         object.__setattr__(self, "negative_ratio", float(r))
         object.__setattr__(self, "holdout_quantile", float(q))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TaobaoConfig":
-        return config_from_dict(cls, d, "taobao config")
+        return from_mapping(cls, d, "taobao config")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

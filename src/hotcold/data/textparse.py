@@ -12,9 +12,7 @@ files.
 """
 from __future__ import annotations
 
-import dataclasses
 import gzip
-import numbers
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -23,7 +21,6 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from hotcold.config import ConfigError
 
 BAD_LINE_POLICIES = ("skip", "error")
 MAX_INT_DIGITS = 16        # longer integers are malformed (two 8-digit SWAR words)
@@ -32,32 +29,6 @@ PAD_BYTES = 32             # zeros after a chunk so fixed-width gathers never le
 
 
 # ---------------------------------------------------------------- config helpers
-
-
-def is_int(v: Any) -> bool:
-    """An integer that is not a bool."""
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
-def is_real(v: Any) -> bool:
-    """A real number that is not a bool."""
-    return isinstance(v, numbers.Real) and not isinstance(v, bool)
-
-
-def check_config(cond: bool, where: str, msg: str) -> None:
-    if not cond:
-        raise ConfigError(f"{where}: {msg}")
-
-
-def config_from_dict(cls: type, d: Mapping[str, Any], where: str) -> Any:
-    """Build dataclass ``cls`` from a plain dict, rejecting unknown keys by name."""
-    allowed = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(d) - set(allowed))
-    check_config(not unknown, where, f"unknown key(s) {unknown}; allowed: {allowed}")
-    try:
-        return cls(**dict(d))
-    except TypeError as e:
-        raise ConfigError(f"{where}: {e}") from None
 
 
 # ---------------------------------------------------------------- reading

@@ -20,7 +20,7 @@ import numpy as np
 
 import torch
 
-from hotcold.config import ConfigError
+from hotcold.config import ConfigError, is_int, is_real, require
 
 if TYPE_CHECKING:
     from hotcold.data.format import Dataset
@@ -83,6 +83,31 @@ class Lookup:
     @property
     def size(self) -> int:
         return self.rows.numel()
+
+
+def budget_rows(options: dict[str, Any], where: str, num_rows: int, *, rows_key: str, ratio_key: str,
+                default_ratio: float | None = None, unit_bytes: int = 1, allow_zero: bool = False) -> int | None:
+    """Rows of device memory a store may use, at most ``num_rows``.
+
+    From an absolute option ``rows_key`` (in rows, or in bytes with
+    ``unit_bytes`` the bytes of one row) or a relative one ``ratio_key`` (a
+    share of all rows); at most one may be given. None when neither is given
+    and there is no ``default_ratio``. Without ``allow_zero`` at least one row.
+    """
+    require(not (rows_key in options and ratio_key in options), where, f"give {rows_key} or {ratio_key}, not both")
+    low = 0 if allow_zero else 1
+    if rows_key in options:
+        v = options[rows_key]
+        require(is_int(v) and v >= low, where, f"{rows_key} must be an integer >= {low}, got {v!r}")
+        rows = int(v) // unit_bytes
+    elif ratio_key in options or default_ratio is not None:
+        r = options.get(ratio_key, default_ratio)
+        require(is_real(r) and (0 <= r if allow_zero else 0 < r) and r <= 1, where,
+                f"{ratio_key} must be in {'[' if allow_zero else '('}0, 1], got {r!r}")
+        rows = int(r * num_rows + 1e-9)  # the epsilon keeps ratio = k / N at k rows
+    else:
+        return None
+    return min(max(rows, low), num_rows)
 
 
 def init_table(table_sizes: Sequence[int], dim: int, seed: int) -> torch.Tensor:

@@ -21,41 +21,23 @@ Phases: planning and fetch are ``h2d``, write-back is ``d2h``, the gather is
 """
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import numpy as np
 import torch
 
-from hotcold.config import ConfigError
-from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, init_table
-from hotcold.trace.policies import CacheDirectory, Policy, cache_policy, capacity_from_ratio
+from hotcold.config import ConfigError, is_real
+from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, init_table
+from hotcold.trace.policies import CacheDirectory, Policy, cache_policy
 
 DEFAULT_CACHE_RATIO = 0.015
 CACHE_OPTIONS = ("cache_ratio", "cache_rows")
 
 
-def _is_int(v: object) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
-def _is_real(v: object) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool)
-
-
 def resolve_capacity(options: dict, num_rows: int, where: str) -> int:
-    """Cache slots from ``cache_ratio`` or ``cache_rows`` (exactly one may be given), at most N."""
-    if "cache_ratio" in options and "cache_rows" in options:
-        raise ConfigError(f"{where}: give cache_ratio or cache_rows, not both")
-    if "cache_rows" in options:
-        rows = options["cache_rows"]
-        if not _is_int(rows) or rows < 1:
-            raise ConfigError(f"{where}: cache_rows must be a positive integer, got {rows!r}")
-        return min(int(rows), num_rows)
-    ratio = options.get("cache_ratio", DEFAULT_CACHE_RATIO)
-    if not _is_real(ratio) or not 0 < ratio <= 1:
-        raise ConfigError(f"{where}: cache_ratio must be in (0, 1], got {ratio!r}")
-    return min(capacity_from_ratio(float(ratio), num_rows), num_rows)
+    """Cache slots from ``cache_ratio`` or ``cache_rows`` (at most one), at least 1 and at most N."""
+    return budget_rows(options, where, num_rows, rows_key="cache_rows", ratio_key="cache_ratio",
+                       default_ratio=DEFAULT_CACHE_RATIO)
 
 
 class CacheStore(EmbeddingStore):
@@ -219,7 +201,7 @@ class FreqCacheStore(CacheStore):
 
     def make_policy(self, spec: StoreSpec, where: str) -> tuple[Policy, np.ndarray]:
         warmup = spec.options.get("warmup_ratio", 0.7)
-        if not _is_real(warmup) or not 0 <= warmup <= 1:
+        if not is_real(warmup) or not 0 <= warmup <= 1:
             raise ConfigError(f"{where}: warmup_ratio must be in [0, 1], got {warmup!r}")
         evict = spec.options.get("evict", "static")
         if evict not in ("static", "lfu"):

@@ -66,7 +66,7 @@ import torch
 
 from hotcold.config import ConfigError
 from hotcold.data.skew import row_counts
-from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, coalesce
+from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, coalesce
 from hotcold.embedding.hybrid import HybridStore
 
 if TYPE_CHECKING:
@@ -102,18 +102,8 @@ def fae_options(spec: StoreSpec) -> tuple[float, int, int]:
     frac = opts.get("sample_fraction", DEFAULT_SAMPLE_FRACTION)
     if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 < frac <= 1:
         raise ConfigError(f"fae: sample_fraction must be in (0, 1], got {frac!r}")
-    if "budget_bytes" in opts and "budget_ratio" in opts:
-        raise ConfigError("fae: give budget_bytes or budget_ratio, not both")
-    if "budget_bytes" in opts:
-        b = opts["budget_bytes"]
-        if isinstance(b, bool) or not isinstance(b, int) or b < 0:
-            raise ConfigError(f"fae: budget_bytes must be an integer >= 0, got {b!r}")
-        rows = b // row_bytes(spec)
-    else:
-        r = opts.get("budget_ratio", DEFAULT_BUDGET_RATIO)
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r <= 1:
-            raise ConfigError(f"fae: budget_ratio must be in [0, 1], got {r!r}")
-        rows = int(r * spec.num_rows)
+    rows = budget_rows(opts, "fae", spec.num_rows, rows_key="budget_bytes", ratio_key="budget_ratio",
+                       default_ratio=DEFAULT_BUDGET_RATIO, unit_bytes=row_bytes(spec), allow_zero=True)
     run = opts.get("run_length", 1)
     if isinstance(run, bool) or not isinstance(run, int) or run < 1:
         raise ConfigError(f"fae: run_length must be a positive integer, got {run!r}")

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from hotcold.config import ConfigError
-from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, coalesce, init_table
+from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, coalesce, init_table
 
 COUNTER_KEYS = ("unique_hits", "unique_misses", "rows_h2d", "rows_d2h", "evictions")
 
@@ -425,16 +425,7 @@ def _window(value: Any) -> int:
 
 def _capacity(options: dict[str, Any], num_rows: int, minimum: int | None) -> int:
     """Scratchpad slots from the options (see ``ScratchPipeStore``), at most the table."""
-    if "scratchpad_rows" in options and "scratchpad_ratio" in options:
-        raise ConfigError("scratchpipe: give scratchpad_rows or scratchpad_ratio, not both")
-    if "scratchpad_rows" in options:
-        rows = options["scratchpad_rows"]
-        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
-            raise ConfigError(f"scratchpipe: scratchpad_rows must be a positive integer, got {rows!r}")
-        return min(rows, num_rows)
-    if "scratchpad_ratio" in options:
-        ratio = options["scratchpad_ratio"]
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
-            raise ConfigError(f"scratchpipe: scratchpad_ratio must be in (0, 1], got {ratio!r}")
-        return min(max(1, math.floor(ratio * num_rows + 1e-9)), num_rows)
+    rows = budget_rows(options, "scratchpipe", num_rows, rows_key="scratchpad_rows", ratio_key="scratchpad_ratio")
+    if rows is not None:
+        return rows
     return minimum if minimum else num_rows

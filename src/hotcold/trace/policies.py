@@ -50,7 +50,7 @@ NEVER = np.iinfo(np.int64).max  # next use of a row that is not used again
 
 def capacity_from_ratio(ratio: float, num_rows: int) -> int:
     """Cache slots for a share of all rows: ``max(1, floor(ratio * N))``."""
-    return max(1, int(ratio * num_rows))
+    return max(1, int(ratio * num_rows + 1e-9))  # as embedding.base.budget_rows
 
 
 def frequency_order(frequencies: np.ndarray) -> np.ndarray:
