@@ -7,7 +7,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed
 CORES ?= 2
 CONFIG ?=
-SNAKEMAKE := $(BIN)/snakemake --cores $(CORES) $(if $(CONFIG),--configfile $(CONFIG),)
+SNAKEMAKE := $(BIN)/snakemake --cores $(CORES) --show-failed-logs $(if $(CONFIG),--configfile $(CONFIG),)
 export PATH := $(BIN):$(PATH)
 
 .PHONY: setup reproduce figures test bench lint clean
@@ -24,10 +24,12 @@ reproduce: $(STAMP)
 	$(SNAKEMAKE)
 	@echo
 	@echo "Summary table: results/tables/summary.md (and summary.csv)"
+	@echo "Speed-ups:     results/tables/speedup.md"
 	@echo "Figures:       paper_figs/"
 
 figures: $(STAMP)
-	$(SNAKEMAKE) --allowed-rules aggregate figures --forcerun aggregate -- figures
+	$(SNAKEMAKE) --allowed-rules aggregate cache_sim dataset_stats figures \
+		--forcerun aggregate cache_sim dataset_stats -- figures results/tables/dataset_stats.csv
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
@@ -38,5 +40,7 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/snakemake --lint
 
+# Downloaded raw files (results/raw/) are kept: fetching them again takes hours.
 clean:
-	rm -rf results/data results/runs results/tables results/logs results/benchmarks paper_figs/*.png paper_figs/*.pdf .snakemake
+	rm -rf results/data results/runs results/profiles results/sim results/tables results/logs results/benchmarks \
+		paper_figs/*.png paper_figs/*.pdf .snakemake

@@ -1,4 +1,5 @@
-# hotcold: train every configured (dataset, method, variant, seed), then
+# hotcold: make every configured dataset (generate, or download + preprocess),
+# profile and simulate it, train every (dataset, method, variant, seed), then
 # aggregate the records into tables and figures. See README.md.
 from pathlib import Path
 
@@ -22,8 +23,12 @@ include: "workflows/rules/train.smk"
 include: "workflows/rules/analysis.smk"
 
 
+# Cheap jobs run where Snakemake runs; downloads too, as cluster nodes often have no internet.
 localrules:
     all,
+    download,
+    dataset_stats,
+    cache_sim,
     aggregate,
     figures,
 
@@ -32,8 +37,18 @@ rule all:
     input:
         "results/tables/summary.csv",
         "results/tables/summary.md",
-        "paper_figs/step_phases.png",
-        "paper_figs/step_phases.pdf",
-        "paper_figs/throughput.png",
-        "paper_figs/throughput.pdf",
+        "results/tables/phases.csv",
+        "results/tables/counters.csv",
+        "results/tables/counters.md",
+        "results/tables/speedup.csv",
+        "results/tables/speedup.md",
+        "results/tables/cache_sim.csv",
+        "results/tables/fae_hot_fraction.csv",
+        "results/tables/rows_moved.csv",
+        "results/tables/dataset_stats.csv",
+        expand(
+            "paper_figs/{name}.{ext}",
+            name=["coverage", *FIGURES],
+            ext=["png", "pdf"],
+        ),
     default_target: True

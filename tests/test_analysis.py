@@ -1,4 +1,4 @@
-"""Tables and figures from hand-made run records."""
+"""Tables and figures from hand-made run records and simulation CSVs."""
 from __future__ import annotations
 
 import json
@@ -9,22 +9,27 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from hotcold.analysis.comparisons import cache_sim_table
 from hotcold.analysis.figures import make_figures
 from hotcold.analysis.tables import NoRecordsError, RecordError, aggregate, find_records
+from hotcold.cli import main
 
 PHASES = ("data", "h2d", "emb_fwd", "dense_fwd_bwd", "d2h", "emb_update")
 COUNTERS = ("lookups", "unique_rows", "hits", "misses", "rows_h2d", "rows_d2h", "bytes_h2d", "bytes_d2h")
 SKETCH = np.linspace(-1.0, 1.0, 256)
+FIGURES = ("fae_hot_fraction", "hit_rate", "rows_moved", "speedup", "step_phases", "throughput")
 
 
 def write_run(runs: Path, dataset: str, method: str, variant: str, seed: int, *, rate: float,
               timer: str = "cpu", sketch: np.ndarray = SKETCH, step_ms: float = 10.0,
-              data_sha: str = "0" * 64) -> Path:
+              data_sha: str = "0" * 64, auc: float = 0.7, options: dict | None = None,
+              store: dict | None = None, reference_sketch: np.ndarray | None = None,
+              counters: dict | None = None) -> Path:
     """Write a minimal but complete run directory the way ``hotcold train`` does."""
     out = runs / dataset / method / variant / f"seed~{seed}"
     out.mkdir(parents=True)
     phase_ms = {p: step_ms / len(PHASES) for p in PHASES}
-    counters = {c: float(i + 1) for i, c in enumerate(COUNTERS)}
+    counters = counters or {c: float(i + 1) for i, c in enumerate(COUNTERS)}
     steps = pd.DataFrame(
         [{"step": s, "kind": "phase", "name": p, "value": v} for s in range(3) for p, v in phase_ms.items()]
         + [{"step": s, "kind": "counter", "name": c, "value": v} for s in range(3) for c, v in counters.items()]
@@ -32,7 +37,8 @@ def write_run(runs: Path, dataset: str, method: str, variant: str, seed: int, *,
     steps.to_parquet(out / "steps.parquet")
     device = "cpu" if timer == "cpu" else "NVIDIA H100"
     record = {
-        "dataset": dataset, "method": method, "variant": variant, "seed": seed, "config": {},
+        "dataset": dataset, "method": method, "variant": variant, "seed": seed,
+        "config": {"store": options or {}},
         "dataset_manifest_sha256": data_sha,
         "provenance": {"device": device, "device_type": timer, "cpu": "x86_64", "driver": None, "cuda": None,
                        "torch": "2.13.0", "python": "3.11.7", "threads": 2, "git_commit": "abc",
@@ -41,9 +47,14 @@ def write_run(runs: Path, dataset: str, method: str, variant: str, seed: int, *,
                     "step_ms_p50": step_ms, "step_ms_p10": step_ms * 0.9, "step_ms_p90": step_ms * 1.1,
                     "step_ms_mean": step_ms, "phase_ms_p50": phase_ms, "phase_ms_mean": phase_ms,
                     "counters_per_step": counters},
-        "metrics": {"auc": 0.7, "logloss": 0.5, "eval_samples": 1000},
+        "metrics": {"auc": auc, "logloss": 0.5, "eval_samples": 1000},
         "params": {"checksum": "f" * 64, "sketch": list(map(float, sketch)), "norm": 1.0},
+        "store": store or {},
     }
+    if reference_sketch is not None:
+        record["reference"] = {"method": "device", "order": "this run's", "metrics": {"auc": auc},
+                               "params": {"checksum": "e" * 64, "sketch": list(map(float, reference_sketch)),
+                                          "norm": 1.0}}
     (out / "record.json").write_text(json.dumps(record))
     return out
 
@@ -164,9 +175,10 @@ def test_markdown_is_written(runs: Path, tmp_path: Path) -> None:
 
 def test_figures_are_written(runs: Path, tmp_path: Path) -> None:
     aggregate(find_records(runs), tmp_path / "tables")
+    write_sim(tmp_path / "tables" / "cache_sim.csv", "kaggle")
     paths = make_figures(tmp_path / "tables", tmp_path / "figs")
     names = sorted(p.name for p in paths)
-    assert names == ["step_phases.pdf", "step_phases.png", "throughput.pdf", "throughput.png"]
+    assert names == sorted(f"{f}.{ext}" for f in FIGURES for ext in ("png", "pdf"))
     for p in paths:
         assert p.is_file() and p.stat().st_size > 1000
     assert (tmp_path / "figs" / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -193,3 +205,130 @@ def test_record_in_wrong_place_is_rejected(tmp_path: Path) -> None:
     out.rename(moved)
     with pytest.raises(RecordError, match="variant"):
         aggregate(find_records(tmp_path / "runs"), tmp_path / "tables")
+
+
+def test_figures_without_simulation_skip_hit_rate(runs: Path, tmp_path: Path) -> None:
+    aggregate(find_records(runs), tmp_path / "tables")
+    names = {p.name for p in make_figures(tmp_path / "tables", tmp_path / "figs")}
+    assert "hit_rate.png" not in names and "speedup.png" in names and "rows_moved.pdf" in names
+
+
+# ---------------------------------------------------------------- exactness and accuracy
+
+
+def test_exact_uses_the_records_own_reference(tmp_path: Path) -> None:
+    """A store with its own batch order is exact against its device replay, not against the device run."""
+    runs = tmp_path / "runs"
+    write_run(runs, "kaggle", "device", "base", 0, rate=5000.0)
+    write_run(runs, "kaggle", "hybrid", "base", 0, rate=1000.0)
+    reordered = SKETCH + 1e-2  # another batch order trains other parameters
+    write_run(runs, "kaggle", "fae", "good", 0, rate=2000.0, sketch=reordered, reference_sketch=reordered)
+    write_run(runs, "kaggle", "fae", "bad", 0, rate=2000.0, sketch=reordered + 1e-3, reference_sketch=reordered)
+    write_run(runs, "terabyte", "fae", "alone", 0, rate=2000.0, reference_sketch=SKETCH)  # no device run
+    summary = aggregate(find_records(runs), tmp_path / "tables", exact_rtol=1e-6)
+    good = row(summary, "kaggle", "fae", "good", 0)
+    assert bool(good.exact) is True and good.param_rel_diff == 0.0
+    assert good.exact_reference == "device replay of this order"
+    bad = row(summary, "kaggle", "fae", "bad", 0)
+    assert bool(bad.exact) is False
+    assert bad.param_rel_diff == pytest.approx(np.linalg.norm(np.full(256, 1e-3)) / np.linalg.norm(reordered))
+    alone = row(summary, "terabyte", "fae", "alone", 0)
+    assert bool(alone.exact) is True and alone.exact_reference == "device replay of this order"
+    hybrid = row(summary, "kaggle", "hybrid", "base", 0)
+    assert hybrid.exact_reference == "device run"
+    on_disk = pd.read_csv(tmp_path / "tables" / "summary.csv")
+    assert set(on_disk.exact_reference) == {"device run", "device replay of this order"}
+    assert "device replay of this order" in (tmp_path / "tables" / "summary.md").read_text()
+
+
+def test_auc_vs_hybrid(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    write_run(runs, "kaggle", "hybrid", "base", 0, rate=1000.0, auc=0.70)
+    write_run(runs, "kaggle", "fae", "b", 0, rate=2000.0, auc=0.72)
+    write_run(runs, "kaggle", "fae", "b", 1, rate=2000.0, auc=0.71)
+    write_run(runs, "kaggle", "hybrid", "cuda", 0, rate=900.0, auc=0.60, timer="cuda")
+    summary = aggregate(find_records(runs), tmp_path / "tables")
+    assert row(summary, "kaggle", "fae", "b", 0).auc_vs_hybrid == pytest.approx(0.02)
+    assert row(summary, "kaggle", "hybrid", "base", 0).auc_vs_hybrid == pytest.approx(0.0)
+    assert row(summary, "kaggle", "hybrid", "cuda", 0).auc_vs_hybrid == pytest.approx(-0.10)  # against base
+    assert math.isnan(row(summary, "kaggle", "fae", "b", 1).auc_vs_hybrid)  # no hybrid run with seed 1
+    assert "+0.0200" in (tmp_path / "tables" / "summary.md").read_text()
+
+
+# ---------------------------------------------------------------- comparison tables
+
+
+def test_speedup_table_means_over_seeds(runs: Path, tmp_path: Path) -> None:
+    aggregate(find_records(runs), tmp_path / "tables")
+    speedup = pd.read_csv(tmp_path / "tables" / "speedup.csv")
+    assert list(speedup.columns[:4]) == ["dataset", "timer", "method", "variant"]
+    lfu = speedup[(speedup.dataset == "kaggle") & (speedup.method == "cache")].iloc[0]
+    assert lfu.seeds == 2
+    assert lfu.samples_per_s == pytest.approx(2250.0)
+    assert lfu.speedup_vs_hybrid == pytest.approx(2.5)  # seed 1 has no hybrid run
+    assert not bool(lfu.exact)
+    terabyte = speedup[speedup.dataset == "terabyte"]
+    assert set(terabyte.timer) == {"cpu", "cuda"}  # one row per timer kind, never pooled
+    assert terabyte[terabyte.timer == "cuda"].speedup_vs_hybrid.isna().all()
+    assert len(speedup) == 6
+    assert "2.50x" in (tmp_path / "tables" / "speedup.md").read_text()
+
+
+def test_fae_table_from_store_reports(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    write_run(runs, "kaggle", "hybrid", "base", 0, rate=1000.0)
+    for variant, ratio, frac in (("big", 0.25, 0.6), ("small", 0.06, 0.2)):
+        write_run(runs, "kaggle", "fae", variant, 0, rate=2000.0, options={"budget_ratio": ratio},
+                  store={"hot_fraction": frac, "hot_rows": int(ratio * 1000), "hot_ratio": ratio,
+                         "hot_bytes": int(ratio * 1000) * 68, "sampled_inputs": 50},
+                  counters={"lookups": 10.0, "rows_h2d": 1.0, "rows_d2h": 1.0, "hot_batch": frac / 2})
+    aggregate(find_records(runs), tmp_path / "tables")
+    fae = pd.read_csv(tmp_path / "tables" / "fae_hot_fraction.csv")
+    assert list(fae.variant) == ["small", "big"]  # by hot rows
+    assert list(fae.hot_fraction) == [0.2, 0.6]
+    assert list(fae.budget_ratio) == [0.06, 0.25]
+    assert fae.budget_bytes.isna().all()
+    assert list(fae.hot_batch_share) == pytest.approx([0.1, 0.3])
+    assert list(fae.speedup_vs_hybrid) == pytest.approx([2.0, 2.0])
+    assert list(fae.options) == ["budget_ratio=0.06", "budget_ratio=0.25"]
+
+
+def test_rows_moved_table(runs: Path, tmp_path: Path) -> None:
+    aggregate(find_records(runs), tmp_path / "tables")
+    moved = pd.read_csv(tmp_path / "tables" / "rows_moved.csv")
+    assert len(moved) == 7
+    first = moved.iloc[0]
+    assert (first.rows_h2d, first.rows_d2h, first.rows_moved) == (5.0, 6.0, 11.0)
+    assert first.rows_moved_per_lookup == pytest.approx(11.0)
+    assert moved.rows_moved.notna().all()
+
+
+def write_sim(path: Path, dataset: str) -> Path:
+    """A small table in the shape ``hotcold simulate`` writes."""
+    rows = []
+    for policy in ("lru", "freqcache", "static"):
+        for cap in (10, 100, 1000):
+            feasible = policy == "static" or cap >= 100
+            rows.append({"dataset": dataset, "policy": policy, "capacity": cap, "cache_ratio": cap / 10000,
+                         "feasible": feasible, "hit_rate": 0.5 + cap / 4000 if feasible else np.nan,
+                         "capacity_needed": 0 if policy == "static" else 100})
+    rows.append({"dataset": dataset, "policy": "lookahead-1", "capacity": 300, "cache_ratio": 0.03,
+                 "feasible": True, "hit_rate": 0.99, "capacity_needed": 300})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def test_cache_sim_table_concatenates_simulations(tmp_path: Path) -> None:
+    sims = [write_sim(tmp_path / "sim" / f"{d}.csv", d) for d in ("taobao", "kaggle")]
+    table = cache_sim_table(sims)
+    assert list(dict.fromkeys(table.dataset)) == ["kaggle", "taobao"]
+    assert len(table) == 2 * 10
+    out = tmp_path / "tables" / "cache_sim.csv"
+    assert main(["cache-sim", *map(str, sims), "--out", str(out)]) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(out), table, check_dtype=False)
+    bad = tmp_path / "bad.csv"
+    pd.DataFrame({"dataset": ["x"], "policy": ["lru"]}).to_csv(bad, index=False)
+    with pytest.raises(ValueError, match="lacks column"):
+        cache_sim_table([bad])
+    assert main(["cache-sim", str(bad), "--out", str(tmp_path / "x.csv")]) == 2

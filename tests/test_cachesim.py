@@ -14,7 +14,7 @@ from hotcold.data.loader import batch_rows
 from hotcold.embedding import RowOptimizer, StoreSpec
 from hotcold.embedding.cache import FreqCacheStore, LFUCacheStore, LRUCacheStore
 from hotcold.data.skew import row_counts
-from hotcold.trace.cachesim import COUNTERS, Trace, dataset_trace, simulate, split_frequencies, sweep
+from hotcold.trace.cachesim import COUNTERS, Trace, dataset_trace, simulate, sweep
 from hotcold.trace.policies import capacity_from_ratio
 from hotcold.train import train
 
@@ -174,7 +174,7 @@ def test_simulator_counts_equal_training_counters(monkeypatch, small_dataset, me
     res = train(_run_cfg(method, {"cache_rows": capacity, **options}), small_dataset, torch.device("cpu"),
                 progress=False)
     trace = dataset_trace(small_dataset, 64, 30, order=res.order)
-    sim = simulate(trace, policy, capacity, split_frequencies(small_dataset), options.get("warmup_ratio", 0.7))
+    sim = simulate(trace, policy, capacity, row_counts(small_dataset, "train"), options.get("warmup_ratio", 0.7))
     store_counts = [tuple(c[k] for k in COUNTERS) for _, c in res.counters]
     assert store_counts == _table(sim)
     assert sim.warm_rows == res.store.warm_rows
@@ -186,8 +186,7 @@ def test_dataset_helpers_agree_with_the_store_spec(sequence_dataset):
     spec = StoreSpec(ds.cardinalities, 4, RowOptimizer("sgd", 0.1), torch.device("cpu"),
                      column_tables=ds.column_tables)
     assert ds.column_offsets.tolist() == spec.column_offsets().tolist()
-    freq = split_frequencies(ds, chunk=500)
-    assert freq.tolist() == row_counts(ds, "train").tolist()
+    assert row_counts(ds, "train", chunk=500).tolist() == row_counts(ds, "train").tolist()
     trace = dataset_trace(ds, 100, 25, seed=1)  # 25 steps: two epochs of 22 batches
     start, stop = ds.split("train")
     for t, rows in enumerate(batch_rows(stop - start, 100, 25, 1, "global")):

@@ -1,4 +1,4 @@
-"""The Snakemake workflow: lint, config validation, and a tiny end-to-end run."""
+"""The Snakemake workflow: lint, config validation, dry runs, and a tiny end-to-end run."""
 from __future__ import annotations
 
 import os
@@ -13,20 +13,43 @@ pytest.importorskip("snakemake")
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "Snakefile"
+DATASETS = ("kaggle", "terabyte", "taobao")
+METHODS = ("device", "hybrid", "fae", "lru", "lfu", "freqcache", "scratchpipe")
+TABLES = ("summary.csv", "summary.md", "phases.csv", "counters.csv", "counters.md", "speedup.csv", "speedup.md",
+          "cache_sim.csv", "fae_hot_fraction.csv", "rows_moved.csv", "dataset_stats.csv")
+FIGURES = ("coverage", "step_phases", "throughput", "speedup", "hit_rate", "fae_hot_fraction", "rows_moved")
 
+# The default config's three generated datasets and seven methods at a tiny scale: one
+# variant per method (a null removes a default variant). At this scale a batch touches a
+# large share of the rows, so the caches get large ratios, Taobao's the largest (a
+# per-dataset override, as is its smaller batch).
 TINY_CONFIG = """\
 threads: 1
 datasets:
   kaggle:
-    generator:
-      rows: 6000
-      max_rows_per_table: 2000
-      seed: 0
+    generator: {kind: criteo-kaggle-style, rows: 6000, max_rows_per_table: 2000, seed: 0}
+  terabyte:
+    generator: {kind: criteo-terabyte-style, rows: 6000, max_rows_per_table: 2000, seed: 0}
+  taobao:
+    generator: {kind: taobao-style, rows: 6000, max_rows_per_table: 2000, max_length: 5, seed: 0}
+    methods:
+      lru: {tiny: {cache_ratio: 0.3}}
+      lfu: {tiny: {cache_ratio: 0.3}}
+      freqcache: {tiny: {cache_ratio: 0.3}}
+    train: {batch_size: 128}
+methods:
+  fae: {6.2pct: null, 24.8pct: null}
+  lru: {1.5pct: null, 5pct: null, tiny: {cache_ratio: 0.1}}
+  lfu: {1.5pct: null, 5pct: null, tiny: {cache_ratio: 0.1}}
+  freqcache: {1.5pct: null, 5pct: null, tiny: {cache_ratio: 0.1}}
+  scratchpipe: {w1: null}
 train:
   batch_size: 256
-  steps: 30
+  steps: 20
   warmup_steps: 5
   eval_batch_size: 4096
+profile: {batches: 10}
+simulate: {ratios: [0.05, 0.2, 0.5], policies: [lru, freqcache, static], windows: [1]}
 """
 
 
@@ -37,6 +60,11 @@ def snakemake(workdir: Path, *args: str, timeout: float = 80) -> subprocess.Comp
         [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(workdir), *args],
         capture_output=True, text=True, env=env, timeout=timeout,
     )
+
+
+def dry_run(tmp_path: Path, yaml: str, *args: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "extra.yaml").write_text(yaml)
+    return snakemake(tmp_path, "-n", "--configfile", str(tmp_path / "extra.yaml"), *args)
 
 
 def test_lint_is_clean(tmp_path: Path) -> None:
@@ -54,35 +82,112 @@ def test_lint_is_clean(tmp_path: Path) -> None:
         ("train:\n  steps: three\n", "['train']['steps']"),
         ("timing:\n  device: gpu\n", "['timing']['device']"),
         ("methods:\n  Hybrid:\n    base: {}\n", "'Hybrid'"),
+        ("datasets:\n  both:\n    generator: {rows: 100}\n    source: {kind: criteo-kaggle}\n",
+         "Exactly one of generator or source (null = absent)"),
+        ("datasets:\n  kaggle:\n    generator: null\n", "['datasets']['kaggle']"),
+        ("datasets:\n  kaggle:\n    generator: {rowz: 5}\n", "'rowz' was unexpected"),
+        ("datasets:\n  x:\n    source: {kind: criteo-kaggle, dayz: [0, 1]}\n", "'dayz' was unexpected"),
+        ("datasets:\n  x:\n    source: {kind: avazu}\n", "['datasets']['x']['source']['kind']"),
+        ("datasets:\n  taobao:\n    train: {stesp: 3}\n", "'stesp' was unexpected"),
+        ("simulate:\n  policies: [fifo]\n", "['simulate']['policies']"),
+        ("profile:\n  windw: 2\n", "'windw' was unexpected"),
     ],
-    ids=["unknown-top-level-key", "unknown-nested-key", "wrong-type", "bad-enum", "bad-method-name"],
+    ids=["unknown-top-level-key", "unknown-nested-key", "wrong-type", "bad-enum", "bad-method-name",
+         "generator-and-source", "neither-generator-nor-source", "unknown-generator-key", "unknown-source-key",
+         "unknown-source-kind", "unknown-dataset-train-key", "unknown-policy", "unknown-profile-key"],
 )
 def test_bad_config_fails_naming_the_key(tmp_path: Path, yaml: str, expected: str) -> None:
-    (tmp_path / "bad.yaml").write_text(yaml)
-    proc = snakemake(tmp_path, "-n", "--configfile", str(tmp_path / "bad.yaml"))
+    proc = dry_run(tmp_path, yaml)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "Error validating config file" in out
     assert expected in out, out
 
 
+@pytest.mark.parametrize(
+    ("yaml", "expected"),
+    [
+        ("datasets:\n  kaggle:\n    generator: {kind: criteo-kaggle-style, max_length: 5}\n",
+         "dataset kaggle: generator config: ['max_length'] only apply to kind 'taobao-style'"),
+        ("datasets:\n  x:\n    source: {kind: criteo-kaggle, preprocess: {encodng: modulo}}\n",
+         "dataset x: criteo config: unknown key(s) ['encodng']"),
+        ("train:\n  warmup_steps: 400\n", "warmup_steps must be in [0, steps=200)"),
+        ("datasets:\n  taobao:\n    model: {embedding_dim: 8}\n", "bottom_mlp must end with embedding_dim=8"),
+        ("profile: {window: 20, batches: 10}\n", "profile.window=20 is more than profile.batches=10"),
+    ],
+    ids=["taobao-knob-on-criteo", "bad-preprocess-option", "bad-train-value", "bad-dataset-model", "bad-profile"],
+)
+def test_bad_values_fail_at_dry_run(tmp_path: Path, yaml: str, expected: str) -> None:
+    """The package's typed configs check every dataset and run config before any job starts."""
+    proc = dry_run(tmp_path, yaml)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "invalid configuration" in out and expected in out, out
+
+
+def test_taobao_without_a_path_fails_at_dry_run(tmp_path: Path) -> None:
+    proc = dry_run(tmp_path, "datasets:\n  taobao:\n    generator: null\n    source: {kind: taobao}\n")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "datasets.taobao.source.path" in out and "tianchi.aliyun.com" in out, out
+
+
+def test_dry_run_plans_real_and_generated_datasets_with_overrides(tmp_path: Path) -> None:
+    csv = tmp_path / "UserBehavior.csv"
+    csv.write_text("1,2,3,pv,1511000000\n")
+    yaml = (
+        "datasets:\n"
+        "  taobao:\n"
+        "    generator: null\n"
+        f"    source: {{kind: taobao, path: '{csv}'}}\n"
+        "    methods: {lru: {1.5pct: {cache_ratio: 0.07}}, fae: null}\n"
+        "    train: {batch_size: 128}\n"
+    )
+    proc = dry_run(tmp_path, yaml, "-p")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    stats = out[out.index("Job stats:"):].splitlines()
+    counts = {f[0]: int(f[1]) for f in (ln.split() for ln in stats) if len(f) == 2 and f[1].isdigit()}
+    assert (counts["download"], counts["preprocess"], counts["generate"]) == (1, 1, 2)
+    generate = [ln for ln in out.splitlines() if "hotcold generate" in ln]
+    assert not any('"name": "taobao"' in ln for ln in generate)
+    assert any("hotcold download" in ln and "--out results/raw/taobao" in ln for ln in out.splitlines())
+    taobao_lru = [ln for ln in out.splitlines() if "hotcold train" in ln and "runs/taobao/lru/1.5pct" in ln]
+    assert len(taobao_lru) == 1
+    assert '"cache_ratio": 0.07' in taobao_lru[0] and '"batch_size": 128' in taobao_lru[0]
+    kaggle_lru = [ln for ln in out.splitlines() if "hotcold train" in ln and "runs/kaggle/lru/1.5pct" in ln]
+    assert '"cache_ratio": 0.015' in kaggle_lru[0] and '"batch_size": 1024' in kaggle_lru[0]
+    assert "runs/taobao/fae" not in out and "runs/kaggle/fae/12.4pct" in out
+
+
 def test_tiny_workflow_end_to_end(tmp_path: Path) -> None:
     (tmp_path / "tiny.yaml").write_text(TINY_CONFIG)
-    proc = snakemake(tmp_path, "--cores", "2", "--configfile", str(tmp_path / "tiny.yaml"), "--show-failed-logs")
+    proc = snakemake(tmp_path, "--cores", "2", "--configfile", str(tmp_path / "tiny.yaml"), "--show-failed-logs",
+                     timeout=170)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 
-    summary = pd.read_csv(tmp_path / "results" / "tables" / "summary.csv")
-    assert sorted(summary.method) == ["device", "hybrid"]
-    assert summary.exact.astype(bool).all(), summary[["method", "param_rel_diff"]]
+    tables, figs = tmp_path / "results" / "tables", tmp_path / "paper_figs"
+    summary = pd.read_csv(tables / "summary.csv")
+    assert sorted(zip(summary.dataset, summary.method)) == sorted((d, m) for d in DATASETS for m in METHODS)
+    assert summary.exact.astype(bool).all(), summary[["dataset", "method", "param_rel_diff"]]
+    refs = dict(zip(summary.method, summary.exact_reference))
+    assert refs["fae"] == "device replay of this order" and refs["lru"] == "device run"
     assert (summary.samples_per_s > 0).all()
-    hybrid = summary[summary.method == "hybrid"].iloc[0]
-    assert hybrid.speedup_vs_hybrid == pytest.approx(1.0)
-    assert (tmp_path / "results" / "tables" / "summary.md").read_text().count("| kaggle") == 2
-    for name in ("step_phases", "throughput"):
+    hybrid = summary[summary.method == "hybrid"]
+    assert hybrid.speedup_vs_hybrid.tolist() == pytest.approx([1.0] * 3)
+    assert hybrid.auc_vs_hybrid.tolist() == pytest.approx([0.0] * 3)
+    taobao_lru = summary[(summary.dataset == "taobao") & (summary.method == "lru")].iloc[0]
+    assert taobao_lru.options == "cache_ratio=0.3"
+    for name in TABLES:
+        assert (tables / name).stat().st_size > 0, name
+    for name in FIGURES:
         for ext in ("png", "pdf"):
-            assert (tmp_path / "paper_figs" / f"{name}.{ext}").stat().st_size > 0
-    for run in ("device", "hybrid"):
-        assert (tmp_path / "results" / "benchmarks" / "kaggle" / run / "base" / "seed~0.tsv").is_file()
+            assert (figs / f"{name}.{ext}").stat().st_size > 0, name
+    assert set(pd.read_csv(tables / "dataset_stats.csv").dataset) == set(DATASETS)
+    assert set(pd.read_csv(tables / "cache_sim.csv").dataset) == set(DATASETS)
+    assert set(pd.read_csv(tables / "fae_hot_fraction.csv").dataset) == set(DATASETS)
+    assert len(pd.read_csv(tables / "rows_moved.csv")) == len(DATASETS) * len(METHODS)
+    assert (tmp_path / "results" / "benchmarks" / "taobao" / "fae" / "12.4pct" / "seed~0.tsv").is_file()
 
     again = snakemake(tmp_path, "-n", "--configfile", str(tmp_path / "tiny.yaml"))
     assert again.returncode == 0

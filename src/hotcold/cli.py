@@ -115,17 +115,27 @@ def cmd_train(args: argparse.Namespace) -> None:
 def cmd_simulate(args: argparse.Namespace) -> None:
     from hotcold.config import RunConfig
     from hotcold.data.format import Dataset
-    from hotcold.records import atomic_write_text
-    from hotcold.trace.cachesim import POLICIES, dataset_trace, split_frequencies, sweep
+    from hotcold.data.skew import row_counts
+    from hotcold.files import atomic_write_text
+    from hotcold.trace.cachesim import POLICIES, dataset_trace, sweep
 
     cfg = RunConfig.from_dict({"dataset": "-", "method": "-", **_load_mapping(args.run_config)})
     ds = Dataset.open(args.dataset)
     t = cfg.train
     trace = dataset_trace(ds, t.batch_size, t.steps, cfg.seed, t.shuffle)
-    frame = sweep(trace, args.ratios, args.policies or POLICIES, split_frequencies(ds), windows=args.windows)
+    frame = sweep(trace, args.ratios, args.policies or POLICIES, row_counts(ds, "train"), windows=args.windows)
     frame.insert(0, "dataset", ds.name)
     atomic_write_text(Path(args.out), frame.to_csv(index=False))
     print(f"wrote {args.out}: {len(frame)} policy x size rows over {t.steps} batches")
+
+
+def cmd_cache_sim(args: argparse.Namespace) -> None:
+    from hotcold.analysis.comparisons import cache_sim_table
+    from hotcold.files import atomic_write_text
+
+    frame = cache_sim_table([Path(p) for p in args.sims])
+    atomic_write_text(Path(args.out), frame.to_csv(index=False))
+    print(f"wrote {args.out}: {len(frame)} rows from {len(args.sims)} simulation(s)")
 
 
 def cmd_aggregate(args: argparse.Namespace) -> None:
@@ -200,10 +210,15 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--ratios", type=float, nargs="+", default=[0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1],
                    help="cache sizes as fractions of all rows")
     s.add_argument("--policies", nargs="+", help="default: every policy")
-    s.add_argument("--windows", type=int, nargs="+", default=[1, 2], help="look-ahead windows to size")
+    s.add_argument("--windows", type=int, nargs="*", default=[1, 2], help="look-ahead windows to size (none: skip)")
     s.set_defaults(func=cmd_simulate)
 
-    a = sub.add_parser("aggregate", help="summary tables from run records")
+    c = sub.add_parser("cache-sim", help="cache_sim.csv: the simulate CSVs of every dataset in one table")
+    c.add_argument("sims", nargs="+", help="CSVs written by `hotcold simulate`")
+    c.add_argument("--out", default="results/tables/cache_sim.csv")
+    c.set_defaults(func=cmd_cache_sim)
+
+    a = sub.add_parser("aggregate", help="summary, speed-up, FAE and rows-moved tables from run records")
     a.add_argument("records", nargs="*", help="record.json files (default: every run under --runs)")
     a.add_argument("--runs", default="results/runs", help="runs directory searched when no records are given")
     a.add_argument("--out", default="results/tables")
@@ -211,7 +226,7 @@ def parser() -> argparse.ArgumentParser:
                    help="relative parameter difference under which a run counts as exact")
     a.set_defaults(func=cmd_aggregate)
 
-    f = sub.add_parser("figures", help="figures from the summary tables")
+    f = sub.add_parser("figures", help="paper figures from the tables")
     f.add_argument("--tables", default="results/tables")
     f.add_argument("--out", default="paper_figs")
     f.set_defaults(func=cmd_figures)

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 import hotcold
-from hotcold.files import atomic_write, atomic_write_bytes, atomic_write_json, atomic_write_text  # noqa: F401
+from hotcold.files import atomic_write, atomic_write_json
 
 SKETCH_SIZE = 256
 _P = 2_147_483_647  # Mersenne prime 2^31 - 1 for the sketch's hash functions

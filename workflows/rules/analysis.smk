@@ -1,4 +1,38 @@
-# Tables from all run records, figures from the tables.
+# Tables from the run records, the simulations and the profiles; figures from the tables.
+
+
+rule dataset_stats:
+    input:
+        profiles=per_dataset("results/profiles/{dataset}/profile.json"),
+    output:
+        csv=report("results/tables/dataset_stats.csv", caption="../report/dataset_stats.rst", category="Tables"),
+        coverage_png=figure("coverage", "png"),
+        coverage_pdf=figure("coverage", "pdf"),
+    params:
+        cli=HOTCOLD,
+        dirs=lambda wildcards, input: [str(Path(p).parent) for p in input.profiles],
+        figures=lambda wildcards, output: str(Path(output.coverage_png).parent),
+    log:
+        "results/logs/dataset_stats.log",
+    conda:
+        "../../envs/hotcold.yaml"
+    shell:
+        "{params.cli} dataset-stats {params.dirs:q} --out {output.csv:q} --figures {params.figures:q} > {log:q} 2>&1"
+
+
+rule cache_sim:
+    input:
+        sims=per_dataset("results/sim/{dataset}.csv"),
+    output:
+        csv="results/tables/cache_sim.csv",
+    params:
+        cli=HOTCOLD,
+    log:
+        "results/logs/cache_sim.log",
+    conda:
+        "../../envs/hotcold.yaml"
+    shell:
+        "{params.cli} cache-sim {input.sims:q} --out {output.csv:q} > {log:q} 2>&1"
 
 
 rule aggregate:
@@ -12,15 +46,20 @@ rule aggregate:
         phases="results/tables/phases.csv",
         counters_csv="results/tables/counters.csv",
         counters_md="results/tables/counters.md",
+        speedup_csv="results/tables/speedup.csv",
+        speedup_md="results/tables/speedup.md",
+        fae_hot_fraction="results/tables/fae_hot_fraction.csv",
+        rows_moved="results/tables/rows_moved.csv",
     params:
         cli=HOTCOLD,
+        out=lambda wildcards, output: str(Path(output.summary_csv).parent),
         exact_rtol=config["aggregate"]["exact_rtol"],
     log:
         "results/logs/aggregate.log",
     conda:
         "../../envs/hotcold.yaml"
     shell:
-        "{params.cli} aggregate {input.records:q} --out results/tables"
+        "{params.cli} aggregate {input.records:q} --out {params.out:q}"
         " --exact-rtol {params.exact_rtol} > {log:q} 2>&1"
 
 
@@ -28,20 +67,19 @@ rule figures:
     input:
         summary="results/tables/summary.csv",
         phases="results/tables/phases.csv",
+        speedup="results/tables/speedup.csv",
+        cache_sim="results/tables/cache_sim.csv",
+        fae_hot_fraction="results/tables/fae_hot_fraction.csv",
+        rows_moved="results/tables/rows_moved.csv",
     output:
-        step_phases_png=report(
-            "paper_figs/step_phases.png", caption="../report/step_phases.rst", category="Figures"
-        ),
-        step_phases_pdf="paper_figs/step_phases.pdf",
-        throughput_png=report(
-            "paper_figs/throughput.png", caption="../report/throughput.rst", category="Figures"
-        ),
-        throughput_pdf="paper_figs/throughput.pdf",
+        [figure(name, ext) for name in FIGURES for ext in ("png", "pdf")],
     params:
         cli=HOTCOLD,
+        tables=lambda wildcards, input: str(Path(input.summary).parent),
+        out=lambda wildcards, output: str(Path(output[0]).parent),
     log:
         "results/logs/figures.log",
     conda:
         "../../envs/hotcold.yaml"
     shell:
-        "{params.cli} figures --tables results/tables --out paper_figs > {log:q} 2>&1"
+        "{params.cli} figures --tables {params.tables:q} --out {params.out:q} > {log:q} 2>&1"

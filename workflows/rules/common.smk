@@ -1,6 +1,8 @@
-# Helpers for data.smk, train.smk and analysis.smk: how to call the hotcold CLI,
+# Helpers for data.smk, train.smk and analysis.smk: how to call the hotcold CLI, each
+# dataset's effective settings (global sections with its own overrides merged in),
 # which runs the config asks for, and the JSON each `hotcold` verb receives.
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -34,12 +36,68 @@ def shell_prefix() -> str:
 shell.prefix(shell_prefix())
 
 
+def merged(base: dict, override: dict | None) -> dict:
+    """``override`` merged into ``base``: mappings key by key, other values replace, None removes."""
+    out = dict(base)
+    for key, value in (override or {}).items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def without_nulls(mapping: dict) -> dict:
+    """``mapping`` with None-valued keys removed at every level (a null in a merged file removes)."""
+    return {k: without_nulls(v) if isinstance(v, dict) else v for k, v in mapping.items() if v is not None}
+
+
+def datasets() -> list[str]:
+    """Names of the configured datasets (a null entry removes one)."""
+    return [name for name, spec in config["datasets"].items() if spec is not None]
+
+
+def dataset_spec(name: str) -> dict:
+    return config["datasets"][name]
+
+
+def source_of(name: str) -> dict | None:
+    """The dataset's ``source`` section (a real dataset), or None for a generated one."""
+    return dataset_spec(name).get("source")
+
+
+def generated_datasets() -> list[str]:
+    return [name for name in datasets() if source_of(name) is None]
+
+
+def sourced_datasets() -> list[str]:
+    return [name for name in datasets() if source_of(name) is not None]
+
+
+def one_of(names: list[str]) -> str:
+    """A wildcard regex matching exactly ``names`` (never matching when there are none)."""
+    return "|".join(re.escape(n) for n in names) or "(?!)"
+
+
+def section(name: str, key: str) -> dict:
+    """The global ``train`` or ``model`` section with the dataset's overrides merged in."""
+    return merged(config[key], dataset_spec(name).get(key))
+
+
+def methods_for(name: str) -> dict[str, dict[str, dict]]:
+    """Method -> variant -> store options for one dataset: the global methods, its overrides merged in."""
+    effective = without_nulls(merged(config["methods"], dataset_spec(name).get("methods")))
+    return {method: variants for method, variants in effective.items() if variants}
+
+
 def runs() -> list[tuple[str, str, str, int]]:
     """Every (dataset, method, variant, seed) the config asks for."""
     return [
         (dataset, method, variant, seed)
-        for dataset in config["datasets"]
-        for method, variants in config["methods"].items()
+        for dataset in datasets()
+        for method, variants in methods_for(dataset).items()
         for variant in variants
         for seed in config["seeds"]
     ]
@@ -53,10 +111,33 @@ def all_records() -> list[str]:
     return [f"{run_dir(*run)}/record.json" for run in runs()]
 
 
+def per_dataset(pattern: str) -> list[str]:
+    return expand(pattern, dataset=datasets())
+
+
 def generator_spec(wildcards) -> str:
     """`hotcold generate --spec`: the dataset's generator options plus its name."""
-    return json.dumps({**config["datasets"][wildcards.dataset]["generator"], "name": wildcards.dataset},
-                      sort_keys=True)
+    spec = {**dataset_spec(wildcards.dataset)["generator"], "name": wildcards.dataset}
+    return json.dumps(spec, sort_keys=True)
+
+
+def source_spec(wildcards) -> str:
+    """`hotcold download/preprocess --spec`: the dataset's source section."""
+    return json.dumps(source_of(wildcards.dataset), sort_keys=True)
+
+
+def first_seed() -> int:
+    """Profiles and simulations follow the batch order of the first seed."""
+    return config["seeds"][0]
+
+
+def batch_size(wildcards) -> int:
+    return section(wildcards.dataset, "train")["batch_size"]
+
+
+def simulate_config(wildcards) -> str:
+    """`hotcold simulate --run-config`: the dataset's train section fixes the simulated batches."""
+    return json.dumps({"seed": first_seed(), "train": section(wildcards.dataset, "train")}, sort_keys=True)
 
 
 def run_config_dict(dataset: str, method: str, variant: str, seed: int) -> dict:
@@ -65,9 +146,9 @@ def run_config_dict(dataset: str, method: str, variant: str, seed: int) -> dict:
         "method": method,
         "variant": variant,
         "seed": int(seed),
-        "store": config["methods"][method][variant],
-        "model": config["model"],
-        "train": config["train"],
+        "store": methods_for(dataset)[method][variant],
+        "model": section(dataset, "model"),
+        "train": section(dataset, "train"),
         "timing": config["timing"],
     }
 
@@ -80,21 +161,46 @@ def run_config(wildcards) -> str:
     )
 
 
+FIGURES = ["step_phases", "throughput", "speedup", "hit_rate", "fae_hot_fraction", "rows_moved"]
+
+
+def figure(name: str, ext: str):
+    """A figure output; the PNG goes into `snakemake --report` with its caption."""
+    path = f"paper_figs/{name}.{ext}"
+    if ext != "png":
+        return path
+    return report(path, caption=f"../report/{name}.rst", category="Figures")
+
+
+def check_taobao_path(name: str, source: dict) -> None:
+    """A Taobao source needs a local file; an unset path fails now with the download instructions."""
+    from hotcold.data.sources import locate_taobao
+
+    if source["kind"] == "taobao" and not (source.get("path") or "").strip():
+        locate_taobao(None, name=name)
+
+
 def check_configs() -> None:
     """Resolve every dataset and run config with the package's own typed configs, so `snakemake -n` fails early."""
     try:
         from hotcold.config import ConfigError, RunConfig
         from hotcold.data.generate import GeneratorConfig
+        from hotcold.data.prepare import SourceConfig
     except ImportError:
         return  # Snakemake runs outside the package's environment (e.g. --sdm conda); the jobs check later
-    checks = [
-        (f"dataset {name}", GeneratorConfig.from_dict, {**spec["generator"], "name": name})
-        for name, spec in config["datasets"].items()
-    ] + [(f"run {run_dir(*run)}", RunConfig.from_dict, run_config_dict(*run)) for run in runs()]
+    if config["profile"]["window"] > config["profile"]["batches"]:
+        raise WorkflowError(f"invalid configuration: profile.window={config['profile']['window']} is more "
+                            f"than profile.batches={config['profile']['batches']}")
+    checks = [(f"dataset {name}", GeneratorConfig.from_dict, {**dataset_spec(name)["generator"], "name": name})
+              for name in generated_datasets()]
+    checks += [(f"dataset {name}", SourceConfig.from_dict, source_of(name)) for name in sourced_datasets()]
+    checks += [(f"dataset {name}", lambda s, n=name: check_taobao_path(n, s), source_of(name))
+               for name in sourced_datasets()]
+    checks += [(f"run {run_dir(*run)}", RunConfig.from_dict, run_config_dict(*run)) for run in runs()]
     for where, build, data in checks:
         try:
             build(data)
-        except ConfigError as e:
+        except (ConfigError, FileNotFoundError) as e:
             raise WorkflowError(f"invalid configuration for {where}: {e}") from None
 
 

@@ -1,4 +1,7 @@
 # Datasets: one directory per configured dataset; manifest.json marks it complete.
+# A dataset is generated (`generator`) or fetched and preprocessed (`source`); each
+# rule only matches the datasets of its kind. Then a profile and a cache simulation
+# of each dataset's training trace.
 
 
 rule generate:
@@ -8,9 +11,97 @@ rule generate:
         cli=HOTCOLD,
         spec=generator_spec,
         out=lambda wildcards, output: str(Path(output.manifest).parent),
+    wildcard_constraints:
+        dataset=one_of(generated_datasets()),
     log:
         "results/logs/generate/{dataset}.log",
     conda:
         "../../envs/hotcold.yaml"
     shell:
         "{params.cli} generate --spec {params.spec:q} --out {params.out:q} --no-progress > {log:q} 2>&1"
+
+
+rule download:
+    output:
+        source="results/raw/{dataset}/source.json",
+    params:
+        cli=HOTCOLD,
+        spec=source_spec,
+        out=lambda wildcards, output: str(Path(output.source).parent),
+    wildcard_constraints:
+        dataset=one_of(sourced_datasets()),
+    log:
+        "results/logs/download/{dataset}.log",
+    conda:
+        "../../envs/hotcold.yaml"
+    shell:
+        "{params.cli} download --spec {params.spec:q} --out {params.out:q} --name {wildcards.dataset}"
+        " --no-progress > {log:q} 2>&1"
+
+
+rule preprocess:
+    input:
+        source="results/raw/{dataset}/source.json",
+    output:
+        manifest="results/data/{dataset}/manifest.json",
+    params:
+        cli=HOTCOLD,
+        spec=source_spec,
+        raw=lambda wildcards, input: str(Path(input.source).parent),
+        out=lambda wildcards, output: str(Path(output.manifest).parent),
+    wildcard_constraints:
+        dataset=one_of(sourced_datasets()),
+    log:
+        "results/logs/preprocess/{dataset}.log",
+    conda:
+        "../../envs/hotcold.yaml"
+    shell:
+        "{params.cli} preprocess --spec {params.spec:q} --raw {params.raw:q} --out {params.out:q}"
+        " --name {wildcards.dataset} --no-progress > {log:q} 2>&1"
+
+
+rule profile:
+    input:
+        manifest="results/data/{dataset}/manifest.json",
+    output:
+        profile="results/profiles/{dataset}/profile.json",
+        counts="results/profiles/{dataset}/counts.npz",
+    params:
+        cli=HOTCOLD,
+        dataset=lambda wildcards, input: str(Path(input.manifest).parent),
+        out=lambda wildcards, output: str(Path(output.profile).parent),
+        sample_fraction=config["profile"]["sample_fraction"],
+        window=config["profile"]["window"],
+        batches=config["profile"]["batches"],
+        batch_size=batch_size,
+        seed=first_seed(),
+    log:
+        "results/logs/profile/{dataset}.log",
+    conda:
+        "../../envs/hotcold.yaml"
+    shell:
+        "{params.cli} profile --dataset {params.dataset:q} --out {params.out:q}"
+        " --sample-fraction {params.sample_fraction} --batch-size {params.batch_size}"
+        " --window {params.window} --batches {params.batches} --seed {params.seed} > {log:q} 2>&1"
+
+
+rule simulate:
+    input:
+        manifest="results/data/{dataset}/manifest.json",
+    output:
+        csv="results/sim/{dataset}.csv",
+    params:
+        cli=HOTCOLD,
+        dataset=lambda wildcards, input: str(Path(input.manifest).parent),
+        run_config=simulate_config,
+        ratios=config["simulate"]["ratios"],
+        policies=config["simulate"]["policies"],
+        windows=config["simulate"]["windows"],
+    log:
+        "results/logs/simulate/{dataset}.log",
+    conda:
+        "../../envs/hotcold.yaml"
+    shell:
+        "{params.cli} simulate --dataset {params.dataset:q} --run-config {params.run_config:q}"
+        " --out {output.csv:q} --ratios {params.ratios} --policies {params.policies}"
+        " --windows {params.windows} > {log:q} 2>&1"

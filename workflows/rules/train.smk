@@ -1,4 +1,5 @@
-# Training: one job per dataset x method x variant x seed.
+# Training: one job per dataset x method x variant x seed, with the dataset's
+# effective settings (global sections, its own overrides merged in).
 
 
 rule train:

@@ -1,12 +1,16 @@
-"""Tidy tables from run records: summary, per-phase times and counters.
+"""Tidy tables from run records: summary, per-phase times, counters and the comparisons.
 
 ``aggregate`` reads the given ``<dataset>/<method>/<variant>/seed~<n>/record.json``
 files (the workflow passes the runs its config asks for; by hand,
 ``find_records`` lists all under a runs directory) and writes ``summary.csv``/``summary.md``,
-``phases.csv`` and ``counters.csv``/``counters.md``. Speed-ups are computed
-only between runs timed by the same kind of timer; the ``exact`` column checks
-the invariant (same parameters as the ``device`` store) from the records'
-parameter sketches. Both compare only runs on byte-identical datasets (same
+``phases.csv``, ``counters.csv``/``counters.md`` and the comparison tables of
+``hotcold.analysis.comparisons`` (``speedup``, ``fae_hot_fraction``, ``rows_moved``).
+Speed-ups are computed only between runs timed by the same kind of timer.
+The ``exact`` column checks the invariant from the records' parameter
+sketches: against the record's own ``reference`` when it has one (a store
+with its own batch order, e.g. FAE, carries the ``device`` store replayed on
+that order), else against the ``device`` run of the same dataset and seed.
+Comparisons between runs use only runs on byte-identical datasets (same
 manifest hash), so stale runs of another scale under the same name never
 serve as a reference.
 """
@@ -20,7 +24,10 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from hotcold.records import atomic_write_text, sketch_rel_diff
+from hotcold.analysis.comparisons import fae_table, rows_moved_table, speedup_markdown, speedup_table
+from hotcold.analysis.markdown import to_markdown
+from hotcold.files import atomic_write_text
+from hotcold.records import sketch_rel_diff
 
 RECORD_GLOB = "*/*/*/seed~*/record.json"
 KEYS = ["dataset", "method", "variant", "seed"]
@@ -28,21 +35,17 @@ BASELINE_METHOD = "hybrid"
 REFERENCE_METHOD = "device"
 PREFERRED_VARIANT = "base"
 
+REFERENCE_LABELS = {"run": "device run", "replay": "device replay of this order"}
+
 SUMMARY_COLUMNS = [
-    *KEYS, "timer", "device", "samples_per_s", "step_ms_p50", "step_ms_p10", "step_ms_p90",
-    "step_ms_mean", "speedup_vs_hybrid", "auc", "logloss", "exact", "param_rel_diff",
+    *KEYS, "options", "timer", "device", "samples_per_s", "step_ms_p50", "step_ms_p10", "step_ms_p90",
+    "step_ms_mean", "speedup_vs_hybrid", "auc", "auc_vs_hybrid", "logloss", "exact", "exact_reference",
+    "param_rel_diff",
 ]
 PROVENANCE_COLUMNS = [
     "dataset_sha256", "device_type", "batch_size", "steps_timed", "threads", "torch", "git_commit", "git_dirty",
     "eval_samples",
 ]
-MARKDOWN_FORMATS = {
-    "samples_per_s": "{:,.0f}",
-    "step_ms_p50": "{:.3f}", "step_ms_p10": "{:.3f}", "step_ms_p90": "{:.3f}", "step_ms_mean": "{:.3f}",
-    "speedup_vs_hybrid": "{:.2f}x",
-    "auc": "{:.4f}", "logloss": "{:.4f}",
-    "param_rel_diff": "{:.1e}",
-}
 
 
 class NoRecordsError(FileNotFoundError):
@@ -86,11 +89,17 @@ def load_records(paths: Sequence[Path]) -> list[dict[str, Any]]:
     return [load_record(p) for p in paths]
 
 
+def options_label(options: dict[str, Any] | None) -> str:
+    """Store options as ``key=value, ...`` (sorted keys); empty for none."""
+    return ", ".join(f"{k}={v}" for k, v in sorted((options or {}).items()))
+
+
 def _row(rec: dict[str, Any]) -> dict[str, Any]:
     summary, prov = rec["summary"], rec.get("provenance", {})
     metrics = rec.get("metrics", {})
     return {
         **{k: rec[k] for k in KEYS},
+        "options": options_label((rec.get("config") or {}).get("store")),
         "timer": summary.get("timer", prov.get("timer")),
         "device": prov.get("device"),
         "samples_per_s": summary.get("samples_per_s"),
@@ -128,29 +137,50 @@ def _speedups(frame: pd.DataFrame) -> pd.Series:
     return out
 
 
-def _exactness(frame: pd.DataFrame, sketches: list[Any], exact_rtol: float) -> tuple[pd.Series, pd.Series]:
-    """Relative parameter-sketch distance to the ``device`` run of the same dataset and seed."""
+def _exactness(frame: pd.DataFrame, records: list[dict[str, Any]],
+               exact_rtol: float) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """Relative parameter-sketch distance to each run's reference, and which reference that was.
+
+    The reference is the record's own ``reference`` (the ``device`` store
+    replayed on the run's batch order) when it has one, else the ``device``
+    run of the same dataset and seed.
+    """
+    sketches = [(r.get("params") or {}).get("sketch") for r in records]
+    replays = [((r.get("reference") or {}).get("params") or {}).get("sketch") for r in records]
     diff = pd.Series(np.nan, index=frame.index, dtype="float64")
     exact = pd.Series(pd.NA, index=frame.index, dtype="boolean")
+    label = pd.Series(pd.NA, index=frame.index, dtype="string")
     for _, group in frame.groupby(["dataset", "dataset_sha256", "seed"], dropna=False, sort=False):
         ref = _pick_reference(group, REFERENCE_METHOD)
-        if ref is None:
-            continue
         for idx in group.index:
-            d = sketch_rel_diff(sketches[idx], sketches[ref.name])
+            if replays[idx] is not None:
+                d, kind = sketch_rel_diff(sketches[idx], replays[idx]), "replay"
+            elif ref is not None:
+                d, kind = sketch_rel_diff(sketches[idx], sketches[ref.name]), "run"
+            else:
+                continue
             if not math.isnan(d):
-                diff[idx] = d
-                exact[idx] = d <= exact_rtol
-    return exact, diff
+                diff[idx], exact[idx], label[idx] = d, d <= exact_rtol, REFERENCE_LABELS[kind]
+    return exact, diff, label
+
+
+def _auc_vs_hybrid(frame: pd.DataFrame) -> pd.Series:
+    """AUC minus the AUC of the hybrid run of the same dataset and seed."""
+    out = pd.Series(np.nan, index=frame.index, dtype="float64")
+    for _, group in frame.groupby(["dataset", "dataset_sha256", "seed"], dropna=False, sort=False):
+        ref = _pick_reference(group, BASELINE_METHOD)
+        if ref is not None and pd.notna(ref["auc"]):
+            out[group.index] = group["auc"].astype("float64") - float(ref["auc"])
+    return out
 
 
 def summary_frame(records: list[dict[str, Any]], exact_rtol: float = 1e-6) -> pd.DataFrame:
     """One row per run, sorted by dataset, method, variant, seed."""
     frame = pd.DataFrame([_row(r) for r in records])
     frame["seed"] = frame["seed"].astype("int64")
-    sketches = [r.get("params", {}).get("sketch") for r in records]
     frame["speedup_vs_hybrid"] = _speedups(frame)
-    frame["exact"], frame["param_rel_diff"] = _exactness(frame, sketches, exact_rtol)
+    frame["auc_vs_hybrid"] = _auc_vs_hybrid(frame)
+    frame["exact"], frame["param_rel_diff"], frame["exact_reference"] = _exactness(frame, records, exact_rtol)
     frame = frame[SUMMARY_COLUMNS + PROVENANCE_COLUMNS]
     return frame.sort_values(KEYS, kind="stable").reset_index(drop=True)
 
@@ -184,44 +214,16 @@ def counters_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
     return _long(records, "counter", {"per_step": "counters_per_step"})
 
 
-def _fmt(value: Any, fmt: str) -> str:
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    if isinstance(value, (bool, np.bool_)):
-        return "yes" if value else "**no**"
-    if isinstance(value, (float, np.floating)):
-        return fmt.format(float(value))
-    return str(value).replace("|", "\\|")
-
-
-def to_markdown(frame: pd.DataFrame, formats: dict[str, str] | None = None) -> str:
-    """A GitHub-flavoured markdown table; numbers right-aligned, text left-aligned.
-
-    ``formats`` maps column names to ``str.format`` patterns for floats
-    (default: ``MARKDOWN_FORMATS``, then ``{:.4g}``).
-    """
-    cols = list(frame.columns)
-    fmts = [{**MARKDOWN_FORMATS, **(formats or {})}.get(c, "{:.4g}") for c in cols]
-    cells = [[_fmt(v, f) for v, f in zip(row, fmts)] for row in frame.itertuples(index=False, name=None)]
-    numeric = [pd.api.types.is_numeric_dtype(frame[c]) and not pd.api.types.is_bool_dtype(frame[c]) for c in cols]
-    widths = [max([len(c), 3, *(len(r[i]) for r in cells)]) for i, c in enumerate(cols)]
-
-    def line(values: list[str]) -> str:
-        padded = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
-        return "| " + " | ".join(padded) + " |"
-
-    rule = "|" + "|".join(("-" * (w + 1) + ":") if num else (":" + "-" * (w + 1)) for w, num in zip(widths, numeric)) + "|"
-    return "\n".join([line(cols), rule, *(line(r) for r in cells)]) + "\n"
-
-
 def _summary_markdown(summary: pd.DataFrame, exact_rtol: float) -> str:
     timers = ", ".join(sorted(summary["timer"].dropna().astype(str).unique())) or "unknown"
     return (
         "# hotcold summary\n\n"
         f"Timer kind(s): {timers}. Speed-up is samples/s over the `{BASELINE_METHOD}` run "
         "of the same dataset, seed and timer kind; times from different timers are never compared.\n"
-        f"`exact`: final parameters match the `{REFERENCE_METHOD}` run of the same dataset and seed "
-        f"(relative sketch distance <= {exact_rtol:g}).\n\n"
+        f"`exact`: final parameters match the reference (relative sketch distance <= {exact_rtol:g}); "
+        f"`exact_reference` says which: the `{REFERENCE_METHOD}` run of the same dataset and seed, or, "
+        "for a store with its own batch order (FAE), the record's own replay of that order on the "
+        f"`{REFERENCE_METHOD}` store. `auc_vs_hybrid`: AUC minus the `{BASELINE_METHOD}` run's.\n\n"
         + to_markdown(summary[SUMMARY_COLUMNS])
     )
 
@@ -238,7 +240,7 @@ def _counters_markdown(counters: pd.DataFrame) -> str:
 
 
 def aggregate(records: Sequence[Path], out_dir: Path, exact_rtol: float = 1e-6) -> pd.DataFrame:
-    """Read the given run records, write the tables to ``out_dir``, return the summary."""
+    """Read the given run records, write every table to ``out_dir``, return the summary."""
     out_dir = Path(out_dir)
     loaded = load_records(records)
     summary = summary_frame(loaded, exact_rtol)
@@ -249,4 +251,9 @@ def aggregate(records: Sequence[Path], out_dir: Path, exact_rtol: float = 1e-6) 
     atomic_write_text(out_dir / "phases.csv", phases.to_csv(index=False))
     atomic_write_text(out_dir / "counters.csv", counters.to_csv(index=False))
     atomic_write_text(out_dir / "counters.md", _counters_markdown(counters))
+    speedup = speedup_table(summary)
+    atomic_write_text(out_dir / "speedup.csv", speedup.to_csv(index=False))
+    atomic_write_text(out_dir / "speedup.md", speedup_markdown(speedup))
+    atomic_write_text(out_dir / "fae_hot_fraction.csv", fae_table(loaded, summary).to_csv(index=False))
+    atomic_write_text(out_dir / "rows_moved.csv", rows_moved_table(counters, summary).to_csv(index=False))
     return summary

@@ -33,7 +33,6 @@ import pandas as pd
 from hotcold.config import ConfigError
 from hotcold.data.format import Dataset
 from hotcold.data.loader import batch_rows
-from hotcold.data.skew import COUNT_CHUNK, row_counts
 from hotcold.trace.policies import (COUNTERS, NEVER, POLICIES, CacheDirectory, cache_policy, capacity_from_ratio,
                                     frequency_order)
 
@@ -248,8 +247,3 @@ def dataset_trace(ds: Dataset, batch_size: int, steps: int, seed: int = 0, shuff
         start, stop = ds.split("train")
         order = batch_rows(stop - start, batch_size, steps, seed, shuffle)
     return Trace.from_batches(batch_trace(ds, order), sum(ds.cardinalities))
-
-
-def split_frequencies(ds: Dataset, split: str = "train", chunk: int = COUNT_CHUNK) -> np.ndarray:
-    """Access count of every global row over a split: int64 [N] (``hotcold.data.skew.row_counts``)."""
-    return row_counts(ds, split, chunk=chunk)

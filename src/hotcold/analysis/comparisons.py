@@ -1,0 +1,130 @@
+"""The comparison tables: speed-up per method, cache hit rates, FAE's hot inputs, rows moved.
+
+- ``speedup_table``: mean over seeds of each (dataset, timer, method,
+  variant) of the summary: samples/s, speed-up over ``hybrid`` (same timer
+  kind only), AUC and its difference to ``hybrid``, and whether every seed
+  was exact.
+- ``cache_sim_table``: the per-dataset ``hotcold simulate`` CSVs in one frame
+  (hit rate per policy and cache size, ColossalAI's curve).
+- ``fae_table``: per run whose store reports a hot-input fraction (FAE): its
+  budget, the hot rows on the device and the share of training inputs and
+  batches that were hot.
+- ``rows_moved_table``: embedding rows moved host to device and back per
+  training step, from the counters (hardware-independent).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from hotcold.analysis.markdown import to_markdown
+
+RUN_KEYS = ["dataset", "method", "variant", "seed"]
+SPEEDUP_KEYS = ["dataset", "timer", "method", "variant"]
+SIM_REQUIRED = ("dataset", "policy", "capacity", "cache_ratio", "feasible", "hit_rate")
+BUDGET_OPTIONS = ("budget_ratio", "budget_bytes")
+
+
+def _all_exact(values: pd.Series) -> Any:
+    """True if every known value is True, False if any is False, NA if none is known."""
+    known = values.dropna()
+    return pd.NA if known.empty else bool(known.astype(bool).all())
+
+
+def speedup_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Mean (and sd) over seeds per dataset, timer kind, method and variant."""
+    cols = [*SPEEDUP_KEYS, "options", "seeds", "samples_per_s", "samples_per_s_sd", "speedup_vs_hybrid",
+            "speedup_sd", "auc", "auc_vs_hybrid", "exact"]
+    if summary.empty:
+        return pd.DataFrame(columns=cols)
+    frame = summary.assign(timer=summary["timer"].fillna("unknown"), options=summary["options"].fillna(""))
+    out = frame.groupby(SPEEDUP_KEYS, sort=True).agg(
+        options=("options", "first"),
+        seeds=("seed", "nunique"),
+        samples_per_s=("samples_per_s", "mean"),
+        samples_per_s_sd=("samples_per_s", "std"),
+        speedup_vs_hybrid=("speedup_vs_hybrid", "mean"),
+        speedup_sd=("speedup_vs_hybrid", "std"),
+        auc=("auc", "mean"),
+        auc_vs_hybrid=("auc_vs_hybrid", "mean"),
+        exact=("exact", _all_exact),
+    ).reset_index()
+    out["exact"] = out["exact"].astype("boolean")
+    return out[cols]
+
+
+def speedup_markdown(speedup: pd.DataFrame) -> str:
+    return (
+        "# hotcold speed-up over hybrid\n\n"
+        "Mean over seeds (sd where there are several). `speedup_vs_hybrid` is samples/s over the "
+        "`hybrid` run of the same dataset, seed and timer kind; `auc_vs_hybrid` is AUC minus the "
+        "`hybrid` run's; `exact` holds when every seed matched its reference parameters.\n\n"
+        + to_markdown(speedup)
+    )
+
+
+def cache_sim_table(paths: Sequence[Path]) -> pd.DataFrame:
+    """The simulation CSVs of ``hotcold simulate`` in one frame, sorted by dataset, policy and size."""
+    if not paths:
+        raise FileNotFoundError("no simulation CSVs given; run `hotcold simulate` first")
+    frames = []
+    for path in paths:
+        frame = pd.read_csv(path)
+        missing = [c for c in SIM_REQUIRED if c not in frame.columns]
+        if missing:
+            raise ValueError(f"{path}: not a `hotcold simulate` table (lacks column(s) {missing})")
+        frames.append(frame)
+    out = pd.concat(frames, ignore_index=True)
+    return out.sort_values(["dataset", "policy", "capacity"], kind="stable").reset_index(drop=True)
+
+
+def _summary_columns(summary: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    return summary[[*RUN_KEYS, *columns]]
+
+
+def fae_table(records: list[dict[str, Any]], summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per run whose store report has ``hot_fraction`` (FAE), sorted by dataset and hot rows.
+
+    ``budget_*``: the configured budget; ``hot_*``: the hot rows FAE put on
+    the device (count, share of all rows, bytes with optimizer state);
+    ``hot_fraction``: share of training inputs whose lookups are all hot;
+    ``hot_batch_share``: share of timed steps that ran as hot batches.
+    """
+    own = ["budget_ratio", "budget_bytes", "hot_rows", "hot_ratio", "hot_bytes", "hot_fraction", "hot_batch_share"]
+    joined = ["options", "samples_per_s", "speedup_vs_hybrid", "auc", "auc_vs_hybrid", "exact"]
+    rows = []
+    for rec in records:
+        store = rec.get("store") or {}
+        if store.get("hot_fraction") is None:
+            continue
+        options = (rec.get("config") or {}).get("store") or {}
+        counters = rec["summary"].get("counters_per_step") or {}
+        rows.append({
+            **{k: rec[k] for k in RUN_KEYS},
+            **{k: options.get(k) for k in BUDGET_OPTIONS},
+            **{k: store.get(k) for k in ("hot_rows", "hot_ratio", "hot_bytes", "hot_fraction")},
+            "hot_batch_share": counters.get("hot_batch"),
+        })
+    fae = pd.DataFrame(rows, columns=[*RUN_KEYS, *own])
+    fae["seed"] = fae["seed"].astype("int64")
+    fae[own] = fae[own].apply(pd.to_numeric, errors="coerce").astype("float64")
+    out = fae.merge(_summary_columns(summary, joined), on=RUN_KEYS, how="left")
+    out = out[[*RUN_KEYS, "options", *own, *joined[1:]]]
+    return out.sort_values(["dataset", "hot_ratio", "method", "variant", "seed"], kind="stable").reset_index(drop=True)
+
+
+def rows_moved_table(counters: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
+    """Rows moved host to device (``rows_h2d``) and back (``rows_d2h``) per step, one row per run."""
+    names = ["lookups", "unique_rows", "rows_h2d", "rows_d2h"]
+    cols = [*RUN_KEYS, "options", *names, "rows_moved", "rows_moved_per_lookup"]
+    if counters.empty:
+        return pd.DataFrame(columns=cols)
+    wide = counters.pivot_table(index=RUN_KEYS, columns="counter", values="per_step", aggfunc="first")
+    wide = wide.reindex(columns=names).reset_index()
+    wide.columns.name = None
+    wide["rows_moved"] = wide["rows_h2d"] + wide["rows_d2h"]
+    wide["rows_moved_per_lookup"] = wide["rows_moved"] / wide["lookups"].where(wide["lookups"] > 0)
+    out = wide.merge(_summary_columns(summary, ["options"]), on=RUN_KEYS, how="left")[cols]
+    return out.sort_values(RUN_KEYS, kind="stable").reset_index(drop=True)
