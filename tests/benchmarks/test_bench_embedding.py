@@ -36,7 +36,9 @@ def ids() -> torch.Tensor:
 
 
 def _store(method: str, optimizer: str):
-    return build_store(method, StoreSpec(SIZES, 16, RowOptimizer(optimizer, 0.01), DEVICE, seed=0))
+    # Row frequencies for the frequency-aware cache: lower ids are the popular ones, as in _zipf_ids.
+    freq = torch.cat([torch.arange(n, 0, -1) for n in SIZES])
+    return build_store(method, StoreSpec(SIZES, 16, RowOptimizer(optimizer, 0.01), DEVICE, seed=0, frequencies=freq))
 
 
 @pytest.mark.parametrize("method", sorted(STORES))
