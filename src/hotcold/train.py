@@ -86,7 +86,8 @@ def build(cfg: RunConfig, ds: Dataset, device: torch.device,
         raise ConfigError(f"the batch order has {len(rows)} batches, fewer than steps={cfg.train.steps}")
     rows = rows[: cfg.train.steps]
     if cls.needs_batches:
-        spec.batches = lambda: (b.ids for b in train_loader(cfg, ds, lookahead=0, rows=rows))
+        start = ds.split("train")[0]
+        spec.batches = lambda: (torch.from_numpy(ds.batch_ids(r + start)) for r in rows)  # ids only
     return model, cls(spec), rows
 
 

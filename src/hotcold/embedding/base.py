@@ -132,9 +132,14 @@ def coalesce(rows: torch.Tensor, grads: torch.Tensor) -> tuple[torch.Tensor, tor
     their summed gradients [U, D].
     """
     uniq, inverse = torch.unique(rows, return_inverse=True)
-    summed = torch.zeros(uniq.numel(), grads.shape[1], dtype=grads.dtype, device=grads.device)
+    return uniq, sum_by_index(inverse, grads, uniq.numel())
+
+
+def sum_by_index(inverse: torch.Tensor, grads: torch.Tensor, n: int) -> torch.Tensor:
+    """Gradients [L, D] summed into [n, D] by their index ``inverse`` [L] (the second half of ``coalesce``)."""
+    summed = torch.zeros(n, grads.shape[1], dtype=grads.dtype, device=grads.device)
     summed.index_add_(0, inverse, grads)
-    return uniq, summed
+    return summed
 
 
 class RowOptimizer:

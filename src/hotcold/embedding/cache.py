@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from hotcold.config import ConfigError, is_real
-from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, init_table
+from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, init_table, sum_by_index
 from hotcold.trace.policies import CacheDirectory, Policy, cache_policy
 
 DEFAULT_CACHE_RATIO = 0.015
@@ -154,8 +154,7 @@ class CacheStore(EmbeddingStore):
         lk, uslots, inverse = self._last
         grad = self.from_batch(grad, lk)  # [L, D]
         # ``coalesce`` with the host-planned unique rows: no device sync for torch.unique.
-        summed = torch.zeros(uslots.numel(), self.dim, dtype=grad.dtype, device=grad.device)  # [U, D]
-        summed.index_add_(0, inverse, grad)
+        summed = sum_by_index(inverse, grad, uslots.numel())  # [U, D]
         self.optimizer.apply(self.cache_w, self.cache_s, uslots, summed)
         self._counters = self._pending
         self._last = None
