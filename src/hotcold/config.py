@@ -19,6 +19,14 @@ class ConfigError(ValueError):
     """A configuration value or key is invalid."""
 
 
+class InfeasibleError(ConfigError):
+    """A valid variant that cannot run on this dataset (a cache smaller than a batch's unique rows).
+
+    The training job ends with a record of status ``infeasible`` and this
+    message as the reason, instead of failing the workflow.
+    """
+
+
 def is_int(v: Any) -> bool:
     """An integer that is not a bool."""
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)

@@ -40,7 +40,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
-from hotcold.config import ConfigError
+from hotcold.config import ConfigError, InfeasibleError
 from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, coalesce, init_table
 
 COUNTER_KEYS = ("unique_hits", "unique_misses", "rows_h2d", "rows_d2h", "evictions")
@@ -125,7 +125,7 @@ class ScratchPipeStore(EmbeddingStore):
         self.capacity = _capacity(spec.options, n, self.min_capacity)
         if self.min_capacity is not None and self.capacity < self.min_capacity:
             m = self.min_capacity
-            raise ConfigError(
+            raise InfeasibleError(
                 f"scratchpipe: a scratchpad of {self.capacity} rows cannot hold the look-ahead "
                 f"working set; the minimum capacity is {m} rows (unique rows of batches "
                 f"{start}..{start + self.window}, window={self.window}); set scratchpad_rows >= {m} "
@@ -196,7 +196,7 @@ class ScratchPipeStore(EmbeddingStore):
         """``n`` unheld slots, free ones first, then least recently needed: int64 [n]."""
         cand = np.flatnonzero(self._hold == 0)
         if cand.size < n:
-            raise RuntimeError(
+            raise InfeasibleError(
                 f"scratchpipe: a batch needs {n} more slots but only {cand.size} of {self.capacity} are "
                 f"free or evictable; the scratchpad is smaller than the look-ahead working set "
                 f"(give the store StoreSpec.batches to check the minimum capacity at start)"

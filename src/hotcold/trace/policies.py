@@ -38,7 +38,7 @@ from typing import Sequence
 
 import numpy as np
 
-from hotcold.config import ConfigError
+from hotcold.config import ConfigError, InfeasibleError
 
 #: per-step counters, the same keys as the cache stores' ``step_counters`` (less bytes)
 COUNTERS = ("lookups", "unique_rows", "hits", "misses", "unique_hits", "unique_misses",
@@ -225,7 +225,7 @@ class CacheDirectory:
     def access(self, rows: np.ndarray, counts: np.ndarray) -> Access:
         """Plan one step for its unique ``rows`` (ascending, int64 [U]) and ``counts`` [U]."""
         if rows.size > self.capacity:
-            raise ConfigError(
+            raise InfeasibleError(
                 f"cache of {self.capacity} rows is too small: batch {self.step} has {rows.size} unique "
                 f"rows, all of which must be resident; needs a capacity of at least {rows.size} rows "
                 f"(cache_rows >= {rows.size}, or cache_ratio >= {rows.size / self.num_rows:.3g})")
