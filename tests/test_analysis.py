@@ -13,9 +13,10 @@ from hotcold.analysis.comparisons import cache_sim_table
 from hotcold.analysis.figures import make_figures
 from hotcold.analysis.tables import NoRecordsError, RecordError, aggregate, find_records
 from hotcold.cli import main
+from hotcold.counters import FIELDS
 
 PHASES = ("data", "h2d", "emb_fwd", "dense_fwd_bwd", "d2h", "emb_update")
-COUNTERS = ("lookups", "unique_rows", "hits", "misses", "rows_h2d", "rows_d2h", "bytes_h2d", "bytes_d2h")
+COUNTERS = FIELDS
 SKETCH = np.linspace(-1.0, 1.0, 256)
 FIGURES = ("fae_hot_fraction", "hit_rate", "rows_moved", "speedup", "step_phases", "throughput")
 
@@ -281,7 +282,7 @@ def test_fae_table_from_store_reports(tmp_path: Path) -> None:
         write_run(runs, "kaggle", "fae", variant, 0, rate=2000.0, options={"budget_ratio": ratio},
                   store={"hot_fraction": frac, "hot_rows": int(ratio * 1000), "hot_ratio": ratio,
                          "hot_bytes": int(ratio * 1000) * 68, "sampled_inputs": 50},
-                  counters={"lookups": 10.0, "rows_h2d": 1.0, "rows_d2h": 1.0, "hot_batch": frac / 2})
+                  counters={"lookups": 10.0, "param_rows_h2d": 1.0, "param_rows_d2h": 1.0, "hot_batch": frac / 2})
     aggregate(find_records(runs), tmp_path / "tables")
     fae = pd.read_csv(tmp_path / "tables" / "fae_hot_fraction.csv")
     assert list(fae.variant) == ["small", "big"]  # by hot rows
@@ -293,26 +294,30 @@ def test_fae_table_from_store_reports(tmp_path: Path) -> None:
     assert list(fae.options) == ["budget_ratio=0.06", "budget_ratio=0.25"]
 
 
-def test_rows_moved_table(runs: Path, tmp_path: Path) -> None:
+def test_traffic_table_adds_bytes_of_each_kind(runs: Path, tmp_path: Path) -> None:
     aggregate(find_records(runs), tmp_path / "tables")
     moved = pd.read_csv(tmp_path / "tables" / "rows_moved.csv")
     assert len(moved) == 7
+    v = {c: float(i + 1) for i, c in enumerate(FIELDS)}  # the fixture's counters
     first = moved.iloc[0]
-    assert (first.rows_h2d, first.rows_d2h, first.rows_moved) == (5.0, 6.0, 11.0)
-    assert first.rows_moved_per_lookup == pytest.approx(11.0)
-    assert moved.rows_moved.notna().all()
+    assert first.param_bytes == v["param_bytes_h2d"] + v["param_bytes_d2h"]
+    assert first.activation_bytes == v["vector_bytes_h2d"] + v["grad_bytes_d2h"]
+    assert first.bytes_moved == first.param_bytes + first.activation_bytes
+    assert first.bytes_per_lookup == pytest.approx(first.bytes_moved / v["lookups"])
+    assert first.hit_rate == pytest.approx(v["hits"] / v["lookups"])
+    assert moved.bytes_moved.notna().all()
 
 
 def write_sim(path: Path, dataset: str) -> Path:
     """A small table in the shape ``hotcold simulate`` writes."""
     rows = []
-    for policy in ("lru", "freqcache", "static"):
+    for policy in ("lru", "freqcache", "static-topk"):
         for cap in (10, 100, 1000):
-            feasible = policy == "static" or cap >= 100
+            feasible = policy == "static-topk" or cap >= 100
             rows.append({"dataset": dataset, "policy": policy, "capacity": cap, "cache_ratio": cap / 10000,
                          "feasible": feasible, "hit_rate": 0.5 + cap / 4000 if feasible else np.nan,
-                         "capacity_needed": 0 if policy == "static" else 100})
-    rows.append({"dataset": dataset, "policy": "lookahead-1", "capacity": 300, "cache_ratio": 0.03,
+                         "capacity_needed": 0 if policy == "static-topk" else 100})
+    rows.append({"dataset": dataset, "policy": "scratchpipe-1", "capacity": 300, "cache_ratio": 0.03,
                  "feasible": True, "hit_rate": 0.99, "capacity_needed": 300})
     path.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(path, index=False)

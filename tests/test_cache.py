@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 import torch
 
+from hotcold.counters import FIELDS
+
 from hotcold import embedding
 from hotcold.config import ConfigError, RunConfig
 from hotcold.embedding import RowOptimizer, StoreSpec
@@ -18,8 +20,7 @@ CPU = torch.device("cpu")
 CACHES = {"lru": LRUCacheStore, "lfu": LFUCacheStore, "freqcache": FreqCacheStore}
 VARIANTS = [("lru", {}), ("lfu", {}), ("freqcache", {}), ("freqcache", {"evict": "lfu"})]
 STEPS = 30
-COUNTER_KEYS = {"lookups", "unique_rows", "hits", "misses", "unique_hits", "unique_misses",
-                "rows_h2d", "rows_d2h", "bytes_h2d", "bytes_d2h", "evictions"}
+COUNTER_KEYS = set(FIELDS)
 
 
 @pytest.fixture(autouse=True)
@@ -89,8 +90,8 @@ HAND_TRACE = [[0, 1], [2], [0, 3], [4, 1], [1, 1, 3, 5]]
 HAND_LRU = [(2, 2, 0, 2, 0, 2, 2, 0, 0), (1, 1, 0, 1, 0, 1, 1, 0, 0), (2, 2, 1, 1, 1, 1, 1, 1, 1),
             (2, 2, 0, 2, 0, 2, 2, 2, 2), (4, 3, 3, 1, 2, 1, 1, 1, 1)]
 HAND_LFU = HAND_LRU[:4] + [(4, 3, 2, 2, 1, 2, 2, 2, 2)]
-KEYS = ("lookups", "unique_rows", "hits", "misses", "unique_hits", "unique_misses", "rows_h2d", "rows_d2h",
-        "evictions")
+KEYS = ("lookups", "unique_rows", "hits", "misses", "unique_hits", "unique_misses", "param_rows_h2d",
+        "param_rows_d2h", "evictions")
 
 
 @pytest.mark.parametrize("cls,expected", [(LRUCacheStore, HAND_LRU), (LFUCacheStore, HAND_LFU)])
@@ -102,7 +103,8 @@ def test_counters_on_hand_worked_trace(cls, expected, optimizer):
         c = _step(store, rows)
         assert set(c) == COUNTER_KEYS
         assert tuple(c[k] for k in KEYS) == want
-        assert (c["bytes_h2d"], c["bytes_d2h"]) == (c["rows_h2d"] * row_bytes, c["rows_d2h"] * row_bytes)
+        assert (c["param_bytes_h2d"], c["param_bytes_d2h"]) == \
+            (c["param_rows_h2d"] * row_bytes, c["param_rows_d2h"] * row_bytes)
     resident = sorted(store.directory.slot_row[: store.directory.used].tolist())
     assert resident == [1, 3, 5]
 
@@ -114,9 +116,9 @@ def test_freqcache_warm_start_and_static_eviction():
     assert store.warm_rows == 2  # ceil(4 * 0.5)
     assert sorted(store.directory.slot_row[:2].tolist()) == [2, 6]
     c = _step(store, [2, 1, 4])   # 2 warm hit; 1 and 4 fill the free slots
-    assert (c["hits"], c["rows_h2d"], c["evictions"]) == (1, 2, 0)
+    assert (c["hits"], c["param_rows_h2d"], c["evictions"]) == (1, 2, 0)
     c = _step(store, [0, 6])      # 0 misses; the worst-ranked resident outside the batch is 4
-    assert (c["hits"], c["rows_h2d"], c["evictions"]) == (1, 1, 1)
+    assert (c["hits"], c["param_rows_h2d"], c["evictions"]) == (1, 1, 1)
     assert store.directory.row_slot[4] == -1 and store.directory.row_slot[1] >= 0
 
 

@@ -5,6 +5,7 @@ import math
 from collections import Counter
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -12,12 +13,19 @@ from hotcold import embedding
 from hotcold.config import ConfigError, RunConfig
 from hotcold.data.loader import batch_rows
 from hotcold.embedding import RowOptimizer, StoreSpec
+from hotcold.counters import FIELDS
 from hotcold.embedding.cache import FreqCacheStore, LFUCacheStore, LRUCacheStore
+from hotcold.embedding.fae import FAEStore
+from hotcold.embedding.scratchpipe import ScratchPipeStore
 from hotcold.data.skew import row_counts
-from hotcold.trace.cachesim import COUNTERS, Trace, dataset_trace, simulate, sweep
+from hotcold.trace.cachesim import RowSizes, Trace, dataset_trace, simulate, sweep
+from hotcold.trace.faesim import fae_sweep, simulate_fae
 from hotcold.trace.policies import capacity_from_ratio
 from hotcold.train import train
 
+#: the reference's columns, in its tuple order
+COUNTERS = ("lookups", "unique_rows", "hits", "misses", "unique_hits", "unique_misses", "param_rows_h2d",
+            "param_rows_d2h", "evictions")
 
 
 def zipf_trace(seed: int, steps: int = 40, batch: int = 30, num_rows: int = 200, a: float = 1.2) -> list[np.ndarray]:
@@ -97,46 +105,95 @@ def test_belady_fetches_no_more_than_any_other_policy(seed):
     trace = Trace.from_batches(batches, 400)
     for capacity in (trace.max_unique, trace.max_unique + 20, 150):
         best = simulate(trace, "belady", capacity)
-        fetched = best.steps["rows_h2d"].sum()
+        fetched = best.steps["param_rows_h2d"].sum()
         for policy in ("lru", "lfu", "freqcache", "freqcache-lfu"):
             for warmup in (0.0, 0.7):
                 other = simulate(trace, policy, capacity, warmup_ratio=warmup)
                 # a warm fill is a fetch too: prefetching never beats the optimal demand policy
-                assert fetched <= other.steps["rows_h2d"].sum() + other.warm_rows, (policy, capacity)
+                assert fetched <= other.steps["param_rows_h2d"].sum() + other.warm_rows, (policy, capacity)
                 if other.warm_rows == 0:
                     assert best.steps["unique_misses"].sum() <= other.steps["unique_misses"].sum()
-    window = simulate(trace, "lookahead-2")
+    window = simulate(trace, "scratchpipe-2")
     at_window = simulate(trace, "belady", window.capacity_needed)
-    assert at_window.steps["rows_h2d"].sum() <= window.steps["rows_h2d"].sum()
+    assert at_window.steps["param_rows_h2d"].sum() <= window.steps["param_rows_h2d"].sum()
 
 
 @pytest.mark.parametrize("k", [1, 10, 57, 200])
 def test_static_topk_hit_rate_is_the_lookup_share_of_the_top_rows(k):
     trace = Trace.from_batches(zipf_trace(3), 200)
     freq = trace.frequencies()
-    res = simulate(trace, "static", k)
+    res = simulate(trace, "static-topk", k, sizes=RowSizes(dim=8))
     share = np.sort(freq)[::-1][:k].sum() / freq.sum()
     assert res.summary(200)["hit_rate"] == pytest.approx(share)
     assert res.warm_rows == k and res.steps["evictions"].sum() == 0
-    assert (res.steps["rows_h2d"] == res.steps["unique_misses"]).all()
+    # misses are served per lookup from the host, as vectors and gradients, and never inserted
+    assert (res.steps["vector_bytes_h2d"] == res.steps["misses"] * 8 * 4).all()
+    assert (res.steps["grad_bytes_d2h"] == res.steps["vector_bytes_h2d"]).all()
+    assert res.steps["param_bytes_h2d"].sum() == 0
 
 
-@pytest.mark.parametrize("window", [0, 1, 3])
-def test_lookahead_window_holds_exactly_the_window(window):
+def scratchpad_reference(batches: list[np.ndarray], window: int, capacity: int) -> list[tuple[int, int, int]]:
+    """A plain-Python scratchpad: per step (rows fetched, rows evicted, batch the last fetch serves).
+
+    Admission order as the store's: batches 0..W at step 0, then batch t+W
+    at step t; a batch holds its rows until it trains; victims are unheld
+    rows, least recently admitted first (free slots before any victim, then
+    lowest slot).
+    """
+    slot_row: list[int | None] = [None] * capacity
+    last = [-1] * capacity
+    holds: dict[int, list[int]] = {}
+    seq = 0
+    out = []
+    for t in range(len(batches)):
+        admit = list(range(min(window, len(batches) - 1) + 1)) if t == 0 else \
+            ([t + window] if t + window < len(batches) else [])
+        fetched = evicted = 0
+        for j in admit:
+            held = {s for h in holds.values() for s in h}
+            rows = sorted(set(batches[j].tolist()))
+            mine = [slot_row.index(row) for row in rows if row in slot_row]  # hits first: never evicted
+            for row in (r for r in rows if r not in slot_row):
+                free = [s for s in range(capacity) if s not in held and s not in mine]
+                s = min(free, key=lambda s: (last[s], s))
+                evicted += slot_row[s] is not None
+                slot_row[s] = row
+                fetched += 1
+                mine.append(s)
+            for s_ in mine:
+                last[s_] = seq
+            holds[j] = mine
+            seq += 1
+        holds.pop(t)
+        out.append((fetched, evicted, admit[-1] if admit else -1))
+    return out
+
+
+@pytest.mark.parametrize("window,extra", [(0, 0), (1, 0), (2, 5), (3, 40)])
+def test_scratchpipe_simulation_matches_plain_python_reference(window, extra):
     batches = zipf_trace(4, steps=25)
     trace = Trace.from_batches(batches, 200)
-    res = simulate(trace, f"lookahead-{window}")
+    minimum = simulate(trace, f"scratchpipe-{window}").capacity_needed
     sets = [set(b.tolist()) for b in batches]
-    resident = [set().union(*sets[t:t + window + 1]) for t in range(len(sets))]
-    assert res.capacity_needed == max(len(s) for s in resident)
-    prev: set = set()
-    for t, s in enumerate(resident):
-        row = res.steps.iloc[t]
-        assert row["rows_h2d"] == len(s - prev) and row["rows_d2h"] == len(prev - s)
-        assert row["unique_hits"] == len(sets[t] & prev)
-        prev = s
-    if window:
-        assert res.steps["unique_misses"].iloc[1:].sum() == 0
+    assert minimum == max(len(set().union(*sets[t:t + window + 1])) for t in range(len(sets)))
+    res = simulate(trace, f"scratchpipe-{window}", minimum + extra, sizes=RowSizes(dim=4, state_width=1))
+    got = list(zip(res.steps["param_rows_h2d"], res.steps["evictions"], res.steps["prefetch_batch"]))
+    assert got == scratchpad_reference(batches, window, minimum + extra)
+    assert (res.steps["hits"] == res.steps["lookups"]).all(), "every lookup of a trained batch hits"
+    assert (res.steps["param_rows_d2h"] == res.steps["evictions"]).all()
+    assert (res.steps["param_bytes_h2d"] == res.steps["param_rows_h2d"] * 5 * 4).all()
+    assert (res.steps["prefetch_unique_misses"] == res.steps["param_rows_h2d"]).all()
+    with pytest.raises(ConfigError, match="working set"):
+        simulate(trace, f"scratchpipe-{window}", minimum - 1)
+
+
+def test_scratchpipe_keeps_evicted_rows_until_their_slot_is_needed():
+    """Rows that left the window stay resident: a larger scratchpad fetches less."""
+    trace = Trace.from_batches(zipf_trace(6, steps=40), 200)
+    tight = simulate(trace, "scratchpipe-1")
+    roomy = simulate(trace, "scratchpipe-1", tight.capacity + 60)
+    assert roomy.steps["param_rows_h2d"].sum() < tight.steps["param_rows_h2d"].sum()
+    assert roomy.steps["prefetch_unique_hits"].sum() > tight.steps["prefetch_unique_hits"].sum()
 
 
 def test_too_small_capacity_fails_and_sweep_marks_it():
@@ -146,11 +203,14 @@ def test_too_small_capacity_fails_and_sweep_marks_it():
     with pytest.raises(ConfigError, match="unknown cache policy"):
         simulate(trace, "fifo", 50)
     df = sweep(trace, ratios=(0.01, 0.5), windows=(1,))
-    assert len(df) == 6 * 2 + 1
+    assert len(df) == 6 * 2 + 3  # scratchpipe-1 at both sizes and at its minimum
     small = df[df.capacity == 2]
-    assert not small[small.policy != "static"].feasible.any() and small[small.policy == "static"].feasible.all()
-    big = df[(df.capacity == 100) & (df.policy != "lookahead-1")]
+    static = small.policy == "static-topk"
+    assert not small[~static].feasible.any() and small[static].feasible.all()
+    big = df[df.capacity == 100]
     assert big.hit_rate.between(0, 1).all() and big.feasible.all()
+    window = df[df.policy == "scratchpipe-1"]
+    assert sorted(window.capacity) == sorted([2, 100, window.capacity_needed.iloc[0]])
     assert capacity_from_ratio(0.015, 200) == 3
 
 
@@ -166,19 +226,52 @@ def _run_cfg(method: str, store: dict) -> RunConfig:
 @pytest.mark.parametrize("method,policy,options", [
     ("lru", "lru", {}), ("lfu", "lfu", {}), ("freqcache", "freqcache", {"warmup_ratio": 0.5}),
     ("freqcache", "freqcache-lfu", {"evict": "lfu"}),
+    ("scratchpipe", "scratchpipe-1", {"window": 1}), ("scratchpipe", "scratchpipe-2", {"window": 2}),
 ])
 def test_simulator_counts_equal_training_counters(monkeypatch, small_dataset, method, policy, options):
-    for name, cls in {"lru": LRUCacheStore, "lfu": LFUCacheStore, "freqcache": FreqCacheStore}.items():
+    """Every field of every step, trained vs simulated, for every policy with a store."""
+    stores = {"lru": LRUCacheStore, "lfu": LFUCacheStore, "freqcache": FreqCacheStore,
+              "scratchpipe": ScratchPipeStore}
+    for name, cls in stores.items():
         monkeypatch.setitem(embedding.STORES, name, cls)
-    capacity = dataset_trace(small_dataset, 64, 30).max_unique + 3
-    res = train(_run_cfg(method, {"cache_rows": capacity, **options}), small_dataset, torch.device("cpu"),
+    trace = dataset_trace(small_dataset, 64, 30)
+    capacity = trace.max_unique + 3 if method != "scratchpipe" else \
+        simulate(trace, policy).capacity_needed + 3
+    key = "scratchpad_rows" if method == "scratchpipe" else "cache_rows"
+    res = train(_run_cfg(method, {key: capacity, **options}), small_dataset, torch.device("cpu"),
                 progress=False)
     trace = dataset_trace(small_dataset, 64, 30, order=res.order)
-    sim = simulate(trace, policy, capacity, row_counts(small_dataset, "train"), options.get("warmup_ratio", 0.7))
-    store_counts = [tuple(c[k] for k in COUNTERS) for _, c in res.counters]
-    assert store_counts == _table(sim)
-    assert sim.warm_rows == res.store.warm_rows
-    assert sum(c[-1] for c in store_counts) > 0, "the cache must evict"
+    sim = simulate(trace, policy, capacity, row_counts(small_dataset, "train"), options.get("warmup_ratio", 0.7),
+                   RowSizes(dim=4, state_width=1))
+    trained = pd.DataFrame([c for _, c in res.counters])
+    assert list(trained.columns) == list(FIELDS)
+    pd.testing.assert_frame_equal(trained, sim.steps[list(FIELDS)], check_dtype=False)
+    if method != "scratchpipe":
+        assert sim.warm_rows == res.store.warm_rows
+    assert trained["evictions"].sum() > 0, "the store must evict"
+
+
+@pytest.mark.parametrize("run_length", [1, 4, "epoch"])
+def test_fae_model_counts_equal_training_counters(monkeypatch, small_dataset, run_length):
+    monkeypatch.setitem(embedding.STORES, "fae", FAEStore)
+    options = {"budget_ratio": 0.3, "sample_fraction": 1.0, "run_length": run_length}
+    res = train(_run_cfg("fae", options), small_dataset, torch.device("cpu"), progress=False)
+    sim, hot_share = simulate_fae(small_dataset, 64, 30, 0, 0.3, run_length, 1.0, RowSizes(dim=4, state_width=1))
+    trained = pd.DataFrame([c for _, c in res.counters])
+    pd.testing.assert_frame_equal(trained, sim.steps[list(FIELDS)], check_dtype=False)
+    assert hot_share == pytest.approx(res.store.hot_fraction)
+    assert 0 < trained["hot_batch"].sum() < len(trained)
+    assert trained["sync_bytes"].sum() == trained["switches"].sum() * sim.capacity * 5 * 4
+
+
+def test_fae_sweep_reports_switches_and_hot_shares(small_dataset):
+    df = fae_sweep(small_dataset, 64, 30, 0, budgets=(0.1, 0.3), run_lengths=(1, "epoch"))
+    assert list(df.policy) == ["fae-1", "fae-epoch"] * 2
+    assert (df.hot_input_share[2:].to_numpy() >= df.hot_input_share[:2].to_numpy()).all()
+    coarse, fine = df.iloc[3], df.iloc[2]
+    assert coarse.switches <= 2 and fine.switches >= coarse.switches
+    assert coarse.sync_bytes <= fine.sync_bytes
+    assert df.hit_rate.between(0, 1).all()
 
 
 def test_dataset_helpers_agree_with_the_store_spec(sequence_dataset):

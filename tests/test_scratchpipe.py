@@ -74,7 +74,7 @@ def test_trains_same_model_as_device_with_heavy_eviction(request, data, row_opti
     for _, c in got.counters:
         assert c["hits"] == c["lookups"] and c["misses"] == 0
     evicted = sum(c["evictions"] for _, c in got.counters)
-    fetched = sum(c["rows_h2d"] for _, c in got.counters)
+    fetched = sum(c["param_rows_h2d"] for _, c in got.counters)
     assert evicted > m, "a scratchpad just above the minimum must evict heavily"
     assert fetched - evicted == int((got.store.slot_to_row >= 0).sum()) <= m + 1
     assert [s for s, _, _ in got.store.side_times] == sorted(s for s, _, _ in got.store.side_times)
@@ -131,16 +131,18 @@ def test_counters_on_hand_made_sequence():
     assert store.min_capacity == 4 and store.lookahead == 1
     _, c = drive(store, batches, 1)
     store.close()
-    # Step 0 fetches batches 1 and 0 (nothing prefetched batch 0) into free slots; step 1
+    # Step 0 fetches batches 0 and 1 (in training order) into free slots; step 1
     # admits batch 2: row 0 resident, row 4 evicts row 1 (the only unheld slot); step 2
     # admits batch 3: rows 5 and 1 evict rows 2 and 3; step 3 admits batch 4: rows 0, 1 resident.
-    assert [x["rows_h2d"] for x in c] == [4, 1, 2, 0, 0]
-    assert [x["unique_misses"] for x in c] == [4, 1, 2, 0, 0]
-    assert [x["unique_hits"] for x in c] == [0, 1, 0, 2, 0]
-    assert [x["rows_d2h"] for x in c] == [x["evictions"] for x in c] == [0, 1, 2, 0, 0]
-    assert [x["bytes_h2d"] for x in c] == [r * (3 + 1) * 4 for r in [4, 1, 2, 0, 0]]
-    assert [x["bytes_d2h"] for x in c] == [r * (3 + 1) * 4 for r in [0, 1, 2, 0, 0]]
-    assert all(x["lookups"] == x["hits"] == 2 and x["misses"] == 0 and x["unique_rows"] == 2 for x in c)
+    assert [x["param_rows_h2d"] for x in c] == [4, 1, 2, 0, 0]
+    assert [x["prefetch_unique_misses"] for x in c] == [4, 1, 2, 0, 0]
+    assert [x["prefetch_unique_hits"] for x in c] == [0, 1, 0, 2, 0]
+    assert [x["param_rows_d2h"] for x in c] == [x["evictions"] for x in c] == [0, 1, 2, 0, 0]
+    assert [x["param_bytes_h2d"] for x in c] == [r * (3 + 1) * 4 for r in [4, 1, 2, 0, 0]]
+    assert [x["param_bytes_d2h"] for x in c] == [r * (3 + 1) * 4 for r in [0, 1, 2, 0, 0]]
+    assert all(x["lookups"] == x["hits"] == 2 and x["misses"] == 0 and x["unique_rows"] == x["unique_hits"] == 2
+               for x in c)
+    assert [x["prefetch_batch"] for x in c] == [1, 2, 3, 4, -1]
     assert [s for s, _, _ in store.side_times] == [0, 0, 1, 2]
 
 
@@ -162,8 +164,8 @@ def test_rows_fetched_per_step_match_first_touches(window):
         new = set().union(*sets[:window + 1]) if s == 0 else (sets[s + window] if s + window < len(sets) else set())
         expected.append(len(new - seen))
         seen |= new
-    assert [x["rows_h2d"] for x in c] == expected
-    assert all(x["rows_d2h"] == 0 and x["bytes_h2d"] == x["rows_h2d"] * 2 * 4 for x in c)
+    assert [x["param_rows_h2d"] for x in c] == expected
+    assert all(x["param_rows_d2h"] == 0 and x["param_bytes_h2d"] == x["param_rows_h2d"] * 2 * 4 for x in c)
     assert [x["unique_rows"] for x in c] == [len(s) for s in sets]
 
 
@@ -182,10 +184,10 @@ def _run_hazard_sequence(store: ScratchPipeStore, window: int) -> None:
     ref_outs, _ = drive(ref, batches, window)
 
     def check(s: int) -> None:
-        # Every row of an in-flight batch is resident and held (batch 0 is fetched by its forward).
-        for b in batches[max(s, 1):s + window + 1]:
+        # Every row of an in-flight batch is resident and held (step 0 admits in its forward).
+        for b in batches[s:s + window + 1] if s else []:
             slots = store.row_to_slot[b[:, 0].numpy()]
-            assert (slots >= 0).all() and (store._hold[slots] > 0).all()
+            assert (slots >= 0).all() and (store.directory.hold[slots] > 0).all()
 
     outs, _ = drive(store, batches, window, check)
     for s, (a, b) in enumerate(zip(outs, ref_outs)):
@@ -262,9 +264,9 @@ def test_row_in_use_is_never_evicted_at_minimum_capacity():
         ref_outs, _ = drive(ref, batches, window)
 
         def check(s: int) -> None:
-            for b in batches[max(s, 1):s + window + 1]:
+            for b in batches[s:s + window + 1] if s else []:
                 slots = store.row_to_slot[b[:, 0].numpy()]
-                assert (slots >= 0).all() and (store._hold[slots] > 0).all()
+                assert (slots >= 0).all() and (store.directory.hold[slots] > 0).all()
 
         outs, c = drive(store, batches, window, check)
         store.close()
@@ -278,13 +280,13 @@ def test_lookup_changes_no_state_and_close_is_idempotent():
     batches = as_batches(HAND)
     store = ScratchPipeStore(hand_spec(batches, window=1, scratchpad_rows=4))
     drive(store, batches[:3], 1)
-    maps = (store.row_to_slot.copy(), store.slot_to_row.copy(), store._hold.copy(), store._last_use.copy())
+    maps = (store.row_to_slot.copy(), store.slot_to_row.copy(), store.directory.hold.copy(), store.directory.last_use.copy())
     counters = store.step_counters()
     table = store.export()
     ids = torch.tensor([[0, 1], [9, 5], [-1, 2]])  # [B=3, K=2], a padded entry
     out = store.lookup(ids)
     assert torch.equal(out[0, 0], table[0]) and torch.equal(out[1, 0], table[9]) and (out[2, 0] == 0).all()
-    for before, after in zip(maps, (store.row_to_slot, store.slot_to_row, store._hold, store._last_use)):
+    for before, after in zip(maps, (store.row_to_slot, store.slot_to_row, store.directory.hold, store.directory.last_use)):
         assert np.array_equal(before, after)
     assert store.step_counters() == counters and torch.equal(store.export(), table)
     store.close()

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from hotcold.config import ConfigError, RunConfig
+from hotcold.counters import FIELDS
 from hotcold.embedding import STORES, RowOptimizer, StoreSpec, build_store
 from hotcold.embedding.base import NullMarker, init_table
 from hotcold.train import train
@@ -130,15 +131,20 @@ def test_counters_match_independent_count(method):
     assert c["lookups"] == 12
     assert c["unique_rows"] == len(pairs)
     assert c["hits"] + c["misses"] == 12
-    row_bytes = spec.dim * 4
+    assert list(c) == list(FIELDS), "every store reports the whole schema"
+    vec = spec.dim * 4
     if method == "device":
-        assert (c["rows_h2d"], c["rows_d2h"], c["bytes_h2d"], c["bytes_d2h"]) == (0, 0, 0, 0)
+        assert c["hits"] == 12 and c["unique_hits"] == len(pairs)
+        assert all(c[k] == 0 for k in FIELDS if "bytes" in k or "rows_" in k)
     elif method in ("hybrid", "fae"):  # every looked-up vector and its gradient cross (FAE: no hot set here)
-        assert (c["rows_h2d"], c["rows_d2h"]) == (12, 12)
-        assert c["bytes_h2d"] == c["bytes_d2h"] == 12 * row_bytes
-    else:  # stores that move rows: at most the unique rows, never fewer bytes than rows
-        assert c["rows_h2d"] <= len(pairs)
-        assert c["bytes_h2d"] >= c["rows_h2d"] * row_bytes
+        assert (c["misses"], c["unique_misses"]) == (12, len(pairs))
+        assert c["vector_bytes_h2d"] == c["grad_bytes_d2h"] == 12 * vec
+        assert c["param_bytes_h2d"] == c["param_bytes_d2h"] == 0
+    else:  # stores that move parameter rows: at most the unique rows, each with its state
+        assert c["param_rows_h2d"] <= len(pairs)
+        assert c["param_bytes_h2d"] == c["param_rows_h2d"] * spec.dim * 4  # SGD: no state
+        assert c["vector_bytes_h2d"] == c["grad_bytes_d2h"] == 0
+    assert c["hits"] + c["misses"] == 12 and c["unique_hits"] + c["unique_misses"] == len(pairs)
 
 
 def test_unknown_method_and_option_fail_clearly():

@@ -38,18 +38,18 @@ datasets:
       freqcache: {tiny: {cache_ratio: 0.3}}
     train: {batch_size: 128}
 methods:
-  fae: {6.2pct: null, 24.8pct: null}
+  fae: {6.2pct: null, 24.8pct: null, 12.4pct-r16: null, 12.4pct-r1: null}
   lru: {1.5pct: null, 5pct: null, tiny: {cache_ratio: 0.1}}
   lfu: {1.5pct: null, 5pct: null, tiny: {cache_ratio: 0.1}}
   freqcache: {1.5pct: null, 5pct: null, tiny: {cache_ratio: 0.1}}
-  scratchpipe: {w1: null}
+  scratchpipe: {w1: null, w2-1.5pct: null, w2-5pct: null}
 train:
   batch_size: 256
   steps: 20
   warmup_steps: 5
   eval_batch_size: 4096
 profile: {batches: 10}
-simulate: {ratios: [0.05, 0.2, 0.5], policies: [lru, freqcache, static], windows: [1]}
+simulate: {ratios: [0.05, 0.2, 0.5], policies: [lru, freqcache, static-topk], windows: [1]}
 """
 
 

@@ -113,20 +113,34 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> None:
+    import pandas as pd
+
     from hotcold.config import RunConfig
     from hotcold.data.format import Dataset
     from hotcold.data.skew import row_counts
+    from hotcold.embedding.base import RowOptimizer
     from hotcold.files import atomic_write_text
-    from hotcold.trace.cachesim import POLICIES, dataset_trace, sweep
+    from hotcold.trace.cachesim import POLICIES, RowSizes, dataset_trace, sweep
+    from hotcold.trace.faesim import fae_sweep
 
     cfg = RunConfig.from_dict({"dataset": "-", "method": "-", **_load_mapping(args.run_config)})
     ds = Dataset.open(args.dataset)
     t = cfg.train
+    sizes = RowSizes(cfg.model.embedding_dim, RowOptimizer(t.row_optimizer, t.lr).state_width)
     trace = dataset_trace(ds, t.batch_size, t.steps, cfg.seed, t.shuffle)
-    frame = sweep(trace, args.ratios, args.policies or POLICIES, row_counts(ds, "train"), windows=args.windows)
+    frames = [sweep(trace, args.ratios, args.policies or POLICIES, row_counts(ds, "train"), windows=args.windows,
+                    sizes=sizes)]
+    if args.fae_budgets:
+        frames.append(fae_sweep(ds, t.batch_size, t.steps, cfg.seed, args.fae_budgets, args.fae_run_lengths,
+                                args.fae_sample_fraction, sizes))
+    frame = pd.concat(frames, ignore_index=True)
     frame.insert(0, "dataset", ds.name)
     atomic_write_text(Path(args.out), frame.to_csv(index=False))
     print(f"wrote {args.out}: {len(frame)} policy x size rows over {t.steps} batches")
+
+
+def _run_length(text: str) -> int | str:
+    return text if text == "epoch" else int(text)
 
 
 def cmd_cache_sim(args: argparse.Namespace) -> None:
@@ -203,14 +217,20 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--no-progress", action="store_true")
     t.set_defaults(func=cmd_train)
 
-    s = sub.add_parser("simulate", help="cache policies on a dataset's training trace, without training")
+    s = sub.add_parser("simulate", help="placement policies on a dataset's training trace, without training")
     s.add_argument("--dataset", required=True, help="dataset directory")
     s.add_argument("--run-config", default="{}", help="run config whose train section fixes the batch order")
     s.add_argument("--out", required=True, help="CSV to write")
     s.add_argument("--ratios", type=float, nargs="+", default=[0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1],
                    help="cache sizes as fractions of all rows")
     s.add_argument("--policies", nargs="+", help="default: every policy")
-    s.add_argument("--windows", type=int, nargs="*", default=[1, 2], help="look-ahead windows to size (none: skip)")
+    s.add_argument("--windows", type=int, nargs="*", default=[1, 2],
+                   help="ScratchPipe look-ahead windows, simulated at every size and at their minimum (none: skip)")
+    s.add_argument("--fae-budgets", type=float, nargs="*", default=[0.062, 0.124, 0.248],
+                   help="FAE trace model: device budgets as shares of all rows (none: skip)")
+    s.add_argument("--fae-run-lengths", type=_run_length, nargs="+", default=[1, 16, 128, "epoch"],
+                   help="FAE trace model: batches of one kind between switches (or 'epoch')")
+    s.add_argument("--fae-sample-fraction", type=float, default=1.0, help="FAE trace model: profiled share of inputs")
     s.set_defaults(func=cmd_simulate)
 
     c = sub.add_parser("cache-sim", help="cache_sim.csv: the simulate CSVs of every dataset in one table")

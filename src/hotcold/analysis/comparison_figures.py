@@ -6,8 +6,8 @@
   policy, one panel per dataset: ColossalAI's curve, from the simulator;
 - ``fae_hot_fraction``: share of FAE's training inputs (and batches) that are
   hot against the rows its budget puts on the device;
-- ``rows_moved``: embedding rows moved per step, host to device and back,
-  per method, one panel per dataset (counters: the same on any hardware).
+- ``traffic``: bytes moved per step, parameter and activation traffic, per
+  method, one panel per dataset (counters: the same on any hardware).
 """
 from __future__ import annotations
 
@@ -21,9 +21,10 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 from hotcold.analysis.plotting import PANEL_H, PANEL_W, empty_panel, grid, label_order
 
 COLOSSAL_RATIO = 0.015   # ColossalAI's headline cache size: 1.5% of the rows
-LOOKAHEAD = "lookahead-"
-POLICY_LABELS = {"static": "static top-k (FAE-like)", "freqcache": "freqcache (ColossalAI)",
-                 "freqcache-lfu": "freqcache-lfu (ColossalAI LFU)", "belady": "belady (optimal)"}
+LOOKAHEAD = "scratchpipe-"
+POLICY_LABELS = {"static-topk": "static top-k (pinned, misses bypass)", "freqcache": "freqcache (ColossalAI)",
+                 "freqcache-lfu": "freqcache-lfu (ColossalAI LFU)",
+                 "belady": "belady (optimal demand cache)"}
 
 
 def _width(frame: pd.DataFrame, per_label: float = 0.38) -> float:
@@ -75,7 +76,7 @@ def _rows_of_all(sim: pd.DataFrame) -> float:
 def hit_rate_figure(sim: pd.DataFrame) -> Figure:
     """Hit rate against cache size per policy (feasible sizes), one panel per dataset."""
     datasets = sorted(sim["dataset"].unique())
-    policies = sorted(p for p in sim["policy"].unique() if not p.startswith(LOOKAHEAD))
+    policies = sorted(p for p in sim["policy"].unique() if not p.startswith((LOOKAHEAD, "fae-")))
     palette = dict(zip(policies, sns.color_palette("colorblind", max(len(policies), 1))))
     with sns.axes_style("whitegrid"):
         fig, axes = grid(len(datasets), height=PANEL_H + 0.4)
@@ -88,10 +89,12 @@ def hit_rate_figure(sim: pd.DataFrame) -> Figure:
                     ax.plot(line["cache_ratio"] * 100, line["hit_rate"], marker="o", markersize=3,
                             color=palette[policy], label=POLICY_LABELS.get(policy, policy))
             ahead = feasible[feasible["policy"].str.startswith(LOOKAHEAD)]
-            for marker, (_, row) in zip("sDP^v", ahead.iterrows()):
-                ax.scatter(row["cache_ratio"] * 100, row["hit_rate"], marker=marker, color="0.2", zorder=3,
-                           label=f"{row['policy']} (ScratchPipe-like)")
-            needed = sub[~sub["policy"].str.startswith(LOOKAHEAD) & (sub["policy"] != "static")]
+            for marker, (policy, rows) in zip("sDP^v", ahead.groupby("policy")):
+                smallest = rows.sort_values("capacity").iloc[0]  # every lookup hits: one point at its minimum
+                ax.scatter(smallest["cache_ratio"] * 100, smallest["hit_rate"], marker=marker, color="0.2",
+                           zorder=3, label=f"{policy} (ScratchPipe), smallest scratchpad")
+            needed = sub[~sub["policy"].str.startswith(LOOKAHEAD) & (sub["policy"] != "static-topk")
+                         & ~sub["policy"].str.startswith("fae-")]
             n_rows = _rows_of_all(sub)
             if not needed.empty and n_rows > 0:
                 smallest = needed["capacity_needed"].max() / n_rows * 100
@@ -137,33 +140,32 @@ def fae_hot_fraction_figure(fae: pd.DataFrame) -> Figure:
     return fig
 
 
-def rows_moved_figure(rows: pd.DataFrame) -> Figure:
-    """Rows moved per step (host to device, device to host) per method, one panel per dataset."""
-    datasets = sorted(rows["dataset"].unique()) if not rows.empty else []
-    long = rows.melt(id_vars=["dataset", "label"], value_vars=["rows_h2d", "rows_d2h"], var_name="direction",
-                     value_name="rows") if not rows.empty else rows
-    means = long.groupby(["dataset", "label", "direction"])["rows"].mean() if not rows.empty else pd.Series()
-    positive = means[means > 0]
-    log = not positive.empty and positive.max() / positive.min() > 20  # one scale for every panel
+TRAFFIC_KINDS = {"param_bytes": "parameters (weights + state)", "activation_bytes": "activations (vectors + grads)"}
+
+
+def traffic_figure(traffic: pd.DataFrame) -> Figure:
+    """Bytes moved per step, parameter and activation traffic stacked, per method; a panel per dataset."""
+    datasets = sorted(traffic["dataset"].unique()) if not traffic.empty else []
     with sns.axes_style("whitegrid"):
-        fig, axes = grid(len(datasets), width=_width(rows, 0.5), height=PANEL_H + 1.2)
+        fig, axes = grid(len(datasets), width=_width(traffic, 0.5), height=PANEL_H + 1.2)
         if not datasets:
             empty_panel(axes[0], "no counters recorded")
+        colors = dict(zip(TRAFFIC_KINDS, sns.color_palette("colorblind", 2)))
         for ax, dataset in zip(axes, datasets):
-            sub = long[long["dataset"] == dataset]
-            labels = label_order(rows[rows["dataset"] == dataset])
-            sns.barplot(data=sub, x="label", y="rows", order=labels, hue="direction",
-                        hue_order=["rows_h2d", "rows_d2h"], errorbar=None, ax=ax)
-            if log:
-                ax.set_yscale("log")
-            for i, label in enumerate(labels):
-                if not means.get((dataset, label)).gt(0).any():
+            sub = traffic[traffic["dataset"] == dataset]
+            labels = label_order(sub)
+            means = sub.groupby("label")[list(TRAFFIC_KINDS)].mean().reindex(labels) / 2**20  # MiB
+            bottom = np.zeros(len(labels))
+            for kind, name in TRAFFIC_KINDS.items():
+                ax.bar(range(len(labels)), means[kind].fillna(0), bottom=bottom, color=colors[kind], label=name)
+                bottom += means[kind].fillna(0).to_numpy()
+            for i, total in enumerate(bottom):
+                if total == 0:
                     ax.text(i, 0.02, "0", ha="center", va="bottom", transform=ax.get_xaxis_transform())
-            ax.tick_params(axis="x", labelrotation=90)
-            ax.set_xlabel("")
-            ax.set_ylabel("embedding rows per step")
+            ax.set_xticks(range(len(labels)), labels, rotation=90)
+            ax.set_ylabel("MiB moved per step (both directions)")
             ax.set_title(dataset)
             ax.legend(title=None, fontsize="small")
-        fig.suptitle("Embedding rows moved per training step (counters; mean over timed steps and seeds)",
+        fig.suptitle("Host-device traffic per training step (counters; mean over timed steps and seeds)",
                      fontsize="medium")
     return fig

@@ -1,4 +1,4 @@
-"""The comparison tables: speed-up per method, cache hit rates, FAE's hot inputs, rows moved.
+"""The comparison tables: speed-up per method, cache hit rates, FAE's hot inputs, traffic.
 
 - ``speedup_table``: mean over seeds of each (dataset, timer, method,
   variant) of the summary: samples/s, speed-up over ``hybrid`` (same timer
@@ -9,8 +9,8 @@
 - ``fae_table``: per run whose store reports a hot-input fraction (FAE): its
   budget, the hot rows on the device and the share of training inputs and
   batches that were hot.
-- ``rows_moved_table``: embedding rows moved host to device and back per
-  training step, from the counters (hardware-independent).
+- ``traffic_table``: bytes moved per training step, parameter traffic and
+  activation traffic apart, from the counters (hardware-independent).
 """
 from __future__ import annotations
 
@@ -115,16 +115,32 @@ def fae_table(records: list[dict[str, Any]], summary: pd.DataFrame) -> pd.DataFr
     return out.sort_values(["dataset", "hot_ratio", "method", "variant", "seed"], kind="stable").reset_index(drop=True)
 
 
-def rows_moved_table(counters: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
-    """Rows moved host to device (``rows_h2d``) and back (``rows_d2h``) per step, one row per run."""
-    names = ["lookups", "unique_rows", "rows_h2d", "rows_d2h"]
-    cols = [*RUN_KEYS, "options", *names, "rows_moved", "rows_moved_per_lookup"]
+TRAFFIC_COUNTERS = ["lookups", "unique_rows", "hits", "param_bytes_h2d", "param_bytes_d2h", "vector_bytes_h2d",
+                    "grad_bytes_d2h", "sync_bytes", "switches", "evictions"]
+
+
+def traffic_table(counters: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
+    """Bytes moved per training step, one row per run (counters, hardware-independent).
+
+    Parameter traffic (rows with optimizer state: cache fills and
+    write-backs, scratchpad fetches, FAE's hot-set syncs, of which
+    ``sync_bytes``) and activation traffic (looked-up vectors to the device,
+    gradients back) are kept apart; ``bytes_moved`` adds all four
+    directions, ``bytes_per_lookup`` divides by the step's lookups.
+    ``switches`` is FAE's kind switches per step.
+    """
+    cols = [*RUN_KEYS, "options", *TRAFFIC_COUNTERS, "hit_rate", "param_bytes", "activation_bytes", "bytes_moved",
+            "bytes_per_lookup"]
     if counters.empty:
         return pd.DataFrame(columns=cols)
     wide = counters.pivot_table(index=RUN_KEYS, columns="counter", values="per_step", aggfunc="first")
-    wide = wide.reindex(columns=names).reset_index()
+    wide = wide.reindex(columns=TRAFFIC_COUNTERS).reset_index()
     wide.columns.name = None
-    wide["rows_moved"] = wide["rows_h2d"] + wide["rows_d2h"]
-    wide["rows_moved_per_lookup"] = wide["rows_moved"] / wide["lookups"].where(wide["lookups"] > 0)
+    lookups = wide["lookups"].where(wide["lookups"] > 0)
+    wide["hit_rate"] = wide["hits"] / lookups
+    wide["param_bytes"] = wide["param_bytes_h2d"] + wide["param_bytes_d2h"]
+    wide["activation_bytes"] = wide["vector_bytes_h2d"] + wide["grad_bytes_d2h"]
+    wide["bytes_moved"] = wide["param_bytes"] + wide["activation_bytes"]
+    wide["bytes_per_lookup"] = wide["bytes_moved"] / lookups
     out = wide.merge(_summary_columns(summary, ["options"]), on=RUN_KEYS, how="left")[cols]
     return out.sort_values(RUN_KEYS, kind="stable").reset_index(drop=True)

@@ -103,7 +103,7 @@ def make_figures(tables_dir: Path, out_dir: Path) -> list[Path]:
         *save_atomic(throughput_figure(summary), out_dir, "throughput"),
         *save_atomic(cf.speedup_figure(summary), out_dir, "speedup"),
     ]
-    optional = [("rows_moved.csv", cf.rows_moved_figure, "rows_moved"),
+    optional = [("rows_moved.csv", cf.traffic_figure, "rows_moved"),
                 ("fae_hot_fraction.csv", cf.fae_hot_fraction_figure, "fae_hot_fraction"),
                 ("cache_sim.csv", cf.hit_rate_figure, "hit_rate")]
     for table, draw, stem in optional:

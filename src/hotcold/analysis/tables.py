@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from hotcold.analysis.comparisons import fae_table, rows_moved_table, speedup_markdown, speedup_table
+from hotcold.analysis.comparisons import fae_table, speedup_markdown, traffic_table, speedup_table
 from hotcold.analysis.markdown import to_markdown
 from hotcold.files import atomic_write_text
 from hotcold.records import sketch_rel_diff
@@ -255,5 +255,5 @@ def aggregate(records: Sequence[Path], out_dir: Path, exact_rtol: float = 1e-6) 
     atomic_write_text(out_dir / "speedup.csv", speedup.to_csv(index=False))
     atomic_write_text(out_dir / "speedup.md", speedup_markdown(speedup))
     atomic_write_text(out_dir / "fae_hot_fraction.csv", fae_table(loaded, summary).to_csv(index=False))
-    atomic_write_text(out_dir / "rows_moved.csv", rows_moved_table(counters, summary).to_csv(index=False))
+    atomic_write_text(out_dir / "rows_moved.csv", traffic_table(counters, summary).to_csv(index=False))
     return summary

@@ -7,8 +7,10 @@ history shares the item table with the target); -1 marks padding, which is
 neither looked up nor updated and comes back as a zero vector. A store owns every row and its optimizer state and
 decides where each lives; the training loop only calls ``forward``,
 ``backward`` and ``lookup``. Every store must train exactly the same model as
-the ``device`` store: they share ``init_table``, ``coalesce`` and
+the ``device`` store: they share ``init_table``, ``sum_by_index`` and
 ``RowOptimizer``, and differ only in where those run and what moves.
+Unique rows and the index of each lookup into them are planned on the host
+(``Lookup.unique``), so no store synchronises the device to coalesce.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import numpy as np
 import torch
 
 from hotcold.config import ConfigError, is_int, is_real, require
+from hotcold.counters import StepCounters
 
 if TYPE_CHECKING:
     from hotcold.data.format import Dataset
@@ -79,10 +82,21 @@ class Lookup:
     rows: torch.Tensor                 # int64 [L] global rows of the non-padding entries
     positions: torch.Tensor | None     # int64 [L] their flat positions in [B*K]; None: no padding
     shape: tuple[int, int]             # (B, K)
+    _unique: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)
 
     @property
     def size(self) -> int:
         return self.rows.numel()
+
+    def unique(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The distinct rows [U] (ascending), each lookup's index into them [L] and their lookups [U].
+
+        Planned on the host, once: ``torch.unique`` of a device tensor would
+        synchronise the device inside the timed update.
+        """
+        if self._unique is None:
+            self._unique = torch.unique(self.rows, return_inverse=True, return_counts=True)
+        return self._unique
 
 
 def budget_rows(options: dict[str, Any], where: str, num_rows: int, *, rows_key: str, ratio_key: str,
@@ -125,14 +139,11 @@ def init_table(table_sizes: Sequence[int], dim: int, seed: int) -> torch.Tensor:
     return out
 
 
-def coalesce(rows: torch.Tensor, grads: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sum the gradients of repeated rows.
-
-    rows: int64 [L] global rows; grads: [L, D]. Returns unique rows [U] and
-    their summed gradients [U, D].
-    """
-    uniq, inverse = torch.unique(rows, return_inverse=True)
-    return uniq, sum_by_index(inverse, grads, uniq.numel())
+def ship(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on ``device``: through pinned memory and without blocking on a GPU."""
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 def sum_by_index(inverse: torch.Tensor, grads: torch.Tensor, n: int) -> torch.Tensor:
@@ -207,7 +218,7 @@ class EmbeddingStore(abc.ABC):
         self.dim = spec.dim
         self.optimizer = spec.optimizer
         self.column_offsets = spec.column_offsets()  # [K], CPU
-        self._counters: dict[str, int] = {}
+        self._counters = StepCounters()
 
     def plan(self, ids: torch.Tensor) -> Lookup:
         """ids int64 [B, K] on the CPU -> the global rows to look up."""
@@ -262,8 +273,8 @@ class EmbeddingStore(abc.ABC):
         """A copy of every row's current weights, float32 [N, D] on the CPU, in global-row order."""
 
     def step_counters(self) -> dict[str, int]:
-        """Counters of the last training step."""
-        return dict(self._counters)
+        """Counters of the last training step: every field of ``StepCounters``."""
+        return self._counters.as_dict()
 
     def report(self) -> dict[str, Any]:
         """Store-specific numbers for the run record (capacity, hot fraction, hidden side time...)."""

@@ -1,6 +1,7 @@
 """Software embedding caches: ``lru``, ``lfu`` and ``freqcache``.
 
-Every row and its optimizer state live in host memory (pinned on a GPU); the
+Every row and its optimizer state live in host memory (pinned on a GPU only
+with ``pin_host: true``; copies go through pinned staging buffers); the
 device holds a cache of C slots (weights [C, D], state [C]). Before each
 forward the host plans the batch with ``hotcold.trace.policies.CacheDirectory``
 (the trace simulator's own directory, so its counts are the stores'): hits
@@ -27,17 +28,31 @@ import numpy as np
 import torch
 
 from hotcold.config import ConfigError, is_real
-from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, init_table, sum_by_index
+from hotcold.counters import StepCounters, row_bytes
+from hotcold.embedding.base import (EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, init_table, ship,
+                                    sum_by_index)
 from hotcold.trace.policies import CacheDirectory, Policy, cache_policy
 
 DEFAULT_CACHE_RATIO = 0.015
-CACHE_OPTIONS = ("cache_ratio", "cache_rows")
+CACHE_OPTIONS = ("cache_ratio", "cache_rows", "pin_host")
 
 
 def resolve_capacity(options: dict, num_rows: int, where: str) -> int:
     """Cache slots from ``cache_ratio`` or ``cache_rows`` (at most one), at least 1 and at most N."""
     return budget_rows(options, where, num_rows, rows_key="cache_rows", ratio_key="cache_ratio",
                        default_ratio=DEFAULT_CACHE_RATIO)
+
+
+def pin_host(options: dict, where: str) -> bool:
+    """Whether to pin the whole host table (``pin_host``, default off).
+
+    Copies already go through pinned staging buffers; pinning tens of GB of
+    host table (Terabyte at paper scale) is an experiment, not a default.
+    """
+    v = options.get("pin_host", False)
+    if not isinstance(v, bool):
+        raise ConfigError(f"{where}: pin_host must be true or false, got {v!r}")
+    return v
 
 
 class CacheStore(EmbeddingStore):
@@ -55,18 +70,19 @@ class CacheStore(EmbeddingStore):
         self._cuda = self.device.type == "cuda"
         weight = init_table(spec.table_sizes, spec.dim, spec.seed)  # [N, D]
         state = self.optimizer.init_state(n)                          # [N]
-        self.host_w = weight.pin_memory() if self._cuda else weight
-        self.host_s = state.pin_memory() if self._cuda else state
+        pin = self._cuda and pin_host(spec.options, where)
+        self.host_w = weight.pin_memory() if pin else weight
+        self.host_s = state.pin_memory() if pin else state
         self.cache_w = torch.zeros(self.capacity, spec.dim, device=self.device)  # [C, D]
         self.cache_s = self.optimizer.init_state(self.capacity, self.device)     # [C]
         self._with_state = self.optimizer.state_width > 0
-        self.row_bytes = (spec.dim + self.optimizer.state_width) * 4
+        self.row_bytes = row_bytes(spec.dim, self.optimizer.state_width)
         self._row_slot = torch.from_numpy(self.directory.row_slot)  # [N], shares the directory's memory
         self._slot_row = torch.from_numpy(self.directory.slot_row)  # [C]
         self._staging: dict[str, torch.Tensor] = {}                 # pinned buffers (GPU only)
         self._fetched: torch.cuda.Event | None = None               # last copy out of the fetch buffers
         self._last: tuple[Lookup, torch.Tensor, torch.Tensor] | None = None
-        self._pending: dict[str, int] = {}
+        self._pending = StepCounters()
         self.warm_rows = int(warm.size)
         if warm.size:
             self._fetch(torch.from_numpy(warm), torch.from_numpy(self.directory.warm(warm)))
@@ -129,7 +145,7 @@ class CacheStore(EmbeddingStore):
 
     def forward(self, ids: torch.Tensor, timer: Marker) -> torch.Tensor:
         lk = self.plan(ids)
-        uniq, inverse, counts = torch.unique(lk.rows, return_inverse=True, return_counts=True)  # [U], [L], [U]
+        uniq, inverse, counts = lk.unique()  # [U], [L], [U]
         acc = self.directory.access(uniq.numpy(), counts.numpy())
         timer.mark("h2d")
         if acc.victim_rows.size:
@@ -137,13 +153,10 @@ class CacheStore(EmbeddingStore):
         timer.mark("d2h")
         if acc.miss_rows.size:
             self._fetch(torch.from_numpy(acc.miss_rows), torch.from_numpy(acc.miss_slots))
-        uslots = torch.from_numpy(acc.slots)                                 # [U] slot of each unique row
-        lookup_slots = uslots.index_select(0, inverse).to(self.device, non_blocking=True)  # [L]
-        self._last = (lk, uslots.to(self.device, non_blocking=True), inverse.to(self.device, non_blocking=True))
-        c = acc.counters()
-        c["bytes_h2d"] = c["rows_h2d"] * self.row_bytes
-        c["bytes_d2h"] = c["rows_d2h"] * self.row_bytes
-        self._pending = c
+        uslots = torch.from_numpy(acc.slots)                                  # [U] slot of each unique row
+        lookup_slots = ship(uslots.index_select(0, inverse), self.device)     # [L]
+        self._last = (lk, ship(uslots, self.device), ship(inverse, self.device))
+        self._pending = acc.counters(self.row_bytes)
         timer.mark("h2d")
         out = self.to_batch(self.cache_w.index_select(0, lookup_slots), lk)  # [B, K, D]
         timer.mark("emb_fwd")
@@ -152,9 +165,7 @@ class CacheStore(EmbeddingStore):
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
         assert self._last is not None, "backward without forward"
         lk, uslots, inverse = self._last
-        grad = self.from_batch(grad, lk)  # [L, D]
-        # ``coalesce`` with the host-planned unique rows: no device sync for torch.unique.
-        summed = sum_by_index(inverse, grad, uslots.numel())  # [U, D]
+        summed = sum_by_index(inverse, self.from_batch(grad, lk), uslots.numel())  # [U, D]
         self.optimizer.apply(self.cache_w, self.cache_s, uslots, summed)
         self._counters = self._pending
         self._last = None

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, coalesce, init_table
+from hotcold.counters import all_resident
+from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, init_table, ship, sum_by_index
 
 
 class DeviceStore(EmbeddingStore):
@@ -17,26 +18,24 @@ class DeviceStore(EmbeddingStore):
         super().__init__(spec)
         self.weight = init_table(spec.table_sizes, spec.dim, spec.seed).to(self.device)  # [N, D]
         self.state = self.optimizer.init_state(spec.num_rows, self.device)                # [N]
-        self._last: tuple[Lookup, torch.Tensor] | None = None
+        self._last: tuple[Lookup, torch.Tensor, torch.Tensor] | None = None
 
     def forward(self, ids: torch.Tensor, timer: Marker) -> torch.Tensor:
         lk = self.plan(ids)
-        rows = lk.rows.to(self.device, non_blocking=True)
+        uniq, inverse, _ = lk.unique()
+        rows, uniq, inverse = (ship(t, self.device) for t in (lk.rows, uniq, inverse))
         timer.mark("h2d")
-        self._last = (lk, rows)
+        self._last = (lk, uniq, inverse)
         out = self.to_batch(self.weight.index_select(0, rows), lk)  # [B, K, D]
         timer.mark("emb_fwd")
         return out
 
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
         assert self._last is not None, "backward without forward"
-        lk, rows = self._last
-        uniq, summed = coalesce(rows, self.from_batch(grad, lk))
+        lk, uniq, inverse = self._last
+        summed = sum_by_index(inverse, self.from_batch(grad, lk), uniq.numel())  # [U, D]
         self.optimizer.apply(self.weight, self.state, uniq, summed)
-        self._counters = {
-            "lookups": lk.size, "unique_rows": uniq.numel(), "hits": lk.size, "misses": 0,
-            "rows_h2d": 0, "rows_d2h": 0, "bytes_h2d": 0, "bytes_d2h": 0,
-        }
+        self._counters = all_resident(lk.size, uniq.numel())
         self._last = None
         timer.mark("emb_update")
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, coalesce, init_table
+from hotcold.counters import all_host
+from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, init_table, sum_by_index
 
 
 class HybridStore(EmbeddingStore):
@@ -56,13 +57,9 @@ class HybridStore(EmbeddingStore):
             torch.cuda.current_stream(self.device).synchronize()  # the CPU update needs them
             grad = host
         timer.mark("d2h")
-        uniq, summed = coalesce(lk.rows, grad)
-        self.optimizer.apply(self.weight, self.state, uniq, summed)
-        moved = lk.size * self.dim * 4
-        self._counters = {
-            "lookups": lk.size, "unique_rows": uniq.numel(), "hits": 0, "misses": lk.size,
-            "rows_h2d": lk.size, "rows_d2h": lk.size, "bytes_h2d": moved, "bytes_d2h": moved,
-        }
+        uniq, inverse, _ = lk.unique()
+        self.optimizer.apply(self.weight, self.state, uniq, sum_by_index(inverse, grad, uniq.numel()))
+        self._counters = all_host(lk.size, uniq.numel(), self.dim)
         self._last = None
         timer.mark("emb_update")
 

@@ -41,42 +41,21 @@ import numpy as np
 import torch
 
 from hotcold.config import ConfigError, InfeasibleError
-from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, coalesce, init_table
-
-COUNTER_KEYS = ("unique_hits", "unique_misses", "rows_h2d", "rows_d2h", "evictions")
-
-
-def working_set_peak(batch_rows: Iterable[np.ndarray], num_rows: int, window: int) -> tuple[int, int]:
-    """The most unique rows of any W+1 consecutive batches, and the first batch of that window.
-
-    This is the smallest scratchpad that can hold batches i..i+W at once,
-    which the pipeline needs when batch i+W is admitted before batch i trains.
-    """
-    counts = np.zeros(num_rows, dtype=np.int32)  # [N] in how many live batches each row is
-    live: deque[np.ndarray] = deque()
-    distinct = peak = at = 0
-    for b, rows in enumerate(batch_rows):
-        u = np.unique(rows)
-        counts[u] += 1
-        distinct += int(np.count_nonzero(counts[u] == 1))
-        live.append(u)
-        if len(live) > window + 1:
-            old = live.popleft()
-            counts[old] -= 1
-            distinct -= int(np.count_nonzero(counts[old] == 0))
-        if distinct > peak:
-            peak, at = distinct, b - len(live) + 1
-    return peak, at
-
+from hotcold.counters import StepCounters, all_resident, row_bytes
+from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, init_table, ship, sum_by_index
+from hotcold.trace.scratchpad import Admission, ScratchpadDirectory, working_set_peak
 
 @dataclass
 class _Admitted:
     """A batch whose rows are held in the scratchpad until it has trained."""
 
-    seq: int             # admission number, also its LRU stamp
     ids: torch.Tensor    # [B, K] as prefetched, to check that forward sees the same batch
     lookup: Lookup
-    slots: np.ndarray    # int64 [U] slots of its unique rows, held until backward
+    admission: Admission
+
+    @property
+    def seq(self) -> int:
+        return self.admission.seq
 
 
 @dataclass
@@ -116,7 +95,7 @@ class ScratchPipeStore(EmbeddingStore):
         self.host_weight = init_table(spec.table_sizes, spec.dim, spec.seed)  # [N, D]
         self.host_state = self.optimizer.init_state(n)                        # [N]
         self._has_state = self.optimizer.state_width > 0
-        self.row_bytes = (spec.dim + self.optimizer.state_width) * 4
+        self.row_bytes = row_bytes(spec.dim, self.optimizer.state_width)
         self.min_capacity: int | None = None
         start = 0
         if spec.batches is not None:
@@ -134,16 +113,15 @@ class ScratchPipeStore(EmbeddingStore):
         c = self.capacity
         self.slot_weight = torch.zeros(c, spec.dim, dtype=torch.float32, device=self.device)  # [C, D]
         self.slot_state = self.optimizer.init_state(c, self.device)                            # [C]
-        self.row_to_slot = np.full(n, -1, dtype=np.int64)   # [N] slot of each resident row, -1 if none
-        self.slot_to_row = np.full(c, -1, dtype=np.int64)   # [C] row in each slot, -1 if free
-        self._last_use = np.full(c, -1, dtype=np.int64)     # [C] admission that last needed the slot
-        self._hold = np.zeros(c, dtype=np.int32)            # [C] in-flight batches needing the slot
-        self._queue: deque[_Admitted | None] = deque()      # admitted, untrained; None = current, unadmitted
+        self.directory = ScratchpadDirectory(n, c)
+        self.row_to_slot = self.directory.row_to_slot       # [N] slot of each resident row, -1 if none
+        self.slot_to_row = self.directory.slot_to_row       # [C] row in each slot, -1 if free
+        self._queue: deque[_Admitted] = deque()             # admitted, untrained, in training order
+        self._deferred: list[torch.Tensor] = []             # first step: upcoming batches, admitted after it
         self._jobs: deque[_Job] = deque()
-        self._seq = 0
         self._step = 0
-        self._counts = dict.fromkeys(COUNTER_KEYS, 0)
-        self._last: tuple[Lookup, torch.Tensor, _Admitted] | None = None
+        self._pending = StepCounters()                      # this step's admissions
+        self._last: tuple[Lookup, torch.Tensor, torch.Tensor, _Admitted] | None = None
         self._cuda = self.device.type == "cuda"
         self._side = torch.cuda.Stream(self.device) if self._cuda else None
         self.side_timer = "cuda" if self._cuda else "cpu"
@@ -158,68 +136,39 @@ class ScratchPipeStore(EmbeddingStore):
     # -- admission: bookkeeping on the training thread, data movement queued -------------------
 
     def prefetch(self, upcoming: Sequence[torch.Tensor]) -> None:
-        """Admit the batches of ``upcoming`` not admitted yet (normally just the last one)."""
+        """Admit the batches of ``upcoming`` not admitted yet (normally just the last one).
+
+        On the first step nothing is admitted yet and the current batch must
+        come first, so the upcoming ones wait for ``forward``.
+        """
         if not self._queue:
-            self._queue.append(None)  # the current batch comes before them; forward admits it
+            self._deferred = list(upcoming)
+            return
         for ids in upcoming[len(self._queue) - 1:]:
             self._queue.append(self._admit(ids))
 
     def _admit(self, ids: torch.Tensor) -> _Admitted:
         """Hold the rows of a batch, give its missing rows slots and queue their movement."""
         lk = self.plan(ids)
-        uniq = np.unique(lk.rows.numpy())       # [U]
-        slots = self.row_to_slot[uniq]          # [U], -1 where missing
-        hit = slots >= 0
-        self._hold[slots[hit]] += 1
-        missing = uniq[~hit]                    # [M]
-        seq = self._seq
-        self._seq += 1
-        if missing.size:
-            new_slots = self._allocate(missing.size)
-            victim_slots = new_slots[self.slot_to_row[new_slots] >= 0]   # [V]
-            victim_rows = self.slot_to_row[victim_slots]                  # [V]
-            self.row_to_slot[victim_rows] = -1
-            self.slot_to_row[new_slots] = missing
-            self.row_to_slot[missing] = new_slots
-            self._hold[new_slots] += 1
-            slots[~hit] = new_slots
-            self._submit(seq, victim_slots, victim_rows, new_slots, missing)
-            self._counts["rows_d2h"] += victim_slots.size
-            self._counts["evictions"] += victim_slots.size
-        self._last_use[slots] = seq
-        self._counts["unique_hits"] += int(hit.sum())
-        self._counts["unique_misses"] += missing.size
-        self._counts["rows_h2d"] += missing.size
-        return _Admitted(seq, ids, lk, slots)
+        uniq, _, _ = lk.unique()
+        adm = self.directory.admit(uniq.numpy())
+        if adm.missing.size:
+            self._submit(adm)
+        adm.book(self._pending, self._step + len(self._queue), self.row_bytes)
+        return _Admitted(ids, lk, adm)
 
-    def _allocate(self, n: int) -> np.ndarray:
-        """``n`` unheld slots, free ones first, then least recently needed: int64 [n]."""
-        cand = np.flatnonzero(self._hold == 0)
-        if cand.size < n:
-            raise InfeasibleError(
-                f"scratchpipe: a batch needs {n} more slots but only {cand.size} of {self.capacity} are "
-                f"free or evictable; the scratchpad is smaller than the look-ahead working set "
-                f"(give the store StoreSpec.batches to check the minimum capacity at start)"
-            )
-        key = self._last_use[cand] * self.capacity + cand  # unique: LRU stamp, then slot
-        if n < cand.size:
-            pick = np.argpartition(key, n - 1)[:n]
-            cand, key = cand[pick], key[pick]
-        return cand[np.argsort(key)]
-
-    def _submit(self, seq: int, victim_slots: np.ndarray, victim_rows: np.ndarray,
-                new_slots: np.ndarray, missing: np.ndarray) -> None:
-        vrows, mrows = torch.from_numpy(victim_rows), torch.from_numpy(missing)
+    def _submit(self, adm: Admission) -> None:
+        vrows, mrows = torch.from_numpy(adm.victim_rows), torch.from_numpy(adm.missing)
         if self._cuda:
             ready = torch.cuda.Event()
             ready.record(torch.cuda.current_stream(self.device))  # after the evicted slots' last use
-            future = self._worker.submit(self._cuda_job, ready, victim_slots, vrows, new_slots, mrows)
+            future = self._worker.submit(self._cuda_job, ready, adm.victim_slots, vrows, adm.new_slots, mrows)
         else:
-            vs = torch.from_numpy(victim_slots)
+            vs = torch.from_numpy(adm.victim_slots)
             wb_w = self.slot_weight.index_select(0, vs)                              # [V, D]
             wb_s = self.slot_state.index_select(0, vs) if self._has_state else None  # [V]
             future = self._worker.submit(self._host_job, vrows, wb_w, wb_s, mrows)
-        self._jobs.append(_Job(seq, self._step, new_slots, future))
+        self._jobs.append(_Job(adm.seq, self._step, adm.new_slots, future))
 
     # -- worker side ------------------------------------------------------------------------------
 
@@ -319,10 +268,13 @@ class ScratchPipeStore(EmbeddingStore):
     # -- training ---------------------------------------------------------------------------------
 
     def forward(self, ids: torch.Tensor, timer: Marker) -> torch.Tensor:
-        rec = self._queue.popleft() if self._queue else None
-        if rec is None:
-            rec = self._admit(ids)  # nothing prefetched it: fetch now, synchronously
-        elif not (rec.ids is ids or torch.equal(rec.ids, ids)):
+        if not self._queue:  # first step (or nothing prefetched): admit it now, then what prefetch saw
+            self._queue.append(self._admit(ids))
+            for upcoming in self._deferred:
+                self._queue.append(self._admit(upcoming))
+            self._deferred = []
+        rec = self._queue.popleft()
+        if not (rec.ids is ids or torch.equal(rec.ids, ids)):
             raise RuntimeError("scratchpipe: forward got a batch other than the one prefetched for this step")
         if self._cuda:
             before, after = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -336,28 +288,25 @@ class ScratchPipeStore(EmbeddingStore):
             self.wait_times.append((time.perf_counter_ns() - t0) / 1e6)
         timer.mark("h2d")
         lk = rec.lookup
-        slots = self.row_to_slot[lk.rows.numpy()]  # [L]
-        if slots.size and slots.min() < 0:
-            raise RuntimeError("scratchpipe: a row of the training batch is not in the scratchpad")
-        dev = torch.from_numpy(slots).to(self.device, non_blocking=True)
-        self._last = (lk, dev, rec)
-        out = self.to_batch(self.slot_weight.index_select(0, dev), lk)  # [B, K, D]
+        _, inverse, _ = lk.unique()
+        uslots = torch.from_numpy(rec.admission.slots)  # [U] slot of each unique row
+        lookup_slots = ship(uslots.index_select(0, inverse), self.device)  # [L]
+        self._last = (lk, ship(uslots, self.device), ship(inverse, self.device), rec)
+        out = self.to_batch(self.slot_weight.index_select(0, lookup_slots), lk)  # [B, K, D]
         timer.mark("emb_fwd")
         return out
 
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
         assert self._last is not None, "backward without forward"
-        lk, dev, rec = self._last
-        uniq, summed = coalesce(dev, self.from_batch(grad, lk))
-        self.optimizer.apply(self.slot_weight, self.slot_state, uniq, summed)
-        self._hold[rec.slots] -= 1
-        c = self._counts
-        self._counters = {
-            "lookups": lk.size, "unique_rows": rec.slots.size, "hits": lk.size, "misses": 0,
-            **c,
-            "bytes_h2d": c["rows_h2d"] * self.row_bytes, "bytes_d2h": c["rows_d2h"] * self.row_bytes,
-        }
-        self._counts = dict.fromkeys(COUNTER_KEYS, 0)
+        lk, uslots, inverse, rec = self._last
+        summed = sum_by_index(inverse, self.from_batch(grad, lk), uslots.numel())  # [U, D]
+        self.optimizer.apply(self.slot_weight, self.slot_state, uslots, summed)
+        self.directory.release(rec.admission.slots)
+        c = self._pending
+        trained = all_resident(lk.size, uslots.numel())
+        for name in ("lookups", "unique_rows", "hits", "unique_hits"):
+            setattr(c, name, getattr(trained, name))
+        self._counters, self._pending = c, StepCounters()
         self._last = None
         self._step += 1
         timer.mark("emb_update")

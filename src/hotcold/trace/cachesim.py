@@ -1,25 +1,28 @@
-"""A trace simulator that runs the cache policies without training.
+"""A trace simulator that runs the placement policies without training.
 
 A trace is the sequence of training batches as global rows (int64 arrays,
-padding removed). The demand caches (``lru``, ``lfu``, ``freqcache``,
-``freqcache-lfu``, ``belady``) run on ``hotcold.trace.policies``'
-``CacheDirectory``, the one the cache stores use, so the simulator's counts
-equal the stores' training-time counters; the policies and their tie rules
-are documented there.
+padding removed). Every policy fills the same per-step ``StepCounters``
+(``hotcold.counters``) that the stores report when training, so a simulated
+run and a trained one compare column by column:
 
-Two reference placements are simulated without a directory:
-
-- ``static``: FAE-like top-k: the C most frequent rows are fixed in the
-  cache; misses are served from the host and not inserted, each missed
-  unique row counting once each way (fetched, and its update written back).
-- ``lookahead-W``: ScratchPipe-like: at step t the cache holds exactly the
-  rows of batches t..t+W; rows are fetched when their first batch enters
-  the window and written back when no batch of the window needs them. The
-  capacity it needs (``capacity_needed``) is the largest such union.
+- demand caches ``lru``, ``lfu``, ``freqcache``, ``freqcache-lfu`` and
+  ``belady`` run on ``hotcold.trace.policies``' ``CacheDirectory``, the one
+  the cache stores use. ``belady`` is optimal only among caches that must
+  admit every missed row; a placement that may bypass (``static-topk``) can
+  beat it;
+- ``static-topk``: the C most frequent rows pinned in device memory, misses
+  served from the host per lookup (their vectors sent to the device and the
+  gradients back, as ``hybrid``), never inserted. This is static top-k
+  placement, not FAE, which routes whole inputs (see ``fae-R`` in
+  ``hotcold.trace.faesim``);
+- ``scratchpipe-W``: the ``scratchpipe`` store's own scratchpad directory
+  (``hotcold.trace.scratchpad``) at a capacity, look-ahead window W: every
+  lookup of the trained batch hits; a step books the fetch and write-back
+  of the batch it admits. Its ``capacity_needed`` is the window's largest
+  working set.
 
 Initial warm-up fills are not a training step: they are reported as
-``warm_rows``, never in a step's ``rows_h2d``. Write-back is unconditional
-(every evicted row, as ColossalAI), so ``rows_d2h == evictions``.
+``warm_rows``. Byte counters take the row sizes of a model (``RowSizes``).
 """
 from __future__ import annotations
 
@@ -31,13 +34,37 @@ import numpy as np
 import pandas as pd
 
 from hotcold.config import ConfigError
+from hotcold.counters import FIELDS, StepCounters, all_resident, row_bytes, vector_bytes
 from hotcold.data.format import Dataset
 from hotcold.data.loader import batch_rows
-from hotcold.trace.policies import (COUNTERS, NEVER, POLICIES, CacheDirectory, cache_policy, capacity_from_ratio,
+from hotcold.trace.policies import (CACHE_POLICIES, NEVER, CacheDirectory, cache_policy, capacity_from_ratio,
                                     frequency_order)
+from hotcold.trace.scratchpad import ScratchpadDirectory, working_set_peak
 
 #: cache sizes of a default sweep, as shares of all rows (0.1% .. 10%)
 DEFAULT_RATIOS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1)
+STATIC = "static-topk"
+SCRATCHPIPE = "scratchpipe-"
+#: the policies a sweep runs at every cache size (``scratchpipe-W`` comes from ``windows``)
+POLICIES = (*CACHE_POLICIES, STATIC)
+
+
+@dataclass(frozen=True)
+class RowSizes:
+    """The model's row sizes: embedding dimension and floats of optimizer state a row."""
+
+    dim: int = 16
+    state_width: int = 1   # row-wise Adagrad
+
+    @property
+    def param(self) -> int:
+        """Bytes of a parameter row (weights + optimizer state)."""
+        return row_bytes(self.dim, self.state_width)
+
+    @property
+    def vector(self) -> int:
+        """Bytes of a looked-up vector (or its gradient)."""
+        return vector_bytes(self.dim)
 
 
 @dataclass
@@ -103,134 +130,145 @@ class SimResult:
 
     policy: str
     capacity: int
-    steps: pd.DataFrame        # one row per step: "step" and ``COUNTERS``
+    steps: pd.DataFrame        # one row per step: "step" and every ``StepCounters`` field
     warm_rows: int = 0
     capacity_needed: int = 0   # smallest feasible capacity: the most unique rows of a batch, or
-                               # lookahead-W's largest resident set; 0: any (static)
+                               # scratchpipe-W's largest working set; 0: any (static-topk)
     seconds: float = 0.0
 
     def summary(self, num_rows: int) -> dict[str, float | int | str]:
-        """Totals, hit rates by lookups and by unique rows, rows moved per batch."""
-        tot = {c: int(self.steps[c].sum()) for c in COUNTERS}
-        n = max(len(self.steps), 1)
-        return {
-            "policy": self.policy, "capacity": self.capacity, "cache_ratio": self.capacity / num_rows,
-            "feasible": True, "steps": len(self.steps), **tot,
-            "hit_rate": tot["hits"] / max(tot["lookups"], 1),
-            "unique_hit_rate": tot["unique_hits"] / max(tot["unique_rows"], 1),
-            "rows_h2d_per_batch": tot["rows_h2d"] / n, "rows_d2h_per_batch": tot["rows_d2h"] / n,
-            "evictions_per_batch": tot["evictions"] / n, "warm_rows": self.warm_rows,
-            "capacity_needed": self.capacity_needed, "seconds": self.seconds,
-        }
+        """Totals, hit rates by lookups and by unique rows, bytes moved per batch."""
+        return summary_row(self.policy, self.capacity, num_rows, self.steps, warm_rows=self.warm_rows,
+                           capacity_needed=self.capacity_needed, seconds=self.seconds)
 
 
-def _frame(table: np.ndarray) -> pd.DataFrame:
-    """[T, len(COUNTERS)] int64 -> a per-step DataFrame."""
-    df = pd.DataFrame(table, columns=list(COUNTERS))
+def summary_row(policy: str, capacity: int, num_rows: int, steps: pd.DataFrame, **extra) -> dict:
+    """One sweep row from per-step counters: totals, hit rates, traffic per batch."""
+    tot = {c: int(steps[c].sum()) for c in FIELDS if c != "prefetch_batch"}
+    n = max(len(steps), 1)
+    param = tot["param_bytes_h2d"] + tot["param_bytes_d2h"]
+    activation = tot["vector_bytes_h2d"] + tot["grad_bytes_d2h"]
+    return {
+        "policy": policy, "capacity": capacity, "cache_ratio": capacity / num_rows,
+        "feasible": True, "steps": len(steps), **tot,
+        "hit_rate": tot["hits"] / max(tot["lookups"], 1),
+        "unique_hit_rate": tot["unique_hits"] / max(tot["unique_rows"], 1),
+        "param_bytes_per_batch": param / n, "activation_bytes_per_batch": activation / n,
+        "bytes_per_batch": (param + activation) / n, "param_rows_h2d_per_batch": tot["param_rows_h2d"] / n,
+        "evictions_per_batch": tot["evictions"] / n, **extra,
+    }
+
+
+def counters_frame(steps: Sequence[StepCounters]) -> pd.DataFrame:
+    """Per-step counters -> a DataFrame with "step" and every field."""
+    df = pd.DataFrame([c.as_dict() for c in steps], columns=list(FIELDS)).astype("int64")
     df.insert(0, "step", np.arange(len(df)))
     return df
 
 
 def simulate(trace: Trace, policy: str, capacity: int = 0, frequencies: np.ndarray | None = None,
-             warmup_ratio: float = 0.7) -> SimResult:
-    """Run one policy (``POLICIES`` or ``lookahead-W``) at ``capacity`` slots over ``trace``.
+             warmup_ratio: float = 0.7, sizes: RowSizes = RowSizes()) -> SimResult:
+    """Run one policy (``POLICIES`` or ``scratchpipe-W``) at ``capacity`` slots over ``trace``.
 
     ``frequencies`` ([N] access counts) rank rows for ``freqcache*`` and
-    ``static``; by default they are counted over the trace itself. A cache
-    smaller than a batch's unique rows raises ``ConfigError`` (but for
-    ``static`` and ``lookahead-W``, which ignores ``capacity``).
+    ``static-topk``; by default they are counted over the trace itself. A
+    capacity that cannot serve the trace raises ``InfeasibleError`` (any
+    capacity serves ``static-topk``; ``scratchpipe-W`` at capacity 0 takes
+    its minimum).
     """
     t0 = time.perf_counter()
-    if policy.startswith("lookahead-"):
-        window = int(policy.split("-", 1)[1])
-        table, needed = _lookahead(trace, window)
-        return SimResult(policy, needed, _frame(table), 0, needed, time.perf_counter() - t0)
-    if policy in ("freqcache", "freqcache-lfu", "static") and frequencies is None:
+    if policy.startswith(SCRATCHPIPE):
+        window = _window(policy)
+        needed = working_set_peak(trace.rows, trace.num_rows, window)[0]
+        capacity = capacity or needed
+        steps = _scratchpipe(trace, window, capacity, sizes)
+        return SimResult(policy, capacity, counters_frame(steps), 0, needed, time.perf_counter() - t0)
+    if policy in ("freqcache", "freqcache-lfu", STATIC) and frequencies is None:
         frequencies = trace.frequencies()
-    if policy == "static":
-        table, warm = _static(trace, capacity, frequencies)
-        return SimResult(policy, capacity, _frame(table), warm, 0, time.perf_counter() - t0)
+    if policy == STATIC:
+        steps, warm = _static(trace, capacity, frequencies, sizes)
+        return SimResult(policy, capacity, counters_frame(steps), warm, 0, time.perf_counter() - t0)
     pol, warm = cache_policy(policy, trace.num_rows, capacity, frequencies, warmup_ratio,
                              trace.next_use() if policy == "belady" else None)
     d = CacheDirectory(trace.num_rows, capacity, pol)
     if warm.size:
         d.warm(warm)
-    table = np.zeros((len(trace), len(COUNTERS)), dtype=np.int64)
-    for t, (rows, counts) in enumerate(zip(trace.rows, trace.counts)):
-        acc = d.access(rows, counts)
-        lookups, hits = counts.sum(), counts[acc.hit].sum()
-        uh, e = acc.hit.sum(), acc.victim_rows.size
-        table[t] = (lookups, rows.size, hits, lookups - hits, uh, rows.size - uh, rows.size - uh, e, e)
-    return SimResult(policy, capacity, _frame(table), int(warm.size), trace.max_unique, time.perf_counter() - t0)
+    steps = [d.access(rows, counts).counters(sizes.param) for rows, counts in zip(trace.rows, trace.counts)]
+    return SimResult(policy, capacity, counters_frame(steps), int(warm.size), trace.max_unique,
+                     time.perf_counter() - t0)
 
 
-def _static(trace: Trace, capacity: int, frequencies: np.ndarray) -> tuple[np.ndarray, int]:
-    """FAE-like fixed top-k placement; misses are served from the host, never inserted."""
+def _window(policy: str) -> int:
+    try:
+        window = int(policy[len(SCRATCHPIPE):])
+    except ValueError:
+        raise ConfigError(f"unknown policy {policy!r}: scratchpipe-W takes an integer window W") from None
+    if window < 0:
+        raise ConfigError(f"look-ahead window must be >= 0, got {window}")
+    return window
+
+
+def _static(trace: Trace, capacity: int, frequencies: np.ndarray, sizes: RowSizes) -> tuple[list[StepCounters], int]:
+    """Static top-k placement; misses are served from the host per lookup, never inserted."""
     k = min(capacity, trace.num_rows)
     top = np.zeros(trace.num_rows, dtype=bool)
     top[frequency_order(frequencies)[:k]] = True
-    table = np.zeros((len(trace), len(COUNTERS)), dtype=np.int64)
-    for t, (rows, counts) in enumerate(zip(trace.rows, trace.counts)):
+    out = []
+    for rows, counts in zip(trace.rows, trace.counts):
         hit = top[rows]
-        lookups, hits = counts.sum(), counts[hit].sum()
-        uh = hit.sum()
-        um = rows.size - uh
-        table[t] = (lookups, rows.size, hits, lookups - hits, uh, um, um, um, 0)
-    return table, k
+        lookups, hits = int(counts.sum()), int(counts[hit].sum())
+        uh = int(hit.sum())
+        moved = (lookups - hits) * sizes.vector
+        out.append(StepCounters(lookups=lookups, unique_rows=rows.size, hits=hits, misses=lookups - hits,
+                                unique_hits=uh, unique_misses=rows.size - uh, vector_bytes_h2d=moved,
+                                grad_bytes_d2h=moved))
+    return out, k
 
 
-def _lookahead(trace: Trace, window: int) -> tuple[np.ndarray, int]:
-    """ScratchPipe-like window: at step t exactly the rows of batches t..t+W are resident."""
-    if window < 0:
-        raise ConfigError(f"look-ahead window must be >= 0, got {window}")
-    refs = np.zeros(trace.num_rows, dtype=np.int32)  # batches of the window using each row
-    table = np.zeros((len(trace), len(COUNTERS)), dtype=np.int64)
-    resident = needed = 0
+def _scratchpipe(trace: Trace, window: int, capacity: int, sizes: RowSizes) -> list[StepCounters]:
+    """The ``scratchpipe`` store's admissions, without training (see ``hotcold.trace.scratchpad``)."""
+    d = ScratchpadDirectory(trace.num_rows, capacity)
+    held: dict[int, np.ndarray] = {}
+    out = []
     for t, (rows, counts) in enumerate(zip(trace.rows, trace.counts)):
-        hit = refs[rows] > 0
-        first = 0 if t == 0 else t + window  # batches entering the window at this step
-        entering = range(first, min(t + window, len(trace) - 1) + 1)
-        fetched = 0
-        for j in entering:
-            new = trace.rows[j]
-            fetched += int((refs[new] == 0).sum())
-            refs[new] += 1
-        back = 0
-        if t > 0:
-            old = trace.rows[t - 1]
-            refs[old] -= 1
-            back = int((refs[old] == 0).sum())
-        resident += fetched - back
-        needed = max(needed, resident)
-        lookups, hits = counts.sum(), counts[hit].sum()
-        uh = hit.sum()
-        table[t] = (lookups, rows.size, hits, lookups - hits, uh, rows.size - uh, fetched, back, back)
-    return table, needed
+        c = all_resident(int(counts.sum()), rows.size)
+        admit = range(0, min(window, len(trace) - 1) + 1) if t == 0 else \
+            ([t + window] if t + window < len(trace) else [])
+        for j in admit:
+            adm = d.admit(trace.rows[j])
+            held[j] = adm.slots
+            adm.book(c, j, sizes.param)
+        d.release(held.pop(t))
+        out.append(c)
+    return out
 
 
 def sweep(trace: Trace, ratios: Sequence[float] = DEFAULT_RATIOS, policies: Sequence[str] = POLICIES,
           frequencies: np.ndarray | None = None, warmup_ratio: float = 0.7,
-          windows: Sequence[int] = (1,), capacities: Sequence[int] | None = None) -> pd.DataFrame:
+          windows: Sequence[int] = (1,), capacities: Sequence[int] | None = None,
+          sizes: RowSizes = RowSizes()) -> pd.DataFrame:
     """One summary row per policy and cache size (``capacities`` replaces ``ratios``).
 
-    Sizes below ``trace.max_unique`` are infeasible for the demand caches and
-    reported with ``feasible=False``; ``lookahead-W`` rows report the
-    capacity they need.
+    ``scratchpipe-W`` runs for each of ``windows`` at every size and at its
+    minimum (``capacity_needed``). Sizes that cannot serve the trace are
+    reported with ``feasible=False`` and the capacity they would need.
     """
     if frequencies is None:
         frequencies = trace.frequencies()
-    sizes = list(capacities) if capacities is not None else \
+    sizes_ = list(capacities) if capacities is not None else \
         [capacity_from_ratio(r, trace.num_rows) for r in ratios]
-    out = []
-    for policy in policies:
-        for c in sizes:
-            if policy != "static" and c < trace.max_unique:
-                out.append({"policy": policy, "capacity": c, "cache_ratio": c / trace.num_rows,
-                            "feasible": False, "steps": len(trace), "capacity_needed": trace.max_unique})
-                continue
-            out.append(simulate(trace, policy, c, frequencies, warmup_ratio).summary(trace.num_rows))
+    needed = {p: 0 if p == STATIC else trace.max_unique for p in policies}
     for w in windows:
-        out.append(simulate(trace, f"lookahead-{w}").summary(trace.num_rows))
+        needed[f"{SCRATCHPIPE}{w}"] = working_set_peak(trace.rows, trace.num_rows, w)[0]
+    runs = [(p, c) for p in policies for c in sizes_]
+    runs += [(p, c) for p in needed if p.startswith(SCRATCHPIPE) for c in sorted({*sizes_, needed[p]})]
+    out = []
+    for policy, c in runs:
+        if c < needed[policy]:
+            out.append({"policy": policy, "capacity": c, "cache_ratio": c / trace.num_rows,
+                        "feasible": False, "steps": len(trace), "capacity_needed": needed[policy]})
+            continue
+        out.append(simulate(trace, policy, c, frequencies, warmup_ratio, sizes).summary(trace.num_rows))
     return pd.DataFrame(out)
 
 

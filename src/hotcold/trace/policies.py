@@ -24,7 +24,8 @@ choice is deterministic):
   resident rows of worst rank. ``freqcache-lfu`` warms the same way and
   evicts by LFU, warm rows starting at their dataset count (as ColossalAI).
 - ``belady``: the next step that uses the row, farthest first (never again
-  = infinity), then row id. Optimal among demand-fetch policies.
+  = infinity), then row id. Optimal only among caches that must admit every
+  missed row (demand fetch); a placement that may bypass can beat it.
 
 Initial warm-up fills are not a training step (``warm``). Write-back is
 unconditional (every evicted row, as ColossalAI), so ``rows_d2h ==
@@ -39,12 +40,10 @@ from typing import Sequence
 import numpy as np
 
 from hotcold.config import ConfigError, InfeasibleError
+from hotcold.counters import StepCounters
 
-#: per-step counters, the same keys as the cache stores' ``step_counters`` (less bytes)
-COUNTERS = ("lookups", "unique_rows", "hits", "misses", "unique_hits", "unique_misses",
-            "rows_h2d", "rows_d2h", "evictions")
-#: what the simulator runs: the directory's policies and the ``static`` placement (and ``lookahead-W``)
-POLICIES = ("lru", "lfu", "freqcache", "freqcache-lfu", "belady", "static")
+#: the eviction policies of ``CacheDirectory``
+CACHE_POLICIES = ("lru", "lfu", "freqcache", "freqcache-lfu", "belady")
 NEVER = np.iinfo(np.int64).max  # next use of a row that is not used again
 
 
@@ -185,14 +184,14 @@ class Access:
     victim_rows: np.ndarray   # int64 [E] rows to write back and drop
     victim_slots: np.ndarray  # int64 [E] their slots
 
-    def counters(self) -> dict[str, int]:
-        """The step's counters (``COUNTERS``)."""
+    def counters(self, row_bytes: int) -> StepCounters:
+        """The step's counters; a parameter row (weights + state) is ``row_bytes``."""
         lookups, hits = int(self.counts.sum()), int(self.counts[self.hit].sum())
         u, uh = int(self.rows.size), int(self.hit.sum())
         e = int(self.victim_rows.size)
-        return {"lookups": lookups, "unique_rows": u, "hits": hits, "misses": lookups - hits,
-                "unique_hits": uh, "unique_misses": u - uh, "rows_h2d": u - uh, "rows_d2h": e,
-                "evictions": e}
+        c = StepCounters(lookups=lookups, unique_rows=u, hits=hits, misses=lookups - hits,
+                         unique_hits=uh, unique_misses=u - uh, evictions=e)
+        return c.set_param_traffic(u - uh, e, row_bytes)
 
 
 class CacheDirectory:
@@ -278,4 +277,5 @@ def cache_policy(name: str, num_rows: int, capacity: int, frequencies: np.ndarra
         rank = np.empty(num_rows, dtype=np.int64)
         rank[order] = np.arange(num_rows)
         return StaticRank(rank), warm
-    raise ConfigError(f"unknown cache policy {name!r}; known: {list(POLICIES)} and 'lookahead-W'")
+    raise ConfigError(f"unknown cache policy {name!r}; known: {list(CACHE_POLICIES)}, 'static-topk' "
+                      "and 'scratchpipe-W'")

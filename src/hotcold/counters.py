@@ -1,0 +1,106 @@
+"""One per-step counter schema for every store and every simulated policy.
+
+Counters depend only on the data and the technique, never on the hardware.
+Every store's ``step_counters`` and every row of a simulation carries all of
+``FIELDS``, zeros where a technique does nothing of the kind, so a trained
+run and a simulated one compare column by column.
+
+Two kinds of traffic are kept apart, and comparisons of traffic use bytes:
+
+- *parameter traffic*: embedding rows with their optimizer state (weights +
+  state, ``(D + state) * 4`` bytes a row) copied between host and device
+  memory: cache fills and write-backs, scratchpad fetches, FAE's hot-set
+  synchronisations;
+- *activation traffic*: looked-up vectors sent to the device and their
+  gradients sent back (``D * 4`` bytes each), as in the CPU-GPU hybrid.
+
+A transfer is booked at the step during which it happens: a look-ahead
+store's fetch for batch i+W is step i's traffic, and ``prefetch_batch`` says
+which batch it serves.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+_F = 4  # bytes of a float32
+
+
+def _c(doc: str, default: int = 0) -> Any:
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass
+class StepCounters:
+    """What one training step looked up and moved."""
+
+    lookups: int = _c("non-padding lookups of the batch trained this step")
+    unique_rows: int = _c("distinct rows among those lookups")
+    hits: int = _c("lookups of rows already in device memory when the batch was planned")
+    misses: int = _c("the other lookups, fetched first or served from the host (`lookups - hits`)")
+    unique_hits: int = _c("distinct rows of the batch already in device memory when it was planned")
+    unique_misses: int = _c("the other distinct rows (`unique_rows - unique_hits`)")
+    evictions: int = _c("rows evicted from device memory during this step")
+    param_rows_h2d: int = _c("parameter rows (weights + optimizer state) copied host to device")
+    param_bytes_h2d: int = _c("their bytes: `param_rows_h2d * (D + state) * 4`")
+    param_rows_d2h: int = _c("parameter rows copied device to host (write-backs, FAE's sync to the host)")
+    param_bytes_d2h: int = _c("their bytes")
+    vector_bytes_h2d: int = _c("activation traffic: looked-up vectors sent to the device (`D * 4` each)")
+    grad_bytes_d2h: int = _c("activation traffic: their gradients sent back to the host")
+    sync_rows: int = _c("FAE: hot rows synchronised when the batch kind switched (part of the parameter traffic)")
+    sync_bytes: int = _c("FAE: their bytes")
+    switches: int = _c("FAE: 1 when the batch kind switched before this batch (one hot-set sync)")
+    hot_batch: int = _c("FAE: 1 when the batch ran entirely from device memory")
+    prefetch_batch: int = _c("look-ahead: the batch the last fetch of this step serves (-1: no fetch)", -1)
+    prefetch_unique_hits: int = _c("look-ahead: distinct rows of the batches admitted this step already resident")
+    prefetch_unique_misses: int = _c("look-ahead: distinct rows of the batches admitted this step fetched")
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: int(v) for k, v in dataclasses.asdict(self).items()}
+
+    @property
+    def param_bytes(self) -> int:
+        return self.param_bytes_h2d + self.param_bytes_d2h
+
+    @property
+    def activation_bytes(self) -> int:
+        return self.vector_bytes_h2d + self.grad_bytes_d2h
+
+    def set_param_traffic(self, rows_h2d: int, rows_d2h: int, row_bytes: int) -> "StepCounters":
+        """Book parameter rows each way at ``row_bytes`` a row; returns self."""
+        self.param_rows_h2d, self.param_bytes_h2d = rows_h2d, rows_h2d * row_bytes
+        self.param_rows_d2h, self.param_bytes_d2h = rows_d2h, rows_d2h * row_bytes
+        return self
+
+
+FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(StepCounters))
+
+
+def row_bytes(dim: int, state_width: int) -> int:
+    """Bytes of one parameter row: its weights and its optimizer state."""
+    return (dim + state_width) * _F
+
+
+def vector_bytes(dim: int) -> int:
+    """Bytes of one looked-up vector (or its gradient)."""
+    return dim * _F
+
+
+def all_resident(lookups: int, unique_rows: int) -> StepCounters:
+    """A batch served wholly from device memory, nothing moved."""
+    return StepCounters(lookups=lookups, unique_rows=unique_rows, hits=lookups, unique_hits=unique_rows)
+
+
+def all_host(lookups: int, unique_rows: int, dim: int) -> StepCounters:
+    """A batch looked up in host memory: its vectors go to the device, their gradients come back."""
+    moved = lookups * vector_bytes(dim)
+    return StepCounters(lookups=lookups, unique_rows=unique_rows, misses=lookups, unique_misses=unique_rows,
+                        vector_bytes_h2d=moved, grad_bytes_d2h=moved)
+
+
+def glossary_markdown() -> str:
+    """The README's counter glossary: one table row per field, from the field docs."""
+    lines = ["| counter | per step |", "|---|---|"]
+    lines += [f"| `{f.name}` | {f.metadata['doc']} |" for f in dataclasses.fields(StepCounters)]
+    return "\n".join(lines) + "\n"
