@@ -9,6 +9,19 @@ import torch
 
 from hotcold.data.format import Dataset, write_dataset
 
+#: trainer devices the store and timer tests run on; the CUDA cases run where a GPU is lent
+DEVICES = [
+    pytest.param(torch.device("cpu"), id="cpu"),
+    pytest.param(torch.device("cuda"), id="cuda", marks=pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="no GPU here: the CUDA path runs on a machine with one")),
+]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> torch.device:
+    return request.param
+
+
 # Tiny models train fastest on one thread, and the tests then do not fight
 # over the cores with each other or with background work.
 torch.set_num_threads(1)

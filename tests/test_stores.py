@@ -38,11 +38,11 @@ def rel_diff(a: list[tuple[str, torch.Tensor]], b: list[tuple[str, torch.Tensor]
 @pytest.mark.parametrize("row_optimizer", ["sgd", "adagrad"])
 @pytest.mark.parametrize("method", sorted(set(STORES) - {"device"}))
 @pytest.mark.parametrize("data", ["small_dataset", "sequence_dataset"])
-def test_store_trains_same_model_as_device(request, data, method, row_optimizer):
+def test_store_trains_same_model_as_device(request, data, method, row_optimizer, device):
     ds = request.getfixturevalue(data)
-    got = train(run_cfg(method, row_optimizer), ds, CPU, progress=False)
+    got = train(run_cfg(method, row_optimizer), ds, device, progress=False)
     # on the method's own batch order (only FAE has one of its own)
-    ref = train(run_cfg("device", row_optimizer), ds, CPU, progress=False, order=got.order)
+    ref = train(run_cfg("device", row_optimizer), ds, device, progress=False, order=got.order)
     before = init_table(ds.cardinalities, 8, 0)
     assert not torch.equal(ref.store.export(), before), "training must change the rows"
     assert rel_diff(got.named_parameters(), ref.named_parameters()) <= 1e-6
@@ -68,17 +68,17 @@ def test_same_seed_gives_identical_parameters(small_dataset):
     assert sums[0] != sums[2]
 
 
-def _spec(optimizer: str, sizes=(5, 9, 4), dim: int = 3, method: str = "") -> StoreSpec:
+def _spec(optimizer: str, sizes=(5, 9, 4), dim: int = 3, method: str = "", device: torch.device = CPU) -> StoreSpec:
     return StoreSpec(table_sizes=list(sizes), dim=dim, optimizer=RowOptimizer(optimizer, lr=0.1),
-                     device=CPU, seed=1, options=dict(SPEC_OPTIONS.get(method, {})),
+                     device=device, seed=1, options=dict(SPEC_OPTIONS.get(method, {})),
                      frequencies=torch.arange(sum(sizes), 0, -1))
 
 
 @pytest.mark.parametrize("method", sorted(STORES))
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
-def test_sparse_update_matches_dense_reference(method, optimizer):
+def test_sparse_update_matches_dense_reference(method, optimizer, device):
     """Two steps of the store against a dense autograd computation of the same update."""
-    spec = _spec(optimizer, method=method)
+    spec = _spec(optimizer, method=method, device=device)
     store = build_store(method, spec)
     weight = init_table(spec.table_sizes, spec.dim, spec.seed).double()
     state = torch.zeros(weight.shape[0], dtype=torch.float64)
@@ -86,14 +86,15 @@ def test_sparse_update_matches_dense_reference(method, optimizer):
     gen = torch.Generator().manual_seed(0)
     for _ in range(2):
         ids = torch.stack([torch.randint(0, n, (6,), generator=gen) for n in spec.table_sizes], 1)  # [6, 3]
-        grad = torch.randn(6, 3, spec.dim, generator=gen)
+        grad = torch.randn(6, 3, spec.dim, generator=gen).to(device)
         out = store.forward(ids, NullMarker())
-        torch.testing.assert_close(out.double(), weight[ids + offsets], rtol=0, atol=1e-6)
+        assert out.device.type == device.type
+        torch.testing.assert_close(out.double().cpu(), weight[ids + offsets], rtol=0, atol=1e-6)
         store.backward(grad, NullMarker())
         dense_grad = torch.zeros_like(weight)
         rows = (ids + offsets).reshape(-1)
         for r, g in zip(rows.tolist(), grad.reshape(-1, spec.dim).double()):
-            dense_grad[r] += g
+            dense_grad[r] += g.cpu()
         touched = sorted(set(rows.tolist()))
         if optimizer == "sgd":
             weight[touched] -= 0.1 * dense_grad[touched]
@@ -104,25 +105,25 @@ def test_sparse_update_matches_dense_reference(method, optimizer):
 
 
 @pytest.mark.parametrize("method", sorted(STORES))
-def test_padding_is_not_looked_up_or_updated(method):
-    spec = _spec("sgd", method=method)
+def test_padding_is_not_looked_up_or_updated(method, device):
+    spec = _spec("sgd", method=method, device=device)
     spec.column_tables = [0, 1, 1, 2]  # a history column shares table 1
     store = build_store(method, spec)
     before = store.export()
     ids = torch.tensor([[0, 3, -1, 1], [4, -1, -1, 0]])  # [B=2, K=4], -1 = padding
-    out = store.forward(ids, NullMarker())
+    out = store.forward(ids, NullMarker()).cpu()
     assert out.shape == (2, 4, spec.dim)
     assert (out[0, 2] == 0).all() and (out[1, 1:3] == 0).all()
     torch.testing.assert_close(out[0, 1], before[5 + 3])  # table 1 starts at row 5
-    store.backward(torch.ones(2, 4, spec.dim), NullMarker())
+    store.backward(torch.ones(2, 4, spec.dim, device=device), NullMarker())
     changed = sorted(((store.export() != before).any(1)).nonzero().squeeze(1).tolist())
     assert changed == [0, 4, 5 + 3, 14 + 0, 14 + 1]
     assert store.step_counters()["lookups"] == 5
 
 
 @pytest.mark.parametrize("method", sorted(STORES))
-def test_counters_match_independent_count(method):
-    spec = _spec("sgd", method=method)
+def test_counters_match_independent_count(method, device):
+    spec = _spec("sgd", method=method, device=device)
     store = build_store(method, spec)
     ids = torch.tensor([[0, 1, 2], [0, 8, 2], [4, 1, 3], [0, 1, 2]])  # [B=4, T=3]
     store.backward(store.forward(ids, NullMarker()), NullMarker())

@@ -77,3 +77,28 @@ def test_cuda_events_add_up():
     timer.flush()
     assert [s for s, _ in timer.steps] == list(range(1, 10))
     assert all(ph["data"] > 0 and ph["dense_fwd_bwd"] > 0 for _, ph in timer.steps)
+
+
+def test_cpu_host_steps_are_the_steps():
+    timer = PhaseTimer("cpu", clock=FakeClock([1_000_000] * 20))
+    run_steps(timer, 3, ["data", "h2d"])
+    assert timer.host_steps is timer.steps
+    s = summarize(timer.steps, [], batch_size=1, timer="cpu", host_steps=timer.host_steps)
+    assert "host_step_ms_p50" not in s
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA-event back end needs a GPU")
+def test_cuda_timer_reads_the_host_clock_too():
+    """A CPU-only phase shows by the host clock even when the GPU never waits for it."""
+    import time
+
+    timer = PhaseTimer("cuda", window=4)
+    for _ in range(4):
+        timer.begin_step()
+        time.sleep(0.02)  # host work, nothing on the stream
+        timer.mark("emb_update")
+        timer.end_step()
+    timer.flush()
+    assert all(ph["emb_update"] >= 19.0 for _, ph in timer.host_steps)
+    s = summarize(timer.steps, [], batch_size=1, timer="cuda", host_steps=timer.host_steps)
+    assert s["host_phase_ms_p50"]["emb_update"] >= 19.0

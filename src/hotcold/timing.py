@@ -8,6 +8,12 @@ step (the hybrid store moves data host-to-device twice); its intervals add.
 The CUDA back end records events allocated up front and synchronises once per
 window of steps; the CPU back end reads ``perf_counter_ns`` (or an injected
 clock, for tests). Warm-up steps are dropped from the results.
+
+Events sit on the training stream, so a phase that runs only on the CPU (the
+hybrid store's gather and update, a cache's planning) shows in event time
+only where the GPU had to wait for it. The CUDA back end therefore also reads
+the host clock at every mark: ``host_steps`` holds those durations (on the
+CPU back end they are ``steps``).
 """
 from __future__ import annotations
 
@@ -41,6 +47,8 @@ class PhaseTimer:
         self._names: list[str] = []          # phase names of the open step
         self._pending: list[tuple[int, list[str], int]] = []  # (step, names, slot) awaiting sync
         self.steps: list[tuple[int, dict[str, float]]] = []   # (step, {phase: ms}) after warm-up
+        self._host_steps: list[tuple[int, dict[str, float]]] = []  # the host clock's, CUDA only
+        self._stamps: list[int] = []
         if kind == "cuda":
             import torch
 
@@ -49,8 +57,6 @@ class PhaseTimer:
                 [torch.cuda.Event(enable_timing=True) for _ in range(max_marks + 1)]
                 for _ in range(window)
             ]
-        else:
-            self._stamps: list[int] = []
 
     def begin_step(self) -> None:
         self._step += 1
@@ -58,8 +64,7 @@ class PhaseTimer:
         if self.kind == "cuda":
             self._slot = len(self._pending)
             self._events[self._slot][0].record()
-        else:
-            self._stamps = [self._clock()]
+        self._stamps = [self._clock()]
 
     def mark(self, phase: str) -> None:
         """Close the interval since the last boundary and charge it to ``phase``."""
@@ -68,17 +73,22 @@ class PhaseTimer:
         self._names.append(phase)
         if self.kind == "cuda":
             self._events[self._slot][len(self._names)].record()
-        else:
-            self._stamps.append(self._clock())
+        self._stamps.append(self._clock())
 
     def end_step(self) -> None:
+        host_ms = [(b - a) / 1e6 for a, b in zip(self._stamps, self._stamps[1:])]
         if self.kind == "cuda":
+            self._store(self._host_steps, self._step, self._names, host_ms)
             self._pending.append((self._step, self._names, self._slot))
             if len(self._pending) == self.window:
                 self.flush()
         else:
-            ms = [(b - a) / 1e6 for a, b in zip(self._stamps, self._stamps[1:])]
-            self._store(self._step, self._names, ms)
+            self._store(self.steps, self._step, self._names, host_ms)
+
+    @property
+    def host_steps(self) -> list[tuple[int, dict[str, float]]]:
+        """(step, {phase: ms}) by the host clock, after warm-up."""
+        return self._host_steps if self.kind == "cuda" else self.steps
 
     def flush(self) -> None:
         """Synchronise once and convert the pending CUDA events to durations."""
@@ -88,16 +98,16 @@ class PhaseTimer:
         self._events[slot][len(names)].synchronize()
         for step, names, slot in self._pending:
             ev = self._events[slot]
-            self._store(step, names, [ev[i].elapsed_time(ev[i + 1]) for i in range(len(names))])
+            self._store(self.steps, step, names, [ev[i].elapsed_time(ev[i + 1]) for i in range(len(names))])
         self._pending = []
 
-    def _store(self, step: int, names: list[str], ms: list[float]) -> None:
+    def _store(self, into: list, step: int, names: list[str], ms: list[float]) -> None:
         if step < self.warmup:
             return
         phases: dict[str, float] = {}
         for name, dt in zip(names, ms):
             phases[name] = phases.get(name, 0.0) + dt
-        self.steps.append((step, phases))
+        into.append((step, phases))
 
 
 def phase_order(seen: set[str]) -> list[str]:
@@ -105,19 +115,34 @@ def phase_order(seen: set[str]) -> list[str]:
     return [p for p in PHASES if p in seen] + sorted(seen - set(PHASES))
 
 
+def _phase_table(steps: list[tuple[int, dict[str, float]]]) -> tuple[list[str], np.ndarray]:
+    names = phase_order({p for _, ph in steps for p in ph})
+    return names, np.array([[ph.get(p, 0.0) for p in names] for _, ph in steps])  # [steps, phases]
+
+
 def summarize(
     steps: list[tuple[int, dict[str, float]]],
     counters: list[tuple[int, dict[str, int]]],
     batch_size: int,
     timer: str,
+    host_steps: list[tuple[int, dict[str, float]]] | None = None,
 ) -> dict:
-    """Median, p10, p90 and mean of step and phase times, throughput and mean counters."""
+    """Median, p10, p90 and mean of step and phase times, throughput and mean counters.
+
+    ``host_steps`` (CUDA runs): the same steps by the host clock, summarised
+    as ``host_step_ms_p50`` and ``host_phase_ms_p50``.
+    """
     if not steps:
         raise ValueError("no timed steps to summarise (are all steps warm-up?)")
-    names = phase_order({p for _, ph in steps for p in ph})
-    table = np.array([[ph.get(p, 0.0) for p in names] for _, ph in steps])  # [steps, phases]
+    names, table = _phase_table(steps)
     total = table.sum(axis=1)
-    counter_names = sorted({c for _, cs in counters for c in cs})
+    counter_names = list(dict.fromkeys(c for _, cs in counters for c in cs))
+    host: dict = {}
+    if host_steps and host_steps is not steps:
+        host_names, host_table = _phase_table(host_steps)
+        host = {"host_step_ms_p50": float(np.percentile(host_table.sum(axis=1), 50)),
+                "host_phase_ms_p50": {p: float(np.percentile(host_table[:, i], 50))
+                                      for i, p in enumerate(host_names)}}
     return {
         "timer": timer,
         "batch_size": batch_size,
@@ -132,4 +157,5 @@ def summarize(
         "counters_per_step": {
             c: float(np.mean([cs.get(c, 0) for _, cs in counters])) for c in counter_names
         },
+        **host,
     }
