@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -13,6 +12,7 @@ from hotcold.embedding import STORES, RowOptimizer, StoreSpec
 from hotcold.embedding.base import NullMarker
 from hotcold.embedding.device import DeviceStore
 from hotcold.embedding.scratchpipe import ScratchPipeStore
+from hotcold.embedding.scratchpipe_pipeline import MovePipeline
 from hotcold.train import train, train_loader
 
 CPU = torch.device("cpu")
@@ -77,7 +77,8 @@ def test_trains_same_model_as_device_with_heavy_eviction(request, data, row_opti
     fetched = sum(c["param_rows_h2d"] for _, c in got.counters)
     assert evicted > m, "a scratchpad just above the minimum must evict heavily"
     assert fetched - evicted == int((got.store.slot_to_row >= 0).sum()) <= m + 1
-    assert [s for s, _, _ in got.store.side_times] == sorted(s for s, _, _ in got.store.side_times)
+    steps = [w.step for w in got.store.pipeline.work]
+    assert steps == sorted(steps)
 
 
 def test_too_small_scratchpad_fails_at_start_and_minimum_passes(small_dataset):
@@ -143,7 +144,7 @@ def test_counters_on_hand_made_sequence():
     assert all(x["lookups"] == x["hits"] == 2 and x["misses"] == 0 and x["unique_rows"] == x["unique_hits"] == 2
                for x in c)
     assert [x["prefetch_batch"] for x in c] == [1, 2, 3, 4, -1]
-    assert [s for s, _, _ in store.side_times] == [0, 0, 1, 2]
+    assert [w.step for w in store.pipeline.work] == [0, 0, 1, 2]
 
 
 @pytest.mark.parametrize("window", [1, 2, 4])
@@ -195,16 +196,29 @@ def _run_hazard_sequence(store: ScratchPipeStore, window: int) -> None:
     torch.testing.assert_close(store.export(), ref.export(), rtol=0, atol=0)
 
 
-def _slow_write_back_of_row_1(monkeypatch) -> None:
-    """Make the write-back that carries row 1 slow: a fetch not ordered after it reads row 1 stale."""
-    original = ScratchPipeStore._write_back_host
+def _slow_write_back_of_row_1(monkeypatch) -> list[tuple[str, float]]:
+    """Make the write-back that carries row 1 slow: a fetch of row 1 from the host table reads it stale.
 
-    def slow(self, rows, weight, state):
-        if 1 in rows.tolist():
-            time.sleep(0.2)
-        original(self, rows, weight, state)
+    Returns a log of (stage, time) for the slow scatter's end and every gather's start.
+    """
+    original_scatter, original_gather = MovePipeline._scatter, MovePipeline._gather
+    log: list[tuple[str, float]] = []
 
-    monkeypatch.setattr(ScratchPipeStore, "_write_back_host", slow)
+    def slow(self, job):
+        if 1 not in job.victim_rows.tolist():
+            return original_scatter(self, job)
+        time.sleep(0.2)
+        out = original_scatter(self, job)
+        log.append(("scatter of row 1 done", time.perf_counter()))
+        return out
+
+    def logged(self, job, missing, sources):
+        log.append(("gather", time.perf_counter()))
+        return original_gather(self, job, missing, sources)
+
+    monkeypatch.setattr(MovePipeline, "_scatter", slow)
+    monkeypatch.setattr(MovePipeline, "_gather", logged)
+    return log
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
@@ -215,20 +229,31 @@ def test_written_back_row_is_never_fetched_stale(monkeypatch, optimizer):
     store.close()
 
 
+def test_later_gathers_do_not_wait_for_an_earlier_write_back(monkeypatch):
+    """The pipeline is staged: row 1's re-fetch comes from the evicting job's staging while its slow
+    write-back is still running, and training still matches ``device``."""
+    log = _slow_write_back_of_row_1(monkeypatch)
+    store = ScratchPipeStore(hand_spec(as_batches(HAND), window=1, scratchpad_rows=4))
+    _run_hazard_sequence(store, 1)
+    store.close()
+    done = next(t for stage, t in log if stage.startswith("scatter"))
+    assert sum(stage == "gather" and t < done for stage, t in log) >= 2, "a later gather overlapped it"
+
+
 def test_fetched_slot_is_not_read_before_it_lands(monkeypatch):
-    monkeypatch.setattr(ScratchPipeStore, "_gather_host", _slow(ScratchPipeStore._gather_host, 0.05))
+    monkeypatch.setattr(MovePipeline, "_gather", _slow(MovePipeline._gather, 0.05))
     store = ScratchPipeStore(hand_spec(as_batches(HAND), window=1, scratchpad_rows=4))
     _run_hazard_sequence(store, 1)
     store.close()
 
 
 def test_unordered_write_back_and_fetch_is_caught(monkeypatch):
-    """Negative control: with two workers the fetch of row 1 (step 2) overtakes its slow
-    write-back (step 1), batch 3 trains on a stale row, and the hazard check sees it."""
+    """Negative control: without taking staged write-backs into account, the fetch of row 1
+    (step 2) reads the host table before its slow write-back (step 1) lands, batch 3 trains on a
+    stale row, and the hazard check sees it."""
     _slow_write_back_of_row_1(monkeypatch)
+    monkeypatch.setattr(MovePipeline, "_sources", lambda self, missing: [])
     store = ScratchPipeStore(hand_spec(as_batches(HAND), window=1, scratchpad_rows=4))
-    store._worker.shutdown()
-    store._worker = ThreadPoolExecutor(2)
     with pytest.raises(AssertionError, match="step 3"):
         _run_hazard_sequence(store, 1)
     store.close()
@@ -243,7 +268,7 @@ def test_written_back_value_is_the_trained_one():
 
     def check(s: int) -> None:
         if s == 2:  # row 1 was evicted at step 1; its write-back has landed once step 1's job is joined
-            store._complete()
+            store.pipeline.drain()
             assert store.row_to_slot[1] == -1
             torch.testing.assert_close(store.host_weight[1], ref.weight[1], rtol=0, atol=0)
             assert not torch.equal(store.host_weight[1], initial)
@@ -291,7 +316,7 @@ def test_lookup_changes_no_state_and_close_is_idempotent():
     assert store.step_counters() == counters and torch.equal(store.export(), table)
     store.close()
     store.close()
-    assert store._worker._shutdown
+    assert store.pipeline._gatherer._shutdown and store.pipeline._scatterer._shutdown
 
 
 def test_bad_options_fail_clearly():
@@ -307,3 +332,13 @@ def test_bad_options_fail_clearly():
     default = ScratchPipeStore(hand_spec(batches))
     assert default.window == 2 and default.capacity == default.min_capacity == 6
     default.close()
+
+
+def test_report_counts_every_stage_of_the_side_work(small_dataset):
+    m = min_capacity(window_sets(run_cfg("device"), small_dataset), 1)
+    got = train(run_cfg("scratchpipe", window=1, scratchpad_rows=m + 1), small_dataset, CPU, progress=False)
+    r = got.store_report
+    stages = [r[f"side_ms_{k}"] for k in ("copy_out", "gather", "scatter", "copy_in")]
+    assert all(t > 0 for t in stages), "with evictions every stage does work"
+    assert r["side_ms"] == pytest.approx(sum(stages))
+    assert 0 <= r["hidden_fraction"] <= 1 and r["wait_ms"] > 0 and r["side_timer"] == "cpu"
