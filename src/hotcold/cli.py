@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hotcold.config import ConfigError
+from hotcold.config import AggregateConfig, ConfigError, ProfileConfig, SimulateConfig, TrainConfig
+
+PROFILE, SIMULATE, AGGREGATE, TRAIN = ProfileConfig(), SimulateConfig(), AggregateConfig(), TrainConfig()
 
 
 def _load_mapping(text: str) -> dict[str, Any]:
@@ -181,10 +183,11 @@ def parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("profile", help="row access counts, coverage, unique rows per batch and window")
     pr.add_argument("--dataset", required=True)
     pr.add_argument("--out", required=True, help="profile directory (counts.npz, profile.json)")
-    pr.add_argument("--sample-fraction", type=float, default=1.0, help="profile this share of training rows")
-    pr.add_argument("--batch-size", type=int, default=1024)
-    pr.add_argument("--window", type=int, default=8, help="batches per window for unique-row counts")
-    pr.add_argument("--batches", type=int, default=200, help="batches scanned for unique-row counts")
+    pr.add_argument("--sample-fraction", type=float, default=PROFILE.sample_fraction,
+                    help="profile this share of training rows")
+    pr.add_argument("--batch-size", type=int, default=TRAIN.batch_size)
+    pr.add_argument("--window", type=int, default=PROFILE.window, help="batches per window for unique-row counts")
+    pr.add_argument("--batches", type=int, default=PROFILE.batches, help="batches scanned for unique-row counts")
     pr.add_argument("--seed", type=int, default=0)
     pr.set_defaults(func=cmd_profile)
 
@@ -207,10 +210,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--dataset", required=True, help="dataset directory")
     s.add_argument("--run-config", default="{}", help="run config whose train section fixes the batch order")
     s.add_argument("--out", required=True, help="CSV to write")
-    s.add_argument("--ratios", type=float, nargs="+", default=[0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1],
+    s.add_argument("--ratios", type=float, nargs="+", default=list(SIMULATE.ratios),
                    help="cache sizes as fractions of all rows")
     s.add_argument("--policies", nargs="+", help="default: every policy")
-    s.add_argument("--windows", type=int, nargs="*", default=[1, 2], help="look-ahead windows to size (none: skip)")
+    s.add_argument("--windows", type=int, nargs="*", default=list(SIMULATE.windows),
+                   help="look-ahead windows to size (none: skip)")
     s.set_defaults(func=cmd_simulate)
 
     c = sub.add_parser("cache-sim", help="cache_sim.csv: the simulate CSVs of every dataset in one table")
@@ -222,7 +226,7 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("records", nargs="*", help="record.json files (default: every run under --runs)")
     a.add_argument("--runs", default="results/runs", help="runs directory searched when no records are given")
     a.add_argument("--out", default="results/tables")
-    a.add_argument("--exact-rtol", type=float, default=1e-6,
+    a.add_argument("--exact-rtol", type=float, default=AGGREGATE.exact_rtol,
                    help="relative parameter difference under which a run counts as exact")
     a.set_defaults(func=cmd_aggregate)
 

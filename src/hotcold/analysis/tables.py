@@ -26,6 +26,7 @@ import pandas as pd
 
 from hotcold.analysis.comparisons import fae_table, rows_moved_table, speedup_markdown, speedup_table
 from hotcold.analysis.markdown import to_markdown
+from hotcold.config import AggregateConfig
 from hotcold.files import atomic_write_text
 from hotcold.records import sketch_rel_diff
 
@@ -34,6 +35,7 @@ KEYS = ["dataset", "method", "variant", "seed"]
 BASELINE_METHOD = "hybrid"
 REFERENCE_METHOD = "device"
 PREFERRED_VARIANT = "base"
+EXACT_RTOL = AggregateConfig().exact_rtol
 
 REFERENCE_LABELS = {"run": "device run", "replay": "device replay of this order"}
 
@@ -174,7 +176,7 @@ def _auc_vs_hybrid(frame: pd.DataFrame) -> pd.Series:
     return out
 
 
-def summary_frame(records: list[dict[str, Any]], exact_rtol: float = 1e-6) -> pd.DataFrame:
+def summary_frame(records: list[dict[str, Any]], exact_rtol: float = EXACT_RTOL) -> pd.DataFrame:
     """One row per run, sorted by dataset, method, variant, seed."""
     frame = pd.DataFrame([_row(r) for r in records])
     frame["seed"] = frame["seed"].astype("int64")
@@ -239,7 +241,7 @@ def _counters_markdown(counters: pd.DataFrame) -> str:
     return title + to_markdown(wide, {c: "{:,.1f}" for c in order})
 
 
-def aggregate(records: Sequence[Path], out_dir: Path, exact_rtol: float = 1e-6) -> pd.DataFrame:
+def aggregate(records: Sequence[Path], out_dir: Path, exact_rtol: float = EXACT_RTOL) -> pd.DataFrame:
     """Read the given run records, write every table to ``out_dir``, return the summary."""
     out_dir = Path(out_dir)
     loaded = load_records(records)
