@@ -77,41 +77,24 @@ def cmd_train(args: argparse.Namespace) -> None:
     import torch
 
     from hotcold.config import RunConfig
-    from hotcold.data.format import Dataset
-    from hotcold.records import param_fingerprint, provenance, steps_frame, write_run
-    from hotcold.train import reference, resolve_device, train
+    from hotcold.records import run_and_record
 
     cfg = RunConfig.from_dict(_load_mapping(args.run_config))
     if args.device:
         cfg = dataclasses.replace(cfg, timing=dataclasses.replace(cfg.timing, device=args.device))
     torch.set_num_threads(args.threads)
-    (Path(args.out) / "record.json").unlink(missing_ok=True)  # never leave a stale complete-looking run
-    ds = Dataset.open(args.dataset)
-    device = resolve_device(cfg.timing.device)
-    print(f"run {cfg.dataset}/{cfg.method}/{cfg.variant}/seed~{cfg.seed} on {device} "
-          f"({args.threads} threads)", file=sys.stderr)
-    result = train(cfg, ds, device, progress=not args.no_progress)
-    record = {
-        "dataset": cfg.dataset,
-        "method": cfg.method,
-        "variant": cfg.variant,
-        "seed": cfg.seed,
-        "config": cfg.to_dict(),
-        "dataset_manifest_sha256": ds.manifest_sha256,
-        "provenance": provenance(device, result.summary["timer"]),
-        "summary": result.summary,
-        "metrics": result.metrics,
-        "params": param_fingerprint(result.named_parameters()),
-        "store": result.store_report,
-    }
-    ref = reference(cfg, ds, device, result, progress=not args.no_progress)
-    if ref is not None:  # the invariant of a store with its own batch order is against this replay
-        record["reference"] = {"method": "device", "order": "this run's", "metrics": ref.metrics,
-                               "params": param_fingerprint(ref.named_parameters())}
-    path = write_run(Path(args.out), record, steps_frame(result.phases, result.counters))
-    s = result.summary
-    print(f"wrote {path}: {s['samples_per_s']:.0f} samples/s, step p50 {s['step_ms_p50']:.2f} ms, "
-          f"AUC {result.metrics['auc']:.4f}", file=sys.stderr)
+    print(f"run {cfg.dataset}/{cfg.method}/{cfg.variant}/seed~{cfg.seed} ({args.threads} threads)", file=sys.stderr)
+    record = run_and_record(cfg, Path(args.dataset), Path(args.out), progress=not args.no_progress)
+    print(f"wrote {Path(args.out) / 'record.json'} ({record['provenance']['device']}): {_train_outcome(record)}",
+          file=sys.stderr)
+
+
+def _train_outcome(record: dict[str, Any]) -> str:
+    """One line on how a run ended: its throughput and AUC, or why it could not run."""
+    if record["status"] != "ok":
+        return f"{record['status']}: {record['reason']}"
+    s, m = record["summary"], record["metrics"]
+    return f"{s['samples_per_s']:.0f} samples/s, step p50 {s['step_ms_p50']:.2f} ms, AUC {m['auc']:.4f}"
 
 
 def cmd_simulate(args: argparse.Namespace) -> None:
