@@ -114,8 +114,11 @@ def test_bad_config_fails_naming_the_key(tmp_path: Path, yaml: str, expected: st
         ("train:\n  warmup_steps: 400\n", "warmup_steps must be in [0, steps=200)"),
         ("datasets:\n  taobao:\n    model: {embedding_dim: 8}\n", "bottom_mlp must end with embedding_dim=8"),
         ("profile: {window: 20, batches: 10}\n", "profile.window=20 is more than profile.batches=10"),
+        ("train: {lr: .inf}\n", "lr must be a finite number > 0, got inf"),
+        ("datasets:\n  taobao:\n    train: {dense_lr: .nan}\n", "dense_lr must be a finite number > 0, got nan"),
     ],
-    ids=["taobao-knob-on-criteo", "bad-preprocess-option", "bad-train-value", "bad-dataset-model", "bad-profile"],
+    ids=["taobao-knob-on-criteo", "bad-preprocess-option", "bad-train-value", "bad-dataset-model", "bad-profile",
+         "infinite-lr", "nan-dataset-lr"],
 )
 def test_bad_values_fail_at_dry_run(tmp_path: Path, yaml: str, expected: str) -> None:
     """The package's typed configs check every dataset and run config before any job starts."""
@@ -123,6 +126,55 @@ def test_bad_values_fail_at_dry_run(tmp_path: Path, yaml: str, expected: str) ->
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "invalid configuration" in out and expected in out, out
+
+
+@pytest.mark.parametrize(
+    ("yaml", "expected"),
+    [
+        ("methods:\n  lrux:\n    a: {}\n", "'lrux' was unexpected"),
+        ("methods:\n  lru:\n    a: {cache_ratio: true}\n", "['methods']['lru']['a']['cache_ratio']"),
+        ("methods:\n  scratchpipe:\n    a: {window: -1}\n", "['methods']['scratchpipe']['a']['window']"),
+        ("datasets:\n  taobao:\n    methods: {fae: {a: {budget_ratio: 2.0}}}\n",
+         "['datasets']['taobao']['methods']['fae']['a']['budget_ratio']"),
+    ],
+    ids=["unknown-method", "cache-ratio-bool", "window-negative", "dataset-override"],
+)
+def test_bad_store_options_fail_at_dry_run(tmp_path: Path, yaml: str, expected: str) -> None:
+    """Every method's options are checked before any job runs (each option: tests/test_flow_schema.py)."""
+    proc = dry_run(tmp_path, yaml)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "Error validating config file" in out and expected in out, out
+
+
+def test_paper_config_plans(tmp_path: Path) -> None:
+    """paper.yaml's nulls (variants it removes, options it replaces) pass the store-option checks."""
+    csv = tmp_path / "UserBehavior.csv"
+    csv.write_text("1,2,3,pv,1511000000\n")
+    paper = REPO / "workflows" / "config" / "paper.yaml"
+    proc = dry_run(tmp_path, f"datasets:\n  taobao:\n    source: {{path: '{csv}'}}\n", "--configfile", str(paper),
+                   str(tmp_path / "extra.yaml"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "runs/kaggle/fae/128mib/seed~2" in out and "runs/kaggle/fae/12.4pct" not in out
+
+
+def test_store_options_are_checked_after_the_dataset_overrides_merge(tmp_path: Path) -> None:
+    proc = dry_run(tmp_path, "datasets:\n  taobao:\n    methods: {lru: {1.5pct: {cache_rows: 500}}}\n")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "invalid configuration for dataset taobao: methods.lru.1.5pct" in out, out
+    assert "cache_ratio and cache_rows are alternatives" in out, out
+
+
+def test_a_null_removes_a_store_option(tmp_path: Path) -> None:
+    yaml = ("methods:\n  lru:\n    1.5pct: {cache_ratio: null, cache_rows: 500, pin_host: true}\n"
+            "  fae:\n    12.4pct: {budget_ratio: null, budget_bytes: 1048576, run_length: epoch}\n")
+    proc = dry_run(tmp_path, yaml, "-p")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    lru = [ln for ln in out.splitlines() if "hotcold train" in ln and "runs/kaggle/lru/1.5pct" in ln]
+    assert '"store": {"cache_rows": 500, "pin_host": true}' in lru[0]
 
 
 def test_taobao_without_a_path_fails_at_dry_run(tmp_path: Path) -> None:
