@@ -1,5 +1,6 @@
 # `make reproduce` runs the default workflow, `make test` the test suite.
 # Each sets up .venv from envs/requirements.txt first when it is missing.
+# A run stopped half-way (Snakemake itself killed) resumes: incomplete jobs rerun.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -7,7 +8,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed
 CORES ?= 2
 CONFIG ?=
-SNAKEMAKE := $(BIN)/snakemake --cores $(CORES) --show-failed-logs $(if $(CONFIG),--configfile $(CONFIG),)
+SNAKEMAKE := $(BIN)/snakemake --cores $(CORES) --show-failed-logs --rerun-incomplete $(if $(CONFIG),--configfile $(CONFIG),)
 export PATH := $(BIN):$(PATH)
 
 .PHONY: setup reproduce figures test bench lint clean
@@ -26,6 +27,8 @@ reproduce: $(STAMP)
 	@echo "Summary table: results/tables/summary.md (and summary.csv)"
 	@echo "Speed-ups:     results/tables/speedup.md"
 	@echo "Figures:       paper_figs/"
+	@echo
+	@cat results/tables/infeasible.md
 
 figures: $(STAMP)
 	$(SNAKEMAKE) --allowed-rules aggregate cache_sim dataset_stats figures \

@@ -37,6 +37,7 @@ rule all:
     input:
         "results/tables/summary.csv",
         "results/tables/summary.md",
+        "results/tables/infeasible.md",
         "results/tables/phases.csv",
         "results/tables/counters.csv",
         "results/tables/counters.md",

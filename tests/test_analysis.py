@@ -337,3 +337,50 @@ def test_cache_sim_table_concatenates_simulations(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="lacks column"):
         cache_sim_table([bad])
     assert main(["cache-sim", str(bad), "--out", str(tmp_path / "x.csv")]) == 2
+
+
+def write_infeasible_run(runs: Path, dataset: str, method: str, variant: str, seed: int = 0) -> Path:
+    """A run directory the way ``hotcold train`` writes it for a variant that cannot run."""
+    out = runs / dataset / method / variant / f"seed~{seed}"
+    out.mkdir(parents=True)
+    pd.DataFrame(columns=["step", "kind", "name", "value"]).to_parquet(out / "steps.parquet")
+    record = {"dataset": dataset, "method": method, "variant": variant, "seed": seed, "status": "infeasible",
+              "reason": "cache of 1 rows is too small", "config": {"store": {"cache_rows": 1}},
+              "dataset_manifest_sha256": "0" * 64, "provenance": {"device": "cpu", "timer": "cpu"}}
+    (out / "record.json").write_text(json.dumps(record))
+    return out
+
+
+def test_infeasible_runs_are_marked_in_the_summary_and_left_out_elsewhere(runs: Path, tmp_path: Path) -> None:
+    write_infeasible_run(runs, "kaggle", "lru", "tiny")
+    tables = tmp_path / "tables"
+    summary = aggregate(find_records(runs), tables)
+    bad = row(summary, "kaggle", "lru", "tiny", 0)
+    assert bad.status == "infeasible" and bad.reason == "cache of 1 rows is too small"
+    assert bad.options == "cache_rows=1" and pd.isna(bad.samples_per_s) and pd.isna(bad.exact)
+    assert (summary[summary.method != "lru"].status == "ok").all()  # records without a status are ok
+    on_disk = pd.read_csv(tables / "summary.csv")
+    assert on_disk.status.tolist().count("infeasible") == 1
+    assert "infeasible" in (tables / "summary.md").read_text()
+    listing = (tables / "infeasible.md").read_text()
+    assert "- kaggle/lru/tiny/seed~0 (cache_rows=1): cache of 1 rows is too small" in listing
+    for name in ("phases.csv", "counters.csv", "speedup.csv", "rows_moved.csv", "fae_hot_fraction.csv"):
+        assert "tiny" not in (tables / name).read_text(), name
+    assert row(summary, "kaggle", "device", "base", 0).speedup_vs_hybrid == pytest.approx(5.0)
+    write_sim(tables / "cache_sim.csv", "kaggle")
+    assert len(make_figures(tables, tmp_path / "figs")) == 2 * len(FIGURES)
+
+
+def test_no_infeasible_runs_says_so(runs: Path, tmp_path: Path) -> None:
+    aggregate(find_records(runs), tmp_path / "tables")
+    assert "None: every configured run trained." in (tmp_path / "tables" / "infeasible.md").read_text()
+
+
+def test_only_infeasible_runs_still_write_every_table(tmp_path: Path) -> None:
+    write_infeasible_run(tmp_path / "runs", "kaggle", "lru", "tiny")
+    summary = aggregate(find_records(tmp_path / "runs"), tmp_path / "tables")
+    assert summary.status.tolist() == ["infeasible"]
+    for name in ("summary.csv", "phases.csv", "counters.csv", "speedup.csv", "rows_moved.csv", "infeasible.md"):
+        assert (tmp_path / "tables" / name).is_file(), name
+    with pytest.raises(ValueError, match="no trained runs"):
+        make_figures(tmp_path / "tables", tmp_path / "figs")

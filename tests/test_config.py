@@ -1,12 +1,20 @@
 """Bad configuration fails early with a message naming the problem."""
 from __future__ import annotations
 
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
-from hotcold.cli import main
-from hotcold.config import ConfigError, RunConfig
+from hotcold.cli import main, parser
+from hotcold.config import (AggregateConfig, ConfigError, ModelConfig, ProfileConfig, RunConfig, SimulateConfig,
+                            TimingConfig, TrainConfig)
+
+SCHEMA = Path(__file__).resolve().parents[1] / "workflows" / "schemas" / "config.schema.yaml"
+TYPED_SECTIONS = {"model": ModelConfig, "train": TrainConfig, "timing": TimingConfig, "profile": ProfileConfig,
+                  "simulate": SimulateConfig, "aggregate": AggregateConfig}
 
 BASE = {"dataset": "d", "method": "hybrid"}
 
@@ -27,6 +35,16 @@ def test_defaults_resolve_and_round_trip():
     ({**BASE, "model": {"top_mlp": [32, 2]}}, "top_mlp must be positive integers ending with 1"),
     ({**BASE, "timing": {"device": "tpu"}}, "device must be auto, cpu or cuda"),
     ({"method": "hybrid"}, "'dataset' must be a non-empty string"),
+    ({**BASE, "train": {"batch_size": True}}, "batch_size must be a positive integer, got True"),
+    ({**BASE, "train": {"steps": True, "warmup_steps": 0}}, "steps must be a positive integer, got True"),
+    ({**BASE, "train": {"eval_samples": False}}, "eval_samples must be an integer >= 0"),
+    ({**BASE, "train": {"lr": float("inf")}}, "lr must be a finite number > 0, got inf"),
+    ({**BASE, "train": {"dense_lr": float("nan")}}, "dense_lr must be a finite number > 0, got nan"),
+    ({**BASE, "train": {"lr": True}}, "lr must be a finite number > 0, got True"),
+    ({**BASE, "model": {"embedding_dim": True, "bottom_mlp": [True]}}, "embedding_dim must be a positive integer"),
+    ({**BASE, "timing": {"window": True}}, "window must be a positive integer"),
+    ({**BASE, "seed": True}, "seed must be an integer >= 0, got True"),
+    ({**BASE, "seed": -1}, "seed must be an integer >= 0"),
 ])
 def test_bad_run_config_is_rejected(data, message):
     with pytest.raises(ConfigError, match=message):
@@ -37,7 +55,7 @@ def test_cli_reports_bad_config(tmp_path, capsys, small_dataset):
     code = main(["train", "--dataset", str(small_dataset.path), "--out", str(tmp_path / "run"),
                  "--run-config", json.dumps({**BASE, "train": {"lr": -1}}), "--no-progress"])
     assert code == 2
-    assert "lr must be > 0" in capsys.readouterr().err
+    assert "lr must be a finite number > 0" in capsys.readouterr().err
     assert not (tmp_path / "run" / "record.json").exists()
 
 
@@ -46,3 +64,38 @@ def test_cli_reports_missing_dataset(tmp_path, capsys):
                  "--run-config", json.dumps(BASE), "--no-progress"])
     assert code == 2
     assert "not a dataset directory" in capsys.readouterr().err
+
+
+def schema_defaults(section: str) -> dict:
+    """The defaults the workflow schema gives the keys of one top-level section."""
+    props = yaml.safe_load(SCHEMA.read_text())["properties"][section]["properties"]
+    return {key: spec["default"] for key, spec in props.items() if "default" in spec}
+
+
+@pytest.mark.parametrize("section", sorted(TYPED_SECTIONS))
+def test_typed_defaults_are_the_schemas(section):
+    """One source of defaults: every typed field defaults to what the schema says (lists as tuples)."""
+    schema = schema_defaults(section)
+    typed = {f.name: getattr(TYPED_SECTIONS[section](), f.name) for f in dataclasses.fields(TYPED_SECTIONS[section])}
+    assert {k: tuple(v) if isinstance(v, list) else v for k, v in schema.items() if k in typed} == typed
+    assert set(schema) - set(typed) <= {"policies"}  # simulate's policies default to every policy
+
+
+def test_cli_defaults_are_the_typed_defaults():
+    p = parser()
+    profile = p.parse_args(["profile", "--dataset", "d", "--out", "o"])
+    assert (profile.sample_fraction, profile.window, profile.batches) == dataclasses.astuple(ProfileConfig())
+    assert profile.batch_size == TrainConfig().batch_size
+    simulate = p.parse_args(["simulate", "--dataset", "d", "--out", "o"])
+    assert (tuple(simulate.ratios), tuple(simulate.windows), tuple(simulate.fae_budgets),
+            tuple(simulate.fae_run_lengths), simulate.fae_sample_fraction) == dataclasses.astuple(SimulateConfig())
+    assert p.parse_args(["aggregate"]).exact_rtol == AggregateConfig().exact_rtol
+
+
+@pytest.mark.parametrize("lr", ["Infinity", "NaN", "true"])
+def test_cli_rejects_a_non_finite_learning_rate(tmp_path, capsys, small_dataset, lr):
+    run_config = f'{{"dataset": "d", "method": "hybrid", "train": {{"lr": {lr}}}}}'
+    code = main(["train", "--dataset", str(small_dataset.path), "--out", str(tmp_path / "run"),
+                 "--run-config", run_config, "--no-progress"])
+    assert code == 2
+    assert "lr must be a finite number > 0" in capsys.readouterr().err

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hotcold.cli import main
-from hotcold.records import param_fingerprint, sketch_rel_diff, steps_frame, write_run
+from hotcold.records import param_fingerprint, record_status, sketch_rel_diff, steps_frame, write_run
 
 RUN = {"dataset": "small", "method": "hybrid", "variant": "base", "seed": 0,
        "model": {"embedding_dim": 8, "bottom_mlp": [8], "top_mlp": [8, 1]},
@@ -77,3 +77,31 @@ def test_train_verb_writes_a_traceable_record(tmp_path, small_dataset):
     assert sorted(steps[steps.kind == "counter"].step.unique()) == list(range(12))
     lookups = steps[(steps.kind == "counter") & (steps.name == "lookups")].value
     assert (lookups == 64 * len(small_dataset.cardinalities)).all()
+
+
+@pytest.mark.parametrize("method, store, where", [
+    ("lru", {"cache_rows": 1}, "too small"),                    # fails in the first training step
+    ("scratchpipe", {"window": 1, "scratchpad_rows": 1}, "cannot hold the look-ahead working set"),  # at build
+])
+def test_an_infeasible_variant_ends_as_a_complete_record(tmp_path, small_dataset, method, store, where):
+    out = tmp_path / "runs" / "small" / method / "tiny" / "seed~0"
+    run = {**RUN, "method": method, "variant": "tiny", "store": store}
+    code = main(["train", "--dataset", str(small_dataset.path), "--run-config", json.dumps(run),
+                 "--out", str(out), "--threads", "1", "--no-progress"])
+    assert code == 0
+    rec = json.loads((out / "record.json").read_text())
+    assert rec["status"] == "infeasible" and where in rec["reason"]
+    assert rec["config"]["store"] == store and rec["dataset_manifest_sha256"] == small_dataset.manifest_sha256
+    assert rec["provenance"]["timer"] == "cpu" and rec["provenance"]["git_commit"]
+    assert not {"summary", "metrics", "params", "store"} & set(rec)
+    steps = pd.read_parquet(out / "steps.parquet")
+    assert steps.empty and list(steps.columns) == ["step", "kind", "name", "value"]
+
+
+def test_a_trained_record_says_ok(tmp_path, small_dataset):
+    out = tmp_path / "run"
+    assert main(["train", "--dataset", str(small_dataset.path), "--run-config", json.dumps(RUN),
+                 "--out", str(out), "--threads", "1", "--no-progress"]) == 0
+    rec = json.loads((out / "record.json").read_text())
+    assert rec["status"] == "ok" and "reason" not in rec and record_status(rec) == "ok"
+    assert record_status({k: v for k, v in rec.items() if k != "status"}) == "ok"  # older records

@@ -15,26 +15,29 @@ REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "Snakefile"
 DATASETS = ("kaggle", "terabyte", "taobao")
 METHODS = ("device", "hybrid", "fae", "lru", "lfu", "freqcache", "scratchpipe")
-TABLES = ("summary.csv", "summary.md", "phases.csv", "counters.csv", "counters.md", "speedup.csv", "speedup.md",
+TABLES = ("summary.csv", "summary.md", "infeasible.md", "phases.csv", "counters.csv", "counters.md", "speedup.csv", "speedup.md",
           "cache_sim.csv", "fae_hot_fraction.csv", "rows_moved.csv", "dataset_stats.csv")
+INFEASIBLE = ("taobao", "lfu")  # its cache is smaller than a batch's unique rows
+SAFETY_TIMEOUT_S = 1200            # against a hung run only; the tiny workflow takes about a minute
 FIGURES = ("coverage", "step_phases", "throughput", "speedup", "hit_rate", "fae_hot_fraction", "rows_moved")
 
 # The default config's three generated datasets and seven methods at a tiny scale: one
 # variant per method (a null removes a default variant). At this scale a batch touches a
 # large share of the rows, so the caches get large ratios, Taobao's the largest (a
-# per-dataset override, as is its smaller batch).
+# per-dataset override, as is its smaller batch). Taobao's lfu cache is too small for its
+# batches: that run ends as an infeasible record, and the workflow still completes.
 TINY_CONFIG = """\
 threads: 1
 datasets:
   kaggle:
-    generator: {kind: criteo-kaggle-style, rows: 6000, max_rows_per_table: 2000, seed: 0}
+    generator: {kind: criteo-kaggle-style, rows: 4000, max_rows_per_table: 2000, seed: 0}
   terabyte:
-    generator: {kind: criteo-terabyte-style, rows: 6000, max_rows_per_table: 2000, seed: 0}
+    generator: {kind: criteo-terabyte-style, rows: 4000, max_rows_per_table: 2000, seed: 0}
   taobao:
-    generator: {kind: taobao-style, rows: 6000, max_rows_per_table: 2000, max_length: 5, seed: 0}
+    generator: {kind: taobao-style, rows: 4000, max_rows_per_table: 2000, max_length: 5, seed: 0}
     methods:
       lru: {tiny: {cache_ratio: 0.3}}
-      lfu: {tiny: {cache_ratio: 0.3}}
+      lfu: {tiny: {cache_ratio: 0.02}}
       freqcache: {tiny: {cache_ratio: 0.3}}
     train: {batch_size: 128}
 methods:
@@ -45,9 +48,10 @@ methods:
   scratchpipe: {w1: null, w2-1.5pct: null, w2-5pct: null}
 train:
   batch_size: 256
-  steps: 20
-  warmup_steps: 5
+  steps: 12
+  warmup_steps: 2
   eval_batch_size: 4096
+  eval_samples: 500
 profile: {batches: 10}
 simulate: {ratios: [0.05, 0.2, 0.5], policies: [lru, freqcache, static-topk], windows: [1]}
 """
@@ -114,8 +118,11 @@ def test_bad_config_fails_naming_the_key(tmp_path: Path, yaml: str, expected: st
         ("train:\n  warmup_steps: 400\n", "warmup_steps must be in [0, steps=200)"),
         ("datasets:\n  taobao:\n    model: {embedding_dim: 8}\n", "bottom_mlp must end with embedding_dim=8"),
         ("profile: {window: 20, batches: 10}\n", "profile.window=20 is more than profile.batches=10"),
+        ("train: {lr: .inf}\n", "lr must be a finite number > 0, got inf"),
+        ("datasets:\n  taobao:\n    train: {dense_lr: .nan}\n", "dense_lr must be a finite number > 0, got nan"),
     ],
-    ids=["taobao-knob-on-criteo", "bad-preprocess-option", "bad-train-value", "bad-dataset-model", "bad-profile"],
+    ids=["taobao-knob-on-criteo", "bad-preprocess-option", "bad-train-value", "bad-dataset-model", "bad-profile",
+         "infinite-lr", "nan-dataset-lr"],
 )
 def test_bad_values_fail_at_dry_run(tmp_path: Path, yaml: str, expected: str) -> None:
     """The package's typed configs check every dataset and run config before any job starts."""
@@ -123,6 +130,55 @@ def test_bad_values_fail_at_dry_run(tmp_path: Path, yaml: str, expected: str) ->
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "invalid configuration" in out and expected in out, out
+
+
+@pytest.mark.parametrize(
+    ("yaml", "expected"),
+    [
+        ("methods:\n  lrux:\n    a: {}\n", "'lrux' was unexpected"),
+        ("methods:\n  lru:\n    a: {cache_ratio: true}\n", "['methods']['lru']['a']['cache_ratio']"),
+        ("methods:\n  scratchpipe:\n    a: {window: -1}\n", "['methods']['scratchpipe']['a']['window']"),
+        ("datasets:\n  taobao:\n    methods: {fae: {a: {budget_ratio: 2.0}}}\n",
+         "['datasets']['taobao']['methods']['fae']['a']['budget_ratio']"),
+    ],
+    ids=["unknown-method", "cache-ratio-bool", "window-negative", "dataset-override"],
+)
+def test_bad_store_options_fail_at_dry_run(tmp_path: Path, yaml: str, expected: str) -> None:
+    """Every method's options are checked before any job runs (each option: tests/test_flow_schema.py)."""
+    proc = dry_run(tmp_path, yaml)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "Error validating config file" in out and expected in out, out
+
+
+def test_paper_config_plans(tmp_path: Path) -> None:
+    """paper.yaml's nulls (variants it removes, options it replaces) pass the store-option checks."""
+    csv = tmp_path / "UserBehavior.csv"
+    csv.write_text("1,2,3,pv,1511000000\n")
+    paper = REPO / "workflows" / "config" / "paper.yaml"
+    proc = dry_run(tmp_path, f"datasets:\n  taobao:\n    source: {{path: '{csv}'}}\n", "--configfile", str(paper),
+                   str(tmp_path / "extra.yaml"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "runs/kaggle/fae/128mib/seed~2" in out and "runs/kaggle/fae/12.4pct" not in out
+
+
+def test_store_options_are_checked_after_the_dataset_overrides_merge(tmp_path: Path) -> None:
+    proc = dry_run(tmp_path, "datasets:\n  taobao:\n    methods: {lru: {1.5pct: {cache_rows: 500}}}\n")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "invalid configuration for dataset taobao: methods.lru.1.5pct" in out, out
+    assert "cache_ratio and cache_rows are alternatives" in out, out
+
+
+def test_a_null_removes_a_store_option(tmp_path: Path) -> None:
+    yaml = ("methods:\n  lru:\n    1.5pct: {cache_ratio: null, cache_rows: 500, pin_host: true}\n"
+            "  fae:\n    12.4pct: {budget_ratio: null, budget_bytes: 1048576, run_length: epoch}\n")
+    proc = dry_run(tmp_path, yaml, "-p")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    lru = [ln for ln in out.splitlines() if "hotcold train" in ln and "runs/kaggle/lru/1.5pct" in ln]
+    assert '"store": {"cache_rows": 500, "pin_host": true}' in lru[0]
 
 
 def test_taobao_without_a_path_fails_at_dry_run(tmp_path: Path) -> None:
@@ -161,18 +217,27 @@ def test_dry_run_plans_real_and_generated_datasets_with_overrides(tmp_path: Path
 
 
 def test_tiny_workflow_end_to_end(tmp_path: Path) -> None:
+    """Every dataset, method, table and figure; one infeasible run does not stop the rest.
+
+    No wall-clock limit beyond a generous one against hanging: the machine may be loaded.
+    """
     (tmp_path / "tiny.yaml").write_text(TINY_CONFIG)
     proc = snakemake(tmp_path, "--cores", "2", "--configfile", str(tmp_path / "tiny.yaml"), "--show-failed-logs",
-                     timeout=170)
+                     timeout=SAFETY_TIMEOUT_S)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 
     tables, figs = tmp_path / "results" / "tables", tmp_path / "paper_figs"
     summary = pd.read_csv(tables / "summary.csv")
     assert sorted(zip(summary.dataset, summary.method)) == sorted((d, m) for d in DATASETS for m in METHODS)
-    assert summary.exact.astype(bool).all(), summary[["dataset", "method", "param_rel_diff"]]
-    refs = dict(zip(summary.method, summary.exact_reference))
+    infeasible = summary[summary.status == "infeasible"]
+    assert list(zip(infeasible.dataset, infeasible.method)) == [INFEASIBLE]
+    assert "too small" in infeasible.reason.iloc[0] and infeasible.samples_per_s.isna().all()
+    ok = summary[summary.status == "ok"]
+    assert len(ok) == len(summary) - 1
+    assert ok.exact.astype(bool).all(), ok[["dataset", "method", "param_rel_diff"]]
+    refs = dict(zip(ok.method, ok.exact_reference))
     assert refs["fae"] == "device replay of this order" and refs["lru"] == "device run"
-    assert (summary.samples_per_s > 0).all()
+    assert (ok.samples_per_s > 0).all()
     hybrid = summary[summary.method == "hybrid"]
     assert hybrid.speedup_vs_hybrid.tolist() == pytest.approx([1.0] * 3)
     assert hybrid.auc_vs_hybrid.tolist() == pytest.approx([0.0] * 3)
@@ -183,10 +248,13 @@ def test_tiny_workflow_end_to_end(tmp_path: Path) -> None:
     for name in FIGURES:
         for ext in ("png", "pdf"):
             assert (figs / f"{name}.{ext}").stat().st_size > 0, name
+    assert "taobao/lfu/tiny/seed~0 (cache_ratio=0.02): cache of" in (tables / "infeasible.md").read_text()
     assert set(pd.read_csv(tables / "dataset_stats.csv").dataset) == set(DATASETS)
     assert set(pd.read_csv(tables / "cache_sim.csv").dataset) == set(DATASETS)
     assert set(pd.read_csv(tables / "fae_hot_fraction.csv").dataset) == set(DATASETS)
-    assert len(pd.read_csv(tables / "rows_moved.csv")) == len(DATASETS) * len(METHODS)
+    rows_moved = pd.read_csv(tables / "rows_moved.csv")
+    assert len(rows_moved) == len(DATASETS) * len(METHODS) - 1
+    assert INFEASIBLE not in set(zip(rows_moved.dataset, rows_moved.method))
     assert (tmp_path / "results" / "benchmarks" / "taobao" / "fae" / "12.4pct" / "seed~0.tsv").is_file()
 
     again = snakemake(tmp_path, "-n", "--configfile", str(tmp_path / "tiny.yaml"))

@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hotcold.config import ConfigError
+from hotcold.config import AggregateConfig, ConfigError, ProfileConfig, SimulateConfig, TrainConfig
+
+PROFILE, SIMULATE, AGGREGATE, TRAIN = ProfileConfig(), SimulateConfig(), AggregateConfig(), TrainConfig()
 
 
 def _load_mapping(text: str) -> dict[str, Any]:
@@ -75,41 +77,24 @@ def cmd_train(args: argparse.Namespace) -> None:
     import torch
 
     from hotcold.config import RunConfig
-    from hotcold.data.format import Dataset
-    from hotcold.records import param_fingerprint, provenance, steps_frame, write_run
-    from hotcold.train import reference, resolve_device, train
+    from hotcold.records import run_and_record
 
     cfg = RunConfig.from_dict(_load_mapping(args.run_config))
     if args.device:
         cfg = dataclasses.replace(cfg, timing=dataclasses.replace(cfg.timing, device=args.device))
     torch.set_num_threads(args.threads)
-    (Path(args.out) / "record.json").unlink(missing_ok=True)  # never leave a stale complete-looking run
-    ds = Dataset.open(args.dataset)
-    device = resolve_device(cfg.timing.device)
-    print(f"run {cfg.dataset}/{cfg.method}/{cfg.variant}/seed~{cfg.seed} on {device} "
-          f"({args.threads} threads)", file=sys.stderr)
-    result = train(cfg, ds, device, progress=not args.no_progress)
-    record = {
-        "dataset": cfg.dataset,
-        "method": cfg.method,
-        "variant": cfg.variant,
-        "seed": cfg.seed,
-        "config": cfg.to_dict(),
-        "dataset_manifest_sha256": ds.manifest_sha256,
-        "provenance": provenance(device, result.summary["timer"]),
-        "summary": result.summary,
-        "metrics": result.metrics,
-        "params": param_fingerprint(result.named_parameters()),
-        "store": result.store_report,
-    }
-    ref = reference(cfg, ds, device, result, progress=not args.no_progress)
-    if ref is not None:  # the invariant of a store with its own batch order is against this replay
-        record["reference"] = {"method": "device", "order": "this run's", "metrics": ref.metrics,
-                               "params": param_fingerprint(ref.named_parameters())}
-    path = write_run(Path(args.out), record, steps_frame(result.phases, result.counters))
-    s = result.summary
-    print(f"wrote {path}: {s['samples_per_s']:.0f} samples/s, step p50 {s['step_ms_p50']:.2f} ms, "
-          f"AUC {result.metrics['auc']:.4f}", file=sys.stderr)
+    print(f"run {cfg.dataset}/{cfg.method}/{cfg.variant}/seed~{cfg.seed} ({args.threads} threads)", file=sys.stderr)
+    record = run_and_record(cfg, Path(args.dataset), Path(args.out), progress=not args.no_progress)
+    print(f"wrote {Path(args.out) / 'record.json'} ({record['provenance']['device']}): {_train_outcome(record)}",
+          file=sys.stderr)
+
+
+def _train_outcome(record: dict[str, Any]) -> str:
+    """One line on how a run ended: its throughput and AUC, or why it could not run."""
+    if record["status"] != "ok":
+        return f"{record['status']}: {record['reason']}"
+    s, m = record["summary"], record["metrics"]
+    return f"{s['samples_per_s']:.0f} samples/s, step p50 {s['step_ms_p50']:.2f} ms, AUC {m['auc']:.4f}"
 
 
 def cmd_simulate(args: argparse.Namespace) -> None:
@@ -195,10 +180,11 @@ def parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("profile", help="row access counts, coverage, unique rows per batch and window")
     pr.add_argument("--dataset", required=True)
     pr.add_argument("--out", required=True, help="profile directory (counts.npz, profile.json)")
-    pr.add_argument("--sample-fraction", type=float, default=1.0, help="profile this share of training rows")
-    pr.add_argument("--batch-size", type=int, default=1024)
-    pr.add_argument("--window", type=int, default=8, help="batches per window for unique-row counts")
-    pr.add_argument("--batches", type=int, default=200, help="batches scanned for unique-row counts")
+    pr.add_argument("--sample-fraction", type=float, default=PROFILE.sample_fraction,
+                    help="profile this share of training rows")
+    pr.add_argument("--batch-size", type=int, default=TRAIN.batch_size)
+    pr.add_argument("--window", type=int, default=PROFILE.window, help="batches per window for unique-row counts")
+    pr.add_argument("--batches", type=int, default=PROFILE.batches, help="batches scanned for unique-row counts")
     pr.add_argument("--seed", type=int, default=0)
     pr.set_defaults(func=cmd_profile)
 
@@ -221,16 +207,17 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--dataset", required=True, help="dataset directory")
     s.add_argument("--run-config", default="{}", help="run config whose train section fixes the batch order")
     s.add_argument("--out", required=True, help="CSV to write")
-    s.add_argument("--ratios", type=float, nargs="+", default=[0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1],
+    s.add_argument("--ratios", type=float, nargs="+", default=list(SIMULATE.ratios),
                    help="cache sizes as fractions of all rows")
     s.add_argument("--policies", nargs="+", help="default: every policy")
-    s.add_argument("--windows", type=int, nargs="*", default=[1, 2],
+    s.add_argument("--windows", type=int, nargs="*", default=list(SIMULATE.windows),
                    help="ScratchPipe look-ahead windows, simulated at every size and at their minimum (none: skip)")
-    s.add_argument("--fae-budgets", type=float, nargs="*", default=[0.062, 0.124, 0.248],
+    s.add_argument("--fae-budgets", type=float, nargs="*", default=list(SIMULATE.fae_budgets),
                    help="FAE trace model: device budgets as shares of all rows (none: skip)")
-    s.add_argument("--fae-run-lengths", type=_run_length, nargs="+", default=[1, 16, 128, "epoch"],
+    s.add_argument("--fae-run-lengths", type=_run_length, nargs="+", default=list(SIMULATE.fae_run_lengths),
                    help="FAE trace model: batches of one kind between switches (or 'epoch')")
-    s.add_argument("--fae-sample-fraction", type=float, default=1.0, help="FAE trace model: profiled share of inputs")
+    s.add_argument("--fae-sample-fraction", type=float, default=SIMULATE.fae_sample_fraction,
+                   help="FAE trace model: profiled share of the training inputs")
     s.set_defaults(func=cmd_simulate)
 
     c = sub.add_parser("cache-sim", help="cache_sim.csv: the simulate CSVs of every dataset in one table")
@@ -242,7 +229,7 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("records", nargs="*", help="record.json files (default: every run under --runs)")
     a.add_argument("--runs", default="results/runs", help="runs directory searched when no records are given")
     a.add_argument("--out", default="results/tables")
-    a.add_argument("--exact-rtol", type=float, default=1e-6,
+    a.add_argument("--exact-rtol", type=float, default=AGGREGATE.exact_rtol,
                    help="relative parameter difference under which a run counts as exact")
     a.set_defaults(func=cmd_aggregate)
 

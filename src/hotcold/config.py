@@ -4,10 +4,15 @@ A run is one (dataset, method, variant, seed). The workflow passes the
 sections of the validated workflow config as JSON; ``RunConfig.from_dict``
 rejects unknown keys with a message naming them, so a typo never silently
 falls back to a default.
+
+The defaults here are the workflow schema's (``workflows/schemas/config.schema.yaml``),
+pinned equal by a test: a verb run by hand behaves as the workflow's
+default, and the CLI takes its option defaults from these classes.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 from dataclasses import dataclass, field
 from typing import Any, Mapping, TypeVar
@@ -35,6 +40,15 @@ def is_int(v: Any) -> bool:
 def is_real(v: Any) -> bool:
     """A real number that is not a bool."""
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def is_finite(v: Any) -> bool:
+    """A finite real number that is not a bool (rejects inf and NaN)."""
+    return is_real(v) and math.isfinite(v)
+
+
+def is_positive_int(v: Any) -> bool:
+    return is_int(v) and v > 0
 
 
 def require(cond: bool, where: str, msg: str) -> None:
@@ -73,14 +87,14 @@ class ModelConfig:
     def validate(self, where: str) -> None:
         object.__setattr__(self, "bottom_mlp", tuple(self.bottom_mlp))
         object.__setattr__(self, "top_mlp", tuple(self.top_mlp))
-        require(isinstance(self.embedding_dim, int) and self.embedding_dim > 0, where,
+        require(is_positive_int(self.embedding_dim), where,
                  f"embedding_dim must be a positive integer, got {self.embedding_dim!r}")
-        require(len(self.bottom_mlp) > 0 and all(isinstance(w, int) and w > 0 for w in self.bottom_mlp),
+        require(len(self.bottom_mlp) > 0 and all(is_positive_int(w) for w in self.bottom_mlp),
                  where, f"bottom_mlp must be a non-empty list of positive integers, got {list(self.bottom_mlp)}")
         require(self.bottom_mlp[-1] == self.embedding_dim, where,
                  f"bottom_mlp must end with embedding_dim={self.embedding_dim} (the dense vector joins the "
                  f"embeddings in the interaction), got {list(self.bottom_mlp)}")
-        require(len(self.top_mlp) > 0 and all(isinstance(w, int) and w > 0 for w in self.top_mlp)
+        require(len(self.top_mlp) > 0 and all(is_positive_int(w) for w in self.top_mlp)
                  and self.top_mlp[-1] == 1, where,
                  f"top_mlp must be positive integers ending with 1 (the logit), got {list(self.top_mlp)}")
 
@@ -95,7 +109,7 @@ class TrainConfig:
     """The training loop: batches, steps, optimizers, evaluation."""
 
     batch_size: int = 1024
-    steps: int = 300
+    steps: int = 200
     warmup_steps: int = 20
     lr: float = 0.05          # embedding rows
     dense_lr: float = 0.05    # MLPs
@@ -109,14 +123,14 @@ class TrainConfig:
     def validate(self, where: str) -> None:
         for name in ("batch_size", "steps", "eval_batch_size"):
             v = getattr(self, name)
-            require(isinstance(v, int) and v > 0, where, f"{name} must be a positive integer, got {v!r}")
-        require(isinstance(self.warmup_steps, int) and 0 <= self.warmup_steps < self.steps, where,
+            require(is_positive_int(v), where, f"{name} must be a positive integer, got {v!r}")
+        require(is_int(self.warmup_steps) and 0 <= self.warmup_steps < self.steps, where,
                  f"warmup_steps must be in [0, steps={self.steps}), got {self.warmup_steps!r}")
-        require(isinstance(self.eval_samples, int) and self.eval_samples >= 0, where,
-                 f"eval_samples must be >= 0, got {self.eval_samples!r}")
+        require(is_int(self.eval_samples) and self.eval_samples >= 0, where,
+                 f"eval_samples must be an integer >= 0, got {self.eval_samples!r}")
         for name in ("lr", "dense_lr", "adagrad_eps"):
             v = getattr(self, name)
-            require(isinstance(v, (int, float)) and v > 0, where, f"{name} must be > 0, got {v!r}")
+            require(is_finite(v) and v > 0, where, f"{name} must be a finite number > 0, got {v!r}")
         require(self.row_optimizer in ROW_OPTIMIZERS, where,
                  f"row_optimizer must be one of {ROW_OPTIMIZERS}, got {self.row_optimizer!r}")
         require(self.dense_optimizer in DENSE_OPTIMIZERS, where,
@@ -132,10 +146,37 @@ class TimingConfig:
     device: str = "auto"      # auto | cpu | cuda
 
     def validate(self, where: str) -> None:
-        require(isinstance(self.window, int) and self.window > 0, where,
+        require(is_positive_int(self.window), where,
                  f"window must be a positive integer, got {self.window!r}")
         require(self.device in ("auto", "cpu", "cuda"), where,
                  f"device must be auto, cpu or cuda, got {self.device!r}")
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """Defaults of ``hotcold profile`` (the schema's ``profile`` section)."""
+
+    sample_fraction: float = 1.0
+    window: int = 3           # batches per window of the unique-rows-per-window statistic
+    batches: int = 200
+
+
+@dataclass(frozen=True)
+class SimulateConfig:
+    """Defaults of ``hotcold simulate`` (the schema's ``simulate`` section; policies: every one)."""
+
+    ratios: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1)
+    windows: tuple[int, ...] = (1, 2)
+    fae_budgets: tuple[float, ...] = (0.062, 0.124, 0.248)   # FAE's 128/256/512 MiB of full Kaggle
+    fae_run_lengths: tuple[int | str, ...] = (1, 16, 128, "epoch")
+    fae_sample_fraction: float = 1.0
+
+
+@dataclass(frozen=True)
+class AggregateConfig:
+    """Defaults of ``hotcold aggregate`` (the schema's ``aggregate`` section)."""
+
+    exact_rtol: float = 1e-6  # largest relative parameter-sketch distance that counts as exact
 
 
 @dataclass(frozen=True)
@@ -161,8 +202,9 @@ class RunConfig:
         for key in ("dataset", "method"):
             if not isinstance(data.get(key), str) or not data[key]:
                 raise ConfigError(f"run config: {key!r} must be a non-empty string")
-        if not isinstance(data.get("seed", 0), int):
-            raise ConfigError(f"run config: seed must be an integer, got {data['seed']!r}")
+        seed = data.get("seed", 0)
+        if not (is_int(seed) and seed >= 0):
+            raise ConfigError(f"run config: seed must be an integer >= 0, got {seed!r}")
         if not isinstance(data.get("store", {}) or {}, dict):
             raise ConfigError("run config: store must be a mapping of method options")
         return cls(

@@ -1,8 +1,16 @@
-"""Run records: provenance, parameter fingerprints and atomic writes.
+"""Run records: assembly, provenance, parameter fingerprints and atomic writes.
 
 A run directory holds ``steps.parquet`` (per-step phases and counters, long
 format) and ``record.json``. ``record.json`` is written last and by rename,
 so its presence means the run is complete.
+
+A record's ``status`` is ``ok`` (a trained run: summary, metrics, parameter
+fingerprint, store report) or ``infeasible`` (the variant cannot run on this
+dataset, e.g. a cache smaller than a batch's unique rows: the ``reason``,
+the config, provenance and dataset hash, no numbers, and an empty
+``steps.parquet``). A record without ``status`` (older) counts as ok. So one
+variant that cannot run still ends its job with a complete run directory,
+and the tables list it instead of the workflow stopping.
 """
 from __future__ import annotations
 
@@ -17,8 +25,14 @@ import pandas as pd
 import torch
 
 import hotcold
+from hotcold.config import InfeasibleError, RunConfig
+from hotcold.data.format import Dataset
 from hotcold.files import atomic_write, atomic_write_json
+from hotcold.train import RunResult, reference, resolve_device, train
 
+STATUS_OK = "ok"
+STATUS_INFEASIBLE = "infeasible"
+STEPS_COLUMNS = {"step": "int64", "kind": "string", "name": "string", "value": "float64"}
 SKETCH_SIZE = 256
 _P = 2_147_483_647  # Mersenne prime 2^31 - 1 for the sketch's hash functions
 
@@ -122,8 +136,74 @@ def steps_frame(phases: list[tuple[int, dict[str, float]]],
     """Long format: step, kind ('phase' | 'counter'), name, value (ms for phases)."""
     rows = [(s, "phase", k, v) for s, ph in phases for k, v in ph.items()]
     rows += [(s, "counter", k, float(v)) for s, cs in counters for k, v in cs.items()]
-    frame = pd.DataFrame(rows, columns=["step", "kind", "name", "value"])
-    return frame.astype({"step": "int64", "kind": "string", "name": "string", "value": "float64"})
+    return pd.DataFrame(rows, columns=list(STEPS_COLUMNS)).astype(STEPS_COLUMNS)
+
+
+def record_status(record: dict[str, Any]) -> str:
+    """``ok`` or ``infeasible``; a record from before statuses existed is ok."""
+    return record.get("status", STATUS_OK)
+
+
+def timer_kind(device: torch.device) -> str:
+    """The timer a run on ``device`` uses: CUDA events on a GPU, the CPU clock otherwise."""
+    return "cuda" if device.type == "cuda" else "cpu"
+
+
+def _run_header(cfg: RunConfig, ds: Dataset, device: torch.device, timer: str, status: str) -> dict[str, Any]:
+    """What every record holds: the run's keys, status, config, dataset hash and provenance."""
+    return {
+        "dataset": cfg.dataset,
+        "method": cfg.method,
+        "variant": cfg.variant,
+        "seed": cfg.seed,
+        "status": status,
+        "config": cfg.to_dict(),
+        "dataset_manifest_sha256": ds.manifest_sha256,
+        "provenance": provenance(device, timer),
+    }
+
+
+def trained_record(cfg: RunConfig, ds: Dataset, device: torch.device, result: RunResult,
+                   ref: RunResult | None = None) -> dict[str, Any]:
+    """The record of a trained run; ``ref``: the ``device`` store replayed on the run's own batch order."""
+    record = {
+        **_run_header(cfg, ds, device, result.summary["timer"], STATUS_OK),
+        "summary": result.summary,
+        "metrics": result.metrics,
+        "params": param_fingerprint(result.named_parameters()),
+        "store": result.store_report,
+    }
+    if ref is not None:  # the invariant of a store with its own batch order is against this replay
+        record["reference"] = {"method": "device", "order": "this run's", "metrics": ref.metrics,
+                               "params": param_fingerprint(ref.named_parameters())}
+    return record
+
+
+def infeasible_record(cfg: RunConfig, ds: Dataset, device: torch.device, reason: str) -> dict[str, Any]:
+    """The record of a variant that cannot run on this dataset: why, and no numbers."""
+    return {**_run_header(cfg, ds, device, timer_kind(device), STATUS_INFEASIBLE), "reason": reason}
+
+
+def run_and_record(cfg: RunConfig, dataset_dir: Path, out_dir: Path, progress: bool = True) -> dict[str, Any]:
+    """Train one run on the dataset in ``dataset_dir`` and write its run directory; return the record.
+
+    An infeasible variant (``InfeasibleError``: valid, but it cannot run on
+    this dataset) is recorded as such; every other error propagates and
+    leaves no record, so the job fails.
+    """
+    (Path(out_dir) / "record.json").unlink(missing_ok=True)  # never leave a stale complete-looking run
+    ds = Dataset.open(dataset_dir)
+    device = resolve_device(cfg.timing.device)
+    try:
+        result = train(cfg, ds, device, progress=progress)
+    except InfeasibleError as e:
+        record = infeasible_record(cfg, ds, device, str(e))
+        write_run(Path(out_dir), record, steps_frame([], []))
+        return record
+    ref = reference(cfg, ds, device, result, progress=progress)
+    record = trained_record(cfg, ds, device, result, ref)
+    write_run(Path(out_dir), record, steps_frame(result.phases, result.counters))
+    return record
 
 
 def write_run(out_dir: Path, record: dict[str, Any], steps: pd.DataFrame) -> Path:

@@ -43,6 +43,7 @@ rule aggregate:
             "results/tables/summary.csv", caption="../report/summary.rst", category="Tables"
         ),
         summary_md="results/tables/summary.md",
+        infeasible="results/tables/infeasible.md",
         phases="results/tables/phases.csv",
         counters_csv="results/tables/counters.csv",
         counters_md="results/tables/counters.md",

@@ -7,6 +7,8 @@ import shlex
 import sys
 from pathlib import Path
 
+import jsonschema
+import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
@@ -21,6 +23,7 @@ wildcard_constraints:
 # Every job calls the package the same way: `python -m hotcold <verb>`.
 HOTCOLD = "python -m hotcold"
 SRC = Path(workflow.basedir, "src")
+SCHEMA = Path(workflow.basedir, "workflows/schemas/config.schema.yaml")
 
 
 def shell_prefix() -> str:
@@ -180,8 +183,34 @@ def check_taobao_path(name: str, source: dict) -> None:
         locate_taobao(None, name=name)
 
 
+def methods_validator() -> jsonschema.Validator:
+    """The schema's ``methods`` definition (every method's store options) as a validator of its own."""
+    defs = yaml.safe_load(SCHEMA.read_text())["$defs"]
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "$defs": defs, "$ref": "#/$defs/methods"}
+    return jsonschema.Draft202012Validator(schema)
+
+
+def check_store_options() -> None:
+    """Each dataset's effective methods (its overrides merged in) against the schema's store options.
+
+    The config validation sees the global and per-dataset sections apart; a
+    merge can still combine them into something no store accepts (e.g. a
+    dataset's cache_rows over a global cache_ratio).
+    """
+    validator = methods_validator()
+    for name in datasets():
+        for error in validator.iter_errors(methods_for(name)):
+            where = ".".join(["methods", *map(str, error.absolute_path)])
+            raise WorkflowError(f"invalid configuration for dataset {name}: {where}: {error.message}")
+
+
 def check_configs() -> None:
-    """Resolve every dataset and run config with the package's own typed configs, so `snakemake -n` fails early."""
+    """Resolve every dataset and run config with the package's own typed configs, so `snakemake -n` fails early.
+
+    The package is imported from this checkout's sources, as the jobs run it.
+    """
+    if str(SRC) not in sys.path:
+        sys.path.insert(0, str(SRC))
     try:
         from hotcold.config import ConfigError, RunConfig
         from hotcold.data.generate import GeneratorConfig
@@ -204,4 +233,5 @@ def check_configs() -> None:
             raise WorkflowError(f"invalid configuration for {where}: {e}") from None
 
 
+check_store_options()
 check_configs()

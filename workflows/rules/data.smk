@@ -97,6 +97,9 @@ rule simulate:
         ratios=config["simulate"]["ratios"],
         policies=config["simulate"]["policies"],
         windows=config["simulate"]["windows"],
+        fae_budgets=config["simulate"]["fae_budgets"],
+        fae_run_lengths=config["simulate"]["fae_run_lengths"],
+        fae_sample_fraction=config["simulate"]["fae_sample_fraction"],
     log:
         "results/logs/simulate/{dataset}.log",
     conda:
@@ -104,4 +107,6 @@ rule simulate:
     shell:
         "{params.cli} simulate --dataset {params.dataset:q} --run-config {params.run_config:q}"
         " --out {output.csv:q} --ratios {params.ratios} --policies {params.policies}"
-        " --windows {params.windows} > {log:q} 2>&1"
+        " --windows {params.windows} --fae-budgets {params.fae_budgets}"
+        " --fae-run-lengths {params.fae_run_lengths} --fae-sample-fraction {params.fae_sample_fraction}"
+        " > {log:q} 2>&1"

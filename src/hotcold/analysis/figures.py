@@ -5,7 +5,8 @@
 (``speedup``, ``rows_moved``, ``fae_hot_fraction``, ``hit_rate``). Timed
 figures get one panel per (dataset, timer kind): bars from different timers
 never share an axis. Counter figures need no such split (counters do not
-depend on the hardware).
+depend on the hardware). Runs the summary marks infeasible (no numbers)
+are left out of every figure.
 """
 from __future__ import annotations
 
@@ -86,6 +87,13 @@ def throughput_figure(summary: pd.DataFrame) -> Figure:
     return fig
 
 
+def trained_runs(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary's runs that trained: status ``ok`` (a summary without ``status`` is older: all ok)."""
+    if "status" not in summary:
+        return summary
+    return summary[summary["status"].fillna("ok") == "ok"].reset_index(drop=True)
+
+
 def make_figures(tables_dir: Path, out_dir: Path) -> list[Path]:
     """Draw every figure whose tables are in ``tables_dir``; return the paths written.
 
@@ -94,9 +102,9 @@ def make_figures(tables_dir: Path, out_dir: Path) -> list[Path]:
     from ``hotcold cache-sim``).
     """
     tables_dir, out_dir = Path(tables_dir), Path(out_dir)
-    summary = read_table(tables_dir / "summary.csv")
+    summary = trained_runs(read_table(tables_dir / "summary.csv"))
     if summary.empty:
-        raise ValueError(f"{tables_dir / 'summary.csv'} has no runs")
+        raise ValueError(f"{tables_dir / 'summary.csv'} has no trained runs")
     phases = read_table(tables_dir / "phases.csv")
     written = [
         *save_atomic(step_phases_figure(phases), out_dir, "step_phases"),

@@ -4,7 +4,11 @@
 files (the workflow passes the runs its config asks for; by hand,
 ``find_records`` lists all under a runs directory) and writes ``summary.csv``/``summary.md``,
 ``phases.csv``, ``counters.csv``/``counters.md`` and the comparison tables of
-``hotcold.analysis.comparisons`` (``speedup``, ``fae_hot_fraction``, ``rows_moved``).
+``hotcold.analysis.comparisons`` (``speedup``, ``fae_hot_fraction``, ``rows_moved``),
+and ``infeasible.md``: the runs whose variant could not run on their dataset
+(record status ``infeasible``) with the reason. Such runs stay in the summary
+as rows with their ``status`` and ``reason`` and no numbers; every other table
+is built from the ``ok`` runs only.
 Speed-ups are computed only between runs timed by the same kind of timer.
 The ``exact`` column checks the invariant from the records' parameter
 sketches: against the record's own ``reference`` when it has one (a store
@@ -24,26 +28,28 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from hotcold.analysis.comparisons import fae_table, speedup_markdown, traffic_table, speedup_table
+from hotcold.analysis.comparisons import fae_table, speedup_markdown, speedup_table, traffic_table
 from hotcold.analysis.markdown import to_markdown
+from hotcold.config import AggregateConfig
 from hotcold.files import atomic_write_text
-from hotcold.records import sketch_rel_diff
+from hotcold.records import STATUS_OK, record_status, sketch_rel_diff
 
 RECORD_GLOB = "*/*/*/seed~*/record.json"
 KEYS = ["dataset", "method", "variant", "seed"]
 BASELINE_METHOD = "hybrid"
 REFERENCE_METHOD = "device"
 PREFERRED_VARIANT = "base"
+EXACT_RTOL = AggregateConfig().exact_rtol
 
 REFERENCE_LABELS = {"run": "device run", "replay": "device replay of this order"}
 
 SUMMARY_COLUMNS = [
-    *KEYS, "options", "timer", "device", "samples_per_s", "step_ms_p50", "step_ms_p10", "step_ms_p90",
+    *KEYS, "status", "options", "timer", "device", "samples_per_s", "step_ms_p50", "step_ms_p10", "step_ms_p90",
     "step_ms_mean", "speedup_vs_hybrid", "auc", "auc_vs_hybrid", "logloss", "exact", "exact_reference",
     "param_rel_diff",
 ]
 PROVENANCE_COLUMNS = [
-    "dataset_sha256", "device_type", "batch_size", "steps_timed", "threads", "torch", "git_commit", "git_dirty",
+    "reason", "dataset_sha256", "device_type", "batch_size", "steps_timed", "threads", "torch", "git_commit", "git_dirty",
     "eval_samples",
 ]
 
@@ -67,7 +73,8 @@ def load_record(path: Path) -> dict[str, Any]:
         rec = json.loads(Path(path).read_text())
     except json.JSONDecodeError as e:
         raise RecordError(f"{path}: not valid JSON ({e})") from None
-    missing = [k for k in (*KEYS, "summary") if k not in rec]
+    required = (*KEYS, "summary") if record_status(rec) == STATUS_OK else (*KEYS, "reason")
+    missing = [k for k in required if k not in rec]
     if missing:
         raise RecordError(f"{path}: record lacks key(s) {missing}")
     seed_dir, variant_dir, method_dir, dataset_dir = Path(path).parents[:4]
@@ -89,16 +96,23 @@ def load_records(paths: Sequence[Path]) -> list[dict[str, Any]]:
     return [load_record(p) for p in paths]
 
 
+def ok_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of runs that trained (status ``ok``, or no status: older records)."""
+    return [r for r in records if record_status(r) == STATUS_OK]
+
+
 def options_label(options: dict[str, Any] | None) -> str:
     """Store options as ``key=value, ...`` (sorted keys); empty for none."""
     return ", ".join(f"{k}={v}" for k, v in sorted((options or {}).items()))
 
 
 def _row(rec: dict[str, Any]) -> dict[str, Any]:
-    summary, prov = rec["summary"], rec.get("provenance", {})
-    metrics = rec.get("metrics", {})
+    summary, prov = rec.get("summary") or {}, rec.get("provenance") or {}
+    metrics = rec.get("metrics") or {}
     return {
         **{k: rec[k] for k in KEYS},
+        "status": record_status(rec),
+        "reason": rec.get("reason"),
         "options": options_label((rec.get("config") or {}).get("store")),
         "timer": summary.get("timer", prov.get("timer")),
         "device": prov.get("device"),
@@ -119,8 +133,8 @@ def _row(rec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _pick_reference(group: pd.DataFrame, method: str) -> pd.Series | None:
-    """The ``method`` run of a group: variant ``base`` if present, else the first by name."""
-    cands = group[group["method"] == method].sort_values("variant")
+    """The trained ``method`` run of a group: variant ``base`` if present, else the first by name."""
+    cands = group[(group["method"] == method) & (group["status"] == STATUS_OK)].sort_values("variant")
     if cands.empty:
         return None
     base = cands[cands["variant"] == PREFERRED_VARIANT]
@@ -174,7 +188,7 @@ def _auc_vs_hybrid(frame: pd.DataFrame) -> pd.Series:
     return out
 
 
-def summary_frame(records: list[dict[str, Any]], exact_rtol: float = 1e-6) -> pd.DataFrame:
+def summary_frame(records: list[dict[str, Any]], exact_rtol: float = EXACT_RTOL) -> pd.DataFrame:
     """One row per run, sorted by dataset, method, variant, seed."""
     frame = pd.DataFrame([_row(r) for r in records])
     frame["seed"] = frame["seed"].astype("int64")
@@ -188,7 +202,7 @@ def summary_frame(records: list[dict[str, Any]], exact_rtol: float = 1e-6) -> pd
 def _long(records: list[dict[str, Any]], name: str, values: dict[str, str]) -> pd.DataFrame:
     """Long frame of one per-name section of the summaries, in the records' own key order."""
     rows = []
-    for rec in records:
+    for rec in ok_records(records):
         summary = rec["summary"]
         first = summary.get(next(iter(values.values())), {}) or {}
         for key in first:
@@ -205,12 +219,12 @@ def _long(records: list[dict[str, Any]], name: str, values: dict[str, str]) -> p
 
 
 def phases_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
-    """Per-phase step times (median and mean ms), one row per run and phase."""
+    """Per-phase step times (median and mean ms), one row per trained run and phase."""
     return _long(records, "phase", {"ms_p50": "phase_ms_p50", "ms_mean": "phase_ms_mean"})
 
 
 def counters_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
-    """Per-step counters (lookups, hits, rows and bytes moved...), one row per run and counter."""
+    """Per-step counters (lookups, hits, rows and bytes moved...), one row per trained run and counter."""
     return _long(records, "counter", {"per_step": "counters_per_step"})
 
 
@@ -223,7 +237,8 @@ def _summary_markdown(summary: pd.DataFrame, exact_rtol: float) -> str:
         f"`exact`: final parameters match the reference (relative sketch distance <= {exact_rtol:g}); "
         f"`exact_reference` says which: the `{REFERENCE_METHOD}` run of the same dataset and seed, or, "
         "for a store with its own batch order (FAE), the record's own replay of that order on the "
-        f"`{REFERENCE_METHOD}` store. `auc_vs_hybrid`: AUC minus the `{BASELINE_METHOD}` run's.\n\n"
+        f"`{REFERENCE_METHOD}` store. `auc_vs_hybrid`: AUC minus the `{BASELINE_METHOD}` run's. "
+        "`status` `infeasible`: the variant cannot run on this dataset (no numbers; see infeasible.md).\n\n"
         + to_markdown(summary[SUMMARY_COLUMNS])
     )
 
@@ -239,21 +254,39 @@ def _counters_markdown(counters: pd.DataFrame) -> str:
     return title + to_markdown(wide, {c: "{:,.1f}" for c in order})
 
 
-def aggregate(records: Sequence[Path], out_dir: Path, exact_rtol: float = 1e-6) -> pd.DataFrame:
-    """Read the given run records, write every table to ``out_dir``, return the summary."""
+def infeasible_markdown(summary: pd.DataFrame) -> str:
+    """The runs that could not run on their dataset, one line each with the reason."""
+    rows = summary[summary["status"] != STATUS_OK]
+    title = "# hotcold infeasible runs\n\n"
+    if rows.empty:
+        return title + "None: every configured run trained.\n"
+    lines = [f"- {r.dataset}/{r.method}/{r.variant}/seed~{r.seed} ({r.options or 'no options'}): {r.reason}"
+             for r in rows.itertuples(index=False)]
+    return title + "These variants cannot run on their dataset; they have no numbers in any table.\n\n" + \
+        "\n".join(lines) + "\n"
+
+
+def aggregate(records: Sequence[Path], out_dir: Path, exact_rtol: float = EXACT_RTOL) -> pd.DataFrame:
+    """Read the given run records, write every table to ``out_dir``, return the summary.
+
+    The summary and ``infeasible.md`` list every run; the other tables hold
+    the runs that trained.
+    """
     out_dir = Path(out_dir)
     loaded = load_records(records)
     summary = summary_frame(loaded, exact_rtol)
-    phases = phases_frame(loaded)
-    counters = counters_frame(loaded)
+    trained, ok = ok_records(loaded), summary[summary["status"] == STATUS_OK].reset_index(drop=True)
+    phases = phases_frame(trained)
+    counters = counters_frame(trained)
     atomic_write_text(out_dir / "summary.csv", summary.to_csv(index=False))
     atomic_write_text(out_dir / "summary.md", _summary_markdown(summary, exact_rtol))
+    atomic_write_text(out_dir / "infeasible.md", infeasible_markdown(summary))
     atomic_write_text(out_dir / "phases.csv", phases.to_csv(index=False))
     atomic_write_text(out_dir / "counters.csv", counters.to_csv(index=False))
     atomic_write_text(out_dir / "counters.md", _counters_markdown(counters))
-    speedup = speedup_table(summary)
+    speedup = speedup_table(ok)
     atomic_write_text(out_dir / "speedup.csv", speedup.to_csv(index=False))
     atomic_write_text(out_dir / "speedup.md", speedup_markdown(speedup))
-    atomic_write_text(out_dir / "fae_hot_fraction.csv", fae_table(loaded, summary).to_csv(index=False))
-    atomic_write_text(out_dir / "rows_moved.csv", traffic_table(counters, summary).to_csv(index=False))
+    atomic_write_text(out_dir / "fae_hot_fraction.csv", fae_table(trained, ok).to_csv(index=False))
+    atomic_write_text(out_dir / "rows_moved.csv", traffic_table(counters, ok).to_csv(index=False))
     return summary
