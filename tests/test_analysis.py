@@ -282,7 +282,9 @@ def test_fae_table_from_store_reports(tmp_path: Path) -> None:
         write_run(runs, "kaggle", "fae", variant, 0, rate=2000.0, options={"budget_ratio": ratio},
                   store={"hot_fraction": frac, "hot_rows": int(ratio * 1000), "hot_ratio": ratio,
                          "hot_bytes": int(ratio * 1000) * 68, "sampled_inputs": 50},
-                  counters={"lookups": 10.0, "param_rows_h2d": 1.0, "param_rows_d2h": 1.0, "hot_batch": frac / 2})
+                  counters={"lookups": 10.0, "param_rows_h2d": 1.0, "param_rows_d2h": 1.0, "hot_batch": frac / 2,
+                            "switches": 0.01, "sync_bytes": 680.0, "vector_bytes_h2d": 64.0,
+                            "grad_bytes_d2h": 64.0})
     aggregate(find_records(runs), tmp_path / "tables")
     fae = pd.read_csv(tmp_path / "tables" / "fae_hot_fraction.csv")
     assert list(fae.variant) == ["small", "big"]  # by hot rows
@@ -290,6 +292,8 @@ def test_fae_table_from_store_reports(tmp_path: Path) -> None:
     assert list(fae.budget_ratio) == [0.06, 0.25]
     assert fae.budget_bytes.isna().all()
     assert list(fae.hot_batch_share) == pytest.approx([0.1, 0.3])
+    assert list(fae.switches_per_step) == [0.01, 0.01] and list(fae.sync_bytes_per_step) == [680.0, 680.0]
+    assert list(fae.activation_bytes_per_step) == [128.0, 128.0]
     assert list(fae.speedup_vs_hybrid) == pytest.approx([2.0, 2.0])
     assert list(fae.options) == ["budget_ratio=0.06", "budget_ratio=0.25"]
 

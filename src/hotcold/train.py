@@ -139,7 +139,7 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
     finally:
         store.close()
     timed = [c for c in counters if c[0] >= cfg.train.warmup_steps]
-    summary = summarize(timer.steps, timed, cfg.train.batch_size, timer.kind)
+    summary = summarize(timer.steps, timed, cfg.train.batch_size, timer.kind, host_steps=timer.host_steps)
     return RunResult(summary, metrics, rows, store.report(), timer.steps, counters, model, store)
 
 

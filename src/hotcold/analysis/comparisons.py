@@ -90,9 +90,12 @@ def fae_table(records: list[dict[str, Any]], summary: pd.DataFrame) -> pd.DataFr
     ``budget_*``: the configured budget; ``hot_*``: the hot rows FAE put on
     the device (count, share of all rows, bytes with optimizer state);
     ``hot_fraction``: share of training inputs whose lookups are all hot;
-    ``hot_batch_share``: share of timed steps that ran as hot batches.
+    ``hot_batch_share``: share of timed steps that ran as hot batches;
+    ``switches_per_step`` and ``sync_bytes_per_step``: hot-set syncs and
+    their bytes, apart from the cold batches' ``activation_bytes_per_step``.
     """
-    own = ["budget_ratio", "budget_bytes", "hot_rows", "hot_ratio", "hot_bytes", "hot_fraction", "hot_batch_share"]
+    own = ["budget_ratio", "budget_bytes", "hot_rows", "hot_ratio", "hot_bytes", "hot_fraction", "hot_batch_share",
+           "switches_per_step", "sync_bytes_per_step", "activation_bytes_per_step"]
     joined = ["options", "samples_per_s", "speedup_vs_hybrid", "auc", "auc_vs_hybrid", "exact"]
     rows = []
     for rec in records:
@@ -106,6 +109,10 @@ def fae_table(records: list[dict[str, Any]], summary: pd.DataFrame) -> pd.DataFr
             **{k: options.get(k) for k in BUDGET_OPTIONS},
             **{k: store.get(k) for k in ("hot_rows", "hot_ratio", "hot_bytes", "hot_fraction")},
             "hot_batch_share": counters.get("hot_batch"),
+            "switches_per_step": counters.get("switches"),
+            "sync_bytes_per_step": counters.get("sync_bytes"),
+            "activation_bytes_per_step": (counters["vector_bytes_h2d"] + counters["grad_bytes_d2h"]
+                                          if "vector_bytes_h2d" in counters else None),
         })
     fae = pd.DataFrame(rows, columns=[*RUN_KEYS, *own])
     fae["seed"] = fae["seed"].astype("int64")
