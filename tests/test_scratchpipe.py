@@ -305,13 +305,14 @@ def test_lookup_changes_no_state_and_close_is_idempotent():
     batches = as_batches(HAND)
     store = ScratchPipeStore(hand_spec(batches, window=1, scratchpad_rows=4))
     drive(store, batches[:3], 1)
-    maps = (store.row_to_slot.copy(), store.slot_to_row.copy(), store.directory.hold.copy(), store.directory.last_use.copy())
+    d = store.directory
+    maps = (d.row_to_slot.copy(), d.slot_to_row.copy(), d.hold.copy(), d.last_use.copy())
     counters = store.step_counters()
     table = store.export()
     ids = torch.tensor([[0, 1], [9, 5], [-1, 2]])  # [B=3, K=2], a padded entry
     out = store.lookup(ids)
     assert torch.equal(out[0, 0], table[0]) and torch.equal(out[1, 0], table[9]) and (out[2, 0] == 0).all()
-    for before, after in zip(maps, (store.row_to_slot, store.slot_to_row, store.directory.hold, store.directory.last_use)):
+    for before, after in zip(maps, (d.row_to_slot, d.slot_to_row, d.hold, d.last_use)):
         assert np.array_equal(before, after)
     assert store.step_counters() == counters and torch.equal(store.export(), table)
     store.close()

@@ -93,15 +93,15 @@ def hit_rate_figure(sim: pd.DataFrame) -> Figure:
                 smallest = rows.sort_values("capacity").iloc[0]  # every lookup hits: one point at its minimum
                 ax.scatter(smallest["cache_ratio"] * 100, smallest["hit_rate"], marker=marker, color="0.2",
                            zorder=3, label=f"{policy} (ScratchPipe), smallest scratchpad")
-            needed = sub[~sub["policy"].str.startswith(LOOKAHEAD) & (sub["policy"] != "static-topk")
-                         & ~sub["policy"].str.startswith("fae-")]
+            caches = ~sub["policy"].str.startswith((LOOKAHEAD, "fae-"))  # sized like a cache
+            needed = sub[caches & (sub["policy"] != "static-topk")]
             n_rows = _rows_of_all(sub)
             if not needed.empty and n_rows > 0:
                 smallest = needed["capacity_needed"].max() / n_rows * 100
                 ax.axvspan(min(sub["cache_ratio"].min() * 100, smallest), smallest, color="0.85", zorder=0,
                            label="cache < a batch's unique rows")
             ax.axvline(COLOSSAL_RATIO * 100, color="0.4", linestyle=":", linewidth=1)
-            _percent_axis(ax, sub.loc[~sub["policy"].str.startswith(LOOKAHEAD), "cache_ratio"].to_numpy() * 100)
+            _percent_axis(ax, sub.loc[caches, "cache_ratio"].to_numpy() * 100)
             ax.set_ylim(0, 1.02)
             ax.set_xlabel("cache size (% of all rows, log scale)")
             ax.set_ylabel("hit rate (share of lookups)")

@@ -32,9 +32,11 @@ import torch
 
 from hotcold.config import ConfigError, InfeasibleError
 from hotcold.counters import StepCounters, all_resident, row_bytes
-from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, init_table, ship, sum_by_index
+from hotcold.embedding.base import (EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, init_table, ship,
+                                    sum_by_index)
 from hotcold.embedding.scratchpipe_pipeline import MovePipeline
 from hotcold.trace.scratchpad import Admission, ScratchpadDirectory, working_set_peak
+
 
 @dataclass
 class _Admitted:
