@@ -155,3 +155,28 @@ def test_unknown_method_and_option_fail_clearly():
     spec.options = {"cache_ratio": 0.1}
     with pytest.raises(ConfigError, match="cache_ratio"):
         build_store("hybrid", spec)
+
+
+@pytest.mark.parametrize("method", sorted(set(STORES) - {"hybrid", "fae"}))
+def test_update_plans_unique_rows_on_the_host(monkeypatch, method, device):
+    """No ``torch.unique`` inside ``backward`` of a store updating device memory: on a GPU it would
+    synchronise the timed update (``hybrid`` and FAE's cold batches coalesce on the host)."""
+    spec = _spec("adagrad", method=method, device=device)
+    store = build_store(method, spec)
+    ids = torch.tensor([[0, 1, 2], [0, 8, 2], [4, 1, 3]])
+    out = store.forward(ids, NullMarker())
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("torch.unique called in backward")
+
+    monkeypatch.setattr(torch, "unique", forbidden)
+    store.backward(torch.ones_like(out), NullMarker())
+    assert store.step_counters()["unique_rows"] == 6
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_pin_host_must_be_a_boolean(value):
+    spec = _spec("sgd", method="lru")
+    spec.options = {**spec.options, "pin_host": value}
+    with pytest.raises(ConfigError, match="pin_host"):
+        build_store("lru", spec)

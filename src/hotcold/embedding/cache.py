@@ -70,7 +70,7 @@ class CacheStore(EmbeddingStore):
         self._cuda = self.device.type == "cuda"
         weight = init_table(spec.table_sizes, spec.dim, spec.seed)  # [N, D]
         state = self.optimizer.init_state(n)                          # [N]
-        pin = self._cuda and pin_host(spec.options, where)
+        pin = pin_host(spec.options, where) and self._cuda
         self.host_w = weight.pin_memory() if pin else weight
         self.host_s = state.pin_memory() if pin else state
         self.cache_w = torch.zeros(self.capacity, spec.dim, device=self.device)  # [C, D]
