@@ -1,6 +1,7 @@
 """`make reproduce` survives an interrupted run and ends by listing the runs that could not run."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,7 +17,9 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make
 
 def make_dry_run(target: str) -> list[str]:
     """The commands ``make <target>`` would run (nothing is run)."""
-    proc = subprocess.run(["make", "-n", target], cwd=REPO, capture_output=True, text=True, check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}  # under `make test`
+    proc = subprocess.run(["make", "--no-print-directory", "-n", target], cwd=REPO, capture_output=True, text=True,
+                          check=True, env=env)
     return proc.stdout.splitlines()
 
 
