@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from hotcold.data.download import DownloadError, download, file_sha256
-from hotcold.data.sources import (describe_local, fetch_criteo_kaggle, fetch_criteo_terabyte,
+from hotcold.data.sources.download import DownloadError, download, file_sha256
+from hotcold.data.sources.catalog import (describe_local, fetch_criteo_kaggle, fetch_criteo_terabyte,
                                   locate_taobao)
 
 PAYLOAD = bytes(range(256)) * 400  # 102,400 bytes

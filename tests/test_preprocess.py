@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from hotcold.config import ConfigError
-from hotcold.data import criteo, textparse
-from hotcold.data.criteo import CriteoConfig, preprocess_criteo
+from hotcold.data.sources import criteo, textparse
+from hotcold.data.sources.criteo import CriteoConfig, preprocess_criteo
 from hotcold.data.format import Dataset
 from hotcold.data.skew import coverage_stats
-from hotcold.data.taobao import TaobaoConfig, preprocess_taobao
+from hotcold.data.sources.taobao import TaobaoConfig, preprocess_taobao
 
 # ---------------------------------------------------------------- Criteo fixtures
 

@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 from tqdm import tqdm
 
 from hotcold.files import atomic_write_json
-from hotcold.data.download import DownloadError, download, file_sha256
+from hotcold.data.sources.download import DownloadError, download, file_sha256
 
 __all__ = [
     "CRITEO_KAGGLE_URL", "CRITEO_KAGGLE_TRAIN_LINES", "CRITEO_TERABYTE_BASE_URL",

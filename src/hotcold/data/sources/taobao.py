@@ -47,7 +47,7 @@ from tqdm import tqdm
 from hotcold.data.format import DatasetWriter
 from hotcold.data.skew import coverage_from_counts
 from hotcold.config import from_mapping, is_int, is_real, require
-from hotcold.data.textparse import (BAD_LINE_POLICIES, BadLines, count_lines, parse_ints, read_chunks,
+from hotcold.data.sources.textparse import (BAD_LINE_POLICIES, BadLines, count_lines, parse_ints, read_chunks,
                                     source_meta, tokenize, words)
 
 BEHAVIORS = ("pv", "buy", "cart", "fav")

@@ -3,7 +3,7 @@
 Inputs are Criteo TSV lines ``label \\t I1..I13 \\t C1..C26`` (40 fields): the
 Kaggle ``train.txt`` or Terabyte ``day_N`` files (plain or ``.gz``, read as a
 gzip stream). Lines are parsed in chunks of ``chunk_lines`` with vectorised
-numpy (no Python loop per field; ``hotcold.data.textparse``), so memory is
+numpy (no Python loop per field; ``hotcold.data.sources.textparse``), so memory is
 bounded by the chunk and the id vocabulary, never by the number of lines.
 
 Two passes over the inputs: pass 1 validates every line, counts the good ones
@@ -44,7 +44,7 @@ from tqdm import tqdm
 from hotcold.data.format import DatasetWriter
 from hotcold.data.skew import coverage_from_counts
 from hotcold.config import from_mapping, is_int, require
-from hotcold.data.textparse import (BAD_LINE_POLICIES, BadLines, count_lines, parse_hex8, parse_ints,
+from hotcold.data.sources.textparse import (BAD_LINE_POLICIES, BadLines, count_lines, parse_hex8, parse_ints,
                                     read_chunks, source_meta, tokenize)
 
 KINDS = ("criteo-kaggle", "criteo-terabyte")
