@@ -206,6 +206,9 @@ def _check_splits(splits: dict[str, tuple[int, int]], n: int) -> None:
             raise DatasetError(f"unknown split {name!r}; expected one of {SPLITS}")
         if not 0 <= a <= b <= n:
             raise DatasetError(f"split {name!r} = [{a}, {b}) is outside [0, {n})")
+        if a == b:
+            raise DatasetError(f"split {name!r} is empty (rows [{a}, {b})): training and evaluation need "
+                               f"samples in every split; make the dataset larger or its holdout share bigger")
 
 
 @dataclass(frozen=True)
@@ -234,6 +237,10 @@ class Dataset:
             raise DatasetError(
                 f"{mpath}: format_version {manifest.get('format_version')!r}, expected {FORMAT_VERSION}"
             )
+        try:
+            _check_splits({k: tuple(v) for k, v in manifest["splits"].items()}, int(manifest["rows"]))
+        except DatasetError as e:
+            raise DatasetError(f"{path}: {e}") from None
         arrays = {}
         names = COLUMNS + (SEQUENCE_COLUMNS if "sequence" in manifest else ())
         for name in names:

@@ -44,8 +44,8 @@ from tqdm import tqdm
 from hotcold.data.format import DatasetWriter
 from hotcold.data.skew import coverage_from_counts
 from hotcold.config import from_mapping, is_int, require
-from hotcold.data.sources.textparse import (BAD_LINE_POLICIES, BadLines, count_lines, parse_hex8, parse_ints,
-                                    read_chunks, source_meta, tokenize)
+from hotcold.data.sources.textparse import (MAX_BAD_SHARE, WARN_BAD_SHARE, BadLines, check_bad_line_options,
+                                            count_lines, parse_hex8, parse_ints, read_chunks, source_meta, tokenize)
 
 KINDS = ("criteo-kaggle", "criteo-terabyte")
 ENCODINGS = ("frequency", "modulo")
@@ -68,6 +68,8 @@ class CriteoConfig:
     min_frequency: int = 1          # frequency: train ids seen fewer times share bucket 0
     max_ind_range: int = 10_000_000  # modulo: rows per table
     on_bad_line: str = "skip"       # skip (count) | error (stop with file and line)
+    warn_bad_share: float = WARN_BAD_SHARE  # warn when more than this share of the lines is malformed
+    max_bad_share: float = MAX_BAD_SHARE    # fail when more than this share is (skip policy)
     chunk_lines: int = 1 << 16
     expected_rows: int | None = None  # raw lines the inputs must hold (checked when given)
     check_rows: bool = False        # inputs are the full dataset: check the known line count
@@ -80,8 +82,7 @@ class CriteoConfig:
                      f"min_frequency must be an integer >= 1, got {self.min_frequency!r}")
         require(is_int(self.max_ind_range) and 1 <= self.max_ind_range < 2**31, w,
                      f"max_ind_range must be an integer in [1, 2**31), got {self.max_ind_range!r}")
-        require(self.on_bad_line in BAD_LINE_POLICIES, w,
-                     f"on_bad_line must be one of {list(BAD_LINE_POLICIES)}, got {self.on_bad_line!r}")
+        check_bad_line_options(w, self.on_bad_line, self.warn_bad_share, self.max_bad_share)
         require(is_int(self.chunk_lines) and self.chunk_lines >= 1, w,
                      f"chunk_lines must be a positive integer, got {self.chunk_lines!r}")
         require(self.expected_rows is None or (is_int(self.expected_rows) and self.expected_rows >= 0), w,
@@ -226,6 +227,15 @@ def _check_count(what: str, expected: int | None, found: int) -> None:
         raise ValueError(f"{what}: expected {expected:,} lines for the full input, found {found:,}")
 
 
+def _require_splits(where: str, unit: str, train: int, val: int, test: int) -> None:
+    """Refuse an empty split now rather than let training fail at evaluation."""
+    empty = [name for name, n in (("train", train), ("val", val), ("test", test)) if n <= 0]
+    if empty:
+        raise ValueError(f"{where}: the {' and '.join(empty)} split(s) would be empty (train/val/test get "
+                         f"{train:,}/{val:,}/{test:,} {unit}; the last day is halved into val and test): "
+                         f"give more lines")
+
+
 def _halve(start: int, lines: int) -> int:
     """End of the val half of ``lines`` lines from ``start`` (np.array_split: val gets the odd one)."""
     return start + math.ceil(lines / 2)
@@ -295,8 +305,10 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
         val_end = _halve(train_end, file_lines[-1])
     elif offset != total:
         raise ValueError(f"{where}: counted {total:,} lines, then read {offset:,} (file changed?)")
+    bad.check(where, total, cfg.warn_bad_share, cfg.max_bad_share)
     if rows == 0:
         raise ValueError(f"{where}: no well-formed lines")
+    _require_splits(where, "lines", train_end, val_end - train_end, total - val_end)
     enc = _Encoder(cfg, counter.per_table(), train_rows)
     del counter
 
@@ -325,6 +337,7 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
         if at != rows:
             raise ValueError(f"{where}: {at:,} good lines in pass 2, {rows:,} in pass 1 (file changed?)")
         r1, r2 = (int(x) for x in split_rows)
+        _require_splits(where, "well-formed lines", r1, r2 - r1, rows - r2)
         meta = {
             "name": name,
             "kind": cfg.kind,

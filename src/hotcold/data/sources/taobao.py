@@ -47,8 +47,8 @@ from tqdm import tqdm
 from hotcold.data.format import DatasetWriter
 from hotcold.data.skew import coverage_from_counts
 from hotcold.config import from_mapping, is_int, is_real, require
-from hotcold.data.sources.textparse import (BAD_LINE_POLICIES, BadLines, count_lines, parse_ints, read_chunks,
-                                    source_meta, tokenize, words)
+from hotcold.data.sources.textparse import (MAX_BAD_SHARE, WARN_BAD_SHARE, BadLines, check_bad_line_options,
+                                            count_lines, parse_ints, read_chunks, source_meta, tokenize, words)
 
 BEHAVIORS = ("pv", "buy", "cart", "fav")
 REASONS = {"fields": "wrong number of fields (expected 5)",
@@ -69,7 +69,9 @@ class TaobaoConfig:
     negative_ratio: float = 1.0     # negatives per positive (fraction: drawn per positive)
     holdout_quantile: float = 0.7   # users whose last event is later are val/test
     seed: int = 0
-    on_bad_line: str = "skip"
+    on_bad_line: str = "skip"       # skip (count) | error (stop with file and line)
+    warn_bad_share: float = WARN_BAD_SHARE  # warn when more than this share of the lines is malformed
+    max_bad_share: float = MAX_BAD_SHARE    # fail when more than this share is (skip policy)
     chunk_lines: int = 1 << 16
 
     def __post_init__(self) -> None:
@@ -84,8 +86,7 @@ class TaobaoConfig:
         q = self.holdout_quantile
         require(is_real(q) and 0 < q < 1, w,
                      f"holdout_quantile must be in (0, 1), got {q!r}")
-        require(self.on_bad_line in BAD_LINE_POLICIES, w,
-                     f"on_bad_line must be one of {list(BAD_LINE_POLICIES)}, got {self.on_bad_line!r}")
+        check_bad_line_options(w, self.on_bad_line, self.warn_bad_share, self.max_bad_share)
         object.__setattr__(self, "negative_ratio", float(r))
         object.__setattr__(self, "holdout_quantile", float(q))
 
@@ -151,6 +152,7 @@ def preprocess_taobao(csv: Path, out: Path, cfg: TaobaoConfig, *, name: str,
             cols[:, n:n + good.size], behavior[n:n + good.size] = vals.T, beh
             n += good.size
             bar.update(codes.size)
+    bad.check(str(csv), raw_lines, cfg.warn_bad_share, cfg.max_bad_share)
     if n == 0:
         raise ValueError(f"{csv}: no well-formed lines")
     cols, behavior = cols[:, :n], behavior[:n]
@@ -212,6 +214,12 @@ def preprocess_taobao(csv: Path, out: Path, cfg: TaobaoConfig, *, name: str,
     offsets = np.concatenate(([0], np.cumsum(event - hist_start)))
     del pos, pos_user, k
     r1, r2 = (int(x) for x in np.concatenate(([0], np.cumsum(mult)))[split_pos])
+    empty = [s for s, size in (("train", r1), ("val", r2 - r1), ("test", rows - r2)) if size <= 0]
+    if empty:
+        raise ValueError(f"{csv}: the {' and '.join(empty)} split(s) would be empty (train/val/test samples "
+                         f"{r1:,}/{r2 - r1:,}/{rows - r2:,} from {split_users[0]:,}/{n_val_users:,}/"
+                         f"{held.size - n_val_users:,} users; holdout_quantile={cfg.holdout_quantile}): "
+                         f"give more users")
 
     cards = [n_users, n_items, n_cats]
     train_counts = [np.bincount(sample_user[:r1], minlength=n_users),

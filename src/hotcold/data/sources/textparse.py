@@ -13,6 +13,7 @@ files.
 from __future__ import annotations
 
 import gzip
+import logging
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -21,15 +22,28 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 from tqdm import tqdm
 
+from hotcold.config import is_real, require
+
+log = logging.getLogger(__name__)
 
 BAD_LINE_POLICIES = ("skip", "error")
 MAX_INT_DIGITS = 16        # longer integers are malformed (two 8-digit SWAR words)
 MAX_BAD_EXAMPLES = 10
+WARN_BAD_SHARE = 0.001     # default share of malformed lines above which preprocessing warns
+MAX_BAD_SHARE = 0.01       # default share above which it fails (the real files have essentially none)
 PAD_BYTES = 32             # zeros after a chunk so fixed-width gathers never leave the buffer
 
 
 # ---------------------------------------------------------------- config helpers
 
+
+def check_bad_line_options(where: str, policy: str, warn: Any, limit: Any) -> None:
+    """Validate ``on_bad_line``, ``warn_bad_share`` and ``max_bad_share`` of a preprocessor config."""
+    require(policy in BAD_LINE_POLICIES, where,
+            f"on_bad_line must be one of {list(BAD_LINE_POLICIES)}, got {policy!r}")
+    for name, v in (("warn_bad_share", warn), ("max_bad_share", limit)):
+        require(is_real(v) and 0 <= v <= 1, where, f"{name} must be a number in [0, 1], got {v!r}")
+    require(warn <= limit, where, f"warn_bad_share ({warn}) must not exceed max_bad_share ({limit})")
 
 # ---------------------------------------------------------------- reading
 
@@ -226,5 +240,22 @@ class BadLines:
         for i in bad[:MAX_BAD_EXAMPLES - len(self.first)]:
             self.first.append({"file": file, "line": int(first_line + i + 1), "reason": self.names[codes[i] - 1]})
 
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def check(self, where: str, lines: int, warn: float, limit: float) -> None:
+        """Fail when more than ``limit`` of ``lines`` were malformed; warn above ``warn``."""
+        share = self.total / lines if lines else 0.0
+        if share <= warn:
+            return
+        reasons = ", ".join(f"{self.reasons[k]}: {n:,}" for k, n in self.counts.items() if n)
+        where_first = ", ".join(f"{e['file']}:{e['line']}" for e in self.first[:3])
+        detail = f"{self.total:,} of {lines:,} lines ({share:.2%}) are malformed ({reasons}; first at {where_first})"
+        if share > limit:
+            raise ValueError(f"{where}: {detail}, more than max_bad_share={limit:g}: is this the right file? "
+                             f"(raise preprocess.max_bad_share to accept it)")
+        log.warning("%s: %s, more than warn_bad_share=%g", where, detail, warn)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"total": sum(self.counts.values()), "by_reason": dict(self.counts), "first": list(self.first)}
+        return {"total": self.total, "by_reason": dict(self.counts), "first": list(self.first)}
