@@ -446,3 +446,19 @@ def test_taobao_empty_split_is_refused(tmp_path: Path) -> None:
     csv = taobao_csv(tmp_path / "UserBehavior.csv", events)
     with pytest.raises(ValueError, match=r"UserBehavior\.csv: the val and test split\(s\) would be empty"):
         preprocess_taobao(csv, tmp_path / "ds", TaobaoConfig(), name="tb", progress=False)
+
+
+def test_taobao_duplicate_events_are_dropped_and_counted(tmp_path: Path) -> None:
+    events = user_events()
+    rng = np.random.default_rng(7)
+    repeated = [events[i] for i in rng.choice(len(events), 12, replace=False)]
+    with_dups = events + repeated + repeated[:3]       # 15 repeats of 12 events, some twice
+    cfg = TaobaoConfig(max_length=4, min_history=1, negative_ratio=0.0)
+    clean = preprocess_taobao(taobao_csv(tmp_path / "a.csv", events), tmp_path / "a", cfg, name="a", progress=False)
+    m = preprocess_taobao(taobao_csv(tmp_path / "b.csv", [with_dups[i] for i in rng.permutation(len(with_dups))]),
+                          tmp_path / "b", cfg, name="b", progress=False)
+    assert m["bad_lines"]["duplicates"] == 15 and clean["bad_lines"]["duplicates"] == 0
+    assert m["events"] == len(events) and m["raw_lines"] == len(with_dups)
+    assert m["sha256"] == clean["sha256"]
+    ids = Dataset.open(tmp_path / "b").batch_ids(np.arange(m["rows"]))
+    assert not (ids[:, 3::2] == ids[:, [1]]).any()     # no target item is in its own history

@@ -1,9 +1,12 @@
 """Preprocessing of Taobao user behaviour (``UserBehavior.csv``) into a sequence dataset.
 
 The input has no header; each line is ``user_id,item_id,category_id,
-behavior_type,timestamp`` with behavior_type in pv, buy, cart, fav. As the
-TBSM preprocessing does, every event (any behaviour) joins its user's
-time-ordered history, and samples are taken at positions of that history:
+behavior_type,timestamp`` with behavior_type in pv, buy, cart, fav. A line
+that repeats an earlier one exactly is dropped and counted (manifest
+``bad_lines.duplicates``): it would put the target item into its own
+history. As the TBSM preprocessing does, every event (any behaviour) joins
+its user's time-ordered history, and samples are taken at positions of that
+history:
 
 - target: the event's (item, category), label 1; history: the previous up to
   ``max_length`` events' (item, category), oldest first. Positions with fewer
@@ -29,7 +32,8 @@ Output: ``sparse`` [N, 3] (user, item, category), ``dense`` [N, 0],
 Memory: the CSV is streamed in chunks, but all events are kept in memory as
 numpy columns, preallocated from a line count: 4 int64 raw columns plus the
 behaviour byte, 33 bytes per line (~3.3 GB for the ~100M lines of the real
-file), with ~2.5 GB of temporaries while renumbering and sorting, then 8 bytes
+file), with ~2.5 GB of temporaries while renumbering and sorting (and a
+compacted copy of the columns when duplicate lines are dropped), then 8 bytes
 per event (item, category) plus ~30 bytes per sample while writing. Histories
 (up to 8 * max_length bytes per sample) go straight to the memmapped columns.
 """
@@ -115,6 +119,21 @@ def _parse_chunk(buf: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     return tok.line_codes(code), tok.good[keep], vals[keep], behavior[keep]
 
 
+def _first_occurrences(cols: np.ndarray, behavior: np.ndarray) -> np.ndarray:
+    """bool [n]: the events that do not repeat an earlier line exactly (all five fields).
+
+    A repeated event would make the target item its own most recent history event.
+    """
+    order = np.lexsort((behavior, *cols[::-1]))       # stable: equal rows stay in file order
+    same = np.ones(order.size - 1, dtype=bool)
+    for column in (behavior, *cols):
+        sorted_column = column[order]
+        same &= sorted_column[1:] == sorted_column[:-1]
+    keep = np.ones(behavior.size, dtype=bool)
+    keep[order[1:][same]] = False
+    return keep
+
+
 def _renumber(raw: np.ndarray) -> tuple[np.ndarray, int]:
     """Ids 0..n-1 by descending count (ties by raw value) -> (int32 new ids, n)."""
     uniq, inverse, counts = np.unique(raw, return_inverse=True, return_counts=True)
@@ -156,6 +175,11 @@ def preprocess_taobao(csv: Path, out: Path, cfg: TaobaoConfig, *, name: str,
     if n == 0:
         raise ValueError(f"{csv}: no well-formed lines")
     cols, behavior = cols[:, :n], behavior[:n]
+    keep = _first_occurrences(cols, behavior)
+    duplicates = n - int(keep.sum())
+    if duplicates:
+        cols, behavior, n = cols[:, keep], behavior[keep], n - duplicates
+    del keep
     behaviors = dict(zip(BEHAVIORS, np.bincount(behavior, minlength=len(BEHAVIORS)).tolist()))
     del behavior
 
@@ -258,7 +282,7 @@ def preprocess_taobao(csv: Path, out: Path, cfg: TaobaoConfig, *, name: str,
             "raw_lines": int(raw_lines),
             "events": int(n),
             "behaviors": behaviors,
-            "bad_lines": bad.to_dict(),
+            "bad_lines": {**bad.to_dict(), "duplicates": duplicates},
             "holdout": {"threshold_timestamp": threshold,
                         "users": {"train": int(split_users[0]), "val": n_val_users,
                                   "test": int(held.size - n_val_users)}},
