@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from hotcold.config import ConfigError
+from hotcold.files import file_sha256
 from hotcold.data.sources import criteo, textparse
 from hotcold.data.sources.criteo import CriteoConfig, preprocess_criteo
 from hotcold.data.format import Dataset
@@ -225,7 +226,8 @@ def test_determinism_and_provenance(tmp_path: Path) -> None:
                            provenance=prov, progress=False)
     m2 = run([src], tmp_path / "b", kind="criteo-kaggle", chunk_lines=1000, progress=True)
     assert m1["sha256"] == m2["sha256"]   # independent of the chunk size too
-    assert m1["source"] == [{"file": "train.txt", "bytes": src.stat().st_size, **prov["train.txt"]}]
+    assert m1["source"] == [{"file": "train.txt", "bytes": src.stat().st_size, "sha256": file_sha256(src),
+                             "url": prov["train.txt"]["url"], "fetched_sha256": "ab" * 32}]
     assert m1["preprocess"]["kind"] == "criteo-kaggle" and m1["preprocess"]["chunk_lines"] == 7
     with pytest.raises(ValueError, match="not inputs.*other.txt"):
         preprocess_criteo([src], tmp_path / "c", CriteoConfig(kind="criteo-kaggle"), name="c",
@@ -462,3 +464,31 @@ def test_taobao_duplicate_events_are_dropped_and_counted(tmp_path: Path) -> None
     assert m["sha256"] == clean["sha256"]
     ids = Dataset.open(tmp_path / "b").batch_ids(np.arange(m["rows"]))
     assert not (ids[:, 3::2] == ids[:, [1]]).any()     # no target item is in its own history
+
+
+def test_provenance_is_what_was_read(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from hotcold.data.prepare import SourceConfig, fetch, preprocess
+
+    csv = taobao_csv(tmp_path / "UserBehavior.csv", user_events())
+    cfg = SourceConfig.from_dict({"kind": "taobao", "path": str(csv)})
+    fetched = fetch(cfg, tmp_path / "raw", name="tb", progress=False)
+    taobao_csv(csv, user_events(seed=1))            # the user's file changes after `hotcold download`
+    with caplog.at_level("WARNING"):
+        m = preprocess(cfg, tmp_path / "raw", tmp_path / "ds", name="tb", progress=False)
+    assert m["source"][0]["sha256"] == file_sha256(csv) != fetched["sha256"]
+    assert m["source"][0]["fetched_sha256"] == fetched["sha256"] and "changed since it was fetched" in caplog.text
+
+
+def test_criteo_input_changed_between_passes_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = write(tmp_path / "train.txt", random_lines(70))
+    original = criteo._Encoder.__init__
+
+    def edit_then_init(self, *args, **kw):          # runs between pass 1 and pass 2
+        data = bytearray(src.read_bytes())
+        data[-2:-1] = b"0" if data[-2:-1] != b"0" else b"1"
+        src.write_bytes(bytes(data))
+        original(self, *args, **kw)
+    monkeypatch.setattr(criteo._Encoder, "__init__", edit_then_init)
+    with pytest.raises(ValueError, match=r"train\.txt: changed while being preprocessed"):
+        run([src], tmp_path / "ds", kind="criteo-kaggle")
+    assert not (tmp_path / "ds").exists()

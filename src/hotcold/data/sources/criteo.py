@@ -44,8 +44,9 @@ from tqdm import tqdm
 from hotcold.data.format import DatasetWriter
 from hotcold.data.skew import coverage_from_counts
 from hotcold.config import from_mapping, is_int, require
+from hotcold.data.sources.inputs import Digest, check_provenance, count_lines, read_chunks, source_records
 from hotcold.data.sources.textparse import (MAX_BAD_SHARE, WARN_BAD_SHARE, BadLines, check_bad_line_options,
-                                            count_lines, parse_hex8, parse_ints, read_chunks, source_meta, tokenize)
+                                            parse_hex8, parse_ints, tokenize)
 
 KINDS = ("criteo-kaggle", "criteo-terabyte")
 ENCODINGS = ("frequency", "modulo")
@@ -243,14 +244,16 @@ def _halve(start: int, lines: int) -> int:
 
 def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, name: str,
                       provenance: Mapping[str, Any] | None = None, progress: bool = True,
-                      full: bool = False) -> dict[str, Any]:
+                      full: bool = False, expected_sha256: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Preprocess Criteo TSV ``inputs`` into dataset directory ``out``; return the manifest.
 
     Kaggle takes the one ``train.txt``; Terabyte the day files in day order.
     ``full`` (or ``cfg.check_rows``) says the inputs are the whole dataset, so
     their raw line count must be the known one (``cfg.expected_rows`` if given,
-    else 45,840,617 / 4,373,472,329); ``provenance`` adds sha256 (or other
-    fields) per input file name to ``source``.
+    else 45,840,617 / 4,373,472,329). ``source`` records the size and sha256
+    of each input as read (pass 1; pass 2 must read the same bytes);
+    ``provenance`` adds fields (url, sha256 at fetch...) per input file name,
+    ``expected_sha256`` configured checksums the inputs must match.
     """
     inputs = [Path(p) for p in inputs]
     kaggle = cfg.kind == "criteo-kaggle"
@@ -261,7 +264,7 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
     for p in inputs:
         if not p.is_file():
             raise FileNotFoundError(f"input {p} does not exist")
-    source = source_meta(inputs, provenance)
+    check_provenance(inputs, provenance)
     expected = cfg.expected_rows if cfg.expected_rows is not None else (
         FULL_LINES[cfg.kind] if full or cfg.check_rows else None)
     where = ", ".join(p.name for p in inputs)
@@ -280,11 +283,12 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
     counter = _DenseCounter(cfg.max_ind_range) if cfg.encoding == "modulo" else _Counter()
     file_lines, rows, train_rows = [], 0, 0
     offset = 0
+    digests = [Digest() for _ in inputs]
     with tqdm(total=total if kaggle else None, unit="lines", desc=f"{name}: pass 1 (count)",
               disable=not progress) as bar:
         for i, path in enumerate(inputs):
             n_file = 0
-            for first, buf in read_chunks(path, cfg.chunk_lines):
+            for first, buf in read_chunks(path, cfg.chunk_lines, digests[i]):
                 p = _parse_criteo(buf)
                 bad.add(path.name, first, p.codes)
                 train = (offset + first + p.lines < train_end) if kaggle else \
@@ -305,6 +309,7 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
         val_end = _halve(train_end, file_lines[-1])
     elif offset != total:
         raise ValueError(f"{where}: counted {total:,} lines, then read {offset:,} (file changed?)")
+    source = source_records(inputs, digests, provenance, expected_sha256)
     bad.check(where, total, cfg.warn_bad_share, cfg.max_bad_share)
     if rows == 0:
         raise ValueError(f"{where}: no well-formed lines")
@@ -322,7 +327,8 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
         at, offset = 0, 0
         with tqdm(total=total, unit="lines", desc=f"{name}: pass 2 (write)", disable=not progress) as bar:
             for i, path in enumerate(inputs):
-                for first, buf in read_chunks(path, cfg.chunk_lines):
+                reread = Digest()
+                for first, buf in read_chunks(path, cfg.chunk_lines, reread):
                     p = _parse_criteo(buf)
                     g = p.lines.size
                     if at + g > rows:
@@ -334,6 +340,9 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
                     at += g
                     bar.update(p.codes.size)
                 offset += file_lines[i]
+                if reread != digests[i]:
+                    raise ValueError(f"{path}: changed while being preprocessed (sha256 {digests[i].sha256} "
+                                     f"in pass 1, {reread.sha256} in pass 2)")
         if at != rows:
             raise ValueError(f"{where}: {at:,} good lines in pass 2, {rows:,} in pass 1 (file changed?)")
         r1, r2 = (int(x) for x in split_rows)

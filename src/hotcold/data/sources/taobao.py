@@ -51,8 +51,9 @@ from tqdm import tqdm
 from hotcold.data.format import DatasetWriter
 from hotcold.data.skew import coverage_from_counts
 from hotcold.config import from_mapping, is_int, is_real, require
+from hotcold.data.sources.inputs import Digest, check_provenance, count_lines, read_chunks, source_records
 from hotcold.data.sources.textparse import (MAX_BAD_SHARE, WARN_BAD_SHARE, BadLines, check_bad_line_options,
-                                            count_lines, parse_ints, read_chunks, source_meta, tokenize, words)
+                                            parse_ints, tokenize, words)
 
 BEHAVIORS = ("pv", "buy", "cart", "fav")
 REASONS = {"fields": "wrong number of fields (expected 5)",
@@ -149,12 +150,18 @@ def _within(lengths: np.ndarray) -> np.ndarray:
 
 
 def preprocess_taobao(csv: Path, out: Path, cfg: TaobaoConfig, *, name: str,
-                      provenance: Mapping[str, Any] | None = None, progress: bool = True) -> dict[str, Any]:
-    """Preprocess ``UserBehavior.csv`` into sequence dataset ``out``; return its manifest."""
+                      provenance: Mapping[str, Any] | None = None, progress: bool = True,
+                      expected_sha256: str | None = None) -> dict[str, Any]:
+    """Preprocess ``UserBehavior.csv`` into sequence dataset ``out``; return its manifest.
+
+    ``source`` records the size and sha256 of the bytes read; ``provenance``
+    adds fields (path, sha256 when located...), ``expected_sha256`` is a
+    configured checksum the file must match.
+    """
     csv = Path(csv)
     if not csv.is_file():
         raise FileNotFoundError(f"input {csv} does not exist")
-    source = source_meta([csv], provenance)
+    check_provenance([csv], provenance)
 
     # read all events into preallocated columns
     raw_lines = count_lines(csv, progress)
@@ -163,7 +170,8 @@ def preprocess_taobao(csv: Path, out: Path, cfg: TaobaoConfig, *, name: str,
     bad = BadLines(REASONS, cfg.on_bad_line)
     n = 0
     with tqdm(total=raw_lines, unit="lines", desc=f"{name}: read", disable=not progress) as bar:
-        for first, buf in read_chunks(csv, cfg.chunk_lines):
+        digest = Digest()
+        for first, buf in read_chunks(csv, cfg.chunk_lines, digest):
             codes, good, vals, beh = _parse_chunk(buf)
             bad.add(csv.name, first, codes)
             if n + good.size > raw_lines:
@@ -171,6 +179,7 @@ def preprocess_taobao(csv: Path, out: Path, cfg: TaobaoConfig, *, name: str,
             cols[:, n:n + good.size], behavior[n:n + good.size] = vals.T, beh
             n += good.size
             bar.update(codes.size)
+    source = source_records([csv], [digest], provenance, {csv.name: expected_sha256} if expected_sha256 else None)
     bad.check(str(csv), raw_lines, cfg.warn_bad_share, cfg.max_bad_share)
     if n == 0:
         raise ValueError(f"{csv}: no well-formed lines")

@@ -1,26 +1,21 @@
 """Chunked reading and vectorised parsing of delimited text, with bad-line accounting.
 
 The raw-format preprocessors (``criteo``, ``taobao``) share this input side:
-files (plain or ``.gz``, read as a stream) are read ``chunk_lines`` lines at a
-time (``read_chunks``), split into fields without a Python loop per line
-(``tokenize``) and parsed with numpy: signed decimal integers
+chunks of whole lines (``inputs.read_chunks``) are split into fields without a
+Python loop per line (``tokenize``) and parsed with numpy: signed decimal integers
 (``parse_ints``) and 8-digit hex ids (``parse_hex8``), 8 bytes per uint64
 word (SWAR, ``words``). Malformed lines are counted by reason or stop the run
-(``BadLines``, ``BAD_LINE_POLICIES``). Also shared: the validation helpers of
-the preprocessors' config dataclasses and the ``source`` record of the input
-files.
+(``BadLines``, ``BAD_LINE_POLICIES``); too many of them fail the run
+(``BadLines.check``). Also shared: the validation of the bad-line options of
+the preprocessors' config dataclasses.
 """
 from __future__ import annotations
 
-import gzip
 import logging
 from dataclasses import dataclass
-from itertools import islice
-from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
-from tqdm import tqdm
 
 from hotcold.config import is_real, require
 
@@ -44,46 +39,6 @@ def check_bad_line_options(where: str, policy: str, warn: Any, limit: Any) -> No
     for name, v in (("warn_bad_share", warn), ("max_bad_share", limit)):
         require(is_real(v) and 0 <= v <= 1, where, f"{name} must be a number in [0, 1], got {v!r}")
     require(warn <= limit, where, f"warn_bad_share ({warn}) must not exceed max_bad_share ({limit})")
-
-# ---------------------------------------------------------------- reading
-
-
-def read_chunks(path: Path, chunk_lines: int) -> Iterator[tuple[int, bytes]]:
-    """``(index of the chunk's first line, its lines joined)``; ``.gz`` is decompressed as a stream."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        first = 0
-        while lines := list(islice(f, chunk_lines)):
-            yield first, b"".join(lines)
-            first += len(lines)
-
-
-def count_lines(path: Path, progress: bool = False, block: int = 1 << 20) -> int:
-    """Lines of a (possibly gzipped) text file; a last line without newline counts."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    n, last = 0, b"\n"
-    with opener(path, "rb") as f, tqdm(total=path.stat().st_size if path.suffix != ".gz" else None,
-                                       unit="B", unit_scale=True, desc=f"count {path.name}",
-                                       disable=not progress) as bar:
-        while data := f.read(block):
-            n += data.count(b"\n")
-            last = data[-1:]
-            bar.update(len(data))
-    return n + (last != b"\n")
-
-
-def source_meta(inputs: Sequence[Path], provenance: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """One ``{"file", "bytes", ...}`` per input; ``provenance`` maps a file name (or path) to a sha256
-    string or a dict of fields (sha256, url...) recorded as given."""
-    provenance = dict(provenance or {})
-    out = []
-    for p in inputs:
-        extra = provenance.pop(p.name, None) or provenance.pop(str(p), None) or {}
-        out.append({"file": p.name, "bytes": p.stat().st_size,
-                    **({"sha256": extra} if isinstance(extra, str) else dict(extra))})
-    if provenance:
-        raise ValueError(f"provenance names files that are not inputs: {sorted(provenance)}")
-    return out
 
 
 # ---------------------------------------------------------------- fields
