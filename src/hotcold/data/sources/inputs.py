@@ -13,6 +13,7 @@ import gzip
 import hashlib
 import io
 import logging
+import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import islice
@@ -64,6 +65,10 @@ class _HashingRaw(io.RawIOBase):
         super().close()
 
 
+class InputError(ValueError):
+    """An input file that cannot be read as what its name says (a truncated or corrupt ``.gz``)."""
+
+
 @contextmanager
 def open_input(path: Path, digest: Digest | None = None) -> Iterator[IO[bytes]]:
     """The file's (decompressed) bytes; with ``digest``, hash the file's own bytes as they are read."""
@@ -73,10 +78,15 @@ def open_input(path: Path, digest: Digest | None = None) -> Iterator[IO[bytes]]:
         if path.suffix == ".gz":
             with gzip.GzipFile(fileobj=buffered, mode="rb") as stream:
                 yield stream
+            if raw.count == 0:
+                raise EOFError("the file is empty")
         else:
             yield buffered
         if digest is not None:
             raw.finish(digest)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise InputError(f"{path}: truncated or corrupt gzip file ({type(e).__name__}: {e}); "
+                         f"delete it and run `hotcold download` again") from e
     finally:
         buffered.close()
 
