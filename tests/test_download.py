@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from hotcold.data.download import DownloadError, download, file_sha256
-from hotcold.data.sources import (describe_local, fetch_criteo_kaggle, fetch_criteo_terabyte,
+from hotcold.data.sources.download import DownloadError, download, file_sha256
+from hotcold.data.sources.catalog import (describe_local, fetch_criteo_kaggle, fetch_criteo_terabyte,
                                   locate_taobao)
 
 PAYLOAD = bytes(range(256)) * 400  # 102,400 bytes
@@ -83,7 +83,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"%x\r\n%s\r\n" % (chunked, body[:chunked]))
             self.close_connection = True
             return
-        self.send_header("Content-Length", str(len(body)))
+        if fault.get("content_type"):
+            self.send_header("Content-Type", fault["content_type"])
+        if not fault.get("no_length"):
+            self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         limit = next((x for x in (cut, stall, reset) if x is not None), None)
         self.wfile.write(body if limit is None else body[:limit])
@@ -246,14 +249,25 @@ def test_404_fails_at_once(server, tmp_path):
     assert not dest.exists()
 
 
-def test_wrong_sha256_refetches_once_then_fails(server, tmp_path):
-    url, wrong = _serve(server), "0" * 64
+def test_wrong_sha256_keeps_the_download_aside_and_fails_once(server, tmp_path):
+    url, typo = _serve(server), SHA[:-1] + ("0" if SHA[-1] != "0" else "1")
     dest = tmp_path / "f.bin"
     with pytest.raises(DownloadError) as err:
-        _get(url, dest, sha256=wrong)
-    assert wrong in str(err.value) and SHA in str(err.value)
-    assert server.requests == [("/f.bin", None), ("/f.bin", None)]
-    assert not dest.exists() and not dest.with_name("f.bin.part").exists()
+        _get(url, dest, sha256=typo)
+    assert typo in str(err.value) and SHA in str(err.value)
+    assert server.requests == [("/f.bin", None)]                 # fetched once, not three times
+    kept = tmp_path / f"f.bin.sha256-{SHA[:12]}"
+    assert str(kept) in str(err.value) and kept.read_bytes() == PAYLOAD and not dest.exists()
+    assert _get(url, dest, sha256=SHA) == SHA                    # the corrected checksum finds it
+    assert dest.read_bytes() == PAYLOAD and not kept.exists() and len(server.requests) == 1
+
+
+def test_stale_part_with_wrong_sha256_is_fetched_from_scratch_once(server, tmp_path):
+    url = _serve(server)
+    dest = tmp_path / "f.bin"
+    dest.with_name("f.bin.part").write_bytes(b"x" * 5000)       # another version of the file
+    assert _get(url, dest, sha256=SHA) == SHA
+    assert server.requests == [("/f.bin", "bytes=5000-"), ("/f.bin", None)]
 
 
 def test_wrong_size_fails_without_reading_body(server, tmp_path):
@@ -261,16 +275,17 @@ def test_wrong_size_fails_without_reading_body(server, tmp_path):
     dest = tmp_path / "f.bin"
     with pytest.raises(DownloadError, match=f"expected 123 bytes.*{len(PAYLOAD)}"):
         _get(url, dest, size=123)
-    assert len(server.requests) == 2 and not dest.exists()
+    assert len(server.requests) == 1 and not dest.exists()
 
 
-def test_corrupted_dest_is_refetched(server, tmp_path):
-    url = _serve(server)
+def test_existing_file_failing_its_checksum_is_kept_and_not_refetched(server, tmp_path):
+    url, typo = _serve(server), "ab" * 32
     dest = tmp_path / "f.bin"
-    dest.write_bytes(PAYLOAD[:-1] + b"\0")
-    assert _get(url, dest, sha256=SHA) == SHA
-    assert dest.read_bytes() == PAYLOAD
-    assert len(server.requests) == 1
+    dest.write_bytes(PAYLOAD)                                   # a good multi-GB archive, a typo in the config
+    with pytest.raises(DownloadError, match="left in place") as err:
+        _get(url, dest, sha256=typo)
+    assert typo in str(err.value) and SHA in str(err.value)
+    assert dest.read_bytes() == PAYLOAD and server.requests == []
 
 
 def test_good_dest_makes_no_request(server, tmp_path):
@@ -360,3 +375,80 @@ def test_locate_taobao(tmp_path):
     info = describe_local(csv)
     assert info["sha256"] == file_sha256(csv) and info["bytes"] == csv.stat().st_size
     assert info["files"] == [{"name": "UserBehavior.csv", "bytes": info["bytes"], "sha256": info["sha256"]}]
+
+
+GZ = gzip.compress(bytes(range(256)) * 4000 + PAYLOAD)
+
+
+def test_existing_file_without_checksum_is_verified(server, tmp_path):
+    url = _serve(server, "d.gz", GZ)
+    dest = tmp_path / "d.gz"
+    dest.write_bytes(GZ[:-100])                                 # cut short, e.g. copied in by hand
+    assert _get(url, dest, fmt="gzip") == hashlib.sha256(GZ).hexdigest()
+    assert dest.read_bytes() == GZ and (tmp_path / "d.gz.rejected").read_bytes() == GZ[:-100]
+    assert len(server.requests) == 1
+    assert _get(url, dest, fmt="gzip") == hashlib.sha256(GZ).hexdigest() and len(server.requests) == 1
+
+
+@pytest.mark.parametrize("content_type", ["text/html; charset=utf-8", "application/octet-stream"])
+def test_error_page_with_status_200_is_not_saved(server, tmp_path, content_type):
+    url = _serve(server, "d.gz", b"<!DOCTYPE html><html><body>Please log in</body></html>\n")
+    server.faults["/d.gz"] = {"content_type": content_type}
+    dest = tmp_path / "out" / "d.gz"
+    with pytest.raises(DownloadError, match=r"text/html|not a gzip file: it starts with '<!DOCTYPE html>"):
+        _get(url, dest, fmt="gzip")
+    assert list(dest.parent.iterdir()) == []
+    _serve(server, "d.gz", GZ)
+    server.faults["/d.gz"] = {}
+    assert _get(url, dest, fmt="gzip") == hashlib.sha256(GZ).hexdigest()     # and is fetched again later
+
+
+def test_reply_without_length_cut_short_is_resumed(server, tmp_path):
+    url = _serve(server, "d.gz", GZ)
+    server.faults["/d.gz"] = {"no_length": True, "cut_after": len(GZ) // 2}
+    dest = tmp_path / "d.gz"
+    assert _get(url, dest, fmt="gzip") == hashlib.sha256(GZ).hexdigest()
+    assert dest.read_bytes() == GZ
+    assert server.requests == [("/d.gz", None), ("/d.gz", f"bytes={len(GZ) // 2}-")]
+
+
+def test_terabyte_checksums_per_day_are_honoured(server, tmp_path):
+    days = {d: gzip.compress(f"day {d}\n".encode()) for d in (0, 1)}
+    for d, data in days.items():
+        _serve(server, f"tb/day_{d}.gz", data)
+    good = {0: hashlib.sha256(days[0]).hexdigest(), 1: "cd" * 32}
+    with pytest.raises(DownloadError, match="day_1.gz.*" + "cd" * 32):
+        fetch_criteo_terabyte(tmp_path / "tb", days=[0, 1], base_url=f"{server.url}/tb", sha256=good,
+                              progress=False)
+    assert (tmp_path / "tb" / "day_0.gz").read_bytes() == days[0]
+
+
+def test_every_checksum_key_of_the_schema_is_honoured(server, tmp_path):
+    from hotcold.config import ConfigError
+    from hotcold.data.prepare import SourceConfig, fetch, preprocess
+
+    with pytest.raises(ConfigError, match="criteo-terabyte has one file per day"):
+        SourceConfig.from_dict({"kind": "criteo-terabyte", "sha256": SHA})
+    with pytest.raises(ConfigError, match="criteo-kaggle has one file"):
+        SourceConfig.from_dict({"kind": "criteo-kaggle", "sha256": {0: SHA}})
+    with pytest.raises(ConfigError, match="days 0..23"):
+        SourceConfig.from_dict({"kind": "criteo-terabyte", "sha256": {24: SHA}})
+    with pytest.raises(ConfigError, match="64 hex digits"):
+        SourceConfig.from_dict({"kind": "taobao", "sha256": "abc"})
+    assert SourceConfig.from_dict({"kind": "criteo-terabyte", "sha256": {"3": SHA.upper()}}).sha256 == {3: SHA}
+    for d in (0, 1):
+        _serve(server, f"tb/day_{d}.gz", gzip.compress(f"day {d}\n".encode()))
+    cfg = SourceConfig.from_dict({"kind": "criteo-terabyte", "url": f"{server.url}/tb", "days": [0, 1],
+                                  "sha256": {"1": "ef" * 32}})
+    with pytest.raises(DownloadError, match="ef" * 32):
+        fetch(cfg, tmp_path / "tb", name="terabyte", progress=False)
+    csv = tmp_path / "UserBehavior.csv"
+    csv.write_bytes(b"1,2,3,pv,1511544070\n")
+    taobao = SourceConfig.from_dict({"kind": "taobao", "path": str(csv), "sha256": "ab" * 32})
+    with pytest.raises(ValueError, match="sha256 mismatch.*" + "ab" * 32):
+        fetch(taobao, tmp_path / "raw", name="taobao", progress=False)
+    taobao = SourceConfig.from_dict({"kind": "taobao", "path": str(csv), "sha256": file_sha256(csv)})
+    fetch(taobao, tmp_path / "raw", name="taobao", progress=False)
+    csv.write_bytes(b"1,2,3,pv,1511544071\n")                  # changed after the download step
+    with pytest.raises(ValueError, match="configured checksum"):
+        preprocess(taobao, tmp_path / "raw", tmp_path / "ds", name="taobao", progress=False)

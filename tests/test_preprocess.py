@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 from hotcold.config import ConfigError
-from hotcold.data import criteo, textparse
-from hotcold.data.criteo import CriteoConfig, preprocess_criteo
+from hotcold.files import file_sha256
+from hotcold.data.sources import criteo, textparse
+from hotcold.data.sources.criteo import CriteoConfig, preprocess_criteo
 from hotcold.data.format import Dataset
 from hotcold.data.skew import coverage_stats
-from hotcold.data.taobao import TaobaoConfig, preprocess_taobao
+from hotcold.data.sources.taobao import TaobaoConfig, preprocess_taobao
 
 # ---------------------------------------------------------------- Criteo fixtures
 
@@ -168,7 +169,8 @@ def bad_fixture() -> tuple[list[str], dict[int, str]]:
 
 def test_malformed_lines_counted_and_skipped(tmp_path: Path) -> None:
     lines, reasons = bad_fixture()
-    m = run([write(tmp_path / "train.txt", lines)], tmp_path / "ds", kind="criteo-kaggle", chunk_lines=8)
+    m = run([write(tmp_path / "train.txt", lines)], tmp_path / "ds", kind="criteo-kaggle", chunk_lines=8,
+            max_bad_share=0.5)
     assert m["bad_lines"]["total"] == len(reasons) and m["raw_lines"] == 40
     assert m["bad_lines"]["by_reason"] == dict(Counter(reasons.values()))
     assert [(e["file"], e["line"], e["reason"]) for e in m["bad_lines"]["first"]] == \
@@ -224,7 +226,8 @@ def test_determinism_and_provenance(tmp_path: Path) -> None:
                            provenance=prov, progress=False)
     m2 = run([src], tmp_path / "b", kind="criteo-kaggle", chunk_lines=1000, progress=True)
     assert m1["sha256"] == m2["sha256"]   # independent of the chunk size too
-    assert m1["source"] == [{"file": "train.txt", "bytes": src.stat().st_size, **prov["train.txt"]}]
+    assert m1["source"] == [{"file": "train.txt", "bytes": src.stat().st_size, "sha256": file_sha256(src),
+                             "url": prov["train.txt"]["url"], "fetched_sha256": "ab" * 32}]
     assert m1["preprocess"]["kind"] == "criteo-kaggle" and m1["preprocess"]["chunk_lines"] == 7
     with pytest.raises(ValueError, match="not inputs.*other.txt"):
         preprocess_criteo([src], tmp_path / "c", CriteoConfig(kind="criteo-kaggle"), name="c",
@@ -239,7 +242,8 @@ def test_config_validation() -> None:
     with pytest.raises(ConfigError, match="unknown kind"):
         CriteoConfig.from_dict({"kind": "avazu"})
     for bad in ({"min_frequency": 0}, {"encoding": "hash"}, {"on_bad_line": "warn"}, {"max_ind_range": 2**31},
-                {"chunk_lines": 0}, {"check_rows": "yes"}):
+                {"chunk_lines": 0}, {"check_rows": "yes"}, {"max_bad_share": 1.5}, {"warn_bad_share": -0.1},
+                {"warn_bad_share": 0.2, "max_bad_share": 0.1}, {"max_bad_share": "1%"}):
         with pytest.raises(ConfigError):
             CriteoConfig.from_dict({"kind": "criteo-kaggle", **bad})
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['length'\]"):
@@ -380,15 +384,111 @@ def test_taobao_negatives_and_determinism(tmp_path: Path) -> None:
 
 
 def test_taobao_bad_lines(tmp_path: Path) -> None:
-    events = user_events(n_users=4)
+    events = user_events(n_users=10)   # 4 users would leave the test split empty
     extra = {1: "user_id,item_id,category_id,behavior_type,timestamp\n", 5: "1,2,3,click,100\n",
              8: "1,2,3,pv\n", 9: "-1,2,3,pv,100\n", 10: "1,2,3,pv,1.5e9\n", 11: "\n"}
     csv = taobao_csv(tmp_path / "UserBehavior.csv", events, extra)
-    m = preprocess_taobao(csv, tmp_path / "ds", TaobaoConfig(chunk_lines=4), name="tb", progress=False)
+    m = preprocess_taobao(csv, tmp_path / "ds", TaobaoConfig(chunk_lines=4, max_bad_share=0.5), name="tb",
+                          progress=False)
     assert m["bad_lines"]["by_reason"] == {"fields": 2, "integer": 3, "behavior": 1}
     assert [e["line"] for e in m["bad_lines"]["first"]] == [1, 5, 8, 9, 10, 11]
     assert m["events"] == len(events) and m["raw_lines"] == len(events) + len(extra)
     with pytest.raises(ValueError, match=r"UserBehavior\.csv: line 1: user, item"):
         preprocess_taobao(csv, tmp_path / "err", TaobaoConfig(on_bad_line="error"), name="tb", progress=False)
     assert not (tmp_path / "err").exists() and not list(tmp_path.glob(".err*"))
-    assert math.isclose(m["holdout"]["threshold_timestamp"], float(np.quantile([1001, 1002, 1003, 1004], 0.7)))
+    assert math.isclose(m["holdout"]["threshold_timestamp"], float(np.quantile(np.arange(1001, 1011), 0.7)))
+
+
+# ---------------------------------------------------------------- bad input must fail clearly
+
+
+def test_mostly_bad_criteo_fails_and_a_few_bad_lines_warn(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    good = random_lines(200, seed=9)
+    junk = ["<html><body>not criteo</body></html>\n"] * 199
+    with pytest.raises(ValueError, match=r"train\.txt: 199 of 200 lines \(99\.50%\) are malformed.*max_bad_share"):
+        run([write(tmp_path / "train.txt", good[:1] + junk)], tmp_path / "ds", kind="criteo-kaggle")
+    assert not (tmp_path / "ds").exists()
+    lines = list(good)
+    lines[50] = "1\tx\n"
+    with caplog.at_level("WARNING"):
+        m = run([write(tmp_path / "train.txt", lines)], tmp_path / "ds", kind="criteo-kaggle")   # 0.5%: warn only
+    assert m["bad_lines"]["total"] == 1 and "1 of 200 lines (0.50%) are malformed" in caplog.text
+    assert "train.txt:51" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        run([write(tmp_path / "train.txt", lines)], tmp_path / "quiet", kind="criteo-kaggle", warn_bad_share=0.01)
+    assert "malformed" not in caplog.text
+    with pytest.raises(ValueError, match="max_bad_share=0.001"):
+        run([write(tmp_path / "train.txt", lines)], tmp_path / "strict", kind="criteo-kaggle", max_bad_share=0.001)
+
+
+def test_mostly_bad_taobao_fails(tmp_path: Path) -> None:
+    events = user_events(n_users=4)
+    csv = taobao_csv(tmp_path / "UserBehavior.csv", events, {k: "1;2;3;pv;100\n" for k in range(1, 40)})
+    with pytest.raises(ValueError, match=r"UserBehavior\.csv: 39 of .* are malformed.*max_bad_share=0.01"):
+        preprocess_taobao(csv, tmp_path / "ds", TaobaoConfig(), name="tb", progress=False)
+
+
+def test_criteo_empty_val_or_test_split_is_refused(tmp_path: Path) -> None:
+    six = write(tmp_path / "train.txt", random_lines(6))   # 7 days of [1, 1, 1, 1, 1, 1, 0] lines
+    with pytest.raises(ValueError, match=r"train\.txt: the val and test split\(s\) would be empty"):
+        run([six], tmp_path / "ds", kind="criteo-kaggle")
+    days = [write(tmp_path / "day_0", random_lines(5)), write(tmp_path / "day_1", random_lines(1))]
+    with pytest.raises(ValueError, match=r"the test split\(s\) would be empty"):
+        run(days, tmp_path / "ds", kind="criteo-terabyte")
+    lines = random_lines(8)   # last day: lines 8 (val) and 9 (test); the test line is malformed
+    days = [write(tmp_path / "day_0", lines[:6]), write(tmp_path / "day_1", lines[6:] + ["1\tbad\n"])]
+    with pytest.raises(ValueError, match=r"test split\(s\) would be empty .* well-formed lines"):
+        run(days, tmp_path / "ds", kind="criteo-terabyte", max_bad_share=0.5)
+    assert not (tmp_path / "ds").exists()
+
+
+def test_taobao_empty_split_is_refused(tmp_path: Path) -> None:
+    events = [(u, 100 + k, 1, "pv", 1000 + k) for u in (1, 2, 3) for k in range(4)]   # the same last time
+    csv = taobao_csv(tmp_path / "UserBehavior.csv", events)
+    with pytest.raises(ValueError, match=r"UserBehavior\.csv: the val and test split\(s\) would be empty"):
+        preprocess_taobao(csv, tmp_path / "ds", TaobaoConfig(), name="tb", progress=False)
+
+
+def test_taobao_duplicate_events_are_dropped_and_counted(tmp_path: Path) -> None:
+    events = user_events()
+    rng = np.random.default_rng(7)
+    repeated = [events[i] for i in rng.choice(len(events), 12, replace=False)]
+    with_dups = events + repeated + repeated[:3]       # 15 repeats of 12 events, some twice
+    cfg = TaobaoConfig(max_length=4, min_history=1, negative_ratio=0.0)
+    clean = preprocess_taobao(taobao_csv(tmp_path / "a.csv", events), tmp_path / "a", cfg, name="a", progress=False)
+    m = preprocess_taobao(taobao_csv(tmp_path / "b.csv", [with_dups[i] for i in rng.permutation(len(with_dups))]),
+                          tmp_path / "b", cfg, name="b", progress=False)
+    assert m["bad_lines"]["duplicates"] == 15 and clean["bad_lines"]["duplicates"] == 0
+    assert m["events"] == len(events) and m["raw_lines"] == len(with_dups)
+    assert m["sha256"] == clean["sha256"]
+    ids = Dataset.open(tmp_path / "b").batch_ids(np.arange(m["rows"]))
+    assert not (ids[:, 3::2] == ids[:, [1]]).any()     # no target item is in its own history
+
+
+def test_provenance_is_what_was_read(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from hotcold.data.prepare import SourceConfig, fetch, preprocess
+
+    csv = taobao_csv(tmp_path / "UserBehavior.csv", user_events())
+    cfg = SourceConfig.from_dict({"kind": "taobao", "path": str(csv)})
+    fetched = fetch(cfg, tmp_path / "raw", name="tb", progress=False)
+    taobao_csv(csv, user_events(seed=1))            # the user's file changes after `hotcold download`
+    with caplog.at_level("WARNING"):
+        m = preprocess(cfg, tmp_path / "raw", tmp_path / "ds", name="tb", progress=False)
+    assert m["source"][0]["sha256"] == file_sha256(csv) != fetched["sha256"]
+    assert m["source"][0]["fetched_sha256"] == fetched["sha256"] and "changed since it was fetched" in caplog.text
+
+
+def test_criteo_input_changed_between_passes_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = write(tmp_path / "train.txt", random_lines(70))
+    original = criteo._Encoder.__init__
+
+    def edit_then_init(self, *args, **kw):          # runs between pass 1 and pass 2
+        data = bytearray(src.read_bytes())
+        data[-2:-1] = b"0" if data[-2:-1] != b"0" else b"1"
+        src.write_bytes(bytes(data))
+        original(self, *args, **kw)
+    monkeypatch.setattr(criteo._Encoder, "__init__", edit_then_init)
+    with pytest.raises(ValueError, match=r"train\.txt: changed while being preprocessed"):
+        run([src], tmp_path / "ds", kind="criteo-kaggle")
+    assert not (tmp_path / "ds").exists()

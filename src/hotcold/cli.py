@@ -241,10 +241,21 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one verb; bad input, I/O failures and corrupt files print one line and exit 2.
+
+    Caught: configuration and value errors, OSError (missing files, failed
+    downloads, disk full), and the errors of truncated or corrupt archives
+    (EOFError, tarfile and zlib errors). Anything else is a bug and keeps its
+    traceback.
+    """
+    import tarfile
+    import zlib
+
     args = parser().parse_args(argv)
     try:
         args.func(args)
-    except (ConfigError, ValueError, FileNotFoundError) as e:
-        print(f"hotcold {args.verb}: error: {e}", file=sys.stderr)
+    except (ConfigError, ValueError, OSError, EOFError, tarfile.TarError, zlib.error) as e:
+        message = " ".join(str(e).split()) or type(e).__name__
+        print(f"hotcold {args.verb}: error: {message}", file=sys.stderr)
         return 2
     return 0

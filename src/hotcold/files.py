@@ -1,14 +1,18 @@
-"""File helpers: atomic writes and content hashes.
+"""File helpers: atomic writes, durable renames and content hashes.
 
 Each writer fills a temporary sibling and renames it into place, so a file
 appears under its name only when complete and a job killed half-way leaves
-nothing that looks finished.
+nothing that looks finished. Data is fsynced before the rename and the
+directory after it, so a crash of the machine cannot leave a complete-looking
+name over lost bytes.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import socket
 from pathlib import Path
 from typing import IO, Any, Callable
 
@@ -21,7 +25,10 @@ def atomic_write(path: Path | str, write: Callable[[IO[bytes]], Any]) -> Path:
     try:
         with open(tmp, "wb") as f:
             write(f)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
+        fsync_dir(path.parent)
     finally:
         tmp.unlink(missing_ok=True)
     return path
@@ -46,3 +53,47 @@ def file_sha256(path: Path | str, chunk: int = 1 << 22) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def fsync_file(path: Path | str) -> None:
+    """Flush a file's data to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: Path | str) -> None:
+    """Flush a directory's entries (renames, new files) to disk; a no-op where directories cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def host_tag() -> str:
+    """``<host>-<pid>``: names a temporary file of this process, told apart from other machines' on a shared disk."""
+    return f"{socket.gethostname().replace('/', '_')}-{os.getpid()}"
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine (a process of another user counts as alive)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OverflowError:
+        return False
+    return True

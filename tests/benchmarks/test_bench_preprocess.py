@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hotcold.data.criteo import CriteoConfig, preprocess_criteo
-from hotcold.data.taobao import TaobaoConfig, preprocess_taobao
+from hotcold.data.sources.criteo import CriteoConfig, preprocess_criteo
+from hotcold.data.sources.taobao import TaobaoConfig, preprocess_taobao
 
 CRITEO_LINES = 500_000
 TAOBAO_EVENTS = 1_000_000

@@ -24,14 +24,13 @@ table of each of the K columns, ``Dataset.column_offsets`` the global row of
 its id 0 (tables share one row space in table order), and
 ``Dataset.global_rows`` the global rows of a batch's non-padding lookups.
 
-``write_dataset`` writes into a temporary sibling directory and renames it, so
-a directory with a manifest is always complete.
+``write_dataset`` writes into a temporary sibling directory and swaps it in
+(``dirswap``), so the name always holds a complete dataset with its manifest.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from hotcold.data.dirswap import remove_stale, swap_in, temp_dir
 from hotcold.files import file_sha256
 
 FORMAT_VERSION = 1
@@ -53,20 +53,23 @@ class DatasetError(ValueError):
 
 
 class DatasetWriter:
-    """Builds a dataset directory in a temporary sibling, then renames it into place.
+    """Builds a dataset directory in a temporary sibling, then swaps it into place.
 
     Columns are memory-mapped ``.npy`` files (``column``), so a streaming
-    preprocessor can fill them chunk by chunk in bounded memory. ``commit``
-    validates them, hashes them, writes the manifest and renames the
-    directory; leaving the ``with`` block without a commit removes it all.
+    preprocessor can fill them chunk by chunk in bounded memory. Entering
+    removes what killed writers left behind; ``commit`` validates the
+    columns, hashes them, writes the manifest and swaps the directory in
+    atomically (``dirswap``); leaving the ``with`` block without a commit
+    removes it all.
     """
 
     def __init__(self, out: Path | str) -> None:
         self.out = Path(out)
-        self.tmp = self.out.parent / f".{self.out.name}.tmp-{os.getpid()}"
+        self.tmp = temp_dir(self.out)
         self._columns: dict[str, np.ndarray] = {}
 
     def __enter__(self) -> "DatasetWriter":
+        remove_stale(self.out)
         shutil.rmtree(self.tmp, ignore_errors=True)
         self.tmp.mkdir(parents=True)
         return self
@@ -114,9 +117,7 @@ class DatasetWriter:
         }
         del cols
         (self.tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        if self.out.exists():
-            shutil.rmtree(self.out)
-        os.replace(self.tmp, self.out)
+        swap_in(self.tmp, self.out)
         return manifest
 
 
@@ -206,6 +207,9 @@ def _check_splits(splits: dict[str, tuple[int, int]], n: int) -> None:
             raise DatasetError(f"unknown split {name!r}; expected one of {SPLITS}")
         if not 0 <= a <= b <= n:
             raise DatasetError(f"split {name!r} = [{a}, {b}) is outside [0, {n})")
+        if a == b:
+            raise DatasetError(f"split {name!r} is empty (rows [{a}, {b})): training and evaluation need "
+                               f"samples in every split; make the dataset larger or its holdout share bigger")
 
 
 @dataclass(frozen=True)
@@ -234,6 +238,10 @@ class Dataset:
             raise DatasetError(
                 f"{mpath}: format_version {manifest.get('format_version')!r}, expected {FORMAT_VERSION}"
             )
+        try:
+            _check_splits({k: tuple(v) for k, v in manifest["splits"].items()}, int(manifest["rows"]))
+        except DatasetError as e:
+            raise DatasetError(f"{path}: {e}") from None
         arrays = {}
         names = COLUMNS + (SEQUENCE_COLUMNS if "sequence" in manifest else ())
         for name in names:

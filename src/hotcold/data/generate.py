@@ -1,187 +1,22 @@
-"""Synthetic datasets shaped like Criteo Kaggle, Criteo Terabyte and Taobao (``hotcold generate``).
+"""Public entry point of the generated datasets (``hotcold generate``); the code is in ``generators/``."""
+from hotcold.data.generators.config import (
+    CRITEO_KAGGLE_CARDINALITIES,
+    CRITEO_TERABYTE_CARDINALITIES,
+    DEFAULT_EXPONENTS,
+    DEFAULT_HOLDOUT,
+    DEFAULT_NAMES,
+    FULL_CARDINALITIES,
+    KINDS,
+    TAOBAO_CARDINALITIES,
+    TAOBAO_DEFAULTS,
+    GeneratorConfig,
+    split_ranges,
+    split_sizes,
+)
+from hotcold.data.generators.run import generate
 
-Why synthetic: the benchmark needs data whose embedding-access skew, drift and
-learnability are known and reproducible at any size, without downloading the
-real logs. One ``GeneratorConfig`` describes a dataset; ``kind`` selects the
-generator:
-
-- ``criteo-kaggle-style`` / ``criteo-terabyte-style`` (``gen_criteo``): the 26
-  table sizes of Criteo Kaggle or of Terabyte under DLRM's ``max_ind_range``
-  10M convention (optionally capped), 13 heavy-tailed dense counts,
-  power-law row popularity with scattered ids, a slowly drifting hot set and
-  planted logistic labels with a known Bayes AUC.
-- ``taobao-style`` (``gen_taobao``): the Taobao UserBehavior layout of TBSM,
-  (user, target item, target category) plus the (item, category) history of
-  the user's previous clicks, power-law items tied to power-law categories,
-  drifting per-user interests and 50% sampled negatives.
-
-Each manifest records the measured access skew under ``skew``
-(``hotcold.data.skew.coverage_from_counts`` over every lookup of a sample,
-histories included). Output is byte-identical for a given config.
-
-Knobs and kinds: ``exponent`` and ``holdout_fraction`` default per kind
-(``None`` resolves them); ``max_length`` and ``interest_drift`` apply to
-``taobao-style`` only and are rejected for the Criteo kinds.
-"""
-from __future__ import annotations
-
-import dataclasses
-import math
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Mapping
-
-from hotcold.config import ConfigError, is_int, is_real
-
-KINDS = ("criteo-kaggle-style", "criteo-terabyte-style", "taobao-style")
-DEFAULT_NAMES = {"criteo-kaggle-style": "kaggle", "criteo-terabyte-style": "terabyte", "taobao-style": "taobao"}
-
-# Rows per table of the Criteo Kaggle display-advertising data (C1..C26).
-CRITEO_KAGGLE_CARDINALITIES = [
-    1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
-    27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
+__all__ = [
+    "CRITEO_KAGGLE_CARDINALITIES", "CRITEO_TERABYTE_CARDINALITIES", "DEFAULT_EXPONENTS", "DEFAULT_HOLDOUT",
+    "DEFAULT_NAMES", "FULL_CARDINALITIES", "KINDS", "TAOBAO_CARDINALITIES", "TAOBAO_DEFAULTS",
+    "GeneratorConfig", "generate", "split_ranges", "split_sizes",
 ]
-# Rows per table of Criteo Terabyte preprocessed with DLRM's --max-ind-range=10000000.
-CRITEO_TERABYTE_CARDINALITIES = [
-    9980333, 36084, 17217, 7378, 20134, 3, 7112, 1442, 61, 9758201, 1333352, 313829, 10,
-    2208, 11156, 122, 4, 970, 14, 9994222, 7267859, 9946608, 415421, 12420, 101, 36,
-]
-# Users, items and categories of Taobao UserBehavior, as TBSM's --arch-embedding-size.
-TAOBAO_CARDINALITIES = [987994, 4162024, 9439]
-FULL_CARDINALITIES = {
-    "criteo-kaggle-style": CRITEO_KAGGLE_CARDINALITIES,
-    "criteo-terabyte-style": CRITEO_TERABYTE_CARDINALITIES,
-    "taobao-style": TAOBAO_CARDINALITIES,
-}
-
-# Per-kind defaults of the knobs left as None. Criteo's 1.3 puts ~90% of the
-# lookups of a capped big table on its top 1% of rows (see gen_criteo);
-# Taobao's item popularity is flatter (see gen_taobao). Terabyte's holdout is
-# its last day of 24, Kaggle's the DLRM reference's 10% tail.
-DEFAULT_EXPONENTS = {"criteo-kaggle-style": 1.3, "criteo-terabyte-style": 1.3, "taobao-style": 1.0}
-DEFAULT_HOLDOUT = {"criteo-kaggle-style": 0.1, "criteo-terabyte-style": 1 / 24, "taobao-style": 0.1}
-TAOBAO_DEFAULTS = {"max_length": 20, "interest_drift": 0.02}
-
-
-@dataclass(frozen=True)
-class GeneratorConfig:
-    """Parameters of one synthetic dataset; validated on construction, None resolved per kind."""
-
-    name: str | None = None                # default: "kaggle", "terabyte" or "taobao"
-    kind: str = "criteo-kaggle-style"
-    rows: int = 500_000                    # total samples
-    max_rows_per_table: int | None = 100_000  # cap on each table's cardinality; None: real sizes
-    exponent: float | None = None          # power-law exponent of row (Taobao: item) popularity
-    drift: float = 0.05                    # fraction of hot ranks re-assigned per segment boundary
-    drift_segments: int = 20
-    holdout_fraction: float | None = None  # share of samples for val + test (Criteo: the tail; Taobao: latest users)
-    seed: int = 0
-    max_length: int | None = None          # taobao-style: history events per sample (default 20)
-    interest_drift: float | None = None    # taobao-style: chance a click replaces a favourite category
-
-    def __post_init__(self) -> None:
-        def need(cond: bool, msg: str) -> None:
-            if not cond:
-                raise ConfigError(f"generator config: {msg}")
-
-        def resolve(field: str, default: Any) -> None:
-            if getattr(self, field) is None:
-                object.__setattr__(self, field, default)
-
-        need(self.kind in KINDS, f"unknown kind {self.kind!r}; allowed kinds: {list(KINDS)}")
-        resolve("name", DEFAULT_NAMES[self.kind])
-        resolve("exponent", DEFAULT_EXPONENTS[self.kind])
-        resolve("holdout_fraction", DEFAULT_HOLDOUT[self.kind])
-        if self.kind == "taobao-style":
-            for field, default in TAOBAO_DEFAULTS.items():
-                resolve(field, default)
-        else:
-            given = [f for f in TAOBAO_DEFAULTS if getattr(self, f) is not None]
-            need(not given, f"{given} only apply to kind 'taobao-style', not {self.kind!r}")
-        need(isinstance(self.name, str) and bool(self.name), f"name must be a non-empty string, got {self.name!r}")
-        need(is_int(self.rows) and self.rows > 0, f"rows must be a positive integer, got {self.rows!r}")
-        need(self.max_rows_per_table is None or (is_int(self.max_rows_per_table) and self.max_rows_per_table > 0),
-             f"max_rows_per_table must be a positive integer or null, got {self.max_rows_per_table!r}")
-        need(is_real(self.exponent) and 0 < self.exponent < math.inf,
-             f"exponent must be a finite number > 0, got {self.exponent!r}")
-        need(is_real(self.drift) and 0 <= self.drift < 1, f"drift must be in [0, 1), got {self.drift!r}")
-        need(is_int(self.drift_segments) and self.drift_segments >= 1,
-             f"drift_segments must be an integer >= 1, got {self.drift_segments!r}")
-        need(is_real(self.holdout_fraction) and 0 < self.holdout_fraction < 1,
-             f"holdout_fraction must be in (0, 1), got {self.holdout_fraction!r}")
-        need(is_int(self.seed) and self.seed >= 0, f"seed must be a non-negative integer, got {self.seed!r}")
-        floats, ints = ["exponent", "drift", "holdout_fraction"], ["rows", "drift_segments", "seed"]
-        if self.kind == "taobao-style":
-            need(is_int(self.max_length) and self.max_length >= 1,
-                 f"max_length must be an integer >= 1, got {self.max_length!r}")
-            need(is_real(self.interest_drift) and 0 <= self.interest_drift <= 1,
-                 f"interest_drift must be in [0, 1], got {self.interest_drift!r}")
-            need(self.max_rows_per_table is None or self.max_rows_per_table >= 2,
-                 "taobao-style needs max_rows_per_table >= 2 (a negative is an item other than the click)")
-            floats.append("interest_drift")
-            ints.append("max_length")
-        for f in floats:
-            object.__setattr__(self, f, float(getattr(self, f)))
-        for f in ints:
-            object.__setattr__(self, f, int(getattr(self, f)))
-        sizes = split_sizes(self.rows, self.holdout_fraction)
-        need(min(sizes) >= 1, f"rows={self.rows} with holdout_fraction={self.holdout_fraction} leaves an empty "
-             f"split (train/val/test sizes {list(sizes)})")
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "GeneratorConfig":
-        """Build from a plain dict, rejecting unknown keys by name."""
-        allowed = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(d) - set(allowed))
-        if unknown:
-            raise ConfigError(f"generator config: unknown key(s) {unknown}; allowed: {allowed}")
-        return cls(**dict(d))
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @property
-    def full_cardinalities(self) -> list[int]:
-        """Per-table rows of the real dataset this kind imitates."""
-        return list(FULL_CARDINALITIES[self.kind])
-
-    @property
-    def cardinalities(self) -> list[int]:
-        """Per-table rows after the cap."""
-        cap = self.max_rows_per_table
-        return [c if cap is None else min(c, cap) for c in self.full_cardinalities]
-
-
-def split_sizes(rows: int, holdout_fraction: float) -> tuple[int, int, int]:
-    """(train, val, test) sizes: the holdout tail is halved into val then test.
-
-    This mirrors the DLRM reference, which halves the last day of Criteo
-    Kaggle and of Criteo Terabyte into validation and test.
-    """
-    hold = int(round(rows * holdout_fraction))
-    return rows - hold, hold // 2, hold - hold // 2
-
-
-def split_ranges(rows: int, holdout_fraction: float) -> dict[str, tuple[int, int]]:
-    """Contiguous row ranges of train, val and test (``split_sizes``)."""
-    n_train, n_val, _ = split_sizes(rows, holdout_fraction)
-    return {"train": (0, n_train), "val": (n_train, n_train + n_val), "test": (n_train + n_val, rows)}
-
-
-def generate(cfg: GeneratorConfig, out: Path | str, progress: bool = True,
-             chunk_rows: int | None = None) -> dict[str, Any]:
-    """Generate the dataset described by ``cfg`` into directory ``out``; return its manifest.
-
-    ``chunk_rows`` bounds the samples drawn per step of the Criteo kinds
-    (memory of the temporaries); it never changes the output and is ignored
-    by ``taobao-style``, which builds its samples in one pass.
-    """
-    if chunk_rows is not None and chunk_rows <= 0:
-        raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
-    if cfg.kind == "taobao-style":
-        from hotcold.data.gen_taobao import generate_taobao
-
-        return generate_taobao(cfg, Path(out), progress=progress)
-    from hotcold.data.gen_criteo import CHUNK_ROWS, generate_criteo
-
-    return generate_criteo(cfg, Path(out), progress=progress, chunk_rows=chunk_rows or CHUNK_ROWS)

@@ -104,6 +104,8 @@ class BatchLoader:
 def eval_batches(ds: Dataset, split: str, batch_size: int, limit: int = 0) -> Iterator[tuple[torch.Tensor, ...]]:
     """Sequential (dense, ids, labels) batches over a split, the last one partial."""
     start, stop = ds.split(split)
+    if stop <= start:
+        raise ValueError(f"{ds.path}: split {split!r} is empty, nothing to evaluate on")
     if limit:
         stop = min(stop, start + limit)
     for a in range(start, stop, batch_size):

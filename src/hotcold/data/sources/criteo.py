@@ -3,7 +3,7 @@
 Inputs are Criteo TSV lines ``label \\t I1..I13 \\t C1..C26`` (40 fields): the
 Kaggle ``train.txt`` or Terabyte ``day_N`` files (plain or ``.gz``, read as a
 gzip stream). Lines are parsed in chunks of ``chunk_lines`` with vectorised
-numpy (no Python loop per field; ``hotcold.data.textparse``), so memory is
+numpy (no Python loop per field; ``hotcold.data.sources.textparse``), so memory is
 bounded by the chunk and the id vocabulary, never by the number of lines.
 
 Two passes over the inputs: pass 1 validates every line, counts the good ones
@@ -44,8 +44,9 @@ from tqdm import tqdm
 from hotcold.data.format import DatasetWriter
 from hotcold.data.skew import coverage_from_counts
 from hotcold.config import from_mapping, is_int, require
-from hotcold.data.textparse import (BAD_LINE_POLICIES, BadLines, count_lines, parse_hex8, parse_ints,
-                                    read_chunks, source_meta, tokenize)
+from hotcold.data.sources.inputs import Digest, check_provenance, count_lines, read_chunks, source_records
+from hotcold.data.sources.textparse import (MAX_BAD_SHARE, WARN_BAD_SHARE, BadLines, check_bad_line_options,
+                                            parse_hex8, parse_ints, tokenize)
 
 KINDS = ("criteo-kaggle", "criteo-terabyte")
 ENCODINGS = ("frequency", "modulo")
@@ -68,6 +69,8 @@ class CriteoConfig:
     min_frequency: int = 1          # frequency: train ids seen fewer times share bucket 0
     max_ind_range: int = 10_000_000  # modulo: rows per table
     on_bad_line: str = "skip"       # skip (count) | error (stop with file and line)
+    warn_bad_share: float = WARN_BAD_SHARE  # warn when more than this share of the lines is malformed
+    max_bad_share: float = MAX_BAD_SHARE    # fail when more than this share is (skip policy)
     chunk_lines: int = 1 << 16
     expected_rows: int | None = None  # raw lines the inputs must hold (checked when given)
     check_rows: bool = False        # inputs are the full dataset: check the known line count
@@ -80,8 +83,7 @@ class CriteoConfig:
                      f"min_frequency must be an integer >= 1, got {self.min_frequency!r}")
         require(is_int(self.max_ind_range) and 1 <= self.max_ind_range < 2**31, w,
                      f"max_ind_range must be an integer in [1, 2**31), got {self.max_ind_range!r}")
-        require(self.on_bad_line in BAD_LINE_POLICIES, w,
-                     f"on_bad_line must be one of {list(BAD_LINE_POLICIES)}, got {self.on_bad_line!r}")
+        check_bad_line_options(w, self.on_bad_line, self.warn_bad_share, self.max_bad_share)
         require(is_int(self.chunk_lines) and self.chunk_lines >= 1, w,
                      f"chunk_lines must be a positive integer, got {self.chunk_lines!r}")
         require(self.expected_rows is None or (is_int(self.expected_rows) and self.expected_rows >= 0), w,
@@ -226,6 +228,15 @@ def _check_count(what: str, expected: int | None, found: int) -> None:
         raise ValueError(f"{what}: expected {expected:,} lines for the full input, found {found:,}")
 
 
+def _require_splits(where: str, unit: str, train: int, val: int, test: int) -> None:
+    """Refuse an empty split now rather than let training fail at evaluation."""
+    empty = [name for name, n in (("train", train), ("val", val), ("test", test)) if n <= 0]
+    if empty:
+        raise ValueError(f"{where}: the {' and '.join(empty)} split(s) would be empty (train/val/test get "
+                         f"{train:,}/{val:,}/{test:,} {unit}; the last day is halved into val and test): "
+                         f"give more lines")
+
+
 def _halve(start: int, lines: int) -> int:
     """End of the val half of ``lines`` lines from ``start`` (np.array_split: val gets the odd one)."""
     return start + math.ceil(lines / 2)
@@ -233,14 +244,16 @@ def _halve(start: int, lines: int) -> int:
 
 def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, name: str,
                       provenance: Mapping[str, Any] | None = None, progress: bool = True,
-                      full: bool = False) -> dict[str, Any]:
+                      full: bool = False, expected_sha256: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Preprocess Criteo TSV ``inputs`` into dataset directory ``out``; return the manifest.
 
     Kaggle takes the one ``train.txt``; Terabyte the day files in day order.
     ``full`` (or ``cfg.check_rows``) says the inputs are the whole dataset, so
     their raw line count must be the known one (``cfg.expected_rows`` if given,
-    else 45,840,617 / 4,373,472,329); ``provenance`` adds sha256 (or other
-    fields) per input file name to ``source``.
+    else 45,840,617 / 4,373,472,329). ``source`` records the size and sha256
+    of each input as read (pass 1; pass 2 must read the same bytes);
+    ``provenance`` adds fields (url, sha256 at fetch...) per input file name,
+    ``expected_sha256`` configured checksums the inputs must match.
     """
     inputs = [Path(p) for p in inputs]
     kaggle = cfg.kind == "criteo-kaggle"
@@ -251,7 +264,7 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
     for p in inputs:
         if not p.is_file():
             raise FileNotFoundError(f"input {p} does not exist")
-    source = source_meta(inputs, provenance)
+    check_provenance(inputs, provenance)
     expected = cfg.expected_rows if cfg.expected_rows is not None else (
         FULL_LINES[cfg.kind] if full or cfg.check_rows else None)
     where = ", ".join(p.name for p in inputs)
@@ -270,11 +283,12 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
     counter = _DenseCounter(cfg.max_ind_range) if cfg.encoding == "modulo" else _Counter()
     file_lines, rows, train_rows = [], 0, 0
     offset = 0
+    digests = [Digest() for _ in inputs]
     with tqdm(total=total if kaggle else None, unit="lines", desc=f"{name}: pass 1 (count)",
               disable=not progress) as bar:
         for i, path in enumerate(inputs):
             n_file = 0
-            for first, buf in read_chunks(path, cfg.chunk_lines):
+            for first, buf in read_chunks(path, cfg.chunk_lines, digests[i]):
                 p = _parse_criteo(buf)
                 bad.add(path.name, first, p.codes)
                 train = (offset + first + p.lines < train_end) if kaggle else \
@@ -295,8 +309,11 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
         val_end = _halve(train_end, file_lines[-1])
     elif offset != total:
         raise ValueError(f"{where}: counted {total:,} lines, then read {offset:,} (file changed?)")
+    source = source_records(inputs, digests, provenance, expected_sha256)
+    bad.check(where, total, cfg.warn_bad_share, cfg.max_bad_share)
     if rows == 0:
         raise ValueError(f"{where}: no well-formed lines")
+    _require_splits(where, "lines", train_end, val_end - train_end, total - val_end)
     enc = _Encoder(cfg, counter.per_table(), train_rows)
     del counter
 
@@ -310,7 +327,8 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
         at, offset = 0, 0
         with tqdm(total=total, unit="lines", desc=f"{name}: pass 2 (write)", disable=not progress) as bar:
             for i, path in enumerate(inputs):
-                for first, buf in read_chunks(path, cfg.chunk_lines):
+                reread = Digest()
+                for first, buf in read_chunks(path, cfg.chunk_lines, reread):
                     p = _parse_criteo(buf)
                     g = p.lines.size
                     if at + g > rows:
@@ -322,9 +340,13 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
                     at += g
                     bar.update(p.codes.size)
                 offset += file_lines[i]
+                if reread != digests[i]:
+                    raise ValueError(f"{path}: changed while being preprocessed (sha256 {digests[i].sha256} "
+                                     f"in pass 1, {reread.sha256} in pass 2)")
         if at != rows:
             raise ValueError(f"{where}: {at:,} good lines in pass 2, {rows:,} in pass 1 (file changed?)")
         r1, r2 = (int(x) for x in split_rows)
+        _require_splits(where, "well-formed lines", r1, r2 - r1, rows - r2)
         meta = {
             "name": name,
             "kind": cfg.kind,

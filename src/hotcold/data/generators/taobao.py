@@ -27,11 +27,11 @@ The model behind the clicks:
   target) followed by a negative with the same user and history whose target
   is an item drawn by popularity (DIEN and TBSM sample negatives from the
   click log), never the clicked one, with its category: exactly 50%
-  negatives, as the real preprocessor (``hotcold.data.taobao``) gives with
+  negatives, as the real preprocessor (``hotcold.data.sources.taobao``) gives with
   ``negative_ratio`` 1 (an odd ``rows`` drops the last negative). Positives thus mostly share their category with the
   history and negatives mostly do not; the manifest records the test AUC of
   that single feature as a reference (``label_model.category_match_auc_test``).
-- Splits by user, like TBSM and ``hotcold.data.taobao``: the users with the
+- Splits by user, like TBSM and ``hotcold.data.sources.taobao``: the users with the
   latest last click are held out until they hold ``holdout_fraction`` of the
   samples, and halved (by samples, in order of last click) into val then
   test. Rows are train, val, then test samples, each in time order.
@@ -45,8 +45,8 @@ import numpy as np
 
 from hotcold.config import ConfigError
 from hotcold.data.format import write_dataset
-from hotcold.data.gen_criteo import HOT_FRACTION, _drift
-from hotcold.data.generate import GeneratorConfig
+from hotcold.data.generators.config import GeneratorConfig
+from hotcold.data.generators.drift import HOT_FRACTION, drift
 from hotcold.data.skew import coverage_from_counts
 from hotcold.metrics import roc_auc
 
@@ -171,7 +171,7 @@ def generate_taobao(cfg: GeneratorConfig, out: Path, progress: bool = True) -> d
     pops = []
     for s in range(S):
         if s > 0 and cfg.drift > 0:
-            _drift(perm, hot, cfg.drift, r_item)
+            drift(perm, hot, cfg.drift, r_item)
         pops.append(_Popularity(rank_w, perm, by_cat, cat_bounds))
 
     # Users and their clicks, grouped by user in time order.

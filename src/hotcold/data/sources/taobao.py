@@ -1,9 +1,12 @@
 """Preprocessing of Taobao user behaviour (``UserBehavior.csv``) into a sequence dataset.
 
 The input has no header; each line is ``user_id,item_id,category_id,
-behavior_type,timestamp`` with behavior_type in pv, buy, cart, fav. As the
-TBSM preprocessing does, every event (any behaviour) joins its user's
-time-ordered history, and samples are taken at positions of that history:
+behavior_type,timestamp`` with behavior_type in pv, buy, cart, fav. A line
+that repeats an earlier one exactly is dropped and counted (manifest
+``bad_lines.duplicates``): it would put the target item into its own
+history. As the TBSM preprocessing does, every event (any behaviour) joins
+its user's time-ordered history, and samples are taken at positions of that
+history:
 
 - target: the event's (item, category), label 1; history: the previous up to
   ``max_length`` events' (item, category), oldest first. Positions with fewer
@@ -29,7 +32,8 @@ Output: ``sparse`` [N, 3] (user, item, category), ``dense`` [N, 0],
 Memory: the CSV is streamed in chunks, but all events are kept in memory as
 numpy columns, preallocated from a line count: 4 int64 raw columns plus the
 behaviour byte, 33 bytes per line (~3.3 GB for the ~100M lines of the real
-file), with ~2.5 GB of temporaries while renumbering and sorting, then 8 bytes
+file), with ~2.5 GB of temporaries while renumbering and sorting (and a
+compacted copy of the columns when duplicate lines are dropped), then 8 bytes
 per event (item, category) plus ~30 bytes per sample while writing. Histories
 (up to 8 * max_length bytes per sample) go straight to the memmapped columns.
 """
@@ -47,8 +51,9 @@ from tqdm import tqdm
 from hotcold.data.format import DatasetWriter
 from hotcold.data.skew import coverage_from_counts
 from hotcold.config import from_mapping, is_int, is_real, require
-from hotcold.data.textparse import (BAD_LINE_POLICIES, BadLines, count_lines, parse_ints, read_chunks,
-                                    source_meta, tokenize, words)
+from hotcold.data.sources.inputs import Digest, check_provenance, count_lines, read_chunks, source_records
+from hotcold.data.sources.textparse import (MAX_BAD_SHARE, WARN_BAD_SHARE, BadLines, check_bad_line_options,
+                                            parse_ints, tokenize, words)
 
 BEHAVIORS = ("pv", "buy", "cart", "fav")
 REASONS = {"fields": "wrong number of fields (expected 5)",
@@ -69,7 +74,9 @@ class TaobaoConfig:
     negative_ratio: float = 1.0     # negatives per positive (fraction: drawn per positive)
     holdout_quantile: float = 0.7   # users whose last event is later are val/test
     seed: int = 0
-    on_bad_line: str = "skip"
+    on_bad_line: str = "skip"       # skip (count) | error (stop with file and line)
+    warn_bad_share: float = WARN_BAD_SHARE  # warn when more than this share of the lines is malformed
+    max_bad_share: float = MAX_BAD_SHARE    # fail when more than this share is (skip policy)
     chunk_lines: int = 1 << 16
 
     def __post_init__(self) -> None:
@@ -84,8 +91,7 @@ class TaobaoConfig:
         q = self.holdout_quantile
         require(is_real(q) and 0 < q < 1, w,
                      f"holdout_quantile must be in (0, 1), got {q!r}")
-        require(self.on_bad_line in BAD_LINE_POLICIES, w,
-                     f"on_bad_line must be one of {list(BAD_LINE_POLICIES)}, got {self.on_bad_line!r}")
+        check_bad_line_options(w, self.on_bad_line, self.warn_bad_share, self.max_bad_share)
         object.__setattr__(self, "negative_ratio", float(r))
         object.__setattr__(self, "holdout_quantile", float(q))
 
@@ -114,6 +120,21 @@ def _parse_chunk(buf: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     return tok.line_codes(code), tok.good[keep], vals[keep], behavior[keep]
 
 
+def _first_occurrences(cols: np.ndarray, behavior: np.ndarray) -> np.ndarray:
+    """bool [n]: the events that do not repeat an earlier line exactly (all five fields).
+
+    A repeated event would make the target item its own most recent history event.
+    """
+    order = np.lexsort((behavior, *cols[::-1]))       # stable: equal rows stay in file order
+    same = np.ones(order.size - 1, dtype=bool)
+    for column in (behavior, *cols):
+        sorted_column = column[order]
+        same &= sorted_column[1:] == sorted_column[:-1]
+    keep = np.ones(behavior.size, dtype=bool)
+    keep[order[1:][same]] = False
+    return keep
+
+
 def _renumber(raw: np.ndarray) -> tuple[np.ndarray, int]:
     """Ids 0..n-1 by descending count (ties by raw value) -> (int32 new ids, n)."""
     uniq, inverse, counts = np.unique(raw, return_inverse=True, return_counts=True)
@@ -129,12 +150,18 @@ def _within(lengths: np.ndarray) -> np.ndarray:
 
 
 def preprocess_taobao(csv: Path, out: Path, cfg: TaobaoConfig, *, name: str,
-                      provenance: Mapping[str, Any] | None = None, progress: bool = True) -> dict[str, Any]:
-    """Preprocess ``UserBehavior.csv`` into sequence dataset ``out``; return its manifest."""
+                      provenance: Mapping[str, Any] | None = None, progress: bool = True,
+                      expected_sha256: str | None = None) -> dict[str, Any]:
+    """Preprocess ``UserBehavior.csv`` into sequence dataset ``out``; return its manifest.
+
+    ``source`` records the size and sha256 of the bytes read; ``provenance``
+    adds fields (path, sha256 when located...), ``expected_sha256`` is a
+    configured checksum the file must match.
+    """
     csv = Path(csv)
     if not csv.is_file():
         raise FileNotFoundError(f"input {csv} does not exist")
-    source = source_meta([csv], provenance)
+    check_provenance([csv], provenance)
 
     # read all events into preallocated columns
     raw_lines = count_lines(csv, progress)
@@ -143,7 +170,8 @@ def preprocess_taobao(csv: Path, out: Path, cfg: TaobaoConfig, *, name: str,
     bad = BadLines(REASONS, cfg.on_bad_line)
     n = 0
     with tqdm(total=raw_lines, unit="lines", desc=f"{name}: read", disable=not progress) as bar:
-        for first, buf in read_chunks(csv, cfg.chunk_lines):
+        digest = Digest()
+        for first, buf in read_chunks(csv, cfg.chunk_lines, digest):
             codes, good, vals, beh = _parse_chunk(buf)
             bad.add(csv.name, first, codes)
             if n + good.size > raw_lines:
@@ -151,9 +179,16 @@ def preprocess_taobao(csv: Path, out: Path, cfg: TaobaoConfig, *, name: str,
             cols[:, n:n + good.size], behavior[n:n + good.size] = vals.T, beh
             n += good.size
             bar.update(codes.size)
+    source = source_records([csv], [digest], provenance, {csv.name: expected_sha256} if expected_sha256 else None)
+    bad.check(str(csv), raw_lines, cfg.warn_bad_share, cfg.max_bad_share)
     if n == 0:
         raise ValueError(f"{csv}: no well-formed lines")
     cols, behavior = cols[:, :n], behavior[:n]
+    keep = _first_occurrences(cols, behavior)
+    duplicates = n - int(keep.sum())
+    if duplicates:
+        cols, behavior, n = cols[:, keep], behavior[keep], n - duplicates
+    del keep
     behaviors = dict(zip(BEHAVIORS, np.bincount(behavior, minlength=len(BEHAVIORS)).tolist()))
     del behavior
 
@@ -212,6 +247,12 @@ def preprocess_taobao(csv: Path, out: Path, cfg: TaobaoConfig, *, name: str,
     offsets = np.concatenate(([0], np.cumsum(event - hist_start)))
     del pos, pos_user, k
     r1, r2 = (int(x) for x in np.concatenate(([0], np.cumsum(mult)))[split_pos])
+    empty = [s for s, size in (("train", r1), ("val", r2 - r1), ("test", rows - r2)) if size <= 0]
+    if empty:
+        raise ValueError(f"{csv}: the {' and '.join(empty)} split(s) would be empty (train/val/test samples "
+                         f"{r1:,}/{r2 - r1:,}/{rows - r2:,} from {split_users[0]:,}/{n_val_users:,}/"
+                         f"{held.size - n_val_users:,} users; holdout_quantile={cfg.holdout_quantile}): "
+                         f"give more users")
 
     cards = [n_users, n_items, n_cats]
     train_counts = [np.bincount(sample_user[:r1], minlength=n_users),
@@ -250,7 +291,7 @@ def preprocess_taobao(csv: Path, out: Path, cfg: TaobaoConfig, *, name: str,
             "raw_lines": int(raw_lines),
             "events": int(n),
             "behaviors": behaviors,
-            "bad_lines": bad.to_dict(),
+            "bad_lines": {**bad.to_dict(), "duplicates": duplicates},
             "holdout": {"threshold_timestamp": threshold,
                         "users": {"train": int(split_users[0]), "val": n_val_users,
                                   "test": int(held.size - n_val_users)}},

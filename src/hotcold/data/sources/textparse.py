@@ -1,75 +1,44 @@
 """Chunked reading and vectorised parsing of delimited text, with bad-line accounting.
 
 The raw-format preprocessors (``criteo``, ``taobao``) share this input side:
-files (plain or ``.gz``, read as a stream) are read ``chunk_lines`` lines at a
-time (``read_chunks``), split into fields without a Python loop per line
-(``tokenize``) and parsed with numpy: signed decimal integers
+chunks of whole lines (``inputs.read_chunks``) are split into fields without a
+Python loop per line (``tokenize``) and parsed with numpy: signed decimal integers
 (``parse_ints``) and 8-digit hex ids (``parse_hex8``), 8 bytes per uint64
 word (SWAR, ``words``). Malformed lines are counted by reason or stop the run
-(``BadLines``, ``BAD_LINE_POLICIES``). Also shared: the validation helpers of
-the preprocessors' config dataclasses and the ``source`` record of the input
-files.
+(``BadLines``, ``BAD_LINE_POLICIES``); too many of them fail the run
+(``BadLines.check``). Also shared: the validation of the bad-line options of
+the preprocessors' config dataclasses.
 """
 from __future__ import annotations
 
-import gzip
+import logging
 from dataclasses import dataclass
-from itertools import islice
-from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
-from tqdm import tqdm
 
+from hotcold.config import is_real, require
+
+log = logging.getLogger(__name__)
 
 BAD_LINE_POLICIES = ("skip", "error")
 MAX_INT_DIGITS = 16        # longer integers are malformed (two 8-digit SWAR words)
 MAX_BAD_EXAMPLES = 10
+WARN_BAD_SHARE = 0.001     # default share of malformed lines above which preprocessing warns
+MAX_BAD_SHARE = 0.01       # default share above which it fails (the real files have essentially none)
 PAD_BYTES = 32             # zeros after a chunk so fixed-width gathers never leave the buffer
 
 
 # ---------------------------------------------------------------- config helpers
 
 
-# ---------------------------------------------------------------- reading
-
-
-def read_chunks(path: Path, chunk_lines: int) -> Iterator[tuple[int, bytes]]:
-    """``(index of the chunk's first line, its lines joined)``; ``.gz`` is decompressed as a stream."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        first = 0
-        while lines := list(islice(f, chunk_lines)):
-            yield first, b"".join(lines)
-            first += len(lines)
-
-
-def count_lines(path: Path, progress: bool = False, block: int = 1 << 20) -> int:
-    """Lines of a (possibly gzipped) text file; a last line without newline counts."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    n, last = 0, b"\n"
-    with opener(path, "rb") as f, tqdm(total=path.stat().st_size if path.suffix != ".gz" else None,
-                                       unit="B", unit_scale=True, desc=f"count {path.name}",
-                                       disable=not progress) as bar:
-        while data := f.read(block):
-            n += data.count(b"\n")
-            last = data[-1:]
-            bar.update(len(data))
-    return n + (last != b"\n")
-
-
-def source_meta(inputs: Sequence[Path], provenance: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """One ``{"file", "bytes", ...}`` per input; ``provenance`` maps a file name (or path) to a sha256
-    string or a dict of fields (sha256, url...) recorded as given."""
-    provenance = dict(provenance or {})
-    out = []
-    for p in inputs:
-        extra = provenance.pop(p.name, None) or provenance.pop(str(p), None) or {}
-        out.append({"file": p.name, "bytes": p.stat().st_size,
-                    **({"sha256": extra} if isinstance(extra, str) else dict(extra))})
-    if provenance:
-        raise ValueError(f"provenance names files that are not inputs: {sorted(provenance)}")
-    return out
+def check_bad_line_options(where: str, policy: str, warn: Any, limit: Any) -> None:
+    """Validate ``on_bad_line``, ``warn_bad_share`` and ``max_bad_share`` of a preprocessor config."""
+    require(policy in BAD_LINE_POLICIES, where,
+            f"on_bad_line must be one of {list(BAD_LINE_POLICIES)}, got {policy!r}")
+    for name, v in (("warn_bad_share", warn), ("max_bad_share", limit)):
+        require(is_real(v) and 0 <= v <= 1, where, f"{name} must be a number in [0, 1], got {v!r}")
+    require(warn <= limit, where, f"warn_bad_share ({warn}) must not exceed max_bad_share ({limit})")
 
 
 # ---------------------------------------------------------------- fields
@@ -226,5 +195,22 @@ class BadLines:
         for i in bad[:MAX_BAD_EXAMPLES - len(self.first)]:
             self.first.append({"file": file, "line": int(first_line + i + 1), "reason": self.names[codes[i] - 1]})
 
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def check(self, where: str, lines: int, warn: float, limit: float) -> None:
+        """Fail when more than ``limit`` of ``lines`` were malformed; warn above ``warn``."""
+        share = self.total / lines if lines else 0.0
+        if share <= warn:
+            return
+        reasons = ", ".join(f"{self.reasons[k]}: {n:,}" for k, n in self.counts.items() if n)
+        where_first = ", ".join(f"{e['file']}:{e['line']}" for e in self.first[:3])
+        detail = f"{self.total:,} of {lines:,} lines ({share:.2%}) are malformed ({reasons}; first at {where_first})"
+        if share > limit:
+            raise ValueError(f"{where}: {detail}, more than max_bad_share={limit:g}: is this the right file? "
+                             f"(raise preprocess.max_bad_share to accept it)")
+        log.warning("%s: %s, more than warn_bad_share=%g", where, detail, warn)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"total": sum(self.counts.values()), "by_reason": dict(self.counts), "first": list(self.first)}
+        return {"total": self.total, "by_reason": dict(self.counts), "first": list(self.first)}

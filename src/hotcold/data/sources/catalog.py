@@ -8,16 +8,18 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import lzma
 import os
 import tarfile
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
 from tqdm import tqdm
 
-from hotcold.files import atomic_write_json
-from hotcold.data.download import DownloadError, download, file_sha256
+from hotcold.files import atomic_write_json, fsync_dir, fsync_file
+from hotcold.data.sources.download import DownloadError, download, file_sha256
 
 __all__ = [
     "CRITEO_KAGGLE_URL", "CRITEO_KAGGLE_TRAIN_LINES", "CRITEO_TERABYTE_BASE_URL",
@@ -55,23 +57,36 @@ def _extract_member(archive: Path, name: str, dest: Path, *, progress: bool = Tr
                     chunk: int = 1 << 20) -> dict:
     """Stream the member whose base name is ``name`` into ``dest`` (via ``.part``); returns its record."""
     part = dest.with_name(dest.name + ".part")
-    with tarfile.open(archive, "r|*") as tar:
-        for member in tar:
-            if member.isfile() and Path(member.name).name == name:
-                src = tar.extractfile(member)
-                h, size, lines = hashlib.sha256(), 0, 0
-                with src, open(part, "wb") as out, tqdm(
-                        total=member.size, unit="B", unit_scale=True, unit_divisor=1024,
-                        desc=f"extract {name}", disable=not progress, leave=False) as bar:
-                    while data := src.read(chunk):
-                        out.write(data)
-                        h.update(data)
-                        bar.update(len(data))
-                        size += len(data)
-                        lines += data.count(b"\n")
-                os.replace(part, dest)
-                return {"name": name, "bytes": size, "sha256": h.hexdigest(), "lines": lines}
+    try:
+        with tarfile.open(archive, "r|*") as tar:
+            for member in tar:
+                if member.isfile() and Path(member.name).name == name:
+                    record = _copy_member(tar, member, part, progress=progress, chunk=chunk)
+                    fsync_file(part)
+                    os.replace(part, dest)
+                    fsync_dir(dest.parent)
+                    return record
+    except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError) as e:
+        part.unlink(missing_ok=True)
+        raise DownloadError(f"{archive}: corrupt archive ({type(e).__name__}: {e}); delete it and run "
+                            f"`hotcold download` again") from e
     raise DownloadError(f"{archive} has no {name}")
+
+
+def _copy_member(tar: tarfile.TarFile, member: tarfile.TarInfo, part: Path, *, progress: bool,
+                 chunk: int) -> dict:
+    src = tar.extractfile(member)
+    h, size, lines = hashlib.sha256(), 0, 0
+    with src, open(part, "wb") as out, tqdm(total=member.size, unit="B", unit_scale=True, unit_divisor=1024,
+                                            desc=f"extract {member.name}", disable=not progress,
+                                            leave=False) as bar:
+        while data := src.read(chunk):
+            out.write(data)
+            h.update(data)
+            bar.update(len(data))
+            size += len(data)
+            lines += data.count(b"\n")
+    return {"name": Path(member.name).name, "bytes": size, "sha256": h.hexdigest(), "lines": lines}
 
 
 def fetch_criteo_kaggle(out_dir: Path, *, url: str = CRITEO_KAGGLE_URL, sha256: str | None = None,
@@ -84,7 +99,7 @@ def fetch_criteo_kaggle(out_dir: Path, *, url: str = CRITEO_KAGGLE_URL, sha256: 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     archive = out_dir / (Path(urlparse(url).path).name or "criteo-kaggle.tar.gz")
-    digest = download(url, archive, sha256=sha256, progress=progress)
+    digest = download(url, archive, sha256=sha256, fmt="tar", progress=progress)
     train = out_dir / "train.txt"
     prior = _read_source(out_dir)
     files = prior.get("files") or [{}]
@@ -113,7 +128,8 @@ def fetch_criteo_terabyte(out_dir: Path, *, days: Sequence[int],
                           sha256: Mapping[int, str] | None = None, progress: bool = True) -> dict:
     """Download ``day_{d}.gz`` for each of ``days`` into ``out_dir`` (kept compressed).
 
-    ``source.json`` lists every day fetched so far into ``out_dir``; the returned dict lists ``days``.
+    ``sha256`` maps a day to the expected sha256 of its file. ``source.json``
+    lists every day fetched so far into ``out_dir``; the returned dict lists ``days``.
     """
     days = _check_days(days)
     out_dir = Path(out_dir)
@@ -123,7 +139,7 @@ def fetch_criteo_terabyte(out_dir: Path, *, days: Sequence[int],
     for day in days:
         url = CRITEO_TERABYTE_URL_TEMPLATE.format(base_url=base_url, day=day)
         dest = out_dir / f"day_{day}.gz"
-        digest = download(url, dest, sha256=(sha256 or {}).get(day), progress=progress)
+        digest = download(url, dest, sha256=(sha256 or {}).get(day), fmt="gzip", progress=progress)
         records.append({"name": dest.name, "day": day, "url": url, "bytes": dest.stat().st_size,
                         "sha256": digest})
     fetched = {r["name"] for r in records}
@@ -156,9 +172,14 @@ def locate_taobao(source: str | os.PathLike | None, *, name: str = "taobao") -> 
     return path
 
 
-def describe_local(path: Path) -> dict:
-    """Provenance of a local source file, in the same shape as the fetch functions' records."""
+def describe_local(path: Path, sha256: str | None = None) -> dict:
+    """Provenance of a local source file, in the same shape as the fetch functions' records.
+
+    ``sha256``, when configured, must match: the user's file is never replaced, so a mismatch fails.
+    """
     path = Path(path).resolve()
     size, digest = path.stat().st_size, file_sha256(path)
+    if sha256 is not None and digest != sha256.lower():
+        raise ValueError(f"{path}: sha256 mismatch: expected {sha256.lower()} (source.sha256), got {digest}")
     return {"dataset": None, "url": path.as_uri(), "sha256": digest, "bytes": size,
             "files": [{"name": path.name, "bytes": size, "sha256": digest}]}

@@ -22,13 +22,14 @@ import numpy as np
 from tqdm import tqdm
 
 from hotcold.data.format import write_dataset
-from hotcold.data.generate import GeneratorConfig, split_ranges
+from hotcold.data.generators.config import GeneratorConfig, split_ranges
+from hotcold.data.generators.drift import HOT_FRACTION, drift
 from hotcold.data.skew import coverage_stats
 from hotcold.metrics import roc_auc
 
 NUM_DENSE = 13
 
-# Default popularity exponent of the Criteo kinds (``generate.DEFAULT_EXPONENTS``),
+# Default popularity exponent of the Criteo kinds (``config.DEFAULT_EXPONENTS``),
 # calibrated with ``coverage_stats`` on the default Kaggle config (500k rows,
 # tables capped at 100k rows, drift 0.05 over 20 segments, seed 0). Measured on
 # the eight capped big tables (93k-100k rows), min-max:
@@ -41,8 +42,6 @@ NUM_DENSE = 13
 # 0.92 and max/median 1.3e5 on every table). 1.3 matches the ~90% of lookups
 # on the top 1% of rows that FAE and Bagpipe report for Criteo.
 
-# Drift acts on the hottest HOT_FRACTION of ranks of each table.
-HOT_FRACTION = 0.1
 CHUNK_ROWS = 1 << 18
 
 # Dense counts: per feature, count = floor(exp(mu + sigma * z)) (0 with
@@ -63,18 +62,6 @@ PLANTED_TABLES = {"criteo-kaggle-style": (1, 4, 7, 24), "criteo-terabyte-style":
 DENSE_LOGIT_SCALE = 0.8   # L2 norm of w * sigma, i.e. rough std of the dense logit part
 EFFECT_STD = 0.6          # std of the per-id effects of each planted table
 TARGET_CTR = 0.25
-
-
-def _drift(perm: np.ndarray, hot: int, drift: float, rng: np.random.Generator) -> None:
-    """Swap the ids of a random ``drift`` share of the top ``hot`` ranks with random ranks, in place."""
-    a = np.flatnonzero(rng.random(hot) < drift)       # hot ranks that move
-    b = rng.integers(0, perm.size, size=a.size)       # their partner ranks
-    _, first = np.unique(b, return_index=True)
-    keep = np.zeros(b.size, dtype=bool)
-    keep[first] = True
-    keep &= ~np.isin(b, a)                            # disjoint pairs, so one fancy swap is exact
-    a, b = a[keep], b[keep]
-    perm[a], perm[b] = perm[b], perm[a]   # fancy indexing copies the right side
 
 
 def _dense_chunk(m: int, rngs: tuple[np.random.Generator, ...]) -> np.ndarray:
@@ -133,7 +120,7 @@ def generate_criteo(cfg: GeneratorConfig, out: Path, progress: bool = True,
         for seg in range(cfg.drift_segments):
             if seg > 0 and cfg.drift > 0:
                 for t in range(n_tables):
-                    _drift(perms[t], hots[t], cfg.drift, table_rngs[t])
+                    drift(perms[t], hots[t], cfg.drift, table_rngs[t])
             for lo in range(bounds[seg], bounds[seg + 1], chunk_rows):
                 hi = min(lo + chunk_rows, bounds[seg + 1])
                 for t, n in enumerate(cards):
