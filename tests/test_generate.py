@@ -8,14 +8,9 @@ import pytest
 import torch
 
 from hotcold.data.format import Dataset
-from hotcold.data.generate import (
-    CRITEO_KAGGLE_CARDINALITIES,
-    CRITEO_TERABYTE_CARDINALITIES,
-    KINDS,
-    TAOBAO_CARDINALITIES,
-    GeneratorConfig,
-    generate,
-)
+from hotcold.data.generators import KINDS, GeneratorConfig, generate
+from hotcold.data.generators.config import (CRITEO_KAGGLE_CARDINALITIES, CRITEO_TERABYTE_CARDINALITIES,
+                                            TAOBAO_CARDINALITIES)
 from hotcold.data.skew import count_lookups, coverage_curve, coverage_from_counts, coverage_stats
 from hotcold.metrics import roc_auc
 

@@ -467,7 +467,7 @@ def test_taobao_duplicate_events_are_dropped_and_counted(tmp_path: Path) -> None
 
 
 def test_provenance_is_what_was_read(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from hotcold.data.prepare import SourceConfig, fetch, preprocess
+    from hotcold.data.sources.prepare import SourceConfig, fetch, preprocess
 
     csv = taobao_csv(tmp_path / "UserBehavior.csv", user_events())
     cfg = SourceConfig.from_dict({"kind": "taobao", "path": str(csv)})

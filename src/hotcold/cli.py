@@ -29,7 +29,7 @@ def _load_mapping(text: str) -> dict[str, Any]:
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
-    from hotcold.data.generate import GeneratorConfig, generate
+    from hotcold.data.generators import GeneratorConfig, generate
 
     cfg = GeneratorConfig.from_dict(_load_mapping(args.spec))
     manifest = generate(cfg, Path(args.out), progress=not args.no_progress)
@@ -37,7 +37,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
 
 def cmd_download(args: argparse.Namespace) -> None:
-    from hotcold.data.prepare import SourceConfig, fetch
+    from hotcold.data.sources.prepare import SourceConfig, fetch
 
     record = fetch(SourceConfig.from_dict(_load_mapping(args.spec)), Path(args.out), name=args.name,
                    progress=not args.no_progress)
@@ -45,7 +45,7 @@ def cmd_download(args: argparse.Namespace) -> None:
 
 
 def cmd_preprocess(args: argparse.Namespace) -> None:
-    from hotcold.data.prepare import SourceConfig, preprocess
+    from hotcold.data.sources.prepare import SourceConfig, preprocess
 
     manifest = preprocess(SourceConfig.from_dict(_load_mapping(args.spec)), Path(args.raw), Path(args.out),
                           name=args.name, progress=not args.no_progress)

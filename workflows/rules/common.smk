@@ -213,8 +213,8 @@ def check_configs() -> None:
         sys.path.insert(0, str(SRC))
     try:
         from hotcold.config import ConfigError, RunConfig
-        from hotcold.data.generate import GeneratorConfig
-        from hotcold.data.prepare import SourceConfig
+        from hotcold.data.generators import GeneratorConfig
+        from hotcold.data.sources.prepare import SourceConfig
     except ImportError:
         return  # Snakemake runs outside the package's environment (e.g. --sdm conda); the jobs check later
     if config["profile"]["window"] > config["profile"]["batches"]:

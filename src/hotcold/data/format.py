@@ -48,6 +48,15 @@ PAD = -1
 SPLITS = ("train", "val", "test")
 
 
+def to_global(ids: np.ndarray, column_offsets: np.ndarray) -> np.ndarray:
+    """Ids [B, K] of the columns' tables -> global rows [B, K] (``offsets[table] + id``); padding stays -1.
+
+    The one place ids become rows: the stores' ``plan``, the loader's traces
+    and FAE's classification all go through it.
+    """
+    return np.where(ids >= 0, ids + column_offsets, -1)
+
+
 class DatasetError(ValueError):
     """A dataset directory is missing, incomplete or inconsistent."""
 
@@ -300,10 +309,14 @@ class Dataset:
         """Global row of id 0 of each ``batch_ids`` column's table: int64 [K] (``StoreSpec.column_offsets``)."""
         return self.table_bounds[np.asarray(self.column_tables, dtype=np.int64)]
 
+    def global_ids(self, rows: np.ndarray) -> np.ndarray:
+        """int64 [B, K] global rows looked up by the samples at ``rows``, -1 at padding."""
+        return to_global(self.batch_ids(rows), self.column_offsets)
+
     def global_rows(self, rows: np.ndarray) -> np.ndarray:
         """int64 [L] global rows of the non-padding lookups of the samples at ``rows``, sample by sample."""
-        ids = self.batch_ids(rows)  # [B, K]
-        return (ids + self.column_offsets)[ids >= 0]
+        g = self.global_ids(rows)
+        return g[g >= 0]
 
     def batch_ids(self, rows: np.ndarray) -> np.ndarray:
         """int64 [B, K] ids of the samples at ``rows`` (see the module docstring)."""

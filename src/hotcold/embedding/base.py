@@ -24,6 +24,7 @@ import torch
 
 from hotcold.config import ConfigError, is_int, is_real, require
 from hotcold.counters import StepCounters
+from hotcold.data.format import to_global
 
 if TYPE_CHECKING:
     from hotcold.data.format import Dataset
@@ -222,8 +223,8 @@ class EmbeddingStore(abc.ABC):
 
     def plan(self, ids: torch.Tensor) -> Lookup:
         """ids int64 [B, K] on the CPU -> the global rows to look up."""
-        rows = (ids + self.column_offsets).reshape(-1)
-        valid = (ids >= 0).reshape(-1)
+        rows = torch.from_numpy(to_global(ids.numpy(), self.column_offsets.numpy())).reshape(-1)
+        valid = rows >= 0
         if bool(valid.all()):
             return Lookup(rows, None, tuple(ids.shape))
         positions = valid.nonzero().squeeze(1)

@@ -68,13 +68,11 @@ def classify_samples(ds: "Dataset", hot_rows: np.ndarray) -> np.ndarray:
     hot = np.zeros(sum(ds.cardinalities), dtype=bool)
     hot[hot_rows] = True
     start, stop = ds.split("train")
-    cols = ds.column_offsets  # [K]
     out = np.empty(stop - start, dtype=bool)
     for a in range(start, stop, _CHUNK):
         b = min(a + _CHUNK, stop)
-        ids = ds.batch_ids(np.arange(a, b))  # [B, K]
-        valid = ids >= 0
-        out[a - start:b - start] = (hot[np.where(valid, ids + cols, 0)] | ~valid).all(axis=1)
+        g = ds.global_ids(np.arange(a, b))  # [B, K], -1 at padding
+        out[a - start:b - start] = (hot[np.maximum(g, 0)] | (g < 0)).all(axis=1)
     return out
 
 

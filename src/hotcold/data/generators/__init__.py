@@ -23,3 +23,7 @@ Knobs and kinds: ``exponent`` and ``holdout_fraction`` default per kind
 (``None`` resolves them); ``max_length`` and ``interest_drift`` apply to
 ``taobao-style`` only and are rejected for the Criteo kinds.
 """
+from hotcold.data.generators.config import KINDS, GeneratorConfig
+from hotcold.data.generators.run import generate
+
+__all__ = ["KINDS", "GeneratorConfig", "generate"]
