@@ -3,6 +3,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import functools
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from typing import Iterator
+
 import numpy as np
 import pytest
 import torch
@@ -76,3 +81,24 @@ def make_sequence_dataset(path: Path, rows: int = 3000, sizes=(40, 500, 30), max
 @pytest.fixture(scope="session")
 def sequence_dataset(tmp_path_factory) -> Dataset:
     return make_sequence_dataset(tmp_path_factory.mktemp("data") / "seq")
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def file_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """``(base URL, served directory)`` of a plain local HTTP server on 127.0.0.1."""
+    root = tmp_path / "www"
+    root.mkdir()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(root)))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", root
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()

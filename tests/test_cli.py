@@ -7,15 +7,11 @@ preprocessed, profiled and trained on, all through ``hotcold.cli.main``.
 """
 from __future__ import annotations
 
-import functools
 import gzip
 import io
 import json
 import tarfile
-import threading
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
@@ -73,27 +69,6 @@ def taobao_csv(users: int, seed: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        pass
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """``(base URL, served directory)`` of a local HTTP server on 127.0.0.1."""
-    root = tmp_path / "www"
-    root.mkdir()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(root)))
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", root
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join()
-
-
 def run_cli(*args: str) -> None:
     assert main(list(args)) == 0, args
 
@@ -121,8 +96,8 @@ def prepare_train_and_profile(tmp_path: Path, name: str, spec: dict, method: str
     return ds
 
 
-def test_criteo_kaggle_from_a_served_archive(tmp_path: Path, server: tuple[str, Path]) -> None:
-    url, root = server
+def test_criteo_kaggle_from_a_served_archive(tmp_path: Path, file_server: tuple[str, Path]) -> None:
+    url, root = file_server
     text = criteo_lines(700, seed=0).encode()
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
@@ -137,8 +112,8 @@ def test_criteo_kaggle_from_a_served_archive(tmp_path: Path, server: tuple[str, 
     assert source["files"][0]["lines"] == 700
 
 
-def test_criteo_terabyte_from_served_day_files(tmp_path: Path, server: tuple[str, Path]) -> None:
-    url, root = server
+def test_criteo_terabyte_from_served_day_files(tmp_path: Path, file_server: tuple[str, Path]) -> None:
+    url, root = file_server
     for day in (0, 1):
         (root / f"day_{day}.gz").write_bytes(gzip.compress(criteo_lines(300, seed=day).encode()))
     spec = {"kind": "criteo-terabyte", "url": url, "days": [0, 1],

@@ -1,39 +1,15 @@
 """`hotcold download` and `hotcold preprocess` turn bad input and failed downloads into one line and exit 2."""
 from __future__ import annotations
 
-import functools
 import gzip
 import io
 import json
 import tarfile
-import threading
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from hotcold.cli import main
-
-
-class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        pass
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    root = tmp_path / "www"
-    root.mkdir()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(root)))
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", root
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join()
 
 
 def fails(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -58,19 +34,19 @@ def tar_gz(name: str, data: bytes) -> bytes:
     return buf.getvalue()
 
 
-def test_failed_download(tmp_path: Path, server: tuple[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    url, _ = server
+def test_failed_download(tmp_path: Path, file_server: tuple[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    url, _ = file_server
     assert "HTTP 404" in fails(capsys, *download(f"{url}/missing.tar.gz", tmp_path))
 
 
-def test_truncated_archive(tmp_path: Path, server: tuple[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    url, root = server
+def test_truncated_archive(tmp_path: Path, file_server: tuple[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    url, root = file_server
     (root / "dac.tar.gz").write_bytes(tar_gz("train.txt", bytes(range(256)) * 1000)[:-200])
     assert "cut short" in fails(capsys, *download(f"{url}/dac.tar.gz", tmp_path))
 
 
-def test_corrupt_tar(tmp_path: Path, server: tuple[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    url, root = server
+def test_corrupt_tar(tmp_path: Path, file_server: tuple[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    url, root = file_server
     raw = bytearray(gzip.decompress(tar_gz("train.txt", b"0\t1\n")))
     raw[148:156] = b"0000000\0"                        # wrong header checksum, magic intact
     (root / "dac.tar.gz").write_bytes(gzip.compress(bytes(raw)))
