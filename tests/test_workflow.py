@@ -41,11 +41,11 @@ datasets:
       freqcache: {tiny: {cache_ratio: 0.3}}
     train: {batch_size: 128}
 methods:
-  fae: {6.2pct: null, 24.8pct: null, 12.4pct-r16: null, 12.4pct-r1: null}
+  fae: {6.2pct: null, 24.8pct: null, 12.4pct-r1: null}
   lru: {1.5pct: null, 5pct: null, tiny: {cache_ratio: 0.1}}
   lfu: {1.5pct: null, 5pct: null, tiny: {cache_ratio: 0.1}}
   freqcache: {1.5pct: null, 5pct: null, tiny: {cache_ratio: 0.1}}
-  scratchpipe: {w1: null, w2-1.5pct: null, w2-5pct: null}
+  scratchpipe: {w2-1.5pct: null, w2-5pct: null}
 train:
   batch_size: 256
   steps: 12
