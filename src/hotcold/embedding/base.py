@@ -25,6 +25,7 @@ import torch
 from hotcold.config import ConfigError, is_int, is_real, require
 from hotcold.counters import StepCounters
 from hotcold.data.format import to_global
+from hotcold.trace.policies import rows_for_share
 
 if TYPE_CHECKING:
     from hotcold.data.format import Dataset
@@ -119,7 +120,7 @@ def budget_rows(options: dict[str, Any], where: str, num_rows: int, *, rows_key:
         r = options.get(ratio_key, default_ratio)
         require(is_real(r) and (0 <= r if allow_zero else 0 < r) and r <= 1, where,
                 f"{ratio_key} must be in {'[' if allow_zero else '('}0, 1], got {r!r}")
-        rows = int(r * num_rows + 1e-9)  # the epsilon keeps ratio = k / N at k rows
+        rows = rows_for_share(r, num_rows)
     else:
         return None
     return min(max(rows, low), num_rows)

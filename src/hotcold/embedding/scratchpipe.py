@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from hotcold.config import ConfigError, InfeasibleError
-from hotcold.counters import StepCounters, all_resident, row_bytes
+from hotcold.counters import all_resident, row_bytes
 from hotcold.embedding.base import (EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, init_table, ship,
                                     sum_by_index)
 from hotcold.embedding.scratchpipe_pipeline import MovePipeline
@@ -100,7 +100,7 @@ class ScratchPipeStore(EmbeddingStore):
         self._queue: deque[_Admitted] = deque()             # admitted, untrained, in training order
         self._deferred: list[torch.Tensor] = []             # first step: upcoming batches, admitted after it
         self._step = 0
-        self._pending = StepCounters()                      # this step's admissions
+        self._admitted: list[tuple[Admission, int]] = []   # this step's admissions, with the batch each serves
         self._last: tuple[Lookup, torch.Tensor, torch.Tensor, _Admitted] | None = None
         self.pipeline = MovePipeline((self.host_weight, self.host_state), (self.slot_weight, self.slot_state),
                                      self._has_state, self.device)
@@ -128,7 +128,7 @@ class ScratchPipeStore(EmbeddingStore):
         if adm.missing.size:
             self.pipeline.submit(adm.seq, self._step, adm.victim_slots, adm.victim_rows, adm.new_slots,
                                  adm.missing)
-        adm.book(self._pending, self._step + len(self._queue), self.row_bytes)
+        self._admitted.append((adm, self._step + len(self._queue)))
         return _Admitted(ids, lk, adm)
 
     # -- training ---------------------------------------------------------------------------------
@@ -159,11 +159,10 @@ class ScratchPipeStore(EmbeddingStore):
         summed = sum_by_index(inverse, self.from_batch(grad, lk), uslots.numel())  # [U, D]
         self.optimizer.apply(self.slot_weight, self.slot_state, uslots, summed)
         self.directory.release(rec.admission.slots)
-        c = self._pending
-        trained = all_resident(lk.size, uslots.numel())
-        for name in ("lookups", "unique_rows", "hits", "unique_hits"):
-            setattr(c, name, getattr(trained, name))
-        self._counters, self._pending = c, StepCounters()
+        self._counters = all_resident(lk.size, uslots.numel())
+        for adm, batch in self._admitted:  # booked at the step they happened in, as the simulator does
+            adm.book(self._counters, batch, self.row_bytes)
+        self._admitted = []
         self._last = None
         self._step += 1
         timer.mark("emb_update")

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from hotcold.trace.cachesim import RowSizes, SimResult, counters_frame
+from hotcold.trace.policies import rows_for_share
 from hotcold.trace.fae_schedule import (EPOCH, FAEPlan, HotSetSync, check_run_length, fae_counters, plan,
                                         shuffle_schedule)
 
@@ -25,11 +26,6 @@ if TYPE_CHECKING:
 
 DEFAULT_BUDGETS = (0.062, 0.124, 0.248)     # FAE's 128/256/512 MiB as shares of full Kaggle's rows
 DEFAULT_RUN_LENGTHS = (1, 16, 128, EPOCH)
-
-
-def budget_capacity(ratio: float, num_rows: int) -> int:
-    """Hot rows of a budget given as a share of all rows (as the store's ``budget_ratio``)."""
-    return min(int(ratio * num_rows + 1e-9), num_rows)
 
 
 def simulate_fae(ds: "Dataset", batch_size: int, steps: int, seed: int, budget_ratio: float,
@@ -42,7 +38,7 @@ def simulate_fae(ds: "Dataset", batch_size: int, steps: int, seed: int, budget_r
     t0 = time.perf_counter()
     run_length = check_run_length(run_length)
     num_rows = sum(ds.cardinalities)
-    p = fae_plan or plan(ds, seed, sample_fraction, budget_capacity(budget_ratio, num_rows))
+    p = fae_plan or plan(ds, seed, sample_fraction, rows_for_share(budget_ratio, num_rows))
     hot = np.zeros(num_rows, dtype=bool)
     hot[p.hot_rows] = True
     sync = HotSetSync(p.hot_rows.size)
@@ -66,7 +62,7 @@ def fae_sweep(ds: "Dataset", batch_size: int, steps: int, seed: int,
     num_rows = sum(ds.cardinalities)
     rows = []
     for ratio in budgets:
-        p = plan(ds, seed, sample_fraction, budget_capacity(ratio, num_rows))
+        p = plan(ds, seed, sample_fraction, rows_for_share(ratio, num_rows))
         for run in run_lengths:
             res, hot_share = simulate_fae(ds, batch_size, steps, seed, ratio, run, sample_fraction, sizes, p)
             row = res.summary(num_rows)

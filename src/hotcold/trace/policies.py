@@ -47,9 +47,14 @@ CACHE_POLICIES = ("lru", "lfu", "freqcache", "freqcache-lfu", "belady")
 NEVER = np.iinfo(np.int64).max  # next use of a row that is not used again
 
 
+def rows_for_share(ratio: float, num_rows: int) -> int:
+    """Rows of a share of all rows, ``floor(ratio * N)`` at most N (the epsilon keeps ratio = k / N at k)."""
+    return min(int(ratio * num_rows + 1e-9), num_rows)
+
+
 def capacity_from_ratio(ratio: float, num_rows: int) -> int:
-    """Cache slots for a share of all rows: ``max(1, floor(ratio * N))``."""
-    return max(1, int(ratio * num_rows + 1e-9))  # as embedding.base.budget_rows
+    """Cache slots for a share of all rows: at least 1."""
+    return max(1, rows_for_share(ratio, num_rows))
 
 
 def frequency_order(frequencies: np.ndarray) -> np.ndarray:
