@@ -19,7 +19,7 @@ import pytest
 from hotcold.cli import main
 from hotcold.data.format import Dataset
 
-VERBS = ("generate", "download", "preprocess", "profile", "dataset-stats", "train", "simulate", "cache-sim",
+VERBS = ("generate", "download", "preprocess", "profile", "dataset-stats", "train", "simulate", "shard-sim", "cache-sim",
          "aggregate", "figures")
 
 

@@ -7,9 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hotcold.config import AggregateConfig, ConfigError, ProfileConfig, SimulateConfig, TrainConfig
+from hotcold.config import AggregateConfig, ConfigError, ProfileConfig, ShardSimConfig, SimulateConfig, TrainConfig
 
 PROFILE, SIMULATE, AGGREGATE, TRAIN = ProfileConfig(), SimulateConfig(), AggregateConfig(), TrainConfig()
+SHARD_SIM = ShardSimConfig()
 
 
 def _load_mapping(text: str) -> dict[str, Any]:
@@ -77,16 +78,52 @@ def cmd_train(args: argparse.Namespace) -> None:
     import torch
 
     from hotcold.config import RunConfig
+    from hotcold.distributed.comm import launched
     from hotcold.records import run_and_record
+    from hotcold.train import resolve_device
 
     cfg = RunConfig.from_dict(_load_mapping(args.run_config))
     if args.device:
         cfg = dataclasses.replace(cfg, timing=dataclasses.replace(cfg.timing, device=args.device))
-    torch.set_num_threads(args.threads)
-    print(f"run {cfg.dataset}/{cfg.method}/{cfg.variant}/seed~{cfg.seed} ({args.threads} threads)", file=sys.stderr)
-    record = run_and_record(cfg, Path(args.dataset), Path(args.out), progress=not args.no_progress)
-    print(f"wrote {Path(args.out) / 'record.json'} ({record['provenance']['device']}): {_train_outcome(record)}",
-          file=sys.stderr)
+    if args.nproc is not None:
+        cfg = dataclasses.replace(cfg, distributed=dataclasses.replace(cfg.distributed, world=args.nproc))
+        cfg.distributed.validate("--nproc")
+    world_size = cfg.distributed.world
+    if world_size > 1 and not launched():
+        _launch_train(args, world_size)
+        return
+    world = None
+    device = resolve_device(cfg.timing.device)
+    if launched():
+        from hotcold.distributed.world import World
+
+        world = World.join(cfg.distributed.ranks_per_node, world_size, device)
+    torch.set_num_threads(max(1, args.threads // world_size))
+    if world is None or world.is_main:
+        print(f"run {cfg.dataset}/{cfg.method}/{cfg.variant}/seed~{cfg.seed} ({args.threads} threads, "
+              f"{world_size} rank(s))", file=sys.stderr)
+    try:
+        record = run_and_record(cfg, Path(args.dataset), Path(args.out), progress=not args.no_progress,
+                                world=world, device=device)
+    finally:
+        if world is not None:
+            world.close()
+    if record is not None:
+        print(f"wrote {Path(args.out) / 'record.json'} ({record['provenance']['device']}): {_train_outcome(record)}",
+              file=sys.stderr)
+
+
+def _launch_train(args: argparse.Namespace, nproc: int) -> None:
+    """Start ``nproc`` ranks of this same command under torchrun; a failed rank fails the verb."""
+    from hotcold.distributed.launch import launch_ranks
+
+    (Path(args.out) / "record.json").unlink(missing_ok=True)
+    verb = ["train", "--dataset", args.dataset, "--run-config", args.run_config, "--out", args.out,
+            "--threads", str(args.threads), "--nproc", str(nproc)]
+    verb += (["--device", args.device] if args.device else []) + (["--no-progress"] if args.no_progress else [])
+    rc = launch_ranks(nproc, verb)
+    if rc != 0:
+        raise ChildProcessError(f"torchrun exited with status {rc}: a rank failed, no record was written")
 
 
 def _train_outcome(record: dict[str, Any]) -> str:
@@ -122,6 +159,22 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     frame.insert(0, "dataset", ds.name)
     atomic_write_text(Path(args.out), frame.to_csv(index=False))
     print(f"wrote {args.out}: {len(frame)} policy x size rows over {t.steps} batches")
+
+
+def cmd_shard_sim(args: argparse.Namespace) -> None:
+    import pandas as pd
+
+    from hotcold.config import RunConfig
+    from hotcold.data.format import Dataset
+    from hotcold.distributed.shardsim import Scale, shard_sim
+    from hotcold.files import atomic_write_text
+
+    cfg = RunConfig.from_dict({"dataset": "-", "method": "-", **_load_mapping(args.run_config)})
+    scales = [Scale.parse(s) for s in args.scales]
+    rows = shard_sim(Dataset.open(args.dataset), cfg, args.plans, scales, args.headrooms)
+    frame = pd.DataFrame(rows)
+    atomic_write_text(Path(args.out), frame.to_csv(index=False))
+    print(f"wrote {args.out}: {len(frame)} plan x scale x headroom rows over {cfg.train.steps} batches")
 
 
 def _run_length(text: str) -> int | str:
@@ -198,7 +251,8 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--dataset", required=True, help="dataset directory (with manifest.json)")
     t.add_argument("--run-config", required=True, help="run config: JSON object or a YAML/JSON file")
     t.add_argument("--out", required=True, help="run directory for record.json and steps.parquet")
-    t.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    t.add_argument("--threads", type=int, default=1, help="threads of the job, shared by its ranks")
+    t.add_argument("--nproc", type=int, help="ranks to launch with torchrun (default: the config's distributed.world)")
     t.add_argument("--device", choices=["auto", "cpu", "cuda"], help="override timing.device")
     t.add_argument("--no-progress", action="store_true")
     t.set_defaults(func=cmd_train)
@@ -219,6 +273,17 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--fae-sample-fraction", type=float, default=SIMULATE.fae_sample_fraction,
                    help="FAE trace model: profiled share of the training inputs")
     s.set_defaults(func=cmd_simulate)
+
+    ss = sub.add_parser("shard-sim", help="all-to-all and all-reduce bytes of sharding plans at any scale, "
+                                          "without training")
+    ss.add_argument("--dataset", required=True, help="dataset directory")
+    ss.add_argument("--run-config", default="{}", help="run config: train (batch order), model (dim, dense size)")
+    ss.add_argument("--out", required=True, help="CSV to write")
+    ss.add_argument("--plans", nargs="+", default=list(SHARD_SIM.plans), help="sharding plans")
+    ss.add_argument("--scales", nargs="+", default=list(SHARD_SIM.scales), help="NODESxRANKS_PER_NODE, e.g. 16x8")
+    ss.add_argument("--headrooms", type=float, nargs="+", default=list(SHARD_SIM.headrooms),
+                    help="per-rank memory budgets, as multiples of the row-wise shard")
+    ss.set_defaults(func=cmd_shard_sim)
 
     c = sub.add_parser("cache-sim", help="cache_sim.csv: the simulate CSVs of every dataset in one table")
     c.add_argument("sims", nargs="+", help="CSVs written by `hotcold simulate`")

@@ -153,6 +153,19 @@ class TimingConfig:
 
 
 @dataclass(frozen=True)
+class DistributedConfig:
+    """The ranks of a run: ``world`` processes (torchrun), ``ranks_per_node`` of them per simulated node."""
+
+    world: int = 1
+    ranks_per_node: int = 1
+
+    def validate(self, where: str) -> None:
+        require(is_positive_int(self.world), where, f"world must be a positive integer, got {self.world!r}")
+        require(is_positive_int(self.ranks_per_node) and self.world % self.ranks_per_node == 0, where,
+                f"ranks_per_node must be a positive divisor of world={self.world}, got {self.ranks_per_node!r}")
+
+
+@dataclass(frozen=True)
 class ProfileConfig:
     """Defaults of ``hotcold profile`` (the schema's ``profile`` section)."""
 
@@ -170,6 +183,15 @@ class SimulateConfig:
     fae_budgets: tuple[float, ...] = (0.062, 0.124, 0.248)   # FAE's 128/256/512 MiB of full Kaggle
     fae_run_lengths: tuple[int | str, ...] = (1, 16, 128, "epoch")
     fae_sample_fraction: float = 1.0
+
+
+@dataclass(frozen=True)
+class ShardSimConfig:
+    """Defaults of ``hotcold shard-sim`` (the schema's ``distributed.shard_sim`` section)."""
+
+    plans: tuple[str, ...] = ("table", "row", "column", "recshard", "flexshard")
+    scales: tuple[str, ...] = ("2x1", "2x2", "4x8", "16x8")    # nodes x ranks per node
+    headrooms: tuple[float, ...] = (1.0, 1.25, 1.5, 2.0)
 
 
 @dataclass(frozen=True)
@@ -191,6 +213,7 @@ class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     timing: TimingConfig = field(default_factory=TimingConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RunConfig":
@@ -216,6 +239,7 @@ class RunConfig:
             model=from_mapping(ModelConfig, data.get("model"), "model"),
             train=from_mapping(TrainConfig, data.get("train"), "train"),
             timing=from_mapping(TimingConfig, data.get("timing"), "timing"),
+            distributed=from_mapping(DistributedConfig, data.get("distributed"), "distributed"),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -14,6 +14,10 @@ Two kinds of traffic are kept apart, and comparisons of traffic use bytes:
 - *activation traffic*: looked-up vectors sent to the device and their
   gradients sent back (``D * 4`` bytes each), as in the CPU-GPU hybrid.
 
+Scale-out runs add the bytes each rank sends in every collective (per
+collective, and split into intra- and inter-node); a run's record sums them
+over ranks.
+
 A transfer is booked at the step during which it happens: a look-ahead
 store's fetch for batch i+W is step i's traffic, and ``prefetch_batch`` says
 which batch it serves.
@@ -55,6 +59,16 @@ class StepCounters:
     prefetch_batch: int = _c("look-ahead: the batch the last fetch of this step serves (-1: no fetch)", -1)
     prefetch_unique_hits: int = _c("look-ahead: distinct rows of the batches admitted this step already resident")
     prefetch_unique_misses: int = _c("look-ahead: distinct rows of the batches admitted this step fetched")
+    input_a2a_bytes: int = _c("scale-out: row ids (8 bytes each) and split sizes this rank sent to the rows' owners")
+    output_a2a_bytes: int = _c("scale-out: looked-up vectors this rank's owned rows sent back to other ranks")
+    grad_a2a_bytes: int = _c("scale-out: gradients of looked-up vectors this rank sent to the rows' owners")
+    replica_allreduce_bytes: int = _c("scale-out: gradient all-reduce of replicated rows (ring), this rank's sends")
+    column_allreduce_bytes: int = _c("scale-out, column-wise with row-wise Adagrad: per-row squared-gradient sums (ring)")
+    dense_allreduce_bytes: int = _c("scale-out: gradient all-reduce of the dense layers (ring), this rank's sends")
+    intra_node_bytes: int = _c("scale-out: all of this rank's collective bytes to ranks on its own node")
+    inter_node_bytes: int = _c("scale-out: all of them to ranks on other nodes")
+    served_lookups: int = _c("scale-out: lookups this rank served as owner or replica of the rows (its load)")
+    early_lookups: int = _c("Proactive: of those, lookups served early, while an earlier step's collectives ran")
 
     def as_dict(self) -> dict[str, int]:
         return {k: int(v) for k, v in dataclasses.asdict(self).items()}

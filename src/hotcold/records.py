@@ -27,6 +27,7 @@ import torch
 import hotcold
 from hotcold.config import InfeasibleError, RunConfig
 from hotcold.data.format import Dataset
+from hotcold.distributed.world import World
 from hotcold.files import atomic_write, atomic_write_json
 from hotcold.train import RunResult, reference, resolve_device, train
 
@@ -184,22 +185,31 @@ def infeasible_record(cfg: RunConfig, ds: Dataset, device: torch.device, reason:
     return {**_run_header(cfg, ds, device, timer_kind(device), STATUS_INFEASIBLE), "reason": reason}
 
 
-def run_and_record(cfg: RunConfig, dataset_dir: Path, out_dir: Path, progress: bool = True) -> dict[str, Any]:
+def run_and_record(cfg: RunConfig, dataset_dir: Path, out_dir: Path, progress: bool = True,
+                   world: World | None = None, device: torch.device | None = None) -> dict[str, Any] | None:
     """Train one run on the dataset in ``dataset_dir`` and write its run directory; return the record.
 
     An infeasible variant (``InfeasibleError``: valid, but it cannot run on
     this dataset) is recorded as such; every other error propagates and
-    leaves no record, so the job fails.
+    leaves no record, so the job fails. Across ranks, rank 0 writes the
+    record once every rank has finished (others return None): a rank that
+    dies leaves no record.
     """
-    (Path(out_dir) / "record.json").unlink(missing_ok=True)  # never leave a stale complete-looking run
+    world = world or World.single()
+    if world.is_main:
+        (Path(out_dir) / "record.json").unlink(missing_ok=True)  # never leave a stale complete-looking run
     ds = Dataset.open(dataset_dir)
-    device = resolve_device(cfg.timing.device)
+    device = device or resolve_device(cfg.timing.device)
     try:
-        result = train(cfg, ds, device, progress=progress)
+        result = train(cfg, ds, device, progress=progress, world=world)
     except InfeasibleError as e:
+        if not world.is_main:
+            return None
         record = infeasible_record(cfg, ds, device, str(e))
         write_run(Path(out_dir), record, steps_frame([], []))
         return record
+    if not world.is_main:
+        return None
     ref = reference(cfg, ds, device, result, progress=progress)
     record = trained_record(cfg, ds, device, result, ref)
     write_run(Path(out_dir), record, steps_frame(result.phases, result.counters))

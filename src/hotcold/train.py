@@ -21,6 +21,7 @@ from hotcold.config import ConfigError, RunConfig
 from hotcold.data.format import Dataset
 from hotcold.data.loader import BatchLoader, batch_rows, eval_batches
 from hotcold.data.skew import row_counts
+from hotcold.distributed.world import World
 from hotcold.embedding import EmbeddingStore, RowOptimizer, StoreSpec, store_class
 from hotcold.metrics import log_loss, roc_auc
 from hotcold.model import build_model
@@ -37,11 +38,12 @@ class RunResult:
     counters: list[tuple[int, dict[str, int]]]
     model: nn.Module
     store: EmbeddingStore
+    embedding: torch.Tensor  # every row's final weights, float32 [N, D] on the CPU (``store.export()``)
 
     def named_parameters(self) -> list[tuple[str, torch.Tensor]]:
         """Every trained parameter, dense ones first, then the embedding rows."""
         named = [(n, p.detach()) for n, p in self.model.named_parameters()]
-        return named + [("embedding.weight", self.store.export())]
+        return named + [("embedding.weight", self.embedding)]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -60,12 +62,13 @@ def dense_optimizer(cfg: RunConfig, params) -> torch.optim.Optimizer:
     return torch.optim.Adagrad(params, lr=t.dense_lr, eps=t.adagrad_eps)
 
 
-def build(cfg: RunConfig, ds: Dataset, device: torch.device,
-          order: Sequence[np.ndarray] | None = None) -> tuple[nn.Module, EmbeddingStore, list[np.ndarray]]:
+def build(cfg: RunConfig, ds: Dataset, device: torch.device, order: Sequence[np.ndarray] | None = None,
+          world: World | None = None) -> tuple[nn.Module, EmbeddingStore, list[np.ndarray]]:
     """The model, the store (initialised identically for every method) and the batch order.
 
     ``order`` (row batches of the train split) replaces the store's own
     schedule, so a reference store can replay another store's batches.
+    ``world``: the ranks the store spans (one process when None).
     """
     torch.manual_seed(cfg.seed)
     model = build_model(ds, cfg.model).to(device)
@@ -77,6 +80,7 @@ def build(cfg: RunConfig, ds: Dataset, device: torch.device,
         seed=cfg.seed,
         options=cfg.store,
         column_tables=ds.column_tables,
+        comm=world.comm if world is not None else None,
     )
     cls = store_class(cfg.method)
     if cls.needs_frequencies:
@@ -104,9 +108,17 @@ def train_loader(cfg: RunConfig, ds: Dataset, lookahead: int, pin_memory: bool =
 
 
 def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = True,
-          order: Sequence[np.ndarray] | None = None) -> RunResult:
-    """Train for ``cfg.train.steps`` steps, then evaluate on the test split (``order``: see ``build``)."""
-    model, store, rows = build(cfg, ds, device, order)
+          order: Sequence[np.ndarray] | None = None, world: World | None = None) -> RunResult:
+    """Train for ``cfg.train.steps`` steps, then evaluate on the test split (``order``: see ``build``).
+
+    With a ``world`` of several ranks, this rank trains on its slice of every
+    global batch; the returned counters are summed over ranks, the phases are
+    this rank's.
+    """
+    world = world or World.single()
+    world.check_batch(cfg.train.batch_size)
+    progress = progress and world.is_main
+    model, store, rows = build(cfg, ds, device, order, world)
     opt = dense_optimizer(cfg, model.parameters())
     loss_fn = nn.BCEWithLogitsLoss()
     timer = PhaseTimer("cuda" if device.type == "cuda" else "cpu",
@@ -118,7 +130,7 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
         for _ in tqdm(range(cfg.train.steps), desc=f"train {cfg.method}/{cfg.variant}",
                       disable=not progress, mininterval=2.0):
             timer.begin_step()
-            batch = next(batches)
+            batch = world.local(next(batches))
             timer.mark("data")
             dense = batch.dense.to(device, non_blocking=True)
             valid = (batch.ids >= 0).to(device, non_blocking=True)
@@ -129,26 +141,32 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
             loss = loss_fn(model(dense, emb, valid), labels)
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            world.sync_dense(model, timer)
             opt.step()
             timer.mark("dense_fwd_bwd")
             store.backward(emb.grad, timer)
             timer.end_step()
             counters.append((batch.step, store.step_counters()))
         timer.flush()
+        counters = world.combine_counters(counters)
         metrics = evaluate(model, store, ds, cfg, device, progress)
+        report = store.report()
+        embedding = store.export()
     finally:
         store.close()
     timed = [c for c in counters if c[0] >= cfg.train.warmup_steps]
     summary = summarize(timer.steps, timed, cfg.train.batch_size, timer.kind, host_steps=timer.host_steps)
-    return RunResult(summary, metrics, rows, store.report(), timer.steps, counters, model, store)
+    summary.update(world=world.size, ranks_per_node=world.comm.topology.ranks_per_node, plan=report.get("plan"))
+    return RunResult(summary, metrics, rows, report, timer.steps, counters, model, store, embedding)
 
 
 def reference(cfg: RunConfig, ds: Dataset, device: torch.device, result: RunResult,
               progress: bool = True) -> RunResult | None:
-    """For a store with its own batch order (FAE), the ``device`` store trained on that order."""
-    if not store_class(cfg.method).own_schedule():
+    """The ``device`` store in one process on the run's batch order, for a store with its own order (FAE)
+    or one that spans ranks (its record then carries its own reference, at its own steps)."""
+    if not store_class(cfg.method).own_schedule() and cfg.distributed.world == 1:
         return None
-    ref_cfg = dataclasses.replace(cfg, method="device", store={})
+    ref_cfg = dataclasses.replace(cfg, method="device", store={}, distributed=type(cfg.distributed)())
     return train(ref_cfg, ds, device, progress=progress, order=result.order)
 
 

@@ -20,16 +20,29 @@ STORES: dict[str, type[EmbeddingStore]] = {
 }
 
 
+#: stores that span ranks live in ``hotcold.distributed`` (a layer above this one), imported when asked for
+SCALE_OUT: dict[str, str] = {
+    "sharded": "hotcold.distributed.sharded:ShardedStore",
+    "proactive": "hotcold.distributed.proactive:ProactiveStore",
+    "flexshard": "hotcold.distributed.sharded:FlexShardStore",
+}
+
+
 def store_class(method: str) -> type[EmbeddingStore]:
     """The store class of ``method``; an unknown method fails naming the known ones."""
+    if method in SCALE_OUT:
+        import importlib
+
+        module, name = SCALE_OUT[method].split(":")
+        return getattr(importlib.import_module(module), name)
     try:
         return STORES[method]
     except KeyError:
-        raise ConfigError(f"unknown method {method!r}; known: {sorted(STORES)}") from None
+        raise ConfigError(f"unknown method {method!r}; known: {sorted([*STORES, *SCALE_OUT])}") from None
 
 
 def build_store(method: str, spec: StoreSpec) -> EmbeddingStore:
     return store_class(method)(spec)
 
 
-__all__ = ["EmbeddingStore", "RowOptimizer", "StoreSpec", "STORES", "build_store", "store_class"]
+__all__ = ["EmbeddingStore", "RowOptimizer", "StoreSpec", "STORES", "SCALE_OUT", "build_store", "store_class"]

@@ -61,6 +61,8 @@ class StoreSpec:
     frequencies: torch.Tensor | None = None
     #: what a store's ``schedule`` prepared for its construction (FAE's hot set)
     prepared: dict[str, Any] = field(default_factory=dict)
+    #: the counted collectives of this rank (``hotcold.distributed.comm.Comm``); None: one process
+    comm: Any = None
 
     @property
     def num_rows(self) -> int:
@@ -176,13 +178,16 @@ class RowOptimizer:
     def init_state(self, num_rows: int, device: torch.device | str = "cpu") -> torch.Tensor:
         return torch.zeros(num_rows, dtype=torch.float32, device=device)
 
-    def apply(self, weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, grad: torch.Tensor) -> None:
+    def apply(self, weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, grad: torch.Tensor,
+              sq_mean: torch.Tensor | None = None) -> None:
         """Update ``weight[slots]`` (and ``state[slots]``) in place.
 
         weight: [N, D]; state: [N]; slots: unique int64 [U]; grad: [U, D].
+        ``sq_mean`` [U]: each row's mean squared gradient over all its columns,
+        for a store that holds only some of a row's columns (column-wise sharding).
         """
         if self.kind == "adagrad":
-            acc = state.index_select(0, slots) + grad.pow(2).mean(dim=1)  # [U]
+            acc = state.index_select(0, slots) + (grad.pow(2).mean(dim=1) if sq_mean is None else sq_mean)  # [U]
             state.index_copy_(0, slots, acc)
             grad = grad / (acc.sqrt() + self.eps).unsqueeze(1)
         # Gather, update, scatter: the rows are unique, and on CPUs this is

@@ -1,0 +1,146 @@
+"""The one wrapper every collective of a training run goes through, counting its bytes.
+
+``Comm`` knows its rank, the world and the topology, and books each
+collective's bytes (what this rank sends, per destination) in a ``Ledger``.
+With one rank it needs no process group: an all-to-all returns its input and
+an all-reduce does nothing, so the sharded stores run (and are tested) in a
+single process too.
+
+Gloo (CPU) and NCCL (GPU) both take ``all_to_all_single`` with uneven
+splits; the sizes are exchanged first, as the list form of all-to-all with
+uneven tensors does not work on gloo.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from hotcold.distributed.topology import Topology
+from hotcold.distributed.traffic import FLOAT_BYTES, ID_BYTES, SPLIT_BYTES, Ledger, a2a_matrix, ring_allreduce_matrix
+
+TIMEOUT_S = 300  # a rank that stops answering fails the others after this long
+
+
+class Pending:
+    """An asynchronous collective: ``wait()`` returns its result."""
+
+    def __init__(self, work: Any, result: torch.Tensor) -> None:
+        self._work, self._result = work, result
+
+    def done(self) -> bool:
+        return self._work is None or self._work.is_completed()
+
+    def wait(self) -> torch.Tensor:
+        if self._work is not None:
+            self._work.wait()
+            self._work = None
+        return self._result
+
+
+class Comm:
+    """Counted collectives of one rank (see the module docstring)."""
+
+    def __init__(self, topology: Topology, rank: int = 0, device: torch.device | None = None) -> None:
+        self.topology = topology
+        self.rank = rank
+        self.world = topology.world
+        self.device = device or torch.device("cpu")
+        self.ledger = Ledger(topology)
+        self._groups: dict[tuple[int, ...], Any] = {}
+        if self.world > 1:
+            if not dist.is_initialized():
+                raise RuntimeError("a Comm over several ranks needs an initialised process group")
+            # Every rank creates every replica group, in the same order (torch.distributed requires it).
+            for local in range(topology.ranks_per_node):
+                members = tuple(topology.cross_node_group(local))
+                if 1 < len(members) < self.world:
+                    self._groups[members] = dist.new_group(list(members))
+
+    # -- counting -------------------------------------------------------------------------------
+    def _book(self, collective: str, matrix: np.ndarray) -> None:
+        own = np.zeros_like(matrix)
+        own[self.rank] = matrix[self.rank]
+        self.ledger.add(collective, own)
+
+    # -- all-to-all ---------------------------------------------------------------------------
+    def exchange_counts(self, send_counts: np.ndarray, collective: str | None) -> np.ndarray:
+        """Each rank's count for every other rank -> int64 [P] counts this rank receives (None: not counted)."""
+        if self.world == 1:
+            return np.asarray(send_counts, dtype=np.int64).copy()
+        out = torch.empty(self.world, dtype=torch.int64, device=self.device)
+        dist.all_to_all_single(out, torch.as_tensor(np.asarray(send_counts), dtype=torch.int64).to(self.device))
+        if collective is not None:
+            self._book(collective, a2a_matrix(self.rank, np.full(self.world, SPLIT_BYTES), self.world))
+        return out.cpu().numpy()
+
+    def all_to_all(self, data: torch.Tensor, send_counts: np.ndarray, recv_counts: np.ndarray,
+                   collective: str | None, async_op: bool = False) -> Pending:
+        """Send ``data`` [sum(send_counts), ...] in per-rank blocks; receive [sum(recv_counts), ...].
+
+        ``collective`` None: not counted (evaluation, export).
+        """
+        item = data[0].numel() * data.element_size() if data.dim() > 1 else data.element_size()
+        if collective is not None:
+            self._book(collective, a2a_matrix(self.rank, np.asarray(send_counts, dtype=np.int64) * item, self.world))
+        if self.world == 1:
+            return Pending(None, data)
+        out = torch.empty((int(np.sum(recv_counts)), *data.shape[1:]), dtype=data.dtype, device=data.device)
+        work = dist.all_to_all_single(out, data.contiguous(), [int(c) for c in recv_counts],
+                                      [int(c) for c in send_counts], async_op=async_op)
+        return Pending(work if async_op else None, out)
+
+    # -- all-reduce ----------------------------------------------------------------------------
+    def all_reduce(self, tensor: torch.Tensor, group: Sequence[int] | None, collective: str | None,
+                   async_op: bool = False) -> Pending:
+        """Sum ``tensor`` in place over ``group`` (None: every rank)."""
+        members = tuple(range(self.world)) if group is None else tuple(sorted(group))
+        if collective is not None:
+            nbytes = tensor.numel() * tensor.element_size()
+            self._book(collective, ring_allreduce_matrix(members, nbytes, self.world))
+        if len(members) < 2:
+            return Pending(None, tensor)
+        pg = None if len(members) == self.world else self._groups[members]
+        work = dist.all_reduce(tensor, group=pg, async_op=async_op)
+        return Pending(work if async_op else None, tensor)
+
+    # -- uncounted helpers ------------------------------------------------------------------------
+    def gather_objects(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order, on every rank (not counted: bookkeeping)."""
+        if self.world == 1:
+            return [obj]
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
+
+
+def ids_tensor(rows: np.ndarray, device: torch.device) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)).to(device)
+
+
+def launched() -> bool:
+    """Whether this process is one rank of a torchrun launch."""
+    return "WORLD_SIZE" in os.environ and "RANK" in os.environ
+
+
+def init_process_group(device: torch.device) -> tuple[int, int]:
+    """Join the launch's process group: NCCL on GPUs, gloo on CPUs. Returns (rank, world)."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        if device.type == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+        dist.init_process_group(backend, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=TIMEOUT_S))
+    return rank, world
+
+
+__all__ = ["Comm", "Pending", "FLOAT_BYTES", "ID_BYTES", "ids_tensor", "init_process_group", "launched"]

@@ -1,0 +1,215 @@
+"""``sharded`` and ``flexshard``: hybrid-parallel embedding rows, owned per a sharding plan.
+
+Each rank trains on its slice of the global batch. Per step:
+
+1. *input all-to-all*: the rank's lookups (every one, not deduplicated, so a
+   history of L events costs L ids) go to the ranks that serve their rows;
+2. the owners look the rows up;
+3. *output all-to-all*: the vectors go back, unpooled;
+4. after the dense backward, *gradient all-to-all*: each lookup's gradient
+   (scaled by ``1/P``: every rank's loss is the mean over its slice) goes to
+   the serving rank, which sums the gradients of its rows;
+5. replicated rows reduce their gradients in their replica group (every
+   rank for the ``ALL`` tier, one rank per node for the ``NODE`` tier);
+   column-wise shards reduce each row's squared-gradient sum for row-wise
+   Adagrad;
+6. the owners apply ``RowOptimizer``, the same update as the ``device`` store.
+
+``flexshard`` is this store with FlexShard's tiered plan.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from hotcold.counters import all_resident
+from hotcold.distributed.comm import Comm, Pending, ids_tensor
+from hotcold.distributed.plans import ALL, DEFAULT_HEADROOM, NODE, SHARDED, PlanInputs, build_plan
+from hotcold.distributed.topology import Topology
+from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, init_table, sum_by_index
+
+
+@dataclass
+class Exchange:
+    """One batch's routing on this rank: its lookups' order and counts, and the rows others asked of it."""
+
+    lk: Lookup
+    order: torch.Tensor | None     # int64 [L]: lookups sorted by serving rank (None: column-wise)
+    send_counts: np.ndarray        # int64 [P] lookups this rank sends each rank
+    recv_counts: np.ndarray        # int64 [P] lookups each rank sends this one
+    served: torch.Tensor           # int64 [R] local positions of the rows asked of this rank, by source rank
+
+
+class ShardedStore(EmbeddingStore):
+    option_names = ("plan", "memory_headroom", "table_ranks")
+    needs_frequencies = True
+    default_plan = "row"
+
+    def __init__(self, spec: StoreSpec) -> None:
+        super().__init__(spec)
+        self.comm: Comm = spec.comm if spec.comm is not None else Comm(Topology(1))
+        self.rank, self.world = self.comm.rank, self.comm.world
+        opts = spec.options
+        counts = spec.frequencies.numpy() if spec.frequencies is not None else np.zeros(spec.num_rows, np.int64)
+        self.inputs = PlanInputs(list(spec.table_sizes), counts, self.comm.topology, spec.dim,
+                                 self.optimizer.state_width, opts.get("memory_headroom", DEFAULT_HEADROOM),
+                                 {k: v for k, v in opts.items() if k not in ("plan", "memory_headroom")})
+        self.sharding = build_plan(opts.get("plan", self.default_plan), self.inputs)
+        sh = self.sharding
+        self.width = spec.dim // sh.columns
+        self.col0 = self.rank * self.width if sh.columns > 1 else 0
+        owned = np.flatnonzero(sh.owned(self.rank))
+        self.owned_rows = owned                                          # [M] global rows held here
+        self.local_index = np.full(sh.num_rows, -1, dtype=np.int64)
+        self.local_index[owned] = np.arange(owned.size)
+        full = init_table(spec.table_sizes, spec.dim, spec.seed)
+        self.weight = full[torch.from_numpy(owned), self.col0:self.col0 + self.width].contiguous().to(self.device)
+        self.state = self.optimizer.init_state(owned.size, self.device)
+        tier = sh.tier[owned]
+        self.tier = torch.from_numpy(tier.astype(np.int64))               # [M] tier of each held row
+        self.replicas = [(torch.from_numpy(np.flatnonzero(tier == t)), group) for t, group in
+                         ((ALL, None), (NODE, self.comm.topology.cross_node_group(self.comm.topology.local(self.rank))))
+                         if (tier == t).any()]
+        self._last: tuple[Exchange, torch.Tensor] | None = None
+        self._served_total = 0
+
+    # -- routing ---------------------------------------------------------------------------------
+    def route(self, ids: torch.Tensor, collective: str | None = "input_a2a") -> Exchange:
+        """Send this rank's lookups to the ranks serving them; learn which rows others ask of it."""
+        lk = self.plan(ids)
+        rows = lk.rows.numpy()
+        p = self.world
+        if self.sharding.columns > 1:
+            order = None
+            send_counts = np.full(p, rows.size, dtype=np.int64)
+            data = np.tile(rows, p)
+        else:
+            dest = self.sharding.serving_rank(self.rank, rows)
+            order_np = np.argsort(dest, kind="stable")
+            send_counts = np.bincount(dest, minlength=p).astype(np.int64)
+            data, order = rows[order_np], torch.from_numpy(order_np)
+        recv_counts = self.comm.exchange_counts(send_counts, collective)
+        got = self.comm.all_to_all(ids_tensor(data, self.device), send_counts, recv_counts, collective).wait()
+        served = torch.from_numpy(self.local_index[got.cpu().numpy()])
+        return Exchange(lk, order, send_counts, recv_counts, served)
+
+    def gather_rows(self, positions: torch.Tensor) -> torch.Tensor:
+        """Held rows at local ``positions`` [R] -> [R, width]."""
+        return self.weight.index_select(0, positions.to(self.device, non_blocking=True))
+
+    def answer(self, ex: Exchange, vectors: torch.Tensor, collective: str | None = "output_a2a") -> torch.Tensor:
+        """Send the served vectors [R, width] back; assemble this rank's lookups [L, D] in lookup order."""
+        got = self.comm.all_to_all(vectors, ex.recv_counts, ex.send_counts, collective).wait()
+        if ex.order is None:  # column-wise: one slice from every rank
+            n = ex.lk.size
+            return got.view(self.world, n, self.width).permute(1, 0, 2).reshape(n, self.dim)
+        out = torch.empty_like(got)
+        out.index_copy_(0, ex.order.to(got.device), got)
+        return out
+
+    # -- the protocol ---------------------------------------------------------------------------
+    def forward(self, ids: torch.Tensor, timer: Marker) -> torch.Tensor:
+        ex = self.route(ids)
+        timer.mark("input_a2a")
+        vectors = self.gather_rows(ex.served)
+        timer.mark("emb_fwd")
+        return self._finish_forward(ex, vectors, timer)
+
+    def _finish_forward(self, ex: Exchange, vectors: torch.Tensor, timer: Marker) -> torch.Tensor:
+        out = self.to_batch(self.answer(ex, vectors), ex.lk)
+        timer.mark("output_a2a")
+        self._last = (ex, vectors)
+        return out
+
+    def send_grads(self, ex: Exchange, grad: torch.Tensor, async_op: bool = False) -> Pending:
+        """Each lookup's gradient [B, K, D] to its serving rank (scaled by 1/P); the owner receives [R, width]."""
+        g = self.from_batch(grad, ex.lk) * (1.0 / self.world)
+        if ex.order is None:
+            n = ex.lk.size
+            g = g.view(n, self.world, self.width).permute(1, 0, 2).reshape(self.world * n, self.width)
+        else:
+            g = g.index_select(0, ex.order.to(g.device))
+        return self.comm.all_to_all(g, ex.send_counts, ex.recv_counts, "grad_a2a", async_op=async_op)
+
+    def backward(self, grad: torch.Tensor, timer: Marker) -> None:
+        assert self._last is not None, "backward without forward"
+        ex, _ = self._last
+        received = self.send_grads(ex, grad).wait()
+        timer.mark("grad_a2a")
+        self.update(ex, received, timer)
+
+    def update(self, ex: Exchange, received: torch.Tensor, timer: Marker) -> None:
+        """Sum the received gradients by row, reduce replicas, apply the row optimizer; book the step."""
+        uniq, inverse = torch.unique(ex.served, return_inverse=True)  # planned on the host
+        slots = uniq.to(self.device, non_blocking=True)
+        summed = sum_by_index(inverse.to(self.device, non_blocking=True), received, uniq.numel())  # [U, width]
+        timer.mark("emb_update")
+        sharded = self.tier.index_select(0, uniq) == SHARDED
+        if self.replicas:
+            self._reduce_replicas(uniq, summed, sharded)
+            slots, summed = slots[sharded.to(self.device)], summed[sharded.to(self.device)]
+        sq_mean = None
+        if self.sharding.columns > 1 and self.optimizer.state_width:
+            sq = summed.pow(2).sum(dim=1)
+            sq_mean = self.comm.all_reduce(sq, None, "column_allreduce").wait() / self.dim
+            timer.mark("column_allreduce")
+        self.optimizer.apply(self.weight, self.state, slots, summed, sq_mean)
+        timer.mark("emb_update")
+        self._book_step(ex)
+        self._last = None
+
+    def _reduce_replicas(self, uniq: torch.Tensor, summed: torch.Tensor, sharded: torch.Tensor) -> None:
+        """All-reduce each replicated tier's gradient over its group, then update the rows it touched anywhere."""
+        dense = torch.zeros(self.weight.shape[0], self.width, dtype=summed.dtype, device=summed.device)
+        mine = ~sharded
+        dense.index_copy_(0, uniq[mine].to(self.device), summed[mine.to(self.device)])
+        for positions, group in self.replicas:
+            pos = positions.to(self.device)
+            part = self.comm.all_reduce(dense.index_select(0, pos), group, "replica_allreduce").wait()
+            touched = part.ne(0).any(dim=1)
+            self.optimizer.apply(self.weight, self.state, pos[touched], part[touched])
+
+    def _book_step(self, ex: Exchange, early: int = 0) -> None:
+        served = int(ex.served.numel())
+        self._served_total += served
+        counters = all_resident(ex.lk.size, int(ex.lk.unique()[0].numel()))
+        for k, v in self.comm.ledger.take_step().items():
+            setattr(counters, k, v)
+        counters.served_lookups, counters.early_lookups = served, early
+        self._counters = counters
+
+    # -- evaluation and export ------------------------------------------------------------------
+    @torch.no_grad()
+    def lookup(self, ids: torch.Tensor) -> torch.Tensor:
+        ex = self.route(ids, collective=None)
+        return self.to_batch(self.answer(ex, self.gather_rows(ex.served), collective=None), ex.lk)
+
+    def export(self) -> torch.Tensor:
+        """Every row's weights on every rank: each row's primary copy summed into zeros over all ranks."""
+        sh, topo = self.sharding, self.comm.topology
+        full = torch.zeros(sh.num_rows, self.dim, dtype=torch.float32)
+        tier = sh.tier[self.owned_rows]
+        primary = (tier == SHARDED) | ((tier == NODE) & (topo.node(self.rank) == 0)) | ((tier == ALL) & (self.rank == 0))
+        rows = torch.from_numpy(self.owned_rows[primary])
+        full[rows, self.col0:self.col0 + self.width] = self.weight.detach().cpu()[torch.from_numpy(primary)]
+        return self.comm.all_reduce(full, None, None).wait()
+
+    def report(self) -> dict[str, Any]:
+        served = self.comm.gather_objects(self._served_total)
+        ledgers = self.comm.gather_objects(self.comm.ledger.summary())
+        collectives = {c: {k: sum(led[c][k] for led in ledgers) for k in ledgers[0][c]} for c in ledgers[0]}
+        mean = float(np.mean(served)) if served else 0.0
+        return {**self.sharding.describe(self.dim, self.optimizer.state_width, self.inputs.budget_bytes()),
+                "served_lookups_per_rank": [int(s) for s in served],
+                "load_imbalance": float(max(served) / mean) if mean > 0 else float("nan"),
+                "collectives": collectives}
+
+
+class FlexShardStore(ShardedStore):
+    """FlexShard (Sethi et al. 2023): per-row tiers chosen by a solver over the topology's costs."""
+
+    option_names = ("memory_headroom",)
+    default_plan = "flexshard"

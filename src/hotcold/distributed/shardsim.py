@@ -1,0 +1,166 @@
+"""``hotcold shard-sim``: the bytes of every collective for any world size, without training.
+
+From a dataset's training batches (the loader's order) and a plan, the same
+routing (``Plan.serving_rank``) and the same byte accounting
+(``distributed.traffic``) as the training store give each step's bytes per
+collective and per (source, destination) rank, so 16 nodes x 8 GPUs cost a
+loop over batches. Tested equal to the training counters at the world sizes
+that run here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from hotcold.config import InfeasibleError, RunConfig
+from hotcold.data.format import Dataset
+from hotcold.data.loader import batch_rows
+from hotcold.data.skew import row_counts
+from hotcold.distributed.plans import ALL, DEFAULT_HEADROOM, NODE, Plan, PlanInputs, build_plan
+from hotcold.distributed.topology import Topology
+from hotcold.distributed.traffic import (COLLECTIVES, FLOAT_BYTES, ID_BYTES, SPLIT_BYTES, Ledger,
+                                         ring_allreduce_matrix)
+
+
+@dataclass
+class Scale:
+    """A simulated cluster: ``nodes`` x ``ranks_per_node`` ranks."""
+
+    nodes: int
+    ranks_per_node: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Scale":
+        """``"16x8"``: 16 nodes of 8 ranks."""
+        try:
+            n, g = (int(x) for x in text.lower().split("x"))
+        except ValueError:
+            raise ValueError(f"a scale is NODESxRANKS_PER_NODE (e.g. 16x8), got {text!r}") from None
+        if n < 1 or g < 1:
+            raise ValueError(f"a scale needs at least one node of one rank, got {text!r}")
+        return cls(n, g)
+
+    def topology(self) -> Topology:
+        return Topology(self.nodes * self.ranks_per_node, self.ranks_per_node)
+
+
+def dense_parameters(ds: Dataset, cfg: RunConfig) -> int:
+    """Parameters of the dense layers: the data-parallel all-reduce's floats."""
+    from hotcold.model import build_model
+
+    return sum(p.numel() for p in build_model(ds, cfg.model).parameters())
+
+
+def global_batches(ds: Dataset, cfg: RunConfig) -> Iterator[np.ndarray]:
+    """Global rows [B, K] (-1 at padding) of every training batch, in the loader's order."""
+    start, stop = ds.split("train")
+    t = cfg.train
+    for rows in batch_rows(stop - start, t.batch_size, t.steps, cfg.seed, t.shuffle):
+        yield ds.global_ids(rows + start)
+
+
+def step_matrices(plan: Plan, batch: np.ndarray, dim: int, state_width: int,
+                  dense_params: int) -> dict[str, np.ndarray]:
+    """The [P, P] bytes of every collective of one training step of global batch ``batch`` [B, K]."""
+    topo = plan.topology
+    p = topo.world
+    slices = np.split(batch, p)
+    requests = [s.reshape(-1)[s.reshape(-1) >= 0] for s in slices]
+    width = dim // plan.columns
+    counts = np.zeros((p, p), dtype=np.int64)  # counts[r, q]: lookups rank r sends rank q
+    for r, rows in enumerate(requests):
+        if plan.columns > 1:
+            counts[r] = rows.size
+        else:
+            counts[r] = np.bincount(plan.serving_rank(r, rows), minlength=p)
+    off = ~np.eye(p, dtype=bool)
+    out = {c: np.zeros((p, p), dtype=np.int64) for c in COLLECTIVES}
+    if p > 1:
+        out["input_a2a"] = (counts * ID_BYTES + SPLIT_BYTES) * off
+    out["output_a2a"] = counts.T * width * FLOAT_BYTES * off
+    out["grad_a2a"] = counts * width * FLOAT_BYTES * off
+    tier_all = int((plan.tier == ALL).sum())
+    out["replica_allreduce"] = ring_allreduce_matrix(range(p), tier_all * width * FLOAT_BYTES, p)
+    node_rows = plan.slot[plan.tier == NODE]
+    for local in range(topo.ranks_per_node):
+        n = int((node_rows == local).sum())
+        out["replica_allreduce"] += ring_allreduce_matrix(topo.cross_node_group(local), n * width * FLOAT_BYTES, p)
+    if plan.columns > 1 and state_width:
+        uniq = np.unique(np.concatenate(requests)).size
+        out["column_allreduce"] = ring_allreduce_matrix(range(p), uniq * FLOAT_BYTES, p)
+    out["dense_allreduce"] = ring_allreduce_matrix(range(p), dense_params * FLOAT_BYTES, p)
+    return out
+
+
+def simulate_plan(plan: Plan, batches: Iterable[np.ndarray], dim: int, state_width: int,
+                  dense_params: int) -> tuple[Ledger, list[dict[str, int]], np.ndarray]:
+    """The ledger over all batches, each step's bytes (``StepCounters`` names) and lookups served per rank."""
+    ledger = Ledger(plan.topology)
+    steps = []
+    served = np.zeros(plan.topology.world, dtype=np.int64)
+    for batch in batches:
+        for c, m in step_matrices(plan, batch, dim, state_width, dense_params).items():
+            ledger.add(c, m)
+        steps.append(ledger.take_step())
+        lookups = int((batch >= 0).sum())
+        served += lookups if plan.columns > 1 else _served(plan, batch)
+    return ledger, steps, served
+
+
+def _served(plan: Plan, batch: np.ndarray) -> np.ndarray:
+    p = plan.topology.world
+    out = np.zeros(p, dtype=np.int64)
+    for r, s in enumerate(np.split(batch, p)):
+        rows = s.reshape(-1)
+        out += np.bincount(plan.serving_rank(r, rows[rows >= 0]), minlength=p)
+    return out
+
+
+def shard_sim(ds: Dataset, cfg: RunConfig, plans: list[str], scales: list[Scale], headrooms: list[float],
+              options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One row per plan x scale x headroom: bytes per step of every collective, memory, load imbalance."""
+    from hotcold.embedding.base import RowOptimizer
+
+    t = cfg.train
+    dim, state = cfg.model.embedding_dim, RowOptimizer(t.row_optimizer, t.lr).state_width
+    counts = row_counts(ds, "train")
+    dense = dense_parameters(ds, cfg)
+    batches = list(global_batches(ds, cfg))
+    rows = []
+    for scale in scales:
+        topo = scale.topology()
+        if t.batch_size % topo.world:
+            raise ValueError(f"batch_size {t.batch_size} is not divisible by {topo.world} ranks ({scale})")
+        for headroom in headrooms:
+            for name in plans:
+                inputs = PlanInputs(ds.cardinalities, counts, topo, dim, state, headroom,
+                                    {**(options or {}), "steps": t.steps})
+                key = {"dataset": ds.name, "plan": name, "world": topo.world, "ranks_per_node": topo.ranks_per_node,
+                       "nodes": topo.nodes, "memory_headroom": headroom, "steps": len(batches)}
+                try:
+                    plan = build_plan(name, inputs)
+                except InfeasibleError as e:
+                    rows.append({**key, "status": "infeasible", "reason": str(e)})
+                    continue
+                ledger, _, served = simulate_plan(plan, batches, dim, state, dense)
+                rows.append({**key, "status": "ok", **_per_step(ledger, len(batches)),
+                             "memory_bytes_per_rank_max": int(plan.bytes_held(dim, state).max()),
+                             "memory_budget_bytes": inputs.budget_bytes(),
+                             "load_imbalance": float(served.max() / served.mean()) if served.sum() else float("nan")})
+    return rows
+
+
+def _per_step(ledger: Ledger, steps: int) -> dict[str, float]:
+    """Mean bytes per step of every collective, and of all of them intra- and inter-node."""
+    summary = ledger.summary()
+    out = {f"{c}_bytes": v["bytes"] / steps for c, v in summary.items()}
+    out["intra_node_bytes"] = sum(v["intra_node_bytes"] for v in summary.values()) / steps
+    out["inter_node_bytes"] = sum(v["inter_node_bytes"] for v in summary.values()) / steps
+    out["inter_node_a2a_bytes"] = sum(summary[c]["inter_node_bytes"]
+                                      for c in ("input_a2a", "output_a2a", "grad_a2a")) / steps
+    return out
+
+
+__all__ = ["Scale", "shard_sim", "simulate_plan", "step_matrices", "DEFAULT_HEADROOM"]

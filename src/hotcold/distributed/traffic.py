@@ -1,0 +1,90 @@
+"""Byte accounting of the collectives, shared by the training store and ``shard-sim``.
+
+Every collective's bytes are a [P, P] matrix: entry (s, d) is what rank s
+sends to rank d. A rank's sends to itself cross no link and count zero.
+
+- an all-to-all sends each destination exactly its split;
+- an all-reduce of ``n`` bytes over a group of ``g`` ranks is counted as a
+  ring (reduce-scatter then all-gather, ranks in ascending order): each
+  member sends ``2 (g - 1) n / g`` bytes (rounded down) to its successor.
+
+These are the bytes of the algorithm, not what a particular library chose
+to send (gloo and NCCL may pick a tree); the README says so.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from hotcold.distributed.topology import Topology
+
+#: the collectives a step may run, in step order
+COLLECTIVES = ("input_a2a", "output_a2a", "grad_a2a", "replica_allreduce", "column_allreduce", "dense_allreduce")
+ID_BYTES = 8       # int64 row ids
+SPLIT_BYTES = 8    # one int64 count per peer in the size exchange before an uneven all-to-all
+FLOAT_BYTES = 4
+
+
+def a2a_matrix(rank: int, send_bytes: np.ndarray, world: int) -> np.ndarray:
+    """[P, P] with row ``rank`` = ``send_bytes`` [P] (its sends to itself zeroed)."""
+    m = np.zeros((world, world), dtype=np.int64)
+    m[rank] = send_bytes
+    m[rank, rank] = 0
+    return m
+
+
+def ring_allreduce_matrix(group: Iterable[int], nbytes: int, world: int) -> np.ndarray:
+    """[P, P] bytes of a ring all-reduce of ``nbytes`` over ``group`` (every member's sends)."""
+    members = sorted(group)
+    g = len(members)
+    m = np.zeros((world, world), dtype=np.int64)
+    if g < 2 or nbytes <= 0:
+        return m
+    per = 2 * (g - 1) * nbytes // g
+    for i, src in enumerate(members):
+        m[src, members[(i + 1) % g]] += per
+    return m
+
+
+def split_intra_inter(matrix: np.ndarray, topo: Topology) -> tuple[int, int]:
+    """(intra-node, inter-node) bytes of a [P, P] matrix."""
+    inter = topo.inter_mask()
+    off = ~np.eye(topo.world, dtype=bool)
+    return int(matrix[off & ~inter].sum()), int(matrix[inter].sum())
+
+
+class Ledger:
+    """Bytes per collective as [P, P] matrices, per step and in total."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+        self.total = {c: np.zeros((topo.world, topo.world), dtype=np.int64) for c in COLLECTIVES}
+        self._step = {c: 0 for c in COLLECTIVES}
+        self._step_intra = 0
+        self._step_inter = 0
+
+    def add(self, collective: str, matrix: np.ndarray) -> None:
+        if collective not in self.total:
+            raise KeyError(f"unknown collective {collective!r}; known: {COLLECTIVES}")
+        self.total[collective] += matrix
+        self._step[collective] += int(matrix.sum())
+        intra, inter = split_intra_inter(matrix, self.topo)
+        self._step_intra += intra
+        self._step_inter += inter
+
+    def take_step(self) -> dict[str, int]:
+        """Bytes since the last call, per collective and intra/inter node; resets the step."""
+        out = {f"{c}_bytes": v for c, v in self._step.items()}
+        out["intra_node_bytes"], out["inter_node_bytes"] = self._step_intra, self._step_inter
+        self._step = {c: 0 for c in COLLECTIVES}
+        self._step_intra = self._step_inter = 0
+        return out
+
+    def summary(self) -> dict[str, dict[str, int]]:
+        """{collective: {bytes, intra_node_bytes, inter_node_bytes}} over everything added."""
+        out = {}
+        for c, m in self.total.items():
+            intra, inter = split_intra_inter(m, self.topo)
+            out[c] = {"bytes": int(m.sum()), "intra_node_bytes": intra, "inter_node_bytes": inter}
+        return out

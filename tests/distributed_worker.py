@@ -1,0 +1,44 @@
+"""One torchrun launch trains many scale-out cases in one process group (tests/test_distributed.py).
+
+Usage (under torchrun): ``python -m torch.distributed.run --standalone --nproc-per-node P
+tests/distributed_worker.py CASES.json OUT.pt``. CASES.json: a list of
+``{"name", "dataset" (directory), "run_config" (RunConfig dict)}``; rank 0
+saves ``{name: {"params", "counters", "report", "summary"}}`` with torch.save.
+A case whose run config has ``"fail_rank"`` makes that rank exit at step 2,
+standing in for a crashed process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+
+from hotcold.config import RunConfig
+from hotcold.data.format import Dataset
+from hotcold.distributed.world import World
+from hotcold.train import train
+
+
+def main(cases_path: str, out_path: str) -> None:
+    torch.set_num_threads(1)
+    cases = json.loads(open(cases_path).read())
+    cpu = torch.device("cpu")
+    world = World.join(cases[0]["ranks_per_node"], int(os.environ["WORLD_SIZE"]), cpu)
+    results = {}
+    for case in cases:
+        if case.get("fail_rank") == world.rank:
+            os._exit(3)
+        cfg = RunConfig.from_dict(case["run_config"])
+        res = train(cfg, Dataset.open(case["dataset"]), cpu, progress=False, world=world)
+        if world.is_main:
+            results[case["name"]] = {"params": res.named_parameters(), "counters": res.counters,
+                                     "report": res.store_report, "summary": res.summary}
+    if world.is_main:
+        torch.save(results, out_path)
+    world.close()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
