@@ -4,8 +4,6 @@ Usage (under torchrun): ``python -m torch.distributed.run --standalone --nproc-p
 tests/distributed_worker.py CASES.json OUT.pt``. CASES.json: a list of
 ``{"name", "dataset" (directory), "run_config" (RunConfig dict)}``; rank 0
 saves ``{name: {"params", "counters", "report", "summary"}}`` with torch.save.
-A case whose run config has ``"fail_rank"`` makes that rank exit at step 2,
-standing in for a crashed process.
 """
 from __future__ import annotations
 
@@ -28,8 +26,6 @@ def main(cases_path: str, out_path: str) -> None:
     world = World.join(cases[0]["ranks_per_node"], int(os.environ["WORLD_SIZE"]), cpu)
     results = {}
     for case in cases:
-        if case.get("fail_rank") == world.rank:
-            os._exit(3)
         cfg = RunConfig.from_dict(case["run_config"])
         res = train(cfg, Dataset.open(case["dataset"]), cpu, progress=False, world=world)
         if world.is_main:

@@ -90,7 +90,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         cfg.distributed.validate("--nproc")
     world_size = cfg.distributed.world
     if world_size > 1 and not launched():
-        _launch_train(args, world_size)
+        _launch_train(args, cfg)
         return
     world = None
     device = resolve_device(cfg.timing.device)
@@ -113,15 +113,14 @@ def cmd_train(args: argparse.Namespace) -> None:
               file=sys.stderr)
 
 
-def _launch_train(args: argparse.Namespace, nproc: int) -> None:
-    """Start ``nproc`` ranks of this same command under torchrun; a failed rank fails the verb."""
+def _launch_train(args: argparse.Namespace, cfg: Any) -> None:
+    """Start the config's ranks, each running ``hotcold train`` on the resolved config; a failed rank fails the verb."""
     from hotcold.distributed.launch import launch_ranks
 
     (Path(args.out) / "record.json").unlink(missing_ok=True)
-    verb = ["train", "--dataset", args.dataset, "--run-config", args.run_config, "--out", args.out,
-            "--threads", str(args.threads), "--nproc", str(nproc)]
-    verb += (["--device", args.device] if args.device else []) + (["--no-progress"] if args.no_progress else [])
-    rc = launch_ranks(nproc, verb)
+    verb = ["train", "--dataset", args.dataset, "--run-config", json.dumps(cfg.to_dict()), "--out", args.out,
+            "--threads", str(args.threads)] + (["--no-progress"] if args.no_progress else [])
+    rc = launch_ranks(cfg.distributed.world, verb)
     if rc != 0:
         raise ChildProcessError(f"torchrun exited with status {rc}: a rank failed, no record was written")
 

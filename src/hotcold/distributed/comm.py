@@ -13,6 +13,7 @@ uneven tensors does not work on gloo.
 from __future__ import annotations
 
 import datetime
+import math
 import os
 from typing import Any, Sequence
 
@@ -62,6 +63,10 @@ class Comm:
                     self._groups[members] = dist.new_group(list(members))
 
     # -- counting -------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Start a fresh ledger (a new run on the same process group)."""
+        self.ledger = Ledger(self.topology)
+
     def _book(self, collective: str, matrix: np.ndarray) -> None:
         own = np.zeros_like(matrix)
         own[self.rank] = matrix[self.rank]
@@ -84,7 +89,7 @@ class Comm:
 
         ``collective`` None: not counted (evaluation, export).
         """
-        item = data[0].numel() * data.element_size() if data.dim() > 1 else data.element_size()
+        item = math.prod(data.shape[1:]) * data.element_size()  # bytes of one row of ``data``
         if collective is not None:
             self._book(collective, a2a_matrix(self.rank, np.asarray(send_counts, dtype=np.int64) * item, self.world))
         if self.world == 1:

@@ -51,6 +51,7 @@ class ShardedStore(EmbeddingStore):
     def __init__(self, spec: StoreSpec) -> None:
         super().__init__(spec)
         self.comm: Comm = spec.comm if spec.comm is not None else Comm(Topology(1))
+        self.comm.reset()
         self.rank, self.world = self.comm.rank, self.comm.world
         opts = spec.options
         counts = spec.frequencies.numpy() if spec.frequencies is not None else np.zeros(spec.num_rows, np.int64)

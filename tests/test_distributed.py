@@ -1,0 +1,247 @@
+"""Scale-out: every plan, with and without Proactive, trains the ``device`` store's model at 1, 2 and 4 ranks;
+byte counters match shard-sim and an independent count; bad plans fail before training; a dead rank leaves no record.
+
+Multi-rank cases run in one torchrun launch per world size (tests/distributed_worker.py).
+They use dense SGD: the data-parallel dense gradient is a sum of per-rank means, a
+different float order than the one-process mean, and dense (per-element) Adagrad
+amplifies those 1e-8 differences to ~1e-6 within tens of steps on these tiny models;
+the embedding rows use SGD and row-wise Adagrad.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hotcold.config import ConfigError, InfeasibleError
+from hotcold.distributed.plans import PlanInputs, build_plan, row_wise
+from hotcold.distributed.shardsim import global_batches, simulate_plan, step_matrices, dense_parameters
+from hotcold.distributed.topology import Topology
+from hotcold.distributed.traffic import COLLECTIVES, Ledger
+from hotcold.data.skew import row_counts
+from hotcold.train import train
+from test_stores import rel_diff, run_cfg
+
+CPU = torch.device("cpu")
+ROOT = Path(__file__).resolve().parents[1]
+PLANS = ["row", "table", "column"]
+METHODS = [("sharded", {}), ("proactive", {}), ("proactive", {"depth": 2})]
+STEPS = 12
+HEADROOM = 4.0  # room for table-wise on the fixtures' few tables
+
+
+def case_cfg(method: str, plan: str, extra: dict, row_optimizer: str, world: int = 1, ranks_per_node: int = 1):
+    cfg = run_cfg(method, row_optimizer, steps=STEPS, dense_optimizer="sgd")
+    store = {"plan": plan, "memory_headroom": HEADROOM, **extra}
+    return dataclasses.replace(cfg, store=store, distributed=dataclasses.replace(
+        cfg.distributed, world=world, ranks_per_node=ranks_per_node))
+
+
+def reference(ds, row_optimizer: str):
+    return train(run_cfg("device", row_optimizer, steps=STEPS, dense_optimizer="sgd"), ds, CPU, progress=False)
+
+
+@pytest.mark.parametrize("row_optimizer", ["sgd", "adagrad"])
+@pytest.mark.parametrize("method,extra", METHODS)
+@pytest.mark.parametrize("plan", PLANS)
+@pytest.mark.parametrize("data", ["small_dataset", "sequence_dataset"])
+def test_one_rank_trains_device_model(request, data, plan, method, extra, row_optimizer):
+    ds = request.getfixturevalue(data)
+    got = train(case_cfg(method, plan, extra, row_optimizer), ds, CPU, progress=False)
+    assert rel_diff(got.named_parameters(), reference(ds, row_optimizer).named_parameters()) <= 1e-6
+
+
+def launch(cases: list[dict], world: int, tmp: Path, name: str) -> tuple[int, dict]:
+    (tmp / f"{name}.json").write_text(json.dumps(cases))
+    out = tmp / f"{name}.pt"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")]))
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
+                           str(ROOT / "tests" / "distributed_worker.py"), str(tmp / f"{name}.json"), str(out)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    results = torch.load(out, weights_only=False) if out.exists() else {}
+    if proc.returncode != 0:
+        raise AssertionError("\n".join([line for line in proc.stderr.splitlines() if "Error" in line][-12:]))
+    return proc.returncode, results
+
+
+def all_cases(datasets, world: int, ranks_per_node: int) -> list[dict]:
+    cases = []
+    for ds in datasets:
+        for plan in PLANS:
+            for method, extra in METHODS:
+                for opt in ("sgd", "adagrad"):
+                    cfg = case_cfg(method, plan, extra, opt, world, ranks_per_node)
+                    cases.append({"name": f"{ds.name}/{plan}/{method}{extra}/{opt}", "dataset": str(ds.path),
+                                  "run_config": cfg.to_dict(), "ranks_per_node": ranks_per_node,
+                                  "data": ds.name, "opt": opt, "plan": plan, "method": method})
+    return cases
+
+
+@pytest.fixture(scope="module", params=[(2, 1), (4, 2)], ids=["2x1", "4x2"])
+def multi_rank(request, small_dataset, sequence_dataset, tmp_path_factory):
+    world, rpn = request.param
+    cases = all_cases([small_dataset, sequence_dataset], world, rpn)
+    _, results = launch(cases, world, tmp_path_factory.mktemp(f"w{world}"), "cases")
+    return world, rpn, cases, results, {small_dataset.name: small_dataset, sequence_dataset.name: sequence_dataset}
+
+
+def test_every_plan_at_every_world_size_trains_device_model(multi_rank):
+    world, _, cases, results, datasets = multi_rank
+    refs = {}
+    for case in cases:
+        key = (case["data"], case["opt"])
+        if key not in refs:
+            refs[key] = reference(datasets[case["data"]], case["opt"]).named_parameters()
+        got = results[case["name"]]
+        assert rel_diff(got["params"], refs[key]) <= 1e-6, case["name"]
+        assert got["summary"]["world"] == world
+
+
+def test_trained_bytes_equal_shard_sim(multi_rank):
+    """Per step, every collective's bytes summed over ranks equal shard-sim's for the same batches and plan."""
+    world, rpn, cases, results, datasets = multi_rank
+    for case in cases:
+        if case["method"] != "sharded":
+            continue
+        ds = datasets[case["data"]]
+        cfg = case_cfg("sharded", case["plan"], {}, case["opt"], world, rpn)
+        inputs = PlanInputs(ds.cardinalities, row_counts(ds, "train"), Topology(world, rpn), 8,
+                            1 if case["opt"] == "adagrad" else 0, HEADROOM)
+        plan = build_plan(case["plan"], inputs)
+        _, sim_steps, served = simulate_plan(plan, global_batches(ds, cfg), 8, inputs.state_width,
+                                             dense_parameters(ds, cfg))
+        trained = [c for _, c in results[case["name"]]["counters"]]
+        assert len(trained) == len(sim_steps) == STEPS
+        for got, want in zip(trained, sim_steps):
+            assert {k: got[k] for k in want} == want, case["name"]
+        assert results[case["name"]]["report"]["served_lookups_per_rank"] == served.tolist()
+
+
+def test_proactive_moves_the_same_bytes_and_looks_up_early(multi_rank):
+    _, _, cases, results, _ = multi_rank
+    by_name = {c["name"]: results[c["name"]] for c in cases}
+    for case in cases:
+        if case["method"] != "proactive":
+            continue
+        got = by_name[case["name"]]
+        base = by_name[case["name"].replace("proactive{'depth': 2}", "sharded{}").replace("proactive{}", "sharded{}")]
+        assert got["report"]["collectives"] == base["report"]["collectives"]
+        assert 0 < got["report"]["early_lookup_share"] < 1
+        assert 0 <= got["report"]["hidden_lookup_share"] <= 1
+        assert sum(c["early_lookups"] for _, c in got["counters"]) > 0
+
+
+def test_counters_against_an_independent_count():
+    """A hand-routed 2x2 case: ids to owners, vectors back, gradients to owners, split intra/inter by node."""
+    topo = Topology(4, 2)
+    sizes, dim = [8, 4], 2
+    inputs = PlanInputs(sizes, np.ones(12, np.int64), topo, dim, 0)
+    plan = row_wise(inputs)  # table 0: rows 0-1 -> rank 0, 2-3 -> 1, ...; table 1: row r -> rank r
+    batch = np.array([[0, 8], [7, 9], [3, 11], [5, -1]])  # one sample per rank, global rows
+    intra = inter = 0
+    sent = np.zeros((4, 4), np.int64)
+    for r, sample in enumerate(batch):
+        for row in sample[sample >= 0]:
+            owner = (row // 2) if row < 8 else row - 8
+            if owner != r:
+                sent[r, owner] += 1
+    for r in range(4):
+        for q in range(4):
+            if r == q:
+                continue
+            nbytes = 8 * sent[r, q] + 8 + sent[r, q] * dim * 4  # ids + split size, then gradients, r -> q
+            nbytes += sent[q, r] * dim * 4  # the vectors r serves q
+            if r // 2 == q // 2:
+                intra += nbytes
+            else:
+                inter += nbytes
+    ledger = Ledger(topo)
+    for c, m in step_matrices(plan, batch, dim, 0, dense_params=0).items():
+        ledger.add(c, m)
+    step = ledger.take_step()
+    assert (step["intra_node_bytes"], step["inter_node_bytes"]) == (intra, inter)
+    assert step["input_a2a_bytes"] == 8 * sent.sum() + 8 * 12
+
+
+def test_ring_allreduce_bytes():
+    from hotcold.distributed.traffic import ring_allreduce_matrix, split_intra_inter
+
+    m = ring_allreduce_matrix([0, 1, 2, 3], 400, 4)
+    assert m.sum() == 4 * 2 * 3 * 400 // 4
+    assert split_intra_inter(m, Topology(4, 2)) == (2 * 600, 2 * 600)  # 0->1, 2->3 intra; 1->2, 3->0 inter
+    assert ring_allreduce_matrix([5], 400, 8).sum() == 0
+
+
+def test_bad_plans_fail_before_training(small_dataset):
+    def run(**store):
+        cfg = dataclasses.replace(run_cfg("sharded", steps=STEPS), store=store)
+        return train(cfg, small_dataset, CPU, progress=False)
+
+    with pytest.raises(ConfigError, match="memory_headroom"):
+        run(plan="row", memory_headroom=0.5)
+    with pytest.raises(ConfigError, match="unknown table"):
+        run(plan="table", memory_headroom=4.0, table_ranks={"7": 0})
+    with pytest.raises(ConfigError, match="unknown plan"):
+        run(plan="diagonal")
+    with pytest.raises(ConfigError, match="unknown option"):
+        run(plan="row", cache_ratio=0.1)
+
+
+def test_a_plan_over_the_memory_budget_is_infeasible():
+    sizes = [1000, 10, 10]
+    inputs = PlanInputs(sizes, np.ones(1020, np.int64), Topology(2), 8, 1, headroom=1.0)
+    with pytest.raises(InfeasibleError, match="table 0"):
+        build_plan("table", inputs)
+    with pytest.raises(InfeasibleError, match="not divisible"):
+        build_plan("column", dataclasses.replace(inputs, topology=Topology(3), headroom=4.0))
+
+
+KILL_RANK_1 = """
+import os
+if os.environ.get("RANK") == "1":  # a torchrun rank, not the launcher: die in the third backward
+    import hotcold.distributed.sharded as sharded
+    original, calls = sharded.ShardedStore.backward, []
+    def backward(self, grad, timer):
+        calls.append(1)
+        if len(calls) == 3:
+            os._exit(7)
+        return original(self, grad, timer)
+    sharded.ShardedStore.backward = backward
+"""
+
+
+def test_dead_rank_leaves_no_record(small_dataset, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "record.json").write_text("{}")  # a stale record from an earlier run must go too
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(KILL_RANK_1)
+    cfg = case_cfg("sharded", "row", {}, "sgd", world=2).to_dict()
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(inject), str(ROOT / "src")]))
+    proc = subprocess.run([sys.executable, "-m", "hotcold", "train", "--dataset", str(small_dataset.path),
+                           "--run-config", json.dumps(cfg), "--out", str(out), "--threads", "2", "--no-progress"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "a rank failed, no record was written" in proc.stderr
+    assert not (out / "record.json").exists()
+
+
+def test_two_ranks_through_the_cli_write_one_record(small_dataset, tmp_path):
+    out = tmp_path / "run"
+    cfg = case_cfg("proactive", "row", {}, "adagrad", world=2).to_dict()
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT / "src"))
+    subprocess.run([sys.executable, "-m", "hotcold", "train", "--dataset", str(small_dataset.path),
+                    "--run-config", json.dumps(cfg), "--out", str(out), "--threads", "2", "--no-progress"],
+                   env=env, check=True, capture_output=True, text=True, timeout=300)
+    record = json.loads((out / "record.json").read_text())
+    assert record["summary"]["world"] == 2 and record["summary"]["plan"] == "row"
+    assert record["reference"]["method"] == "device"
+    assert record["store"]["collectives"]["grad_a2a"]["bytes"] > 0
