@@ -31,21 +31,22 @@ from test_stores import rel_diff, run_cfg
 
 CPU = torch.device("cpu")
 ROOT = Path(__file__).resolve().parents[1]
-PLANS = ["row", "table", "column"]
+PLANS = ["row", "table", "column", "recshard", "flexshard"]
 METHODS = [("sharded", {}), ("proactive", {}), ("proactive", {"depth": 2})]
 STEPS = 12
 HEADROOM = 4.0  # room for table-wise on the fixtures' few tables
 
 
 def case_cfg(method: str, plan: str, extra: dict, row_optimizer: str, world: int = 1, ranks_per_node: int = 1):
-    cfg = run_cfg(method, row_optimizer, steps=STEPS, dense_optimizer="sgd")
+    cfg = run_cfg(method, row_optimizer, steps=STEPS, dense_optimizer="sgd", eval_samples=256)
     store = {"plan": plan, "memory_headroom": HEADROOM, **extra}
     return dataclasses.replace(cfg, store=store, distributed=dataclasses.replace(
         cfg.distributed, world=world, ranks_per_node=ranks_per_node))
 
 
 def reference(ds, row_optimizer: str):
-    return train(run_cfg("device", row_optimizer, steps=STEPS, dense_optimizer="sgd"), ds, CPU, progress=False)
+    return train(run_cfg("device", row_optimizer, steps=STEPS, dense_optimizer="sgd", eval_samples=256), ds, CPU,
+                 progress=False)
 
 
 @pytest.mark.parametrize("row_optimizer", ["sgd", "adagrad"])
@@ -112,8 +113,9 @@ def test_trained_bytes_equal_shard_sim(multi_rank):
             continue
         ds = datasets[case["data"]]
         cfg = case_cfg("sharded", case["plan"], {}, case["opt"], world, rpn)
-        inputs = PlanInputs(ds.cardinalities, row_counts(ds, "train"), Topology(world, rpn), 8,
-                            1 if case["opt"] == "adagrad" else 0, HEADROOM)
+        start, stop = ds.split("train")
+        inputs = PlanInputs.for_training(ds.cardinalities, row_counts(ds, "train"), Topology(world, rpn), 8,
+                                         1 if case["opt"] == "adagrad" else 0, HEADROOM, {}, 128 / (stop - start))
         plan = build_plan(case["plan"], inputs)
         _, sim_steps, served = simulate_plan(plan, global_batches(ds, cfg), 8, inputs.state_width,
                                              dense_parameters(ds, cfg))
@@ -245,3 +247,14 @@ def test_two_ranks_through_the_cli_write_one_record(small_dataset, tmp_path):
     assert record["summary"]["world"] == 2 and record["summary"]["plan"] == "row"
     assert record["reference"]["method"] == "device"
     assert record["store"]["collectives"]["grad_a2a"]["bytes"] > 0
+
+
+def test_flexshard_replicates_hot_rows_when_memory_allows(multi_rank):
+    """With room to spare the fixtures' hottest rows are replicated, so the tiered paths above were exercised."""
+    world, rpn, cases, results, _ = multi_rank
+    for case in cases:
+        if case["plan"] == "flexshard":
+            tiers = results[case["name"]]["report"]["tier_rows"]
+            assert tiers["all"] + tiers["node"] > 0, case["name"]
+            if world // rpn > 1:
+                assert results[case["name"]]["report"]["collectives"]["replica_allreduce"]["bytes"] > 0

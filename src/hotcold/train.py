@@ -81,6 +81,7 @@ def build(cfg: RunConfig, ds: Dataset, device: torch.device, order: Sequence[np.
         options=cfg.store,
         column_tables=ds.column_tables,
         comm=world.comm if world is not None else None,
+        batch_share=cfg.train.batch_size / max(1, ds.split("train")[1] - ds.split("train")[0]),
     )
     cls = store_class(cfg.method)
     if cls.needs_frequencies:

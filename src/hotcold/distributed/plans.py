@@ -107,6 +107,14 @@ class PlanInputs:
     def bounds(self) -> np.ndarray:
         return np.concatenate([[0], np.cumsum(self.table_sizes)]).astype(np.int64)
 
+    @classmethod
+    def for_training(cls, table_sizes: Sequence[int], counts: np.ndarray, topology: Topology, dim: int,
+                     state_width: int, headroom: float, options: Mapping[str, Any], batch_share: float) -> "PlanInputs":
+        """Inputs whose counts cover the training split, of which one step reads ``batch_share``:
+        planners that model a step's traffic get ``lookups_per_step``."""
+        per_step = {"lookups_per_step": float(np.sum(counts)) * batch_share}
+        return cls(list(table_sizes), counts, topology, dim, state_width, headroom, {**options, **per_step})
+
     def row_bytes(self) -> int:
         return (self.dim + self.state_width) * 4
 

@@ -55,9 +55,10 @@ class ShardedStore(EmbeddingStore):
         self.rank, self.world = self.comm.rank, self.comm.world
         opts = spec.options
         counts = spec.frequencies.numpy() if spec.frequencies is not None else np.zeros(spec.num_rows, np.int64)
-        self.inputs = PlanInputs(list(spec.table_sizes), counts, self.comm.topology, spec.dim,
-                                 self.optimizer.state_width, opts.get("memory_headroom", DEFAULT_HEADROOM),
-                                 {k: v for k, v in opts.items() if k not in ("plan", "memory_headroom")})
+        self.inputs = PlanInputs.for_training(
+            spec.table_sizes, counts, self.comm.topology, spec.dim, self.optimizer.state_width,
+            opts.get("memory_headroom", DEFAULT_HEADROOM),
+            {k: v for k, v in opts.items() if k not in ("plan", "memory_headroom")}, spec.batch_share)
         self.sharding = build_plan(opts.get("plan", self.default_plan), self.inputs)
         sh = self.sharding
         self.width = spec.dim // sh.columns
@@ -212,5 +213,5 @@ class ShardedStore(EmbeddingStore):
 class FlexShardStore(ShardedStore):
     """FlexShard (Sethi et al. 2023): per-row tiers chosen by a solver over the topology's costs."""
 
-    option_names = ("memory_headroom",)
+    option_names = ("memory_headroom", "intra_node_gbps", "inter_node_gbps")
     default_plan = "flexshard"

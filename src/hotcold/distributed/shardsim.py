@@ -126,6 +126,7 @@ def shard_sim(ds: Dataset, cfg: RunConfig, plans: list[str], scales: list[Scale]
     t = cfg.train
     dim, state = cfg.model.embedding_dim, RowOptimizer(t.row_optimizer, t.lr).state_width
     counts = row_counts(ds, "train")
+    start, stop = ds.split("train")
     dense = dense_parameters(ds, cfg)
     batches = list(global_batches(ds, cfg))
     rows = []
@@ -135,8 +136,8 @@ def shard_sim(ds: Dataset, cfg: RunConfig, plans: list[str], scales: list[Scale]
             raise ValueError(f"batch_size {t.batch_size} is not divisible by {topo.world} ranks ({scale})")
         for headroom in headrooms:
             for name in plans:
-                inputs = PlanInputs(ds.cardinalities, counts, topo, dim, state, headroom,
-                                    {**(options or {}), "steps": t.steps})
+                inputs = PlanInputs.for_training(ds.cardinalities, counts, topo, dim, state, headroom, options or {},
+                                                 t.batch_size / max(1, stop - start))
                 key = {"dataset": ds.name, "plan": name, "world": topo.world, "ranks_per_node": topo.ranks_per_node,
                        "nodes": topo.nodes, "memory_headroom": headroom, "steps": len(batches)}
                 try:

@@ -63,6 +63,9 @@ class StoreSpec:
     prepared: dict[str, Any] = field(default_factory=dict)
     #: the counted collectives of this rank (``hotcold.distributed.comm.Comm``); None: one process
     comm: Any = None
+    #: the share of the training split one step reads (batch size / training samples), for planners
+    #: that turn the ``frequencies`` of the whole split into expected lookups per step
+    batch_share: float = 1.0
 
     @property
     def num_rows(self) -> int:
