@@ -19,15 +19,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_stores import rel_diff, run_cfg
 
 from hotcold.config import ConfigError, InfeasibleError
-from hotcold.distributed.plans import PlanInputs, build_plan, row_wise
-from hotcold.distributed.shardsim import global_batches, simulate_plan, step_matrices, dense_parameters
-from hotcold.distributed.topology import Topology
-from hotcold.distributed.traffic import COLLECTIVES, Ledger
 from hotcold.data.skew import row_counts
+from hotcold.distributed.plans import PlanInputs, build_plan, row_wise
+from hotcold.distributed.shardsim import dense_parameters, global_batches, simulate_plan, step_matrices
+from hotcold.distributed.topology import Topology
+from hotcold.distributed.traffic import Ledger
 from hotcold.train import train
-from test_stores import rel_diff, run_cfg
 
 CPU = torch.device("cpu")
 ROOT = Path(__file__).resolve().parents[1]

@@ -72,9 +72,15 @@ class ShardedStore(EmbeddingStore):
         self.state = self.optimizer.init_state(owned.size, self.device)
         tier = sh.tier[owned]
         self.tier = torch.from_numpy(tier.astype(np.int64))               # [M] tier of each held row
-        self.replicas = [(torch.from_numpy(np.flatnonzero(tier == t)), group) for t, group in
-                         ((ALL, None), (NODE, self.comm.topology.cross_node_group(self.comm.topology.local(self.rank))))
-                         if (tier == t).any()]
+        # replicated tiers held here: (their local positions [n], each held row's index among them [M], group)
+        self.replicas = []
+        topo = self.comm.topology
+        for t, group in ((ALL, None), (NODE, topo.cross_node_group(topo.local(self.rank)))):
+            positions = np.flatnonzero(tier == t)
+            if positions.size:
+                index = np.full(owned.size, -1, dtype=np.int64)
+                index[positions] = np.arange(positions.size)
+                self.replicas.append((torch.from_numpy(positions), torch.from_numpy(index), group))
         self._last: tuple[Exchange, torch.Tensor] | None = None
         self._served_total = 0
 
@@ -149,10 +155,11 @@ class ShardedStore(EmbeddingStore):
         slots = uniq.to(self.device, non_blocking=True)
         summed = sum_by_index(inverse.to(self.device, non_blocking=True), received, uniq.numel())  # [U, width]
         timer.mark("emb_update")
-        sharded = self.tier.index_select(0, uniq) == SHARDED
         if self.replicas:
-            self._reduce_replicas(uniq, summed, sharded)
-            slots, summed = slots[sharded.to(self.device)], summed[sharded.to(self.device)]
+            self._reduce_replicas(uniq, summed)
+            timer.mark("replica_allreduce")
+            sharded = (self.tier.index_select(0, uniq) == SHARDED).to(self.device)
+            slots, summed = slots[sharded], summed[sharded]
         sq_mean = None
         if self.sharding.columns > 1 and self.optimizer.state_width:
             sq = summed.pow(2).sum(dim=1)
@@ -163,16 +170,19 @@ class ShardedStore(EmbeddingStore):
         self._book_step(ex)
         self._last = None
 
-    def _reduce_replicas(self, uniq: torch.Tensor, summed: torch.Tensor, sharded: torch.Tensor) -> None:
-        """All-reduce each replicated tier's gradient over its group, then update the rows it touched anywhere."""
-        dense = torch.zeros(self.weight.shape[0], self.width, dtype=summed.dtype, device=summed.device)
-        mine = ~sharded
-        dense.index_copy_(0, uniq[mine].to(self.device), summed[mine.to(self.device)])
-        for positions, group in self.replicas:
-            pos = positions.to(self.device)
-            part = self.comm.all_reduce(dense.index_select(0, pos), group, "replica_allreduce").wait()
-            touched = part.ne(0).any(dim=1)
-            self.optimizer.apply(self.weight, self.state, pos[touched], part[touched])
+    def _reduce_replicas(self, uniq: torch.Tensor, summed: torch.Tensor) -> None:
+        """All-reduce each replicated tier's whole gradient over its group, then update the rows touched anywhere.
+
+        Rows no rank touched have a zero gradient and are left alone, as in the ``device`` store.
+        """
+        for positions, index, group in self.replicas:
+            at = index.index_select(0, uniq)                  # [U] index in this tier, -1: another tier
+            here = (at >= 0).nonzero().squeeze(1)
+            grad = torch.zeros(positions.numel(), self.width, dtype=summed.dtype, device=summed.device)
+            grad.index_copy_(0, at[here].to(self.device), summed[here.to(self.device)])
+            grad = self.comm.all_reduce(grad, group, "replica_allreduce").wait()
+            touched = grad.ne(0).any(dim=1)
+            self.optimizer.apply(self.weight, self.state, positions.to(self.device)[touched], grad[touched])
 
     def _book_step(self, ex: Exchange, early: int = 0) -> None:
         served = int(ex.served.numel())
@@ -194,7 +204,8 @@ class ShardedStore(EmbeddingStore):
         sh, topo = self.sharding, self.comm.topology
         full = torch.zeros(sh.num_rows, self.dim, dtype=torch.float32)
         tier = sh.tier[self.owned_rows]
-        primary = (tier == SHARDED) | ((tier == NODE) & (topo.node(self.rank) == 0)) | ((tier == ALL) & (self.rank == 0))
+        primary = ((tier == SHARDED) | ((tier == NODE) & (topo.node(self.rank) == 0))
+                   | ((tier == ALL) & (self.rank == 0)))
         rows = torch.from_numpy(self.owned_rows[primary])
         full[rows, self.col0:self.col0 + self.width] = self.weight.detach().cpu()[torch.from_numpy(primary)]
         return self.comm.all_reduce(full, None, None).wait()

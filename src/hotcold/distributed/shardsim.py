@@ -20,8 +20,7 @@ from hotcold.data.loader import batch_rows
 from hotcold.data.skew import row_counts
 from hotcold.distributed.plans import ALL, DEFAULT_HEADROOM, NODE, Plan, PlanInputs, build_plan
 from hotcold.distributed.topology import Topology
-from hotcold.distributed.traffic import (COLLECTIVES, FLOAT_BYTES, ID_BYTES, SPLIT_BYTES, Ledger,
-                                         ring_allreduce_matrix)
+from hotcold.distributed.traffic import COLLECTIVES, FLOAT_BYTES, ID_BYTES, SPLIT_BYTES, Ledger, ring_allreduce_matrix
 
 
 @dataclass

@@ -19,7 +19,6 @@ from hotcold.data.loader import Batch
 from hotcold.distributed.comm import Comm, init_process_group
 from hotcold.distributed.topology import Topology
 
-
 PER_RUN = ("prefetch_batch",)  # counters that name a batch, not an amount: rank 0's
 
 
