@@ -202,13 +202,13 @@ class ShardedStore(EmbeddingStore):
     def export(self) -> torch.Tensor:
         """Every row's weights on every rank: each row's primary copy summed into zeros over all ranks."""
         sh, topo = self.sharding, self.comm.topology
-        full = torch.zeros(sh.num_rows, self.dim, dtype=torch.float32)
+        full = torch.zeros(sh.num_rows, self.dim, dtype=torch.float32, device=self.device)  # NCCL: on the GPU
         tier = sh.tier[self.owned_rows]
         primary = ((tier == SHARDED) | ((tier == NODE) & (topo.node(self.rank) == 0))
                    | ((tier == ALL) & (self.rank == 0)))
-        rows = torch.from_numpy(self.owned_rows[primary])
-        full[rows, self.col0:self.col0 + self.width] = self.weight.detach().cpu()[torch.from_numpy(primary)]
-        return self.comm.all_reduce(full, None, None).wait()
+        rows = torch.from_numpy(self.owned_rows[primary]).to(self.device)
+        full[rows, self.col0:self.col0 + self.width] = self.weight.detach()[torch.from_numpy(primary).to(self.device)]
+        return self.comm.all_reduce(full, None, None).wait().cpu()
 
     def report(self) -> dict[str, Any]:
         served = self.comm.gather_objects(self._served_total)
