@@ -1,11 +1,9 @@
 """Scale-out: every plan, with and without Proactive, trains the ``device`` store's model at 1, 2 and 4 ranks;
 byte counters match shard-sim and an independent count; bad plans fail before training; a dead rank leaves no record.
 
-Multi-rank cases run in one torchrun launch per world size (tests/distributed_worker.py).
-They use dense SGD: the data-parallel dense gradient is a sum of per-rank means, a
-different float order than the one-process mean, and dense (per-element) Adagrad
-amplifies those 1e-8 differences to ~1e-6 within tens of steps on these tiny models;
-the embedding rows use SGD and row-wise Adagrad.
+Multi-rank cases run in one torchrun launch per world size (tests/distributed_worker.py);
+their reference is the ``device`` store in one process computing each step's gradient
+from the same P slices (``World.replay``), which must give the same parameters.
 """
 from __future__ import annotations
 
@@ -26,6 +24,7 @@ from hotcold.data.skew import row_counts
 from hotcold.distributed.plans import PlanInputs, build_plan, row_wise
 from hotcold.distributed.shardsim import dense_parameters, global_batches, simulate_plan, step_matrices
 from hotcold.distributed.topology import Topology
+from hotcold.distributed.world import World
 from hotcold.distributed.traffic import Ledger
 from hotcold.train import train
 
@@ -38,15 +37,23 @@ HEADROOM = 4.0  # room for table-wise on the fixtures' few tables
 
 
 def case_cfg(method: str, plan: str, extra: dict, row_optimizer: str, world: int = 1, ranks_per_node: int = 1):
-    cfg = run_cfg(method, row_optimizer, steps=STEPS, dense_optimizer="sgd", eval_samples=256)
+    cfg = run_cfg(method, row_optimizer, steps=STEPS, eval_samples=256)
     store = {"plan": plan, "memory_headroom": HEADROOM, **extra}
     return dataclasses.replace(cfg, store=store, distributed=dataclasses.replace(
         cfg.distributed, world=world, ranks_per_node=ranks_per_node))
 
 
-def reference(ds, row_optimizer: str):
-    return train(run_cfg("device", row_optimizer, steps=STEPS, dense_optimizer="sgd", eval_samples=256), ds, CPU,
-                 progress=False)
+def reference(ds, row_optimizer: str, world: int = 1, **train_kw):
+    cfg = run_cfg("device", row_optimizer, steps=STEPS, eval_samples=256, **train_kw)
+    return train(cfg, ds, CPU, progress=False, world=World.replay(world) if world > 1 else None)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_replay_of_p_slices_is_the_full_batch_model(small_dataset, world):
+    """The one-process reference of a P-rank run trains the device model (dense SGD: no Adagrad amplification)."""
+    got = reference(small_dataset, "adagrad", world, dense_optimizer="sgd")
+    want = reference(small_dataset, "adagrad", 1, dense_optimizer="sgd")
+    assert rel_diff(got.named_parameters(), want.named_parameters()) <= 1e-6
 
 
 @pytest.mark.parametrize("row_optimizer", ["sgd", "adagrad"])
@@ -99,7 +106,7 @@ def test_every_plan_at_every_world_size_trains_device_model(multi_rank):
     for case in cases:
         key = (case["data"], case["opt"])
         if key not in refs:
-            refs[key] = reference(datasets[case["data"]], case["opt"]).named_parameters()
+            refs[key] = reference(datasets[case["data"]], case["opt"], world).named_parameters()
         got = results[case["name"]]
         assert rel_diff(got["params"], refs[key]) <= 1e-6, case["name"]
         assert got["summary"]["world"] == world

@@ -82,8 +82,12 @@ def build(cfg: RunConfig, ds: Dataset, device: torch.device, order: Sequence[np.
         column_tables=ds.column_tables,
         comm=world.comm if world is not None else None,
         batch_share=cfg.train.batch_size / max(1, ds.split("train")[1] - ds.split("train")[0]),
+        exact_sums=world is not None and world.data_parallel > 1,
     )
     cls = store_class(cfg.method)
+    if world is not None and world.size > 1 and not cls.spans_ranks:
+        raise ConfigError(f"method {cfg.method!r} runs in one process; over several ranks use sharded, "
+                          f"proactive or flexshard")
     if cls.needs_frequencies:
         spec.frequencies = torch.from_numpy(row_counts(ds, "train"))
     rows = list(order if order is not None else cls.schedule(spec, ds, default_order(cfg, ds)))
@@ -139,10 +143,12 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
             timer.mark("h2d")
             store.prefetch(batch.upcoming)
             emb = store.forward(batch.ids, timer).detach().requires_grad_()  # [B, T, D]
-            loss = loss_fn(model(dense, emb, valid), labels)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-            world.sync_dense(model, timer)
+            for part in world.parts(labels.shape[0]):  # the whole batch, except in a data-parallel replay
+                x = (dense, emb, valid, labels) if part is None else (dense[part], emb[part], valid[part], labels[part])
+                loss_fn(model(*x[:3]), x[3]).backward()
+                world.accumulate(model)
+            world.sync_dense(model, emb, timer)
             opt.step()
             timer.mark("dense_fwd_bwd")
             store.backward(emb.grad, timer)
@@ -164,11 +170,14 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
 def reference(cfg: RunConfig, ds: Dataset, device: torch.device, result: RunResult,
               progress: bool = True) -> RunResult | None:
     """The ``device`` store in one process on the run's batch order, for a store with its own order (FAE)
-    or one that spans ranks (its record then carries its own reference, at its own steps)."""
-    if not store_class(cfg.method).own_schedule() and cfg.distributed.world == 1:
+    or a run over several ranks (trained on the same global batches, each as the ranks' slices:
+    ``World.replay``); None for the others, whose reference is the ``device`` run of the workflow."""
+    world = cfg.distributed.world
+    if not store_class(cfg.method).own_schedule() and world == 1:
         return None
     ref_cfg = dataclasses.replace(cfg, method="device", store={}, distributed=type(cfg.distributed)())
-    return train(ref_cfg, ds, device, progress=progress, order=result.order)
+    return train(ref_cfg, ds, device, progress=progress, order=result.order,
+                 world=World.replay(world) if world > 1 else None)
 
 
 @torch.no_grad()

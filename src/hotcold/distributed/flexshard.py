@@ -13,7 +13,7 @@ Per training step, with every rank equally likely to request any lookup
 (ranks train on equal slices of one global batch) and the store's protocol
 (``sharded.py``): every lookup moves an 8-byte id to its server, a ``4 D``
 byte vector back and a ``4 D`` byte gradient to the server again; sends to
-self are free. Replicated tiers all-reduce ``4 D`` bytes per row per step
+self are free. Replicated tiers all-reduce ``8 D`` bytes per row per step (float64)
 as a ring in ascending rank order (``traffic.py``), whose links are counted
 intra- or inter-node from the topology. Row ``i``'s expected lookups per
 step are ``counts[i] / sum(counts) * lookups_per_step``; ``lookups_per_step``
@@ -60,7 +60,7 @@ from hotcold.config import is_real, require
 from hotcold.distributed.plans import ALL, NODE, SHARDED, Plan, PlanInputs
 from hotcold.distributed.recshard import balance, descending, imbalance
 from hotcold.distributed.topology import Topology
-from hotcold.distributed.traffic import FLOAT_BYTES, ID_BYTES
+from hotcold.distributed.traffic import FLOAT_BYTES, ID_BYTES, REDUCE_BYTES
 
 DEFAULT_INTRA_GBPS = 300.0   # GB/s per GPU, NVLink-class
 DEFAULT_INTER_GBPS = 25.0    # GB/s per GPU, a 200 Gb/s NIC
@@ -89,7 +89,7 @@ def unit_bytes(topo: Topology, dim: int) -> UnitBytes:
     """The per-lookup and per-replicated-row bytes of the store's protocol on ``topo``."""
     p, g = topo.world, topo.ranks_per_node
     per_lookup = ID_BYTES + 2 * dim * FLOAT_BYTES          # id out, vector back, gradient out
-    row = dim * FLOAT_BYTES
+    row = dim * REDUCE_BYTES                                # a replicated row's all-reduced gradient
 
     def ring(members: list[int]) -> tuple[float, float]:
         intra, inter = ring_links(members, topo)

@@ -7,8 +7,8 @@ Each rank trains on its slice of the global batch. Per step:
 2. the owners look the rows up;
 3. *output all-to-all*: the vectors go back, unpooled;
 4. after the dense backward, *gradient all-to-all*: each lookup's gradient
-   (scaled by ``1/P``: every rank's loss is the mean over its slice) goes to
-   the serving rank, which sums the gradients of its rows;
+   (scaled by ``1/P`` in ``World.sync_dense``: every rank's loss is the mean
+   over its slice) goes to the serving rank, which sums the gradients of its rows;
 5. replicated rows reduce their gradients in their replica group (every
    rank for the ``ALL`` tier, one rank per node for the ``NODE`` tier);
    column-wise shards reduce each row's squared-gradient sum for row-wise
@@ -46,6 +46,7 @@ class Exchange:
 class ShardedStore(EmbeddingStore):
     option_names = ("plan", "memory_headroom", "table_ranks")
     needs_frequencies = True
+    spans_ranks = True
     default_plan = "row"
 
     def __init__(self, spec: StoreSpec) -> None:
@@ -133,8 +134,8 @@ class ShardedStore(EmbeddingStore):
         return out
 
     def send_grads(self, ex: Exchange, grad: torch.Tensor, async_op: bool = False) -> Pending:
-        """Each lookup's gradient [B, K, D] to its serving rank (scaled by 1/P); the owner receives [R, width]."""
-        g = self.from_batch(grad, ex.lk) * (1.0 / self.world)
+        """Each lookup's gradient [B, K, D] to its serving rank; the owner receives [R, width]."""
+        g = self.from_batch(grad, ex.lk)
         if ex.order is None:
             n = ex.lk.size
             g = g.view(n, self.world, self.width).permute(1, 0, 2).reshape(self.world * n, self.width)
@@ -153,7 +154,8 @@ class ShardedStore(EmbeddingStore):
         """Sum the received gradients by row, reduce replicas, apply the row optimizer; book the step."""
         uniq, inverse = torch.unique(ex.served, return_inverse=True)  # planned on the host
         slots = uniq.to(self.device, non_blocking=True)
-        summed = sum_by_index(inverse.to(self.device, non_blocking=True), received, uniq.numel())  # [U, width]
+        summed = sum_by_index(inverse.to(self.device, non_blocking=True), received, uniq.numel(),
+                              self.spec.exact_sums)  # [U, width], float64 when exact
         timer.mark("emb_update")
         if self.replicas:
             self._reduce_replicas(uniq, summed)
@@ -161,9 +163,8 @@ class ShardedStore(EmbeddingStore):
             sharded = (self.tier.index_select(0, uniq) == SHARDED).to(self.device)
             slots, summed = slots[sharded], summed[sharded]
         sq_mean = None
-        if self.sharding.columns > 1 and self.optimizer.state_width:
-            sq = summed.pow(2).sum(dim=1)
-            sq_mean = self.comm.all_reduce(sq, None, "column_allreduce").wait() / self.dim
+        if self.sharding.columns > 1 and self.optimizer.state_width:  # each row's squares, over all its columns
+            sq_mean = self.comm.all_reduce(summed.pow(2).sum(dim=1), None, "column_allreduce").wait() / self.dim
             timer.mark("column_allreduce")
         self.optimizer.apply(self.weight, self.state, slots, summed, sq_mean)
         timer.mark("emb_update")

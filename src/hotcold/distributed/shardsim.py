@@ -20,7 +20,8 @@ from hotcold.data.loader import batch_rows
 from hotcold.data.skew import row_counts
 from hotcold.distributed.plans import ALL, DEFAULT_HEADROOM, NODE, Plan, PlanInputs, build_plan
 from hotcold.distributed.topology import Topology
-from hotcold.distributed.traffic import COLLECTIVES, FLOAT_BYTES, ID_BYTES, SPLIT_BYTES, Ledger, ring_allreduce_matrix
+from hotcold.distributed.traffic import (COLLECTIVES, FLOAT_BYTES, ID_BYTES, REDUCE_BYTES, SPLIT_BYTES, Ledger,
+                                         ring_allreduce_matrix)
 
 
 @dataclass
@@ -81,15 +82,15 @@ def step_matrices(plan: Plan, batch: np.ndarray, dim: int, state_width: int,
     out["output_a2a"] = counts.T * width * FLOAT_BYTES * off
     out["grad_a2a"] = counts * width * FLOAT_BYTES * off
     tier_all = int((plan.tier == ALL).sum())
-    out["replica_allreduce"] = ring_allreduce_matrix(range(p), tier_all * width * FLOAT_BYTES, p)
+    out["replica_allreduce"] = ring_allreduce_matrix(range(p), tier_all * width * REDUCE_BYTES, p)
     node_rows = plan.slot[plan.tier == NODE]
     for local in range(topo.ranks_per_node):
         n = int((node_rows == local).sum())
-        out["replica_allreduce"] += ring_allreduce_matrix(topo.cross_node_group(local), n * width * FLOAT_BYTES, p)
+        out["replica_allreduce"] += ring_allreduce_matrix(topo.cross_node_group(local), n * width * REDUCE_BYTES, p)
     if plan.columns > 1 and state_width:
         uniq = np.unique(np.concatenate(requests)).size
-        out["column_allreduce"] = ring_allreduce_matrix(range(p), uniq * FLOAT_BYTES, p)
-    out["dense_allreduce"] = ring_allreduce_matrix(range(p), dense_params * FLOAT_BYTES, p)
+        out["column_allreduce"] = ring_allreduce_matrix(range(p), uniq * REDUCE_BYTES, p)
+    out["dense_allreduce"] = ring_allreduce_matrix(range(p), dense_params * REDUCE_BYTES, p)
     return out
 
 

@@ -9,7 +9,9 @@ sends to rank d. A rank's sends to itself cross no link and count zero.
   member sends ``2 (g - 1) n / g`` bytes (rounded down) to its successor.
 
 These are the bytes of the algorithm, not what a particular library chose
-to send (gloo and NCCL may pick a tree); the README says so.
+to send (gloo and NCCL may pick a tree); the README says so. All-reduces
+carry float64 (``REDUCE_BYTES``; see ``hotcold.distributed.world``): twice
+what a production float32 reduction sends.
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ from hotcold.distributed.topology import Topology
 COLLECTIVES = ("input_a2a", "output_a2a", "grad_a2a", "replica_allreduce", "column_allreduce", "dense_allreduce")
 ID_BYTES = 8       # int64 row ids
 SPLIT_BYTES = 8    # one int64 count per peer in the size exchange before an uneven all-to-all
-FLOAT_BYTES = 4
+FLOAT_BYTES = 4   # a looked-up vector's or a gradient's element in an all-to-all
+REDUCE_BYTES = 8  # an all-reduced element: runs over ranks reduce in float64, so that sums are order-independent
 
 
 def a2a_matrix(rank: int, send_bytes: np.ndarray, world: int) -> np.ndarray:

@@ -2,9 +2,20 @@
 
 One process is a world of one: every method trains there unchanged. Under
 ``torchrun`` each rank trains on a contiguous slice of every global batch;
-the dense layers are data-parallel (gradients summed over ranks and divided
-by P, so every rank holds the gradient of the global batch's mean loss), and
-the embedding stores exchange rows through the same counted ``Comm``.
+the dense layers are data-parallel, and the embedding stores exchange rows
+through the same counted ``Comm``.
+
+The global batch's gradient is the mean of the P slices' mean-loss
+gradients. Dense gradients are summed over ranks in float64: a sum of P
+float32 values is then (almost always) exact, so it does not depend on the
+order in which the all-reduce adds them, and rounding back to float32 gives
+the same bits whatever that order. (In float32, P data-parallel ranks differ
+from one process in the last bits, and per-element Adagrad on the dense
+layers amplifies that to about 1e-2 of the parameters within 40 steps.)
+``World.replay(P)`` computes the same gradient in one process, slice by
+slice: the ``device`` store trained that way is the exact reference of a
+run over P ranks. Embedding gradients are scaled by ``1/P`` here too, so a
+store sums the same values whether its rows came from one process or many.
 """
 from __future__ import annotations
 
@@ -23,12 +34,19 @@ PER_RUN = ("prefetch_batch",)  # counters that name a batch, not an amount: rank
 
 
 class World:
-    def __init__(self, comm: Comm) -> None:
+    def __init__(self, comm: Comm, slices: int = 1) -> None:
         self.comm = comm
+        self.slices = slices        # P of a one-process replay of P ranks, else 1
+        self._acc: torch.Tensor | None = None
 
     @classmethod
     def single(cls) -> "World":
         return cls(Comm(Topology(1)))
+
+    @classmethod
+    def replay(cls, ranks: int) -> "World":
+        """One process computing each step's gradients as ``ranks`` data-parallel ranks would (the reference)."""
+        return cls(Comm(Topology(1)), slices=ranks)
 
     @classmethod
     def join(cls, ranks_per_node: int, expected: int, device: torch.device) -> "World":
@@ -50,9 +68,14 @@ class World:
     def is_main(self) -> bool:
         return self.comm.rank == 0
 
+    @property
+    def data_parallel(self) -> int:
+        """How many slices each global batch's gradient is the mean of."""
+        return self.size * self.slices
+
     def check_batch(self, batch_size: int) -> None:
-        if batch_size % self.size:
-            raise ConfigError(f"batch_size {batch_size} is not divisible by the world size {self.size}")
+        if batch_size % self.data_parallel:
+            raise ConfigError(f"batch_size {batch_size} is not divisible by the world size {self.data_parallel}")
 
     def _slice(self, t: torch.Tensor) -> torch.Tensor:
         n = t.shape[0] // self.size
@@ -66,20 +89,40 @@ class World:
                                    labels=self._slice(batch.labels),
                                    upcoming=[self._slice(u) for u in batch.upcoming])
 
-    def sync_dense(self, model: nn.Module, timer: Any) -> None:
-        """Average the dense gradients over ranks (one counted all-reduce); one process: nothing."""
-        if self.size == 1:
+    def parts(self, n: int) -> list[slice | None]:
+        """The slices of this process's batch whose losses are differentiated one by one (None: all of it)."""
+        if self.slices == 1:
+            return [None]
+        k = n // self.slices
+        return [slice(i * k, (i + 1) * k) for i in range(self.slices)]
+
+    def accumulate(self, model: nn.Module) -> None:
+        """In a replay, add one slice's dense gradients to the float64 sum and clear them for the next."""
+        if self.slices == 1:
+            return
+        grads = _flat_grads(model).double()
+        self._acc = grads if self._acc is None else self._acc.add_(grads)
+        model.zero_grad(set_to_none=True)
+
+    def sync_dense(self, model: nn.Module, emb: torch.Tensor, timer: Any) -> None:
+        """The global batch's gradient: dense gradients summed over slices in float64 and divided by P
+        (one counted all-reduce across ranks); embedding gradients scaled by 1/P. One process: nothing."""
+        p = self.data_parallel
+        if p == 1:
             return
         timer.mark("dense_fwd_bwd")
-        grads = [p.grad for p in model.parameters() if p.grad is not None]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        self.comm.all_reduce(flat, None, "dense_allreduce").wait()
-        flat /= self.size
+        if self.slices > 1:
+            total, self._acc = self._acc, None
+        else:
+            total = self.comm.all_reduce(_flat_grads(model).double(), None, "dense_allreduce").wait()
+            timer.mark("dense_allreduce")
+        flat = (total / p).float()
         offset = 0
-        for g in grads:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
-            offset += g.numel()
-        timer.mark("dense_allreduce")
+        for param in model.parameters():
+            n = param.numel()
+            param.grad = flat[offset:offset + n].view_as(param).clone()
+            offset += n
+        emb.grad.mul_(1.0 / p)
 
     def combine_counters(self, counters: list[tuple[int, dict[str, int]]]) -> list[tuple[int, dict[str, int]]]:
         """Every step's counters summed over ranks (bytes and lookups of the whole world)."""
@@ -99,3 +142,9 @@ class World:
     def close(self) -> None:
         if self.size > 1 and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+
+def _flat_grads(model: nn.Module) -> torch.Tensor:
+    """Every dense parameter's gradient in one flat tensor (zeros for a parameter without one)."""
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                      for p in model.parameters()])

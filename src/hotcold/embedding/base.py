@@ -63,6 +63,9 @@ class StoreSpec:
     prepared: dict[str, Any] = field(default_factory=dict)
     #: the counted collectives of this rank (``hotcold.distributed.comm.Comm``); None: one process
     comm: Any = None
+    #: sum gradients in float64 (``sum_by_index(exact=True)``): set for runs over several ranks and
+    #: their one-process reference, so both round the same sums to the same float32 bits
+    exact_sums: bool = False
     #: the share of the training split one step reads (batch size / training samples), for planners
     #: that turn the ``frequencies`` of the whole split into expected lookups per step
     batch_share: float = 1.0
@@ -153,10 +156,16 @@ def ship(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return t.pin_memory().to(device, non_blocking=True)
 
 
-def sum_by_index(inverse: torch.Tensor, grads: torch.Tensor, n: int) -> torch.Tensor:
-    """Gradients [L, D] summed into [n, D] by their index ``inverse`` [L] (the second half of ``coalesce``)."""
-    summed = torch.zeros(n, grads.shape[1], dtype=grads.dtype, device=grads.device)
-    summed.index_add_(0, inverse, grads)
+def sum_by_index(inverse: torch.Tensor, grads: torch.Tensor, n: int, exact: bool = False) -> torch.Tensor:
+    """Gradients [L, D] summed into [n, D] by their index ``inverse`` [L] (the second half of ``coalesce``).
+
+    ``exact``: accumulate in float64 (and return float64). A row's gradient
+    is then, after rounding to float32, the same bits however its terms are
+    split and ordered, as when ranks sum parts of it (``StoreSpec.exact_sums``).
+    """
+    dtype = torch.float64 if exact else grads.dtype
+    summed = torch.zeros(n, grads.shape[1], dtype=dtype, device=grads.device)
+    summed.index_add_(0, inverse, grads.to(dtype))
     return summed
 
 
@@ -188,11 +197,15 @@ class RowOptimizer:
         weight: [N, D]; state: [N]; slots: unique int64 [U]; grad: [U, D].
         ``sq_mean`` [U]: each row's mean squared gradient over all its columns,
         for a store that holds only some of a row's columns (column-wise sharding).
+        A float64 ``grad`` (an exact sum) is rounded to the weights' float32
+        after its squares are taken.
         """
         if self.kind == "adagrad":
-            acc = state.index_select(0, slots) + (grad.pow(2).mean(dim=1) if sq_mean is None else sq_mean)  # [U]
+            sq_mean = grad.pow(2).mean(dim=1) if sq_mean is None else sq_mean
+            acc = state.index_select(0, slots) + sq_mean.to(state.dtype)  # [U]
             state.index_copy_(0, slots, acc)
             grad = grad / (acc.sqrt() + self.eps).unsqueeze(1)
+        grad = grad.to(weight.dtype)
         # Gather, update, scatter: the rows are unique, and on CPUs this is
         # several times faster than index_add_ into a large table.
         weight.index_copy_(0, slots, weight.index_select(0, slots) - self.lr * grad)
@@ -215,6 +228,8 @@ class EmbeddingStore(abc.ABC):
     #: whether the store wants ``StoreSpec.batches`` / ``StoreSpec.frequencies``
     needs_batches: bool = False
     needs_frequencies: bool = False
+    #: whether the store can span several processes (the scale-out stores); others run in one
+    spans_ranks: bool = False
 
     def __init__(self, spec: StoreSpec) -> None:
         unknown = sorted(set(spec.options) - set(self.option_names))

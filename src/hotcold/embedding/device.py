@@ -33,7 +33,7 @@ class DeviceStore(EmbeddingStore):
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
         assert self._last is not None, "backward without forward"
         lk, uniq, inverse = self._last
-        summed = sum_by_index(inverse, self.from_batch(grad, lk), uniq.numel())  # [U, D]
+        summed = sum_by_index(inverse, self.from_batch(grad, lk), uniq.numel(), self.spec.exact_sums)  # [U, D]
         self.optimizer.apply(self.weight, self.state, uniq, summed)
         self._counters = all_resident(lk.size, uniq.numel())
         self._last = None
