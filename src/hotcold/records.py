@@ -175,7 +175,9 @@ def trained_record(cfg: RunConfig, ds: Dataset, device: torch.device, result: Ru
         "store": result.store_report,
     }
     if ref is not None:  # the invariant of a store with its own batch order is against this replay
-        record["reference"] = {"method": "device", "order": "this run's", "metrics": ref.metrics,
+        # over P ranks, the replay forms each step's gradient from the same P slices (``World.replay``)
+        record["reference"] = {"method": "device", "order": "this run's", "slices": cfg.distributed.world,
+                               "metrics": ref.metrics,
                                "params": param_fingerprint(ref.named_parameters())}
     return record
 
