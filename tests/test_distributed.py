@@ -265,3 +265,14 @@ def test_flexshard_replicates_hot_rows_when_memory_allows(multi_rank):
             assert tiers["all"] + tiers["node"] > 0, case["name"]
             if world // rpn > 1:
                 assert results[case["name"]]["report"]["collectives"]["replica_allreduce"]["bytes"] > 0
+
+
+def test_one_process_methods_refuse_several_ranks(small_dataset, tmp_path, capsys):
+    from hotcold.cli import main
+
+    cfg = dataclasses.replace(run_cfg("hybrid", steps=STEPS), distributed=dataclasses.replace(
+        run_cfg("hybrid").distributed, world=2))
+    code = main(["train", "--dataset", str(small_dataset.path), "--run-config", json.dumps(cfg.to_dict()),
+                 "--out", str(tmp_path / "run"), "--no-progress"])
+    assert code == 2
+    assert "runs in one process" in capsys.readouterr().err

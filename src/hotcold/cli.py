@@ -79,6 +79,7 @@ def cmd_train(args: argparse.Namespace) -> None:
 
     from hotcold.config import RunConfig
     from hotcold.distributed.comm import launched
+    from hotcold.embedding import store_class
     from hotcold.records import run_and_record
     from hotcold.train import resolve_device
 
@@ -89,6 +90,9 @@ def cmd_train(args: argparse.Namespace) -> None:
         cfg = dataclasses.replace(cfg, distributed=dataclasses.replace(cfg.distributed, world=args.nproc))
         cfg.distributed.validate("--nproc")
     world_size = cfg.distributed.world
+    if world_size > 1 and not store_class(cfg.method).spans_ranks:
+        raise ConfigError(f"method {cfg.method!r} runs in one process; over {world_size} ranks use sharded, "
+                          f"proactive or flexshard")
     if world_size > 1 and not launched():
         _launch_train(args, cfg)
         return

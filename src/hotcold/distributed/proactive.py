@@ -12,6 +12,9 @@ construction.
 Reported: the share of served lookups done early, and the share of lookup
 time hidden behind communication: the early lookups run in chunks, and a
 chunk counts as hidden when the collective was still in flight after it.
+On gloo the all-to-all runs on gloo's own thread; on NCCL on NCCL's stream,
+while the early lookups run on the training stream (each chunk is waited
+for, so its host time is its GPU time).
 """
 from __future__ import annotations
 
@@ -101,10 +104,13 @@ class ProactiveStore(ShardedStore):
         mask = self._early_ok.index_select(0, served) & ~torch.from_numpy(np.isin(served.numpy(), touched.numpy()))
         vectors = torch.empty(served.numel(), self.width, dtype=self.weight.dtype, device=self.device)
         take = mask.nonzero().squeeze(1)
+        cuda = self.device.type == "cuda"
         for a in range(0, take.numel(), CHUNK):
             t0 = time.perf_counter()
             idx = take[a:a + CHUNK]
             vectors.index_copy_(0, idx.to(self.device), self.gather_rows(served[idx]))
+            if cuda:  # NCCL runs the collective on its own stream; wait for this chunk so its time is real
+                torch.cuda.current_stream(self.device).synchronize()
             dt = (time.perf_counter() - t0) * 1e3
             self.early_ms += dt
             if not pending.done():
