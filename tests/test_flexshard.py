@@ -54,10 +54,10 @@ def modelled_seconds(plan: Plan, counts: np.ndarray, per_step: float = PER_STEP)
         matrix[r] += np.bincount(dest, weights=lookups / p * per_lookup, minlength=p)
     np.fill_diagonal(matrix, 0.0)
     held = plan.tier == ALL
-    matrix += ring_allreduce_matrix(range(p), int(held.sum()) * DIM * 4, p)
+    matrix += ring_allreduce_matrix(range(p), int(held.sum()) * DIM * 8, p)  # float64 reductions
     for j in range(topo.ranks_per_node):
         n_j = int(((plan.tier == NODE) & (plan.slot == j)).sum())
-        matrix += ring_allreduce_matrix(topo.cross_node_group(j), n_j * DIM * 4, p)
+        matrix += ring_allreduce_matrix(topo.cross_node_group(j), n_j * DIM * 8, p)
     inter_mask = topo.inter_mask()
     intra = matrix[~inter_mask].sum()       # the diagonal is zero
     inter = matrix[inter_mask].sum()
