@@ -80,7 +80,7 @@ class ProactiveStore(ShardedStore):
 
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
         assert self._last is not None, "backward without forward"
-        ex, _ = self._last
+        ex = self._last
         pending = self.send_grads(ex, grad, async_op=True)
         self._look_ahead(pending)
         timer.mark("early_lookup")
@@ -99,7 +99,7 @@ class ProactiveStore(ShardedStore):
         ex = self._routes.get(target)
         if ex is None:
             return
-        touched = torch.cat([self._last[0].served, *(self._routes[s].served for s in range(self._step + 1, target))])
+        touched = torch.cat([self._last.served, *(self._routes[s].served for s in range(self._step + 1, target))])
         served = ex.served
         mask = self._early_ok.index_select(0, served) & ~torch.from_numpy(np.isin(served.numpy(), touched.numpy()))
         vectors = torch.empty(served.numel(), self.width, dtype=self.weight.dtype, device=self.device)

@@ -82,7 +82,7 @@ class ShardedStore(EmbeddingStore):
                 index = np.full(owned.size, -1, dtype=np.int64)
                 index[positions] = np.arange(positions.size)
                 self.replicas.append((torch.from_numpy(positions), torch.from_numpy(index), group))
-        self._last: tuple[Exchange, torch.Tensor] | None = None
+        self._last: Exchange | None = None
         self._served_total = 0
 
     # -- routing ---------------------------------------------------------------------------------
@@ -130,7 +130,7 @@ class ShardedStore(EmbeddingStore):
     def _finish_forward(self, ex: Exchange, vectors: torch.Tensor, timer: Marker) -> torch.Tensor:
         out = self.to_batch(self.answer(ex, vectors), ex.lk)
         timer.mark("output_a2a")
-        self._last = (ex, vectors)
+        self._last = ex
         return out
 
     def send_grads(self, ex: Exchange, grad: torch.Tensor, async_op: bool = False) -> Pending:
@@ -145,7 +145,7 @@ class ShardedStore(EmbeddingStore):
 
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
         assert self._last is not None, "backward without forward"
-        ex, _ = self._last
+        ex = self._last
         received = self.send_grads(ex, grad).wait()
         timer.mark("grad_a2a")
         self.update(ex, received, timer)

@@ -20,6 +20,7 @@ store sums the same values whether its rows came from one process or many.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 import torch
@@ -54,6 +55,10 @@ class World:
         rank, world = init_process_group(device)
         if world != expected:
             raise ConfigError(f"the run config asks for world {expected}, but torchrun started {world} ranks")
+        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        if int(os.environ.get("GROUP_WORLD_SIZE", 1)) > 1 and per_node != ranks_per_node:
+            raise ConfigError(f"on several real nodes distributed.ranks_per_node must be torchrun's "
+                              f"--nproc-per-node ({per_node}), got {ranks_per_node}")
         return cls(Comm(Topology(world, ranks_per_node), rank, device))
 
     @property
