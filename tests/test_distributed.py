@@ -124,13 +124,16 @@ def test_trained_bytes_equal_shard_sim(multi_rank):
         inputs = PlanInputs.for_training(ds.cardinalities, row_counts(ds, "train"), Topology(world, rpn), 8,
                                          1 if case["opt"] == "adagrad" else 0, HEADROOM, {}, 128 / (stop - start))
         plan = build_plan(case["plan"], inputs)
-        _, sim_steps, served = simulate_plan(plan, global_batches(ds, cfg), 8, inputs.state_width,
-                                             dense_parameters(ds, cfg))
+        ledger, sim_steps, served = simulate_plan(plan, global_batches(ds, cfg), 8, inputs.state_width,
+                                                  dense_parameters(ds, cfg))
         trained = [c for _, c in results[case["name"]]["counters"]]
         assert len(trained) == len(sim_steps) == STEPS
         for got, want in zip(trained, sim_steps):
             assert {k: got[k] for k in want} == want, case["name"]
-        assert results[case["name"]]["report"]["served_lookups_per_rank"] == served.tolist()
+        report = results[case["name"]]["report"]
+        assert report["served_lookups_per_rank"] == served.tolist()
+        for c, m in ledger.total.items():  # bytes per (source, destination) rank over the run
+            assert report["collectives"][c]["matrix"] == m.tolist(), (case["name"], c)
 
 
 def test_proactive_moves_the_same_bytes_and_looks_up_early(multi_rank):

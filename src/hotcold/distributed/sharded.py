@@ -29,6 +29,7 @@ from hotcold.counters import all_resident
 from hotcold.distributed.comm import Comm, Pending, ids_tensor
 from hotcold.distributed.plans import ALL, DEFAULT_HEADROOM, NODE, SHARDED, PlanInputs, build_plan
 from hotcold.distributed.topology import Topology
+from hotcold.distributed.traffic import Ledger
 from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, init_table, sum_by_index
 
 
@@ -212,9 +213,16 @@ class ShardedStore(EmbeddingStore):
         return self.comm.all_reduce(full, None, None).wait().cpu()
 
     def report(self) -> dict[str, Any]:
+        """The plan, lookups served per rank, and every collective's bytes over the run (all steps, all ranks):
+        totals split intra/inter node, and the [P, P] matrix of bytes each source rank sent each destination."""
         served = self.comm.gather_objects(self._served_total)
-        ledgers = self.comm.gather_objects(self.comm.ledger.summary())
-        collectives = {c: {k: sum(led[c][k] for led in ledgers) for k in ledgers[0][c]} for c in ledgers[0]}
+        matrices = self.comm.gather_objects(self.comm.ledger.total)  # each rank's row of every matrix
+        ledger = Ledger(self.comm.topology)
+        for c in ledger.total:
+            ledger.add(c, sum(m[c] for m in matrices))
+        collectives = ledger.summary()
+        for c, m in ledger.total.items():
+            collectives[c]["matrix"] = m.tolist()
         mean = float(np.mean(served)) if served else 0.0
         return {**self.sharding.describe(self.dim, self.optimizer.state_width, self.inputs.budget_bytes()),
                 "served_lookups_per_rank": [int(s) for s in served],
