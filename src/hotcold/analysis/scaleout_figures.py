@@ -74,6 +74,7 @@ def inter_node_bytes_figure(comm: pd.DataFrame) -> Figure:
                     else:
                         ax.plot(xs, ys, linestyle="none", marker="D", markersize=5, color="black")
             ax.set_xticks(range(len(scales)), scales)
+            ax.set_xlim(-0.6, max(len(scales), 1) - 0.4)
             ax.set_xlabel("nodes x ranks per node (world)")
             ax.set_ylabel("inter-node bytes per step")
             if (sub["inter_node_bytes"] > 0).any():
