@@ -1,6 +1,7 @@
 # hotcold: make every configured dataset (generate, or download + preprocess),
-# profile and simulate it, train every (dataset, method, variant, seed), then
-# aggregate the records into tables and figures. See README.md.
+# profile and simulate it (caches, sharding plans), train every (dataset, method,
+# variant, seed), scale-out methods at every configured scale, then aggregate the
+# records into tables and figures. See README.md.
 from pathlib import Path
 
 from snakemake.utils import min_version, validate
@@ -30,6 +31,7 @@ localrules:
     dataset_stats,
     cache_sim,
     aggregate,
+    scaleout_tables,
     figures,
 
 
@@ -47,9 +49,15 @@ rule all:
         "results/tables/fae_hot_fraction.csv",
         "results/tables/rows_moved.csv",
         "results/tables/dataset_stats.csv",
+        "results/tables/comm_traffic.csv",
+        "results/tables/comm_traffic.md",
+        "results/tables/flexshard_headroom.csv",
+        "results/tables/flexshard_headroom.md",
+        "results/tables/proactive.csv",
+        "results/tables/proactive.md",
         expand(
             "paper_figs/{name}.{ext}",
-            name=["coverage", *FIGURES],
+            name=["coverage", *FIGURES, *SCALE_OUT_FIGURES],
             ext=["png", "pdf"],
         ),
     default_target: True

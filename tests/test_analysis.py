@@ -82,7 +82,8 @@ def row(frame: pd.DataFrame, dataset: str, method: str, variant: str, seed: int)
 
 def test_summary_columns_and_order(runs: Path, tmp_path: Path) -> None:
     summary = aggregate(find_records(runs), tmp_path / "tables", exact_rtol=1e-6)
-    required = ["dataset", "method", "variant", "seed", "timer", "device", "samples_per_s", "step_ms_p50",
+    required = ["dataset", "method", "variant", "world", "ranks_per_node", "plan", "seed", "timer", "device",
+                "samples_per_s", "step_ms_p50",
                 "step_ms_p10", "step_ms_p90", "speedup_vs_hybrid", "auc", "logloss", "exact", "param_rel_diff"]
     assert set(required) <= set(summary.columns)
     on_disk = pd.read_csv(tmp_path / "tables" / "summary.csv")
@@ -90,6 +91,7 @@ def test_summary_columns_and_order(runs: Path, tmp_path: Path) -> None:
     keys = list(on_disk[["dataset", "method", "variant", "seed"]].itertuples(index=False, name=None))
     assert keys == sorted(keys)
     assert len(on_disk) == 7
+    assert (on_disk.world == 1).all() and (on_disk.ranks_per_node == 1).all() and on_disk.plan.isna().all()
 
 
 def test_speedup_is_over_hybrid_base_of_same_seed(runs: Path, tmp_path: Path) -> None:
@@ -148,11 +150,13 @@ def test_exact_compares_sketches_with_device_run(runs: Path, tmp_path: Path) -> 
 def test_phase_and_counter_tables_are_long(runs: Path, tmp_path: Path) -> None:
     aggregate(find_records(runs), tmp_path / "tables")
     phases = pd.read_csv(tmp_path / "tables" / "phases.csv")
-    assert list(phases.columns) == ["dataset", "method", "variant", "seed", "timer", "phase", "ms_p50", "ms_mean"]
+    assert list(phases.columns) == ["dataset", "method", "variant", "world", "ranks_per_node", "seed", "timer", "phase",
+                                    "ms_p50", "ms_mean"]
     assert list(phases.phase[:len(PHASES)]) == list(PHASES)
     assert len(phases) == 7 * len(PHASES)
     counters = pd.read_csv(tmp_path / "tables" / "counters.csv")
-    assert list(counters.columns) == ["dataset", "method", "variant", "seed", "timer", "counter", "per_step"]
+    assert list(counters.columns) == ["dataset", "method", "variant", "world", "ranks_per_node", "seed", "timer",
+                                      "counter", "per_step"]
     assert len(counters) == 7 * len(COUNTERS)
     assert counters[counters.counter == "hits"].per_step.eq(3.0).all()
 
@@ -162,7 +166,7 @@ def test_markdown_is_written(runs: Path, tmp_path: Path) -> None:
     text = (tmp_path / "tables" / "summary.md").read_text()
     lines = [ln for ln in text.splitlines() if ln.startswith("|")]
     header = [c.strip() for c in lines[0].strip("|").split("|")]
-    assert header[:4] == ["dataset", "method", "variant", "seed"]
+    assert header[:7] == ["dataset", "method", "variant", "world", "ranks_per_node", "seed", "plan"]
     assert "speedup_vs_hybrid" in header and "exact" in header
     assert set(lines[1]) <= {"|", "-", ":"}
     assert len(lines) == 2 + 7

@@ -19,8 +19,8 @@ import pytest
 from hotcold.cli import main
 from hotcold.data.format import Dataset
 
-VERBS = ("generate", "download", "preprocess", "profile", "dataset-stats", "train", "simulate", "shard-sim", "cache-sim",
-         "aggregate", "figures")
+VERBS = ("generate", "download", "preprocess", "profile", "dataset-stats", "train", "simulate", "shard-sim",
+         "scaleout-tables", "cache-sim", "aggregate", "figures")
 
 
 def test_every_verb_is_listed(capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from hotcold.cli import main, parser
-from hotcold.config import (AggregateConfig, ConfigError, ModelConfig, ProfileConfig, RunConfig, SimulateConfig,
-                            TimingConfig, TrainConfig)
+from hotcold.config import (AggregateConfig, ConfigError, DistributedConfig, ModelConfig, ProfileConfig, RunConfig,
+                            ShardSimConfig, SimulateConfig, TimingConfig, TrainConfig)
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflows" / "schemas" / "config.schema.yaml"
 TYPED_SECTIONS = {"model": ModelConfig, "train": TrainConfig, "timing": TimingConfig, "profile": ProfileConfig,
@@ -79,6 +79,23 @@ def test_typed_defaults_are_the_schemas(section):
     typed = {f.name: getattr(TYPED_SECTIONS[section](), f.name) for f in dataclasses.fields(TYPED_SECTIONS[section])}
     assert {k: tuple(v) if isinstance(v, list) else v for k, v in schema.items() if k in typed} == typed
     assert set(schema) - set(typed) <= {"policies"}  # simulate's policies default to every policy
+
+
+def test_shard_sim_defaults_are_the_schemas():
+    """distributed.shard_sim in the schema and ShardSimConfig (the CLI's defaults) agree."""
+    props = yaml.safe_load(SCHEMA.read_text())["properties"]["distributed"]["properties"]["shard_sim"]["properties"]
+    schema = {key: tuple(spec["default"]) for key, spec in props.items()}
+    assert schema == dataclasses.asdict(ShardSimConfig())
+    shard_sim = parser().parse_args(["shard-sim", "--dataset", "d", "--out", "o"])
+    assert (tuple(shard_sim.plans), tuple(shard_sim.scales), tuple(shard_sim.headrooms)) == \
+        dataclasses.astuple(ShardSimConfig())
+
+
+def test_trained_scales_are_valid_distributed_configs():
+    """The schema's default trained scales are worlds the typed config accepts."""
+    props = yaml.safe_load(SCHEMA.read_text())["properties"]["distributed"]["properties"]
+    for scale in props["scales"]["default"]:
+        DistributedConfig(**scale).validate("distributed")
 
 
 def test_cli_defaults_are_the_typed_defaults():

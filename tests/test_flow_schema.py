@@ -76,3 +76,60 @@ def test_shipped_configs_pass() -> None:
 def test_bad_store_options_name_the_key(options: dict, expected: str) -> None:
     found = errors(options)
     assert any(expected in e for e in found), found
+
+
+DISTRIBUTED = jsonschema.Draft202012Validator(
+    {"$schema": SCHEMA["$schema"], "$defs": SCHEMA["$defs"], **SCHEMA["properties"]["distributed"]})
+
+
+def distributed_errors(section: dict) -> list[str]:
+    return [f"{list(e.absolute_path)}: {e.message}" for e in DISTRIBUTED.iter_errors(section)]
+
+
+@pytest.mark.parametrize("options", [
+    {"sharded": {"t": {"plan": "table", "table_ranks": {"0": 1}}, "r": {"plan": "row", "memory_headroom": 1.0},
+                 "c": {"plan": "column"}, "rs": {"plan": "recshard"}, "f": {"plan": "flexshard"}, "d": {}}},
+    {"proactive": {"row": {"plan": "row", "depth": 2, "memory_headroom": 2}}},
+    {"flexshard": {"base": {}, "roomy": {"memory_headroom": 1.5}}},
+    {"sharded": {"row": {"plan": None}}, "proactive": None, "flexshard": {"base": None}},
+], ids=["sharded-plans", "proactive", "flexshard", "nulls"])
+def test_good_scale_out_options_pass(options: dict) -> None:
+    assert errors(options) == []
+
+
+@pytest.mark.parametrize(("options", "expected"), [
+    ({"sharded": {"a": {"plan": "diagonal"}}}, "['sharded', 'a', 'plan']"),
+    ({"sharded": {"a": {"memory_headroom": 0.9}}}, "['sharded', 'a', 'memory_headroom']: 0.9 is less than"),
+    ({"sharded": {"a": {"depth": 1}}}, "'depth' was unexpected"),
+    ({"sharded": {"a": {"table_ranks": {"0": -1}}}}, "['sharded', 'a', 'table_ranks', '0']"),
+    ({"proactive": {"a": {"depth": 0}}}, "['proactive', 'a', 'depth']"),
+    ({"proactive": {"a": {"depth": True}}}, "['proactive', 'a', 'depth']"),
+    ({"proactive": {"a": {"plan": "rows"}}}, "['proactive', 'a', 'plan']"),
+    ({"flexshard": {"a": {"plan": "row"}}}, "'plan' was unexpected"),
+    ({"flexshard": {"a": {"memory_headroom": "lots"}}}, "['flexshard', 'a', 'memory_headroom']"),
+])
+def test_bad_scale_out_options_name_the_key(options: dict, expected: str) -> None:
+    found = errors(options)
+    assert any(expected in e for e in found), found
+
+
+def test_shipped_distributed_sections_pass() -> None:
+    assert distributed_errors(DEFAULT["distributed"]) == [] and distributed_errors(PAPER["distributed"]) == []
+
+
+@pytest.mark.parametrize(("section", "expected"), [
+    ({"scales": [{"world": 1, "ranks_per_node": 1}]}, "['scales', 0, 'world']: 1 is less than the minimum of 2"),
+    ({"scales": [{"world": 4}]}, "'ranks_per_node' is a required property"),
+    ({"scales": [{"world": 4, "ranks_per_node": 2, "nodes": 2}]}, "'nodes' was unexpected"),
+    ({"scales": [{"world": 4, "ranks_per_node": 0}]}, "['scales', 0, 'ranks_per_node']"),
+    ({"train": {"stesp": 3}}, "'stesp' was unexpected"),
+    ({"shard_sim": {"plans": ["row", "diagonal"]}}, "['shard_sim', 'plans', 1]"),
+    ({"shard_sim": {"scales": ["16*8"]}}, "['shard_sim', 'scales', 0]: '16*8' does not match"),
+    ({"shard_sim": {"scales": ["0x8"]}}, "['shard_sim', 'scales', 0]"),
+    ({"shard_sim": {"headrooms": [0.5]}}, "['shard_sim', 'headrooms', 0]: 0.5 is less than the minimum of 1.0"),
+    ({"shard_sim": {"plan": ["row"]}}, "'plan' was unexpected"),
+    ({"worlds": []}, "'worlds' was unexpected"),
+])
+def test_bad_distributed_section_names_the_key(section: dict, expected: str) -> None:
+    found = distributed_errors(section)
+    assert any(expected in e for e in found), found

@@ -16,16 +16,20 @@ SNAKEFILE = REPO / "Snakefile"
 DATASETS = ("kaggle", "terabyte", "taobao")
 METHODS = ("device", "hybrid", "fae", "lru", "lfu", "freqcache", "scratchpipe")
 TABLES = ("summary.csv", "summary.md", "infeasible.md", "phases.csv", "counters.csv", "counters.md", "speedup.csv", "speedup.md",
-          "cache_sim.csv", "fae_hot_fraction.csv", "rows_moved.csv", "dataset_stats.csv")
+          "cache_sim.csv", "fae_hot_fraction.csv", "rows_moved.csv", "dataset_stats.csv", "comm_traffic.csv",
+          "comm_traffic.md", "flexshard_headroom.csv", "flexshard_headroom.md", "proactive.csv", "proactive.md")
 INFEASIBLE = ("taobao", "lfu")  # its cache is smaller than a batch's unique rows
 SAFETY_TIMEOUT_S = 1200            # against a hung run only; the tiny workflow takes about a minute
-FIGURES = ("coverage", "step_phases", "throughput", "speedup", "hit_rate", "fae_hot_fraction", "rows_moved")
+FIGURES = ("coverage", "step_phases", "throughput", "speedup", "hit_rate", "fae_hot_fraction", "rows_moved",
+           "inter_node_bytes", "proactive_hidden", "flexshard_headroom")
+SCALE_OUT_RUN = ("kaggle", "sharded", "row", 2, 1)  # the one scale-out run: 2 ranks, one per simulated node
 
 # The default config's three generated datasets and seven methods at a tiny scale: one
 # variant per method (a null removes a default variant). At this scale a batch touches a
 # large share of the rows, so the caches get large ratios, Taobao's the largest (a
 # per-dataset override, as is its smaller batch). Taobao's lfu cache is too small for its
-# batches: that run ends as an infeasible record, and the workflow still completes.
+# batches: that run ends as an infeasible record, and the workflow still completes. One
+# scale-out run (row-wise, 2 ranks, kaggle only) and a shard-sim of every dataset at two scales.
 TINY_CONFIG = """\
 threads: 1
 datasets:
@@ -33,14 +37,19 @@ datasets:
     generator: {kind: criteo-kaggle-style, rows: 4000, max_rows_per_table: 2000, seed: 0}
   terabyte:
     generator: {kind: criteo-terabyte-style, rows: 4000, max_rows_per_table: 2000, seed: 0}
+    methods: {sharded: null}
   taobao:
     generator: {kind: taobao-style, rows: 4000, max_rows_per_table: 2000, max_length: 5, seed: 0}
     methods:
       lru: {tiny: {cache_ratio: 0.3}}
       lfu: {tiny: {cache_ratio: 0.02}}
       freqcache: {tiny: {cache_ratio: 0.3}}
+      sharded: null
     train: {batch_size: 128}
 methods:
+  sharded: {table: null, column: null, recshard: null}
+  proactive: null
+  flexshard: null
   fae: {6.2pct: null, 24.8pct: null, 12.4pct-r1: null}
   lru: {1.5pct: null, 5pct: null, tiny: {cache_ratio: 0.1}}
   lfu: {1.5pct: null, 5pct: null, tiny: {cache_ratio: 0.1}}
@@ -54,6 +63,10 @@ train:
   eval_samples: 500
 profile: {batches: 10}
 simulate: {ratios: [0.05, 0.2, 0.5], policies: [lru, freqcache, static-topk], windows: [1]}
+distributed:
+  scales: [{world: 2, ranks_per_node: 1}]
+  train: {steps: 6, warmup_steps: 1, eval_samples: 300}
+  shard_sim: {plans: [table, row, column], scales: ["2x2"], headrooms: [1.0]}
 """
 
 
@@ -188,6 +201,60 @@ def test_taobao_without_a_path_fails_at_dry_run(tmp_path: Path) -> None:
     assert "datasets.taobao.source.path" in out and "tianchi.aliyun.com" in out, out
 
 
+@pytest.mark.parametrize(
+    ("yaml", "expected"),
+    [
+        ("distributed:\n  scales: [{world: 4, ranks_per_node: 3}]\n",
+         "distributed.scales: ranks_per_node 3 does not divide world 4"),
+        ("distributed:\n  scales: [{world: 3, ranks_per_node: 1}]\n",
+         "train.batch_size 1024 is not divisible by distributed.scales world 3"),
+    ],
+    ids=["world-not-whole-nodes", "batch-not-divisible"],
+)
+def test_bad_scales_fail_at_dry_run(tmp_path: Path, yaml: str, expected: str) -> None:
+    proc = dry_run(tmp_path, yaml)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "invalid configuration" in out and expected in out, out
+
+
+@pytest.mark.parametrize(
+    ("yaml", "expected"),
+    [
+        ("methods:\n  sharded:\n    x: {plan: diagonal}\n", "['methods']['sharded']['x']['plan']"),
+        ("distributed:\n  shard_sim: {plans: [row, diagonal]}\n", "['distributed']['shard_sim']['plans'][1]"),
+        ("distributed:\n  scales: [{world: 1, ranks_per_node: 1}]\n", "['distributed']['scales'][0]['world']"),
+        ("distributed:\n  shard_sim: {scales: [16by8]}\n", "['distributed']['shard_sim']['scales'][0]"),
+    ],
+    ids=["unknown-plan", "unknown-simulated-plan", "world-of-one", "bad-simulated-scale"],
+)
+def test_bad_distributed_config_fails_naming_the_key(tmp_path: Path, yaml: str, expected: str) -> None:
+    proc = dry_run(tmp_path, yaml)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "Error validating config file" in out and expected in out, out
+
+
+def test_dry_run_plans_scale_out_runs_and_shard_sims(tmp_path: Path) -> None:
+    """Scale-out methods train at every scale under their own path; one-process paths are unchanged."""
+    proc = dry_run(tmp_path, "seeds: [0]\n", "-p", "--cores", "2")  # a 4-rank job gets at most the 2 cores
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    lines = out.splitlines()
+    trains = [ln for ln in lines if "-m hotcold train" in ln and "torch.distributed.run" in ln]
+    assert len(trains) == 3 * 2 * 5 + 2  # 3 datasets x 2 scales x (4 sharded plans + proactive), flexshard on taobao
+    four = [ln for ln in trains if "runs/kaggle/sharded/row/world~4-rpn~2/seed~0" in ln]
+    assert len(four) == 1 and "--nproc-per-node 4" in four[0] and "--threads 2" in four[0]
+    assert '"distributed": {"ranks_per_node": 2, "world": 4}' in four[0] and '"steps": 40' in four[0]
+    assert not any("runs/kaggle/flexshard" in ln for ln in trains)
+    assert any("runs/taobao/flexshard/base/world~2-rpn~1/seed~0" in ln for ln in trains)
+    assert any("--out 'results/runs/kaggle/lru/1.5pct/seed~0'" in ln and "torch.distributed" not in ln for ln in lines)
+    sims = [ln for ln in lines if "hotcold shard-sim" in ln]
+    assert len(sims) == 3
+    assert all("--scales 2x1 2x2 4x8 16x8 --headrooms 1.0 1.25 1.5 2.0" in ln for ln in sims), sims[0]
+    assert all("--plans table row column recshard flexshard" in ln for ln in sims)
+
+
 def test_dry_run_plans_real_and_generated_datasets_with_overrides(tmp_path: Path) -> None:
     csv = tmp_path / "UserBehavior.csv"
     csv.write_text("1,2,3,pv,1511000000\n")
@@ -216,6 +283,29 @@ def test_dry_run_plans_real_and_generated_datasets_with_overrides(tmp_path: Path
     assert "runs/taobao/fae" not in out and "runs/kaggle/fae/12.4pct" in out
 
 
+def check_scale_out(workdir: Path, summary: pd.DataFrame) -> None:
+    """The 2-rank run: its own path and summary row, exact, and byte for byte what shard-sim predicts."""
+    dataset, method, variant, world, rpn = SCALE_OUT_RUN
+    assert (workdir / f"results/runs/{dataset}/{method}/{variant}/world~{world}-rpn~{rpn}/seed~0/record.json").is_file()
+    run = summary[summary.world > 1]
+    assert list(zip(run.dataset, run.method, run.variant, run.world, run.ranks_per_node, run.plan)) == \
+        [(*SCALE_OUT_RUN, "row")]
+    assert bool(run.exact.iloc[0]) and run.exact_reference.iloc[0] == "one-process device replay"
+    assert run.speedup_vs_hybrid.isna().all()
+    assert (summary[summary.world == 1].ranks_per_node == 1).all()
+    assert set(pd.read_csv(workdir / "results" / "tables" / "speedup.csv").method) == set(METHODS)
+    traffic = pd.read_csv(workdir / "results" / "tables" / "comm_traffic.csv")
+    assert set(traffic[traffic.source == "simulated"].dataset) == set(DATASETS)
+    assert set(traffic.world) == {2, 4}  # shard_sim's 2x2 and the trained 2x1
+    trained = traffic[traffic.source == "trained"].iloc[0]
+    simulated = traffic[(traffic.source == "simulated") & (traffic.dataset == dataset) & (traffic.plan == "row")
+                        & (traffic.world == world) & (traffic.memory_headroom == trained.memory_headroom)]
+    assert len(simulated) == 1 and trained.inter_node_a2a_bytes > 0
+    assert trained.inter_node_a2a_bytes == pytest.approx(simulated.inter_node_a2a_bytes.iloc[0])
+    assert trained.inter_a2a_reduction_vs_row == pytest.approx(0.0)
+    assert (traffic.status == "infeasible").any()  # column-wise at 4 ranks, headroom 1.0: ends infeasible, no error
+
+
 def test_tiny_workflow_end_to_end(tmp_path: Path) -> None:
     """Every dataset, method, table and figure; one infeasible run does not stop the rest.
 
@@ -228,7 +318,8 @@ def test_tiny_workflow_end_to_end(tmp_path: Path) -> None:
 
     tables, figs = tmp_path / "results" / "tables", tmp_path / "paper_figs"
     summary = pd.read_csv(tables / "summary.csv")
-    assert sorted(zip(summary.dataset, summary.method)) == sorted((d, m) for d in DATASETS for m in METHODS)
+    assert sorted(zip(summary.dataset, summary.method)) == sorted(
+        [(d, m) for d in DATASETS for m in METHODS] + [SCALE_OUT_RUN[:2]])
     infeasible = summary[summary.status == "infeasible"]
     assert list(zip(infeasible.dataset, infeasible.method)) == [INFEASIBLE]
     assert "too small" in infeasible.reason.iloc[0] and infeasible.samples_per_s.isna().all()
@@ -256,6 +347,7 @@ def test_tiny_workflow_end_to_end(tmp_path: Path) -> None:
     assert len(rows_moved) == len(DATASETS) * len(METHODS) - 1
     assert INFEASIBLE not in set(zip(rows_moved.dataset, rows_moved.method))
     assert (tmp_path / "results" / "benchmarks" / "taobao" / "fae" / "12.4pct" / "seed~0.tsv").is_file()
+    check_scale_out(tmp_path, summary)
 
     again = snakemake(tmp_path, "-n", "--configfile", str(tmp_path / "tiny.yaml"))
     assert again.returncode == 0

@@ -201,6 +201,14 @@ def cmd_aggregate(args: argparse.Namespace) -> None:
     print(f"aggregated {len(frame)} runs into {args.out}")
 
 
+def cmd_scaleout_tables(args: argparse.Namespace) -> None:
+    from hotcold.analysis.scaleout import scaleout_tables
+
+    frames = scaleout_tables([Path(p) for p in args.records], [Path(p) for p in args.shard_sims], Path(args.out))
+    print(f"wrote {', '.join(frames)} into {args.out}: {len(frames['comm_traffic'])} traffic rows from "
+          f"{len(args.records)} scale-out record(s) and {len(args.shard_sims)} shard-sim table(s)")
+
+
 def cmd_figures(args: argparse.Namespace) -> None:
     from hotcold.analysis.figures import make_figures
 
@@ -300,6 +308,13 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--exact-rtol", type=float, default=AGGREGATE.exact_rtol,
                    help="relative parameter difference under which a run counts as exact")
     a.set_defaults(func=cmd_aggregate)
+
+    so = sub.add_parser("scaleout-tables", help="comm_traffic, flexshard_headroom and proactive tables from "
+                                                "scale-out run records and shard-sim CSVs")
+    so.add_argument("records", nargs="*", help="record.json files of scale-out runs")
+    so.add_argument("--shard-sims", nargs="*", default=[], help="CSVs written by `hotcold shard-sim`")
+    so.add_argument("--out", default="results/tables")
+    so.set_defaults(func=cmd_scaleout_tables)
 
     f = sub.add_parser("figures", help="paper figures from the tables")
     f.add_argument("--tables", default="results/tables")

@@ -1,4 +1,4 @@
-# Tables from the run records, the simulations and the profiles; figures from the tables.
+# Tables from the run records, the simulations (cache and shard) and the profiles; figures from the tables.
 
 
 rule dataset_stats:
@@ -64,6 +64,31 @@ rule aggregate:
         " --exact-rtol {params.exact_rtol} > {log:q} 2>&1"
 
 
+rule scaleout_tables:
+    input:
+        records=scale_out_records(),
+        sims=per_dataset("results/shard_sim/{dataset}.csv"),
+    output:
+        comm_traffic_csv=report(
+            "results/tables/comm_traffic.csv", caption="../report/comm_traffic.rst", category="Tables"
+        ),
+        comm_traffic_md="results/tables/comm_traffic.md",
+        flexshard_headroom_csv="results/tables/flexshard_headroom.csv",
+        flexshard_headroom_md="results/tables/flexshard_headroom.md",
+        proactive_csv="results/tables/proactive.csv",
+        proactive_md="results/tables/proactive.md",
+    params:
+        cli=HOTCOLD,
+        out=lambda wildcards, output: str(Path(output.comm_traffic_csv).parent),
+    log:
+        "results/logs/scaleout_tables.log",
+    conda:
+        "../../envs/hotcold.yaml"
+    shell:
+        "{params.cli} scaleout-tables {input.records:q} --shard-sims {input.sims:q} --out {params.out:q}"
+        " > {log:q} 2>&1"
+
+
 rule figures:
     input:
         summary="results/tables/summary.csv",
@@ -72,8 +97,11 @@ rule figures:
         cache_sim="results/tables/cache_sim.csv",
         fae_hot_fraction="results/tables/fae_hot_fraction.csv",
         rows_moved="results/tables/rows_moved.csv",
+        comm_traffic="results/tables/comm_traffic.csv",
+        flexshard_headroom="results/tables/flexshard_headroom.csv",
+        proactive="results/tables/proactive.csv",
     output:
-        [figure(name, ext) for name in FIGURES for ext in ("png", "pdf")],
+        [figure(name, ext) for name in FIGURES + SCALE_OUT_FIGURES for ext in ("png", "pdf")],
     params:
         cli=HOTCOLD,
         tables=lambda wildcards, input: str(Path(input.summary).parent),

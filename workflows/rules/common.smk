@@ -6,6 +6,7 @@ import re
 import shlex
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import jsonschema
 import yaml
@@ -18,10 +19,18 @@ wildcard_constraints:
     method="[a-z0-9_]+",
     variant="[a-z0-9][a-z0-9_.-]*",
     seed="[0-9]+",
+    world="[0-9]+",
+    rpn="[0-9]+",
 
 
 # Every job calls the package the same way: `python -m hotcold <verb>`.
 HOTCOLD = "python -m hotcold"
+# A scale-out run: P ranks of `hotcold train` under torchrun on this machine (each rank joins the
+# launch). `hotcold train --nproc P` starts the same launch itself, but torchrun's argument parser
+# takes its `--nproc` for an ambiguous abbreviation of `--nproc-per-node`; this is the command it builds.
+TORCHRUN = "OMP_NUM_THREADS=1 python -m torch.distributed.run --standalone"
+# Methods whose store spans ranks: trained at every `distributed.scales`, never in one process.
+SCALE_OUT_METHODS = ("sharded", "proactive", "flexshard")
 SRC = Path(workflow.basedir, "src")
 SCHEMA = Path(workflow.basedir, "workflows/schemas/config.schema.yaml")
 
@@ -95,23 +104,54 @@ def methods_for(name: str) -> dict[str, dict[str, dict]]:
     return {method: variants for method, variants in effective.items() if variants}
 
 
-def runs() -> list[tuple[str, str, str, int]]:
-    """Every (dataset, method, variant, seed) the config asks for."""
-    return [
-        (dataset, method, variant, seed)
-        for dataset in datasets()
-        for method, variants in methods_for(dataset).items()
-        for variant in variants
-        for seed in config["seeds"]
-    ]
+class Run(NamedTuple):
+    """One training job; world 1 is a one-process run."""
+
+    dataset: str
+    method: str
+    variant: str
+    seed: int
+    world: int = 1
+    ranks_per_node: int = 1
+
+    @property
+    def scale_out(self) -> bool:
+        return self.method in SCALE_OUT_METHODS
 
 
-def run_dir(dataset: str, method: str, variant: str, seed: int) -> str:
-    return f"results/runs/{dataset}/{method}/{variant}/seed~{seed}"
+def trained_scales() -> list[tuple[int, int]]:
+    """(world, ranks_per_node) of every configured scale-out training scale."""
+    return [(s["world"], s["ranks_per_node"]) for s in config["distributed"]["scales"]]
+
+
+def runs() -> list[Run]:
+    """Every run the config asks for: one-process methods once, scale-out methods at every trained scale."""
+    out = []
+    for dataset in datasets():
+        for method, variants in methods_for(dataset).items():
+            scales = trained_scales() if method in SCALE_OUT_METHODS else [(1, 1)]
+            out += [Run(dataset, method, variant, seed, world, rpn)
+                    for variant in variants for world, rpn in scales for seed in config["seeds"]]
+    return out
+
+
+def scale_dir(world: int, ranks_per_node: int) -> str:
+    """The path component of a scale-out run's scale: ``world~4-rpn~2`` (4 ranks, 2 per node)."""
+    return f"world~{world}-rpn~{ranks_per_node}"
+
+
+def run_dir(run: Run) -> str:
+    """results/runs/<dataset>/<method>/<variant>[/world~<P>-rpn~<G>]/seed~<n>: one-process paths stay as they were."""
+    scale = [scale_dir(run.world, run.ranks_per_node)] if run.scale_out else []
+    return Path("results", "runs", run.dataset, run.method, run.variant, *scale, f"seed~{run.seed}").as_posix()
 
 
 def all_records() -> list[str]:
-    return [f"{run_dir(*run)}/record.json" for run in runs()]
+    return [f"{run_dir(run)}/record.json" for run in runs()]
+
+
+def scale_out_records() -> list[str]:
+    return [f"{run_dir(run)}/record.json" for run in runs() if run.scale_out]
 
 
 def per_dataset(pattern: str) -> list[str]:
@@ -143,28 +183,71 @@ def simulate_config(wildcards) -> str:
     return json.dumps({"seed": first_seed(), "train": section(wildcards.dataset, "train")}, sort_keys=True)
 
 
-def run_config_dict(dataset: str, method: str, variant: str, seed: int) -> dict:
-    return {
-        "dataset": dataset,
-        "method": method,
-        "variant": variant,
-        "seed": int(seed),
-        "store": methods_for(dataset)[method][variant],
-        "model": section(dataset, "model"),
-        "train": section(dataset, "train"),
+def scale_out_train(name: str) -> dict:
+    """The dataset's train section with `distributed.train` (fewer steps, a smaller evaluation) merged in."""
+    return merged(section(name, "train"), config["distributed"]["train"])
+
+
+def run_config_dict(run: Run) -> dict:
+    out = {
+        "dataset": run.dataset,
+        "method": run.method,
+        "variant": run.variant,
+        "seed": int(run.seed),
+        "store": methods_for(run.dataset)[run.method][run.variant],
+        "model": section(run.dataset, "model"),
+        "train": scale_out_train(run.dataset) if run.scale_out else section(run.dataset, "train"),
         "timing": config["timing"],
     }
+    if run.scale_out:
+        out["distributed"] = {"world": int(run.world), "ranks_per_node": int(run.ranks_per_node)}
+    return out
+
+
+def run_of(wildcards) -> Run:
+    scale = (int(wildcards.world), int(wildcards.rpn)) if "world" in wildcards.keys() else (1, 1)
+    return Run(wildcards.dataset, wildcards.method, wildcards.variant, int(wildcards.seed), *scale)
 
 
 def run_config(wildcards) -> str:
     """`hotcold train --run-config`: everything that determines one run."""
-    return json.dumps(
-        run_config_dict(wildcards.dataset, wildcards.method, wildcards.variant, wildcards.seed),
-        sort_keys=True,
-    )
+    return json.dumps(run_config_dict(run_of(wildcards)), sort_keys=True)
+
+
+def shard_sim_scales() -> list[str]:
+    """`hotcold shard-sim --scales`: the configured NODESxRANKS_PER_NODE, then the trained scales not among them."""
+    configured = list(config["distributed"]["shard_sim"]["scales"])
+    trained = [f"{world // rpn}x{rpn}" for world, rpn in trained_scales() if world % rpn == 0]
+    return list(dict.fromkeys(configured + trained))
+
+
+def store_default_headroom() -> float:
+    """The scale-out stores' default memory headroom (the package's, from this checkout's sources)."""
+    if str(SRC) not in sys.path:
+        sys.path.insert(0, str(SRC))
+    try:
+        from hotcold.distributed.plans import DEFAULT_HEADROOM
+    except ImportError:
+        return 1.25  # Snakemake runs outside the package's environment (--sdm conda): the package's value
+    return DEFAULT_HEADROOM
+
+
+def shard_sim_headrooms() -> list[float]:
+    """`hotcold shard-sim --headrooms`: the configured ones, then those the scale-out runs train at."""
+    trained = [options.get("memory_headroom") or store_default_headroom()
+               for dataset in datasets() for method, variants in methods_for(dataset).items()
+               if method in SCALE_OUT_METHODS for options in variants.values()]
+    return list(dict.fromkeys([*config["distributed"]["shard_sim"]["headrooms"], *trained]))
+
+
+def shard_sim_config(wildcards) -> str:
+    """`hotcold shard-sim --run-config`: the batches (and model) of the dataset's scale-out runs."""
+    return json.dumps({"seed": first_seed(), "train": scale_out_train(wildcards.dataset),
+                       "model": section(wildcards.dataset, "model")}, sort_keys=True)
 
 
 FIGURES = ["step_phases", "throughput", "speedup", "hit_rate", "fae_hot_fraction", "rows_moved"]
+SCALE_OUT_FIGURES = ["inter_node_bytes", "proactive_hidden", "flexshard_headroom"]
 
 
 def figure(name: str, ext: str):
@@ -204,6 +287,23 @@ def check_store_options() -> None:
             raise WorkflowError(f"invalid configuration for dataset {name}: {where}: {error.message}")
 
 
+def check_batch_split(run_config: dict) -> None:
+    """A scale-out run splits every global batch evenly over its ranks."""
+    from hotcold.config import ConfigError
+
+    world, batch = run_config["distributed"]["world"], run_config["train"]["batch_size"]
+    if batch % world:
+        raise ConfigError(f"train.batch_size {batch} is not divisible by distributed.scales world {world}")
+
+
+def check_scales() -> None:
+    """Every trained scale groups its ranks into whole nodes."""
+    for world, rpn in trained_scales():
+        if world % rpn:
+            raise WorkflowError(f"invalid configuration: distributed.scales: ranks_per_node {rpn} does not divide "
+                                f"world {world} (a world is whole nodes of ranks_per_node ranks)")
+
+
 def check_configs() -> None:
     """Resolve every dataset and run config with the package's own typed configs, so `snakemake -n` fails early.
 
@@ -225,7 +325,8 @@ def check_configs() -> None:
     checks += [(f"dataset {name}", SourceConfig.from_dict, source_of(name)) for name in sourced_datasets()]
     checks += [(f"dataset {name}", lambda s, n=name: check_taobao_path(n, s), source_of(name))
                for name in sourced_datasets()]
-    checks += [(f"run {run_dir(*run)}", RunConfig.from_dict, run_config_dict(*run)) for run in runs()]
+    checks += [(f"run {run_dir(run)}", RunConfig.from_dict, run_config_dict(run)) for run in runs()]
+    checks += [(f"run {run_dir(run)}", check_batch_split, run_config_dict(run)) for run in runs() if run.scale_out]
     for where, build, data in checks:
         try:
             build(data)
@@ -234,4 +335,5 @@ def check_configs() -> None:
 
 
 check_store_options()
+check_scales()
 check_configs()

@@ -1,7 +1,7 @@
 # Datasets: one directory per configured dataset; manifest.json marks it complete.
 # A dataset is generated (`generator`) or fetched and preprocessed (`source`); each
 # rule only matches the datasets of its kind. Then a profile and a cache simulation
-# of each dataset's training trace.
+# of each dataset's training trace, and `hotcold shard-sim` of its sharding plans.
 
 
 rule generate:
@@ -109,4 +109,26 @@ rule simulate:
         " --out {output.csv:q} --ratios {params.ratios} --policies {params.policies}"
         " --windows {params.windows} --fae-budgets {params.fae_budgets}"
         " --fae-run-lengths {params.fae_run_lengths} --fae-sample-fraction {params.fae_sample_fraction}"
+        " > {log:q} 2>&1"
+
+
+rule shard_sim:
+    input:
+        manifest="results/data/{dataset}/manifest.json",
+    output:
+        csv="results/shard_sim/{dataset}.csv",
+    params:
+        cli=HOTCOLD,
+        dataset=lambda wildcards, input: str(Path(input.manifest).parent),
+        run_config=shard_sim_config,
+        plans=config["distributed"]["shard_sim"]["plans"],
+        scales=shard_sim_scales(),
+        headrooms=shard_sim_headrooms(),
+    log:
+        "results/logs/shard_sim/{dataset}.log",
+    conda:
+        "../../envs/hotcold.yaml"
+    shell:
+        "{params.cli} shard-sim --dataset {params.dataset:q} --run-config {params.run_config:q}"
+        " --out {output.csv:q} --plans {params.plans} --scales {params.scales} --headrooms {params.headrooms}"
         " > {log:q} 2>&1"

@@ -6,7 +6,10 @@
 figures get one panel per (dataset, timer kind): bars from different timers
 never share an axis. Counter figures need no such split (counters do not
 depend on the hardware). Runs the summary marks infeasible (no numbers)
-are left out of every figure.
+are left out of every figure. These figures show one-process runs; the
+scale-out runs (world > 1, fewer steps, ranks sharing the cores) have their
+own figures in ``hotcold.analysis.scaleout_figures`` (``inter_node_bytes``,
+``proactive_hidden``, ``flexshard_headroom``).
 """
 from __future__ import annotations
 
@@ -19,7 +22,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from hotcold.analysis import comparison_figures as cf
+from hotcold.analysis import scaleout_figures as sf
 from hotcold.analysis.plotting import PANEL_H, PANEL_W, grid, label_order, narrow, read_table, save_atomic
+from hotcold.analysis.tables import one_process
 from hotcold.timing import phase_order
 
 
@@ -99,13 +104,14 @@ def make_figures(tables_dir: Path, out_dir: Path) -> list[Path]:
 
     ``summary.csv`` and ``phases.csv`` are required; the comparison figures
     are drawn when their table is there (``hit_rate`` needs ``cache_sim.csv``
-    from ``hotcold cache-sim``).
+    from ``hotcold cache-sim``; the scale-out figures the tables of
+    ``hotcold scaleout-tables``).
     """
     tables_dir, out_dir = Path(tables_dir), Path(out_dir)
-    summary = trained_runs(read_table(tables_dir / "summary.csv"))
+    summary = one_process(trained_runs(read_table(tables_dir / "summary.csv"))).reset_index(drop=True)
     if summary.empty:
-        raise ValueError(f"{tables_dir / 'summary.csv'} has no trained runs")
-    phases = read_table(tables_dir / "phases.csv")
+        raise ValueError(f"{tables_dir / 'summary.csv'} has no trained runs in one process")
+    phases = one_process(read_table(tables_dir / "phases.csv"))
     written = [
         *save_atomic(step_phases_figure(phases), out_dir, "step_phases"),
         *save_atomic(throughput_figure(summary), out_dir, "throughput"),
@@ -113,7 +119,10 @@ def make_figures(tables_dir: Path, out_dir: Path) -> list[Path]:
     ]
     optional = [("rows_moved.csv", cf.traffic_figure, "rows_moved"),
                 ("fae_hot_fraction.csv", cf.fae_hot_fraction_figure, "fae_hot_fraction"),
-                ("cache_sim.csv", cf.hit_rate_figure, "hit_rate")]
+                ("cache_sim.csv", cf.hit_rate_figure, "hit_rate"),
+                ("comm_traffic.csv", sf.inter_node_bytes_figure, "inter_node_bytes"),
+                ("proactive.csv", sf.proactive_hidden_figure, "proactive_hidden"),
+                ("flexshard_headroom.csv", sf.flexshard_headroom_figure, "flexshard_headroom")]
     for table, draw, stem in optional:
         path = tables_dir / table
         if not path.is_file():

@@ -1,15 +1,23 @@
 """Tidy tables from run records: summary, per-phase times, counters and the comparisons.
 
 ``aggregate`` reads the given ``<dataset>/<method>/<variant>/seed~<n>/record.json``
-files (the workflow passes the runs its config asks for; by hand,
-``find_records`` lists all under a runs directory) and writes ``summary.csv``/``summary.md``,
+files, and those of scale-out runs under ``<variant>/world~<P>-rpn~<G>/seed~<n>/``
+(the workflow passes the runs its config asks for; by hand, ``find_records``
+lists all under a runs directory) and writes ``summary.csv``/``summary.md``,
 ``phases.csv``, ``counters.csv``/``counters.md`` and the comparison tables of
 ``hotcold.analysis.comparisons`` (``speedup``, ``fae_hot_fraction``, ``rows_moved``),
 and ``infeasible.md``: the runs whose variant could not run on their dataset
 (record status ``infeasible``) with the reason. Such runs stay in the summary
 as rows with their ``status`` and ``reason`` and no numbers; every other table
 is built from the ``ok`` runs only.
-Speed-ups are computed only between runs timed by the same kind of timer.
+Speed-ups are computed only between runs timed by the same kind of timer, and only
+between one-process runs: a scale-out run trains fewer steps with P processes
+sharing the machine's cores, so its samples/s and AUC are not comparable with
+``hybrid``'s; its ``speedup_vs_hybrid`` and ``auc_vs_hybrid`` stay empty, it
+is left out of ``speedup`` and ``rows_moved`` (no host-device traffic), and its
+numbers are in the scale-out tables (``hotcold.analysis.scaleout``).
+Every run is identified by ``RUN_ID``: dataset, method, variant, ``world``,
+``ranks_per_node`` and seed (a one-process run has world 1 and 1 rank per node).
 The ``exact`` column checks the invariant from the records' parameter
 sketches: against the record's own ``reference`` when it has one (a store
 with its own batch order, e.g. FAE, carries the ``device`` store replayed on
@@ -22,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -35,16 +44,21 @@ from hotcold.files import atomic_write_text
 from hotcold.records import STATUS_OK, record_status, sketch_rel_diff
 
 RECORD_GLOB = "*/*/*/seed~*/record.json"
-KEYS = ["dataset", "method", "variant", "seed"]
+SCALE_OUT_GLOB = "*/*/*/world~*-rpn~*/seed~*/record.json"
+SCALE_DIR = re.compile(r"^world~(\d+)-rpn~(\d+)$")
+KEYS = ["dataset", "method", "variant", "seed"]        # what a record names itself by
+SCALE = ["world", "ranks_per_node"]
+RUN_ID = ["dataset", "method", "variant", *SCALE, "seed"]  # what tells runs apart
 BASELINE_METHOD = "hybrid"
 REFERENCE_METHOD = "device"
 PREFERRED_VARIANT = "base"
 EXACT_RTOL = AggregateConfig().exact_rtol
 
-REFERENCE_LABELS = {"run": "device run", "replay": "device replay of this order"}
+REFERENCE_LABELS = {"run": "device run", "replay": "device replay of this order",
+                    "scale_out": "one-process device replay"}
 
 SUMMARY_COLUMNS = [
-    *KEYS, "status", "options", "timer", "device", "samples_per_s", "step_ms_p50", "step_ms_p10", "step_ms_p90",
+    *RUN_ID, "plan", "status", "options", "timer", "device", "samples_per_s", "step_ms_p50", "step_ms_p10", "step_ms_p90",
     "step_ms_mean", "speedup_vs_hybrid", "auc", "auc_vs_hybrid", "logloss", "exact", "exact_reference",
     "param_rel_diff",
 ]
@@ -63,12 +77,48 @@ class RecordError(ValueError):
 
 
 def find_records(runs_dir: Path) -> list[Path]:
-    """Paths of all complete run records under ``runs_dir``, sorted."""
-    return sorted(Path(runs_dir).glob(RECORD_GLOB))
+    """Paths of all complete run records under ``runs_dir`` (one-process and scale-out), sorted."""
+    return sorted([*Path(runs_dir).glob(RECORD_GLOB), *Path(runs_dir).glob(SCALE_OUT_GLOB)])
+
+
+def scale_of(rec: dict[str, Any]) -> tuple[int, int]:
+    """(world, ranks_per_node) of a run: its summary's, else its config's; (1, 1) for older records."""
+    summary = rec.get("summary") or {}
+    dist = (rec.get("config") or {}).get("distributed") or {}
+    world = summary.get("world", dist.get("world", 1))
+    return int(world or 1), int(summary.get("ranks_per_node", dist.get("ranks_per_node", 1)) or 1)
+
+
+def plan_of(rec: dict[str, Any]) -> str:
+    """The sharding plan of a scale-out run (the store's report, else its options, else the store's default)."""
+    plan = (rec.get("summary") or {}).get("plan") or (rec.get("store") or {}).get("plan") \
+        or ((rec.get("config") or {}).get("store") or {}).get("plan")
+    if plan or scale_of(rec)[0] == 1:
+        return plan or ""
+    from hotcold.embedding import SCALE_OUT, store_class
+
+    return getattr(store_class(rec["method"]), "default_plan", "") if rec.get("method") in SCALE_OUT else ""
+
+
+def _expected_location(path: Path, rec: dict[str, Any]) -> dict[str, str]:
+    """The keys ``path`` says a record has; a scale-out run lies one level deeper, under its scale."""
+    parents = Path(path).parents
+    seed_dir, rest = parents[0], list(parents[1:4])
+    expected = {"seed": seed_dir.name.removeprefix("seed~")}
+    world, rpn = scale_of(rec)
+    if world > 1:
+        match = SCALE_DIR.match(parents[1].name)
+        scale = (int(match[1]), int(match[2])) if match else None
+        if scale != (world, rpn):
+            raise RecordError(f"{path}: a run of world {world} with {rpn} rank(s) per node belongs under "
+                              f"world~{world}-rpn~{rpn}/, not {parents[1].name}/")
+        rest = list(parents[2:5])
+    variant_dir, method_dir, dataset_dir = rest
+    return {**expected, "dataset": dataset_dir.name, "method": method_dir.name, "variant": variant_dir.name}
 
 
 def load_record(path: Path) -> dict[str, Any]:
-    """Read one record and check that its keys match its directory."""
+    """Read one record and check that its keys (and scale) match its directory."""
     try:
         rec = json.loads(Path(path).read_text())
     except json.JSONDecodeError as e:
@@ -77,12 +127,7 @@ def load_record(path: Path) -> dict[str, Any]:
     missing = [k for k in required if k not in rec]
     if missing:
         raise RecordError(f"{path}: record lacks key(s) {missing}")
-    seed_dir, variant_dir, method_dir, dataset_dir = Path(path).parents[:4]
-    expected = {
-        "dataset": dataset_dir.name, "method": method_dir.name,
-        "variant": variant_dir.name, "seed": seed_dir.name.removeprefix("seed~"),
-    }
-    for key, value in expected.items():
+    for key, value in _expected_location(path, rec).items():
         if str(rec[key]) != value:
             raise RecordError(f"{path}: record says {key}={rec[key]!r} but lies under {value!r}")
     return rec
@@ -109,8 +154,12 @@ def options_label(options: dict[str, Any] | None) -> str:
 def _row(rec: dict[str, Any]) -> dict[str, Any]:
     summary, prov = rec.get("summary") or {}, rec.get("provenance") or {}
     metrics = rec.get("metrics") or {}
+    world, rpn = scale_of(rec)
     return {
         **{k: rec[k] for k in KEYS},
+        "world": world,
+        "ranks_per_node": rpn,
+        "plan": plan_of(rec),
         "status": record_status(rec),
         "reason": rec.get("reason"),
         "options": options_label((rec.get("config") or {}).get("store")),
@@ -132,8 +181,16 @@ def _row(rec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def one_process(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of one-process runs (world 1; a table without ``world`` is older: all of them)."""
+    if "world" not in frame:
+        return frame
+    return frame[frame["world"].fillna(1).astype("int64") == 1]
+
+
 def _pick_reference(group: pd.DataFrame, method: str) -> pd.Series | None:
-    """The trained ``method`` run of a group: variant ``base`` if present, else the first by name."""
+    """The trained one-process ``method`` run of a group: variant ``base`` if present, else the first by name."""
+    group = one_process(group)
     cands = group[(group["method"] == method) & (group["status"] == STATUS_OK)].sort_values("variant")
     if cands.empty:
         return None
@@ -145,7 +202,7 @@ def _speedups(frame: pd.DataFrame) -> pd.Series:
     """samples/s over the hybrid run of the same dataset, seed and timer kind."""
     out = pd.Series(np.nan, index=frame.index, dtype="float64")
     for _, group in frame.groupby(["dataset", "dataset_sha256", "seed", "timer"], dropna=False, sort=False):
-        ref = _pick_reference(group, BASELINE_METHOD)
+        ref, group = _pick_reference(group, BASELINE_METHOD), one_process(group)
         if ref is not None and ref["samples_per_s"] and ref["samples_per_s"] > 0:
             out[group.index] = group["samples_per_s"].astype("float64") / float(ref["samples_per_s"])
     return out
@@ -168,7 +225,8 @@ def _exactness(frame: pd.DataFrame, records: list[dict[str, Any]],
         ref = _pick_reference(group, REFERENCE_METHOD)
         for idx in group.index:
             if replays[idx] is not None:
-                d, kind = sketch_rel_diff(sketches[idx], replays[idx]), "replay"
+                kind = "scale_out" if frame.at[idx, "world"] > 1 else "replay"
+                d = sketch_rel_diff(sketches[idx], replays[idx])
             elif ref is not None:
                 d, kind = sketch_rel_diff(sketches[idx], sketches[ref.name]), "run"
             else:
@@ -182,21 +240,21 @@ def _auc_vs_hybrid(frame: pd.DataFrame) -> pd.Series:
     """AUC minus the AUC of the hybrid run of the same dataset and seed."""
     out = pd.Series(np.nan, index=frame.index, dtype="float64")
     for _, group in frame.groupby(["dataset", "dataset_sha256", "seed"], dropna=False, sort=False):
-        ref = _pick_reference(group, BASELINE_METHOD)
+        ref, group = _pick_reference(group, BASELINE_METHOD), one_process(group)
         if ref is not None and pd.notna(ref["auc"]):
             out[group.index] = group["auc"].astype("float64") - float(ref["auc"])
     return out
 
 
 def summary_frame(records: list[dict[str, Any]], exact_rtol: float = EXACT_RTOL) -> pd.DataFrame:
-    """One row per run, sorted by dataset, method, variant, seed."""
+    """One row per run, sorted by dataset, method, variant, world, ranks per node, seed."""
     frame = pd.DataFrame([_row(r) for r in records])
     frame["seed"] = frame["seed"].astype("int64")
     frame["speedup_vs_hybrid"] = _speedups(frame)
     frame["auc_vs_hybrid"] = _auc_vs_hybrid(frame)
     frame["exact"], frame["param_rel_diff"], frame["exact_reference"] = _exactness(frame, records, exact_rtol)
     frame = frame[SUMMARY_COLUMNS + PROVENANCE_COLUMNS]
-    return frame.sort_values(KEYS, kind="stable").reset_index(drop=True)
+    return frame.sort_values(RUN_ID, kind="stable").reset_index(drop=True)
 
 
 def _long(records: list[dict[str, Any]], name: str, values: dict[str, str]) -> pd.DataFrame:
@@ -205,17 +263,20 @@ def _long(records: list[dict[str, Any]], name: str, values: dict[str, str]) -> p
     for rec in ok_records(records):
         summary = rec["summary"]
         first = summary.get(next(iter(values.values())), {}) or {}
+        world, rpn = scale_of(rec)
         for key in first:
             rows.append({
                 **{k: rec[k] for k in KEYS},
+                "world": world,
+                "ranks_per_node": rpn,
                 "timer": summary.get("timer"),
                 name: key,
                 **{col: (summary.get(src) or {}).get(key, math.nan) for col, src in values.items()},
             })
-    cols = [*KEYS, "timer", name, *values]
+    cols = [*RUN_ID, "timer", name, *values]
     frame = pd.DataFrame(rows, columns=cols)
-    frame["seed"] = frame["seed"].astype("int64")
-    return frame.sort_values(KEYS, kind="stable").reset_index(drop=True)
+    frame[["world", "ranks_per_node", "seed"]] = frame[["world", "ranks_per_node", "seed"]].astype("int64")
+    return frame.sort_values(RUN_ID, kind="stable").reset_index(drop=True)
 
 
 def phases_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
@@ -238,7 +299,11 @@ def _summary_markdown(summary: pd.DataFrame, exact_rtol: float) -> str:
         f"`exact_reference` says which: the `{REFERENCE_METHOD}` run of the same dataset and seed, or, "
         "for a store with its own batch order (FAE), the record's own replay of that order on the "
         f"`{REFERENCE_METHOD}` store. `auc_vs_hybrid`: AUC minus the `{BASELINE_METHOD}` run's. "
-        "`status` `infeasible`: the variant cannot run on this dataset (no numbers; see infeasible.md).\n\n"
+        "`status` `infeasible`: the variant cannot run on this dataset (no numbers; see infeasible.md). "
+        "`world` > 1: a scale-out run of `world` ranks, `ranks_per_node` per simulated node, under sharding "
+        "`plan`; it trains fewer steps with its ranks sharing the machine, so it has no speed-up or "
+        "`auc_vs_hybrid` (see comm_traffic.md and proactive.md); `exact` compares it with the one-process "
+        f"`{REFERENCE_METHOD}` store replayed on its batches.\n\n"
         + to_markdown(summary[SUMMARY_COLUMNS])
     )
 
@@ -248,10 +313,14 @@ def _counters_markdown(counters: pd.DataFrame) -> str:
     if counters.empty:
         return title + "No counters recorded.\n"
     order = list(dict.fromkeys(counters["counter"]))
-    wide = counters.pivot(index=[*KEYS, "timer"], columns="counter", values="per_step").reset_index()
-    wide = wide[[*KEYS, "timer", *order]].sort_values(KEYS, kind="stable")
+    wide = counters.pivot(index=[*RUN_ID, "timer"], columns="counter", values="per_step").reset_index()
+    wide = wide[[*RUN_ID, "timer", *order]].sort_values(RUN_ID, kind="stable")
     wide.columns.name = None
     return title + to_markdown(wide, {c: "{:,.1f}" for c in order})
+
+
+def _scale_part(world: int, ranks_per_node: int) -> str:
+    return f"world~{world}-rpn~{ranks_per_node}/" if world > 1 else ""
 
 
 def infeasible_markdown(summary: pd.DataFrame) -> str:
@@ -260,8 +329,8 @@ def infeasible_markdown(summary: pd.DataFrame) -> str:
     title = "# hotcold infeasible runs\n\n"
     if rows.empty:
         return title + "None: every configured run trained.\n"
-    lines = [f"- {r.dataset}/{r.method}/{r.variant}/seed~{r.seed} ({r.options or 'no options'}): {r.reason}"
-             for r in rows.itertuples(index=False)]
+    lines = [f"- {r.dataset}/{r.method}/{r.variant}/{_scale_part(r.world, r.ranks_per_node)}seed~{r.seed} "
+             f"({r.options or 'no options'}): {r.reason}" for r in rows.itertuples(index=False)]
     return title + "These variants cannot run on their dataset; they have no numbers in any table.\n\n" + \
         "\n".join(lines) + "\n"
 
@@ -276,6 +345,7 @@ def aggregate(records: Sequence[Path], out_dir: Path, exact_rtol: float = EXACT_
     loaded = load_records(records)
     summary = summary_frame(loaded, exact_rtol)
     trained, ok = ok_records(loaded), summary[summary["status"] == STATUS_OK].reset_index(drop=True)
+    single = one_process(ok).reset_index(drop=True)
     phases = phases_frame(trained)
     counters = counters_frame(trained)
     atomic_write_text(out_dir / "summary.csv", summary.to_csv(index=False))
@@ -284,9 +354,9 @@ def aggregate(records: Sequence[Path], out_dir: Path, exact_rtol: float = EXACT_
     atomic_write_text(out_dir / "phases.csv", phases.to_csv(index=False))
     atomic_write_text(out_dir / "counters.csv", counters.to_csv(index=False))
     atomic_write_text(out_dir / "counters.md", _counters_markdown(counters))
-    speedup = speedup_table(ok)
+    speedup = speedup_table(single)
     atomic_write_text(out_dir / "speedup.csv", speedup.to_csv(index=False))
     atomic_write_text(out_dir / "speedup.md", speedup_markdown(speedup))
-    atomic_write_text(out_dir / "fae_hot_fraction.csv", fae_table(trained, ok).to_csv(index=False))
-    atomic_write_text(out_dir / "rows_moved.csv", traffic_table(counters, ok).to_csv(index=False))
+    atomic_write_text(out_dir / "fae_hot_fraction.csv", fae_table(trained, single).to_csv(index=False))
+    atomic_write_text(out_dir / "rows_moved.csv", traffic_table(one_process(counters), single).to_csv(index=False))
     return summary

@@ -1,0 +1,276 @@
+"""Scale-out tables: collective traffic per plan and scale, FlexShard over memory headroom, Proactive.
+
+- ``comm_traffic_table``: one row per trained scale-out run (``source``
+  ``trained``, from its record) and per ``hotcold shard-sim`` row
+  (``simulated``): mean bytes per training step of every collective, all of
+  them intra- and inter-node, the inter-node all-to-all bytes (input, output
+  and gradient exchanges), and how much fewer of those a plan sends than the
+  row-wise plan (``inter_a2a_reduction_vs_row``) and the table-wise plan
+  (``..._vs_table``) at the same dataset, source, scale, memory headroom (and
+  seed): ``1 - bytes / reference bytes``, so 0.3 means 30% fewer bytes, a
+  negative value more. A trained run's bytes per step are its whole run's
+  (warm-up included) divided by its steps, which is what shard-sim reports
+  for the same batches, so the two sources compare row by row.
+- ``flexshard_headroom_table``: from the simulations, FlexShard's, row-wise's
+  and table-wise's inter-node all-to-all bytes at every memory headroom and
+  simulated scale, and FlexShard's reduction against the two (the curve
+  over headroom 1.0-2.0).
+- ``proactive_table``: per Proactive run, the share of its served lookups
+  done early (while an earlier step's collectives ran) and the share of its
+  lookup time hidden behind communication.
+
+Infeasible plans (a plan that does not fit its memory budget, trained or
+simulated) stay in ``comm_traffic`` with their ``status`` and ``reason``
+and no bytes.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from hotcold.analysis.markdown import to_markdown
+from hotcold.analysis.tables import load_records, plan_of, scale_of
+from hotcold.distributed.plans import DEFAULT_HEADROOM
+from hotcold.distributed.traffic import COLLECTIVES
+from hotcold.files import atomic_write_text
+from hotcold.records import STATUS_OK, record_status
+
+A2A = ("input_a2a", "output_a2a", "grad_a2a")
+BYTE_COLUMNS = [f"{c}_bytes" for c in COLLECTIVES] + ["intra_node_bytes", "inter_node_bytes", "inter_node_a2a_bytes"]
+REDUCTIONS = {"row": "inter_a2a_reduction_vs_row", "table": "inter_a2a_reduction_vs_table"}
+COMM_KEYS = ["dataset", "source", "method", "variant", "plan", "world", "ranks_per_node", "nodes", "memory_headroom",
+             "seed"]
+COMM_COLUMNS = [*COMM_KEYS, "status", "steps", *BYTE_COLUMNS, *REDUCTIONS.values(), "load_imbalance",
+                "memory_used_share", "reason"]
+# rows compared with each other: same dataset, source, scale, headroom and seed
+COMPARABLE = ["dataset", "source", "world", "ranks_per_node", "memory_headroom", "seed"]
+SIM_REQUIRED = ("dataset", "plan", "world", "ranks_per_node", "nodes", "memory_headroom", "steps", "status",
+                "inter_node_a2a_bytes")
+HEADROOM_PLANS = ("flexshard", "row", "table")
+HEADROOM_KEYS = ["dataset", "nodes", "ranks_per_node", "world", "memory_headroom"]
+HEADROOM_COLUMNS = [*HEADROOM_KEYS, "flexshard_status", *(f"inter_a2a_{p}" for p in HEADROOM_PLANS),
+                    "reduction_vs_row", "reduction_vs_table"]
+PROACTIVE_COLUMNS = ["dataset", "variant", "plan", "world", "ranks_per_node", "seed", "depth", "early_lookup_share",
+                     "hidden_lookup_share", "lookup_ms_early", "lookup_ms_late", "early_lookups_per_step",
+                     "served_lookups_per_step", "timer", "step_ms_p50", "sharded_step_ms_p50"]
+
+
+class ShardSimError(ValueError):
+    """A CSV that is not ``hotcold shard-sim`` output."""
+
+
+def read_shard_sims(paths: Sequence[Path]) -> pd.DataFrame:
+    """The ``hotcold shard-sim`` CSVs in one frame (empty when there are none)."""
+    frames = []
+    for path in paths:
+        frame = pd.read_csv(path, dtype={"dataset": str, "plan": str, "status": str, "reason": str})
+        missing = [c for c in SIM_REQUIRED if c not in frame.columns]
+        if missing:
+            raise ShardSimError(f"{path}: not a `hotcold shard-sim` table (lacks column(s) {missing})")
+        frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=list(SIM_REQUIRED))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _headroom(rec: dict[str, Any]) -> float:
+    options = (rec.get("config") or {}).get("store") or {}
+    return float(options.get("memory_headroom") or DEFAULT_HEADROOM)
+
+
+def _trained_bytes(rec: dict[str, Any]) -> dict[str, float]:
+    """Bytes per step of every collective over the whole run (the store's ledger / the run's steps)."""
+    collectives = (rec.get("store") or {}).get("collectives") or {}
+    steps = ((rec.get("config") or {}).get("train") or {}).get("steps")
+    if not collectives or not steps:
+        return {}
+    get = lambda c, k: float((collectives.get(c) or {}).get(k, 0.0)) / steps  # noqa: E731
+    out = {f"{c}_bytes": get(c, "bytes") for c in COLLECTIVES}
+    out["intra_node_bytes"] = sum(get(c, "intra_node_bytes") for c in COLLECTIVES)
+    out["inter_node_bytes"] = sum(get(c, "inter_node_bytes") for c in COLLECTIVES)
+    out["inter_node_a2a_bytes"] = sum(get(c, "inter_node_bytes") for c in A2A)
+    return out
+
+
+def trained_rows(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per scale-out record (world > 1), infeasible ones with their reason."""
+    rows = []
+    for rec in records:
+        world, rpn = scale_of(rec)
+        if world == 1:
+            continue
+        store = rec.get("store") or {}
+        budget = store.get("memory_budget_bytes")
+        held = store.get("memory_bytes_per_rank") or []
+        rows.append({
+            "dataset": rec["dataset"], "source": "trained", "method": rec["method"], "variant": rec["variant"],
+            "plan": plan_of(rec), "world": world, "ranks_per_node": rpn, "nodes": world // rpn,
+            "memory_headroom": _headroom(rec), "seed": int(rec["seed"]), "status": record_status(rec),
+            "steps": ((rec.get("config") or {}).get("train") or {}).get("steps"),
+            **_trained_bytes(rec),
+            "load_imbalance": store.get("load_imbalance"),
+            "memory_used_share": store.get("memory_used_share", max(held) / budget if held and budget else None),
+            "reason": rec.get("reason"),
+        })
+    return pd.DataFrame(rows, columns=[c for c in COMM_COLUMNS if c not in REDUCTIONS.values()])
+
+
+def simulated_rows(sims: pd.DataFrame) -> pd.DataFrame:
+    """The shard-sim rows in ``comm_traffic``'s columns (no method, variant or seed)."""
+    out = sims.copy()
+    out["source"] = "simulated"
+    out["method"], out["variant"], out["seed"] = "", "", pd.NA
+    if "memory_bytes_per_rank_max" in out and "memory_budget_bytes" in out:
+        out["memory_used_share"] = out["memory_bytes_per_rank_max"] / out["memory_budget_bytes"]
+    return out.reindex(columns=[c for c in COMM_COLUMNS if c not in REDUCTIONS.values()])
+
+
+def _reference(group: pd.DataFrame, plan: str) -> float:
+    """Inter-node all-to-all bytes of the group's feasible ``plan`` row (the ``sharded`` run first); NaN if none."""
+    cands = group[(group["plan"] == plan) & (group["status"] == STATUS_OK)]
+    cands = cands.sort_values("method", key=lambda m: m != "sharded", kind="stable")
+    return float(cands["inter_node_a2a_bytes"].iloc[0]) if not cands.empty else float("nan")
+
+
+def reduction(values: pd.Series, reference: float) -> pd.Series:
+    """``1 - values / reference``: the share of bytes saved (NaN where the reference is missing or zero)."""
+    if not np.isfinite(reference) or reference <= 0:
+        return pd.Series(np.nan, index=values.index, dtype="float64")
+    return 1.0 - values.astype("float64") / reference
+
+
+def comm_traffic_table(records: list[dict[str, Any]], sims: pd.DataFrame) -> pd.DataFrame:
+    """Trained and simulated bytes per step per collective, with the reductions against row- and table-wise."""
+    parts = [p for p in (trained_rows(records), simulated_rows(sims)) if not p.empty]
+    if not parts:
+        return pd.DataFrame(columns=COMM_COLUMNS)
+    frame = pd.concat(parts, ignore_index=True)
+    for col in BYTE_COLUMNS:
+        frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("float64")
+    frame["memory_headroom"] = frame["memory_headroom"].astype("float64")
+    for plan, col in REDUCTIONS.items():
+        frame[col] = np.nan
+    for _, group in frame.groupby(COMPARABLE, dropna=False, sort=False):
+        for plan, col in REDUCTIONS.items():
+            frame.loc[group.index, col] = reduction(group["inter_node_a2a_bytes"], _reference(group, plan))
+    frame.loc[frame["status"] != STATUS_OK, list(REDUCTIONS.values())] = np.nan
+    frame = frame[COMM_COLUMNS]
+    return frame.sort_values(["dataset", "source", "world", "ranks_per_node", "memory_headroom", "plan", "method",
+                              "variant", "seed"], kind="stable", key=_plan_key).reset_index(drop=True)
+
+
+def _plan_key(col: pd.Series) -> pd.Series:
+    """Sort plans in a fixed order (the baselines first); other columns as they are."""
+    order = {p: i for i, p in enumerate(("row", "table", "column", "recshard", "flexshard"))}
+    return col.map(lambda p: order.get(p, len(order))) if col.name == "plan" else col
+
+
+def flexshard_headroom_table(sims: pd.DataFrame) -> pd.DataFrame:
+    """Per dataset, simulated scale and headroom: inter-node all-to-all bytes of flexshard, row and table."""
+    sims = sims[sims["plan"].isin(HEADROOM_PLANS)] if not sims.empty else sims
+    if sims.empty:
+        return pd.DataFrame(columns=HEADROOM_COLUMNS)
+    ok = sims[sims["status"] == STATUS_OK]
+    wide = ok.pivot_table(index=HEADROOM_KEYS, columns="plan", values="inter_node_a2a_bytes", aggfunc="first")
+    wide = wide.reindex(columns=list(HEADROOM_PLANS))
+    wide.columns = [f"inter_a2a_{p}" for p in wide.columns]
+    keys = sims[HEADROOM_KEYS].drop_duplicates()
+    out = keys.merge(wide.reset_index(), on=HEADROOM_KEYS, how="left")
+    status = sims[sims["plan"] == "flexshard"][[*HEADROOM_KEYS, "status"]].rename(columns={"status": "flexshard_status"})
+    out = out.merge(status, on=HEADROOM_KEYS, how="left")
+    out["flexshard_status"] = out["flexshard_status"].fillna("not simulated")
+    flex = out["inter_a2a_flexshard"].astype("float64")
+    for plan in ("row", "table"):
+        ref = out[f"inter_a2a_{plan}"].astype("float64")
+        out[f"reduction_vs_{plan}"] = (1.0 - flex / ref).where(ref > 0)
+    out = out[HEADROOM_COLUMNS]
+    return out.sort_values(HEADROOM_KEYS, kind="stable").reset_index(drop=True)
+
+
+def proactive_table(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per trained Proactive run: early and hidden lookup shares, next to the plain sharded run's step time."""
+    step_ms = {}
+    for rec in records:
+        if rec.get("method") == "sharded" and record_status(rec) == STATUS_OK:
+            step_ms[(rec["dataset"], plan_of(rec), *scale_of(rec), rec["seed"])] = rec["summary"].get("step_ms_p50")
+    rows = []
+    for rec in records:
+        store = rec.get("store") or {}
+        if record_status(rec) != STATUS_OK or "early_lookup_share" not in store:
+            continue
+        summary, world_rpn = rec["summary"], scale_of(rec)
+        counters = summary.get("counters_per_step") or {}
+        rows.append({
+            "dataset": rec["dataset"], "variant": rec["variant"], "plan": plan_of(rec), "world": world_rpn[0],
+            "ranks_per_node": world_rpn[1], "seed": int(rec["seed"]), "depth": store.get("depth"),
+            **{k: store.get(k) for k in ("early_lookup_share", "hidden_lookup_share", "lookup_ms_early",
+                                         "lookup_ms_late")},
+            "early_lookups_per_step": counters.get("early_lookups"),
+            "served_lookups_per_step": counters.get("served_lookups"),
+            "timer": summary.get("timer"), "step_ms_p50": summary.get("step_ms_p50"),
+            "sharded_step_ms_p50": step_ms.get((rec["dataset"], plan_of(rec), *world_rpn, rec["seed"])),
+        })
+    out = pd.DataFrame(rows, columns=PROACTIVE_COLUMNS)
+    return out.sort_values(["dataset", "world", "ranks_per_node", "variant", "seed"], kind="stable").reset_index(
+        drop=True)
+
+
+BYTE_FORMATS = {c: "{:,.0f}" for c in BYTE_COLUMNS}
+SHARE_FORMATS = {c: "{:+.1%}" for c in [*REDUCTIONS.values(), "reduction_vs_row", "reduction_vs_table"]}
+
+
+def comm_traffic_markdown(frame: pd.DataFrame) -> str:
+    shown = frame.drop(columns=["reason", "steps"]) if not frame.empty else frame
+    return (
+        "# hotcold collective traffic per step\n\n"
+        "Mean bytes per training step of every collective, summed over ranks: `trained` from scale-out runs' "
+        "records (the whole run's bytes over its steps), `simulated` from `hotcold shard-sim` on the same "
+        "batches. `inter_node_a2a_bytes`: the input, output and gradient all-to-alls' bytes between nodes. "
+        "`inter_a2a_reduction_vs_row` / `_vs_table`: 1 - bytes / the row-wise (table-wise) plan's at the same "
+        "dataset, source, scale, memory headroom and seed (+30% = 30% fewer bytes). `infeasible`: the plan "
+        "does not fit its per-rank memory budget (memory_headroom x the row-wise shard); no bytes.\n\n"
+        + to_markdown(shown, {**BYTE_FORMATS, **SHARE_FORMATS, "memory_headroom": "{:g}", "seed": "{:.0f}",
+                              "load_imbalance": "{:.3f}", "memory_used_share": "{:.2f}"})
+    )
+
+
+def flexshard_headroom_markdown(frame: pd.DataFrame) -> str:
+    return (
+        "# FlexShard against row-wise and table-wise over memory headroom (simulated)\n\n"
+        "Inter-node all-to-all bytes per step (`hotcold shard-sim`) at each per-rank memory budget "
+        "(memory_headroom x the row-wise shard) and simulated scale (nodes x ranks_per_node). "
+        "`reduction_vs_row` / `_vs_table`: FlexShard's share of bytes saved; empty where a plan is infeasible "
+        "or not simulated.\n\n"
+        + to_markdown(frame, {**{c: "{:,.0f}" for c in frame.columns if c.startswith("inter_a2a_")},
+                              **SHARE_FORMATS, "memory_headroom": "{:g}"})
+    )
+
+
+def proactive_markdown(frame: pd.DataFrame) -> str:
+    return (
+        "# Proactive Embedding: lookups done early and lookup time hidden\n\n"
+        "`early_lookup_share`: served lookups done while an earlier step's collectives ran (rows no step in "
+        "between updates); `hidden_lookup_share`: lookup time that ran while a collective was still in flight. "
+        "Step times are from P ranks sharing this machine's cores (the timer of `timer`), next to the plain "
+        "`sharded` run's at the same plan and scale.\n\n"
+        + to_markdown(frame, {"early_lookup_share": "{:.1%}", "hidden_lookup_share": "{:.1%}",
+                              "early_lookups_per_step": "{:,.0f}", "served_lookups_per_step": "{:,.0f}",
+                              "step_ms_p50": "{:.2f}", "sharded_step_ms_p50": "{:.2f}", "depth": "{:.0f}"})
+    )
+
+
+def scaleout_tables(records: Sequence[Path], sims: Sequence[Path], out_dir: Path) -> dict[str, pd.DataFrame]:
+    """Write comm_traffic, flexshard_headroom and proactive (.csv and .md) to ``out_dir``; return the frames."""
+    loaded = load_records(records) if records else []
+    sim = read_shard_sims(sims)
+    frames = {"comm_traffic": comm_traffic_table(loaded, sim), "flexshard_headroom": flexshard_headroom_table(sim),
+              "proactive": proactive_table(loaded)}
+    writers = {"comm_traffic": comm_traffic_markdown, "flexshard_headroom": flexshard_headroom_markdown,
+               "proactive": proactive_markdown}
+    for name, frame in frames.items():
+        atomic_write_text(Path(out_dir) / f"{name}.csv", frame.to_csv(index=False))
+        atomic_write_text(Path(out_dir) / f"{name}.md", writers[name](frame))
+    return frames
