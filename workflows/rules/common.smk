@@ -25,10 +25,6 @@ wildcard_constraints:
 
 # Every job calls the package the same way: `python -m hotcold <verb>`.
 HOTCOLD = "python -m hotcold"
-# A scale-out run: P ranks of `hotcold train` under torchrun on this machine (each rank joins the
-# launch). `hotcold train --nproc P` starts the same launch itself, but torchrun's argument parser
-# takes its `--nproc` for an ambiguous abbreviation of `--nproc-per-node`; this is the command it builds.
-TORCHRUN = "OMP_NUM_THREADS=1 python -m torch.distributed.run --standalone"
 # Methods whose store spans ranks: trained at every `distributed.scales`, never in one process.
 SCALE_OUT_METHODS = ("sharded", "proactive", "flexshard")
 SRC = Path(workflow.basedir, "src")

@@ -37,7 +37,7 @@ rule train_scaleout:
         record="results/runs/{dataset}/{method}/{variant}/world~{world}-rpn~{rpn}/seed~{seed}/record.json",
         steps="results/runs/{dataset}/{method}/{variant}/world~{world}-rpn~{rpn}/seed~{seed}/steps.parquet",
     params:
-        torchrun=TORCHRUN,
+        cli=HOTCOLD,
         run_config=run_config,
         device=config["timing"]["device"],
         dataset=lambda wildcards, input: str(Path(input.manifest).parent),
@@ -54,6 +54,6 @@ rule train_scaleout:
     conda:
         "../../envs/hotcold.yaml"
     shell:
-        "{params.torchrun} --nproc-per-node {wildcards.world} -m hotcold train --dataset {params.dataset:q}"
+        "{params.cli} train --nproc {wildcards.world} --dataset {params.dataset:q}"
         " --run-config {params.run_config:q} --out {params.out:q} --threads {threads} --device {params.device}"
         " --no-progress > {log:q} 2>&1"
