@@ -241,14 +241,14 @@ def test_dry_run_plans_scale_out_runs_and_shard_sims(tmp_path: Path) -> None:
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     lines = out.splitlines()
-    trains = [ln for ln in lines if "-m hotcold train" in ln and "torch.distributed.run" in ln]
+    trains = [ln for ln in lines if "-m hotcold train --nproc" in ln]
     assert len(trains) == 3 * 2 * 5 + 2  # 3 datasets x 2 scales x (4 sharded plans + proactive), flexshard on taobao
     four = [ln for ln in trains if "runs/kaggle/sharded/row/world~4-rpn~2/seed~0" in ln]
-    assert len(four) == 1 and "--nproc-per-node 4" in four[0] and "--threads 2" in four[0]
+    assert len(four) == 1 and "--nproc 4" in four[0] and "--threads 2" in four[0]
     assert '"distributed": {"ranks_per_node": 2, "world": 4}' in four[0] and '"steps": 40' in four[0]
     assert not any("runs/kaggle/flexshard" in ln for ln in trains)
     assert any("runs/taobao/flexshard/base/world~2-rpn~1/seed~0" in ln for ln in trains)
-    assert any("--out 'results/runs/kaggle/lru/1.5pct/seed~0'" in ln and "torch.distributed" not in ln for ln in lines)
+    assert any("--out 'results/runs/kaggle/lru/1.5pct/seed~0'" in ln and "--nproc" not in ln for ln in lines)
     sims = [ln for ln in lines if "hotcold shard-sim" in ln]
     assert len(sims) == 3
     assert all("--scales 2x1 2x2 4x8 16x8 --headrooms 1.0 1.25 1.5 2.0" in ln for ln in sims), sims[0]
