@@ -242,7 +242,7 @@ def test_dry_run_plans_scale_out_runs_and_shard_sims(tmp_path: Path) -> None:
     assert proc.returncode == 0, out
     lines = out.splitlines()
     trains = [ln for ln in lines if "-m hotcold train --nproc" in ln]
-    assert len(trains) == 3 * 2 * 5 + 2  # 3 datasets x 2 scales x (4 sharded plans + proactive), flexshard on taobao
+    assert len(trains) == 2 * (5 + 6 + 1)  # 2 scales x (kaggle: 4 plans + proactive; taobao: + flexshard; terabyte: row)
     four = [ln for ln in trains if "runs/kaggle/sharded/row/world~4-rpn~2/seed~0" in ln]
     assert len(four) == 1 and "--nproc 4" in four[0] and "--threads 2" in four[0]
     assert '"distributed": {"ranks_per_node": 2, "world": 4}' in four[0] and '"steps": 40' in four[0]

@@ -25,6 +25,7 @@ from hotcold.distributed.world import World
 from hotcold.embedding import EmbeddingStore, RowOptimizer, StoreSpec, store_class
 from hotcold.metrics import log_loss, roc_auc
 from hotcold.model import build_model
+from hotcold.model.optim import DenseAdagrad, DenseOptimizer, DenseSGD
 from hotcold.timing import PhaseTimer, summarize
 
 
@@ -55,11 +56,11 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def dense_optimizer(cfg: RunConfig, params) -> torch.optim.Optimizer:
+def dense_optimizer(cfg: RunConfig, params) -> DenseOptimizer:
     t = cfg.train
     if t.dense_optimizer == "sgd":
-        return torch.optim.SGD(params, lr=t.dense_lr)
-    return torch.optim.Adagrad(params, lr=t.dense_lr, eps=t.adagrad_eps)
+        return DenseSGD(params, lr=t.dense_lr)
+    return DenseAdagrad(params, lr=t.dense_lr, eps=t.adagrad_eps)
 
 
 def build(cfg: RunConfig, ds: Dataset, device: torch.device, order: Sequence[np.ndarray] | None = None,
