@@ -133,9 +133,13 @@ def test_bad_config_fails_naming_the_key(tmp_path: Path, yaml: str, expected: st
         ("profile: {window: 20, batches: 10}\n", "profile.window=20 is more than profile.batches=10"),
         ("train: {lr: .inf}\n", "lr must be a finite number > 0, got inf"),
         ("datasets:\n  taobao:\n    train: {dense_lr: .nan}\n", "dense_lr must be a finite number > 0, got nan"),
+        ("distributed:\n  scales: [{world: 4, ranks_per_node: 3}]\n",
+         "distributed.scales: ranks_per_node 3 does not divide world 4"),
+        ("distributed:\n  scales: [{world: 3, ranks_per_node: 1}]\n",
+         "train.batch_size 1024 is not divisible by distributed.scales world 3"),
     ],
     ids=["taobao-knob-on-criteo", "bad-preprocess-option", "bad-train-value", "bad-dataset-model", "bad-profile",
-         "infinite-lr", "nan-dataset-lr"],
+         "infinite-lr", "nan-dataset-lr", "world-not-whole-nodes", "batch-not-divisible"],
 )
 def test_bad_values_fail_at_dry_run(tmp_path: Path, yaml: str, expected: str) -> None:
     """The package's typed configs check every dataset and run config before any job starts."""
@@ -153,11 +157,17 @@ def test_bad_values_fail_at_dry_run(tmp_path: Path, yaml: str, expected: str) ->
         ("methods:\n  scratchpipe:\n    a: {window: -1}\n", "['methods']['scratchpipe']['a']['window']"),
         ("datasets:\n  taobao:\n    methods: {fae: {a: {budget_ratio: 2.0}}}\n",
          "['datasets']['taobao']['methods']['fae']['a']['budget_ratio']"),
+        ("methods:\n  sharded:\n    x: {plan: diagonal}\n", "['methods']['sharded']['x']['plan']"),
+        ("distributed:\n  shard_sim: {plans: [row, diagonal]}\n", "['distributed']['shard_sim']['plans'][1]"),
+        ("distributed:\n  scales: [{world: 1, ranks_per_node: 1}]\n", "['distributed']['scales'][0]['world']"),
+        ("distributed:\n  shard_sim: {scales: [16by8]}\n", "['distributed']['shard_sim']['scales'][0]"),
     ],
-    ids=["unknown-method", "cache-ratio-bool", "window-negative", "dataset-override"],
+    ids=["unknown-method", "cache-ratio-bool", "window-negative", "dataset-override", "unknown-plan",
+         "unknown-simulated-plan", "world-of-one", "bad-simulated-scale"],
 )
 def test_bad_store_options_fail_at_dry_run(tmp_path: Path, yaml: str, expected: str) -> None:
-    """Every method's options are checked before any job runs (each option: tests/test_flow_schema.py)."""
+    """Every method's options and the distributed section are checked, naming the key, before any job runs
+    (each option: tests/test_flow_schema.py)."""
     proc = dry_run(tmp_path, yaml)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
@@ -199,40 +209,6 @@ def test_taobao_without_a_path_fails_at_dry_run(tmp_path: Path) -> None:
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "datasets.taobao.source.path" in out and "tianchi.aliyun.com" in out, out
-
-
-@pytest.mark.parametrize(
-    ("yaml", "expected"),
-    [
-        ("distributed:\n  scales: [{world: 4, ranks_per_node: 3}]\n",
-         "distributed.scales: ranks_per_node 3 does not divide world 4"),
-        ("distributed:\n  scales: [{world: 3, ranks_per_node: 1}]\n",
-         "train.batch_size 1024 is not divisible by distributed.scales world 3"),
-    ],
-    ids=["world-not-whole-nodes", "batch-not-divisible"],
-)
-def test_bad_scales_fail_at_dry_run(tmp_path: Path, yaml: str, expected: str) -> None:
-    proc = dry_run(tmp_path, yaml)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0
-    assert "invalid configuration" in out and expected in out, out
-
-
-@pytest.mark.parametrize(
-    ("yaml", "expected"),
-    [
-        ("methods:\n  sharded:\n    x: {plan: diagonal}\n", "['methods']['sharded']['x']['plan']"),
-        ("distributed:\n  shard_sim: {plans: [row, diagonal]}\n", "['distributed']['shard_sim']['plans'][1]"),
-        ("distributed:\n  scales: [{world: 1, ranks_per_node: 1}]\n", "['distributed']['scales'][0]['world']"),
-        ("distributed:\n  shard_sim: {scales: [16by8]}\n", "['distributed']['shard_sim']['scales'][0]"),
-    ],
-    ids=["unknown-plan", "unknown-simulated-plan", "world-of-one", "bad-simulated-scale"],
-)
-def test_bad_distributed_config_fails_naming_the_key(tmp_path: Path, yaml: str, expected: str) -> None:
-    proc = dry_run(tmp_path, yaml)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0
-    assert "Error validating config file" in out and expected in out, out
 
 
 def test_dry_run_plans_scale_out_runs_and_shard_sims(tmp_path: Path) -> None:
