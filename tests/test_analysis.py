@@ -25,7 +25,7 @@ def write_run(runs: Path, dataset: str, method: str, variant: str, seed: int, *,
               timer: str = "cpu", sketch: np.ndarray = SKETCH, step_ms: float = 10.0,
               data_sha: str = "0" * 64, auc: float = 0.7, options: dict | None = None,
               store: dict | None = None, reference_sketch: np.ndarray | None = None,
-              counters: dict | None = None) -> Path:
+              counters: dict | None = None, commit: str = "abc", dirty: bool = False) -> Path:
     """Write a minimal but complete run directory the way ``hotcold train`` does."""
     out = runs / dataset / method / variant / f"seed~{seed}"
     out.mkdir(parents=True)
@@ -42,8 +42,8 @@ def write_run(runs: Path, dataset: str, method: str, variant: str, seed: int, *,
         "config": {"store": options or {}},
         "dataset_manifest_sha256": data_sha,
         "provenance": {"device": device, "device_type": timer, "cpu": "x86_64", "driver": None, "cuda": None,
-                       "torch": "2.13.0", "python": "3.11.7", "threads": 2, "git_commit": "abc",
-                       "git_dirty": False, "hotcold_version": "0.1.0", "timer": timer},
+                       "torch": "2.13.0", "python": "3.11.7", "threads": 2, "git_commit": commit,
+                       "git_dirty": dirty, "hotcold_version": "0.1.0", "timer": timer},
         "summary": {"timer": timer, "batch_size": 1024, "steps_timed": 3, "samples_per_s": rate,
                     "step_ms_p50": step_ms, "step_ms_p10": step_ms * 0.9, "step_ms_p90": step_ms * 1.1,
                     "step_ms_mean": step_ms, "phase_ms_p50": phase_ms, "phase_ms_mean": phase_ms,
@@ -392,3 +392,14 @@ def test_only_infeasible_runs_still_write_every_table(tmp_path: Path) -> None:
         assert (tmp_path / "tables" / name).is_file(), name
     with pytest.raises(ValueError, match="no trained runs"):
         make_figures(tmp_path / "tables", tmp_path / "figs")
+
+
+def test_tables_say_when_runs_mix_code_versions(runs: Path, tmp_path: Path) -> None:
+    aggregate(find_records(runs), tmp_path / "one")
+    for name in ("summary.md", "speedup.md"):
+        assert "**Code:**" not in (tmp_path / "one" / name).read_text()
+    write_run(runs, "kaggle", "lru", "new", 0, rate=900.0, commit="0123456789abcdef", dirty=True)
+    aggregate(find_records(runs), tmp_path / "two")
+    for name in ("summary.md", "speedup.md"):
+        text = (tmp_path / "two" / name).read_text()
+        assert "several code versions: `abc`, `0123456789` (modified tree)" in text, name

@@ -55,9 +55,11 @@ def speedup_table(summary: pd.DataFrame) -> pd.DataFrame:
     return out[cols]
 
 
-def speedup_markdown(speedup: pd.DataFrame) -> str:
+def speedup_markdown(speedup: pd.DataFrame, note: str = "") -> str:
+    """``note``: a warning for the top (runs of several code versions)."""
     return (
         "# hotcold speed-up over hybrid\n\n"
+        + note +
         "Mean over seeds (sd where there are several). `speedup_vs_hybrid` is samples/s over the "
         "`hybrid` run of the same dataset, seed and timer kind; `auc_vs_hybrid` is AUC minus the "
         "`hybrid` run's; `exact` holds when every seed matched its reference parameters.\n\n"

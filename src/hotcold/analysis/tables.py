@@ -289,10 +289,29 @@ def counters_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
     return _long(records, "counter", {"per_step": "counters_per_step"})
 
 
+def code_note(summary: pd.DataFrame) -> str:
+    """A warning for the top of a table whose runs come from several code versions or a modified tree.
+
+    Snakemake reruns a job when its inputs or parameters change, not when
+    the package's code does, so one summary can mix runs of different code.
+    Empty when every run names one clean commit.
+    """
+    versions = summary.loc[summary["git_commit"].notna(), ["git_commit", "git_dirty"]].drop_duplicates()
+    dirty = versions["git_dirty"].map(lambda d: d is True or d == 1)
+    if len(versions) <= 1 and not dirty.any():
+        return ""
+    labels = [f"`{str(c)[:10]}`" + (" (modified tree)" if d else "") for c, d in zip(versions["git_commit"], dirty)]
+    several = "several code versions: " if len(versions) > 1 else ""
+    return (f"**Code:** these runs come from {several}{', '.join(labels)}. Snakemake does not rerun a job when "
+            "the package changes: `--forcerun train train_scaleout` reruns every training job with the code "
+            "checked out now.\n\n")
+
+
 def _summary_markdown(summary: pd.DataFrame, exact_rtol: float) -> str:
     timers = ", ".join(sorted(summary["timer"].dropna().astype(str).unique())) or "unknown"
     return (
         "# hotcold summary\n\n"
+        + code_note(summary) +
         f"Timer kind(s): {timers}. Speed-up is samples/s over the `{BASELINE_METHOD}` run "
         "of the same dataset, seed and timer kind; times from different timers are never compared.\n"
         f"`exact`: final parameters match the reference (relative sketch distance <= {exact_rtol:g}); "
@@ -356,7 +375,7 @@ def aggregate(records: Sequence[Path], out_dir: Path, exact_rtol: float = EXACT_
     atomic_write_text(out_dir / "counters.md", _counters_markdown(counters))
     speedup = speedup_table(single)
     atomic_write_text(out_dir / "speedup.csv", speedup.to_csv(index=False))
-    atomic_write_text(out_dir / "speedup.md", speedup_markdown(speedup))
+    atomic_write_text(out_dir / "speedup.md", speedup_markdown(speedup, code_note(single)))
     atomic_write_text(out_dir / "fae_hot_fraction.csv", fae_table(trained, single).to_csv(index=False))
     atomic_write_text(out_dir / "rows_moved.csv", traffic_table(one_process(counters), single).to_csv(index=False))
     return summary
