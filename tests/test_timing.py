@@ -102,3 +102,34 @@ def test_cuda_timer_reads_the_host_clock_too():
     assert all(ph["emb_update"] >= 19.0 for _, ph in timer.host_steps)
     s = summarize(timer.steps, [], batch_size=1, timer="cuda", host_steps=timer.host_steps)
     assert s["host_phase_ms_p50"]["emb_update"] >= 19.0
+
+
+def timed_run(step_ms: list[float], cpu_share: float, threads: int = 1, judge_cpu: bool = True) -> dict:
+    """A CPU-timed run whose steps take ``step_ms`` of wall time and ``cpu_share`` x that of CPU time per thread."""
+    wall, cpu = FakeClock([]), FakeClock([])
+    timer = PhaseTimer("cpu", clock=wall, cpu_clock=cpu)
+    for ms in step_ms:  # each clock is read at the step's start, then at its one mark (wall) or its end (CPU)
+        wall.steps = iter([0, int(ms * 1e6)])
+        cpu.steps = iter([0, int(ms * 1e6 * cpu_share * threads)])
+        timer.begin_step()
+        timer.mark("emb_fwd")
+        timer.end_step()
+    return summarize(timer.steps, [], 64, "cpu", cpu_ms=timer.cpu_ms, threads=threads, judge_cpu=judge_cpu)
+
+
+def test_a_steady_busy_run_is_stable():
+    s = timed_run([10, 11, 12, 10, 13] * 4, cpu_share=0.97, threads=2)
+    assert s["stable"] and s["unstable_reason"] == ""
+    assert s["cpu_share"] == pytest.approx(0.97)
+
+
+def test_a_run_that_waited_for_the_cores_is_not():
+    s = timed_run([10, 11, 12, 10, 13] * 4, cpu_share=0.3)
+    assert not s["stable"] and "CPU time 30% of wall time" in s["unstable_reason"]
+    # a GPU run or a rank waits by design: not judged by CPU time
+    assert timed_run([10, 11, 12, 10, 13] * 4, cpu_share=0.3, judge_cpu=False)["stable"]
+
+
+def test_widely_spread_steps_are_not_stable():
+    s = timed_run([10] * 10 + [60] * 10, cpu_share=1.0)
+    assert not s["stable"] and "spread p90/p10 = 6.0" in s["unstable_reason"]

@@ -23,6 +23,10 @@ from typing import Callable
 import numpy as np
 
 PHASES = ("data", "h2d", "emb_fwd", "dense_fwd_bwd", "d2h", "emb_update")
+#: a CPU-timed run is disturbed when its process got less CPU time than this share of wall time x threads
+MIN_CPU_SHARE = 0.5
+#: ... or when its step times spread wider than this (p90 / p10; quiet runs here: 1.3 to 2.0)
+MAX_STEP_SPREAD = 3.0
 
 
 class PhaseTimer:
@@ -35,6 +39,7 @@ class PhaseTimer:
         window: int = 50,
         max_marks: int = 32,
         clock: Callable[[], int] = time.perf_counter_ns,
+        cpu_clock: Callable[[], int] = time.process_time_ns,
     ) -> None:
         if kind not in ("cpu", "cuda"):
             raise ValueError(f"timer kind must be 'cpu' or 'cuda', got {kind!r}")
@@ -43,6 +48,8 @@ class PhaseTimer:
         self.window = window
         self.max_marks = max_marks
         self._clock = clock
+        self._cpu_clock = cpu_clock
+        self.cpu_ms: list[float] = []  # the process's CPU time of every step after warm-up (all its threads)
         self._step = -1
         self._names: list[str] = []          # phase names of the open step
         self._pending: list[tuple[int, list[str], int]] = []  # (step, names, slot) awaiting sync
@@ -65,6 +72,7 @@ class PhaseTimer:
             self._slot = len(self._pending)
             self._events[self._slot][0].record()
         self._stamps = [self._clock()]
+        self._cpu0 = self._cpu_clock()
 
     def mark(self, phase: str) -> None:
         """Close the interval since the last boundary and charge it to ``phase``."""
@@ -76,6 +84,8 @@ class PhaseTimer:
         self._stamps.append(self._clock())
 
     def end_step(self) -> None:
+        if self._step >= self.warmup:
+            self.cpu_ms.append((self._cpu_clock() - self._cpu0) / 1e6)
         host_ms = [(b - a) / 1e6 for a, b in zip(self._stamps, self._stamps[1:])]
         if self.kind == "cuda":
             self._store(self._host_steps, self._step, self._names, host_ms)
@@ -126,11 +136,16 @@ def summarize(
     batch_size: int,
     timer: str,
     host_steps: list[tuple[int, dict[str, float]]] | None = None,
+    cpu_ms: list[float] | None = None,
+    threads: int = 1,
+    judge_cpu: bool = True,
 ) -> dict:
     """Median, p10, p90 and mean of step and phase times, throughput and mean counters.
 
     ``host_steps`` (CUDA runs): the same steps by the host clock, summarised
-    as ``host_step_ms_p50`` and ``host_phase_ms_p50``.
+    as ``host_step_ms_p50`` and ``host_phase_ms_p50``. ``cpu_ms``: the
+    process's CPU time per step, for ``stability`` (``judge_cpu``: whether
+    CPU time below wall time x ``threads`` means a disturbed run).
     """
     if not steps:
         raise ValueError("no timed steps to summarise (are all steps warm-up?)")
@@ -158,4 +173,30 @@ def summarize(
             c: float(np.mean([cs.get(c, 0) for _, cs in counters])) for c in counter_names
         },
         **host,
+        **stability(total, host_steps or steps, cpu_ms, threads, judge_cpu),
     }
+
+
+def stability(step_ms: np.ndarray, host_steps: list[tuple[int, dict[str, float]]], cpu_ms: list[float] | None,
+              threads: int, judge_cpu: bool) -> dict:
+    """Whether a run's times can be trusted: ``stable``, with the ``unstable_reason`` when not.
+
+    Disturbed: step times spread beyond ``MAX_STEP_SPREAD`` (p90 / p10), or,
+    where the CPU does the work (``judge_cpu``: CPU-timed runs in one
+    process), the process got less than ``MIN_CPU_SHARE`` of wall time x
+    threads: it waited for cores other programs held. A GPU run waits on the
+    device and a rank on its peers by design, so neither is judged by CPU time.
+    """
+    p10, p90 = np.percentile(step_ms, [10, 90])
+    spread = float(p90 / p10) if p10 > 0 else float("inf")
+    reasons = []
+    if spread > MAX_STEP_SPREAD:
+        reasons.append(f"step times spread p90/p10 = {spread:.1f} (> {MAX_STEP_SPREAD:g})")
+    share = float("nan")
+    if cpu_ms:
+        wall = sum(sum(ph.values()) for _, ph in host_steps)
+        share = float(sum(cpu_ms) / (wall * threads)) if wall > 0 else float("nan")
+        if judge_cpu and share < MIN_CPU_SHARE:
+            reasons.append(f"CPU time {share:.0%} of wall time x {threads} thread(s) (< {MIN_CPU_SHARE:.0%}): "
+                           "the run waited for the cores")
+    return {"step_spread": spread, "cpu_share": share, "stable": not reasons, "unstable_reason": "; ".join(reasons)}

@@ -163,7 +163,9 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
     finally:
         store.close()
     timed = [c for c in counters if c[0] >= cfg.train.warmup_steps]
-    summary = summarize(timer.steps, timed, cfg.train.batch_size, timer.kind, host_steps=timer.host_steps)
+    summary = summarize(timer.steps, timed, cfg.train.batch_size, timer.kind, host_steps=timer.host_steps,
+                        cpu_ms=timer.cpu_ms, threads=torch.get_num_threads(),
+                        judge_cpu=timer.kind == "cpu" and world.size == 1)
     summary.update(world=world.size, ranks_per_node=world.comm.topology.ranks_per_node, plan=report.get("plan"))
     return RunResult(summary, metrics, rows, report, timer.steps, counters, model, store, embedding)
 

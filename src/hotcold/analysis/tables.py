@@ -60,7 +60,7 @@ REFERENCE_LABELS = {"run": "device run", "replay": "device replay of this order"
 SUMMARY_COLUMNS = [
     *RUN_ID, "plan", "status", "options", "timer", "device", "samples_per_s", "step_ms_p50", "step_ms_p10", "step_ms_p90",
     "step_ms_mean", "speedup_vs_hybrid", "auc", "auc_vs_hybrid", "logloss", "exact", "exact_reference",
-    "param_rel_diff",
+    "param_rel_diff", "stable", "unstable_reason",
 ]
 PROVENANCE_COLUMNS = [
     "reason", "dataset_sha256", "device_type", "batch_size", "steps_timed", "threads", "torch", "git_commit", "git_dirty",
@@ -167,6 +167,8 @@ def _row(rec: dict[str, Any]) -> dict[str, Any]:
         "device": prov.get("device"),
         "samples_per_s": summary.get("samples_per_s"),
         **{k: summary.get(k) for k in ("step_ms_p50", "step_ms_p10", "step_ms_p90", "step_ms_mean")},
+        "stable": summary.get("stable"),  # absent in records from before the judgement
+        "unstable_reason": summary.get("unstable_reason") or None,
         "auc": metrics.get("auc"),
         "logloss": metrics.get("logloss"),
         "dataset_sha256": rec.get("dataset_manifest_sha256"),
@@ -322,7 +324,9 @@ def _summary_markdown(summary: pd.DataFrame, exact_rtol: float) -> str:
         "`world` > 1: a scale-out run of `world` ranks, `ranks_per_node` per simulated node, under sharding "
         "`plan`; it trains fewer steps with its ranks sharing the machine, so it has no speed-up or "
         "`auc_vs_hybrid` (see comm_traffic.md and proactive.md); `exact` compares it with the one-process "
-        f"`{REFERENCE_METHOD}` store replayed on its batches.\n\n"
+        f"`{REFERENCE_METHOD}` store replayed on its batches. `stable`: no when the run's step times spread "
+        "beyond p90/p10 = 3 or, for a one-process CPU run, its process got less than half of wall time x "
+        "threads of CPU time (other programs held the cores); `unstable_reason` says which.\n\n"
         + to_markdown(summary[SUMMARY_COLUMNS])
     )
 
