@@ -403,3 +403,16 @@ def test_tables_say_when_runs_mix_code_versions(runs: Path, tmp_path: Path) -> N
     for name in ("summary.md", "speedup.md"):
         text = (tmp_path / "two" / name).read_text()
         assert "several code versions: `abc`, `0123456789` (modified tree)" in text, name
+
+
+def test_a_disturbed_run_is_marked_in_the_summary_and_speedup(runs: Path, tmp_path: Path) -> None:
+    path = runs / "kaggle" / "cache" / "lfu" / "seed~1" / "record.json"
+    record = json.loads(path.read_text())
+    record["summary"].update(stable=False, unstable_reason="step times spread p90/p10 = 6.0 (> 3)")
+    path.write_text(json.dumps(record))
+    summary = aggregate(find_records(runs), tmp_path / "tables")
+    assert row(summary, "kaggle", "cache", "lfu", 1)["unstable_reason"].startswith("step times spread")
+    speedup = pd.read_csv(tmp_path / "tables" / "speedup.csv")
+    lfu = speedup[(speedup.method == "cache") & (speedup.dataset == "kaggle")]
+    assert lfu["stable"].tolist() == [False]  # one of its two seeds was disturbed
+    assert speedup[speedup.method == "hybrid"]["stable"].isna().all()  # older records: not judged

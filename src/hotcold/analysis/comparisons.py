@@ -27,7 +27,7 @@ SIM_REQUIRED = ("dataset", "policy", "capacity", "cache_ratio", "feasible", "hit
 BUDGET_OPTIONS = ("budget_ratio", "budget_bytes")
 
 
-def _all_exact(values: pd.Series) -> Any:
+def _all_true(values: pd.Series) -> Any:
     """True if every known value is True, False if any is False, NA if none is known."""
     known = values.dropna()
     return pd.NA if known.empty else bool(known.astype(bool).all())
@@ -36,7 +36,7 @@ def _all_exact(values: pd.Series) -> Any:
 def speedup_table(summary: pd.DataFrame) -> pd.DataFrame:
     """Mean (and sd) over seeds per dataset, timer kind, method and variant."""
     cols = [*SPEEDUP_KEYS, "options", "seeds", "samples_per_s", "samples_per_s_sd", "speedup_vs_hybrid",
-            "speedup_sd", "auc", "auc_vs_hybrid", "exact"]
+            "speedup_sd", "auc", "auc_vs_hybrid", "exact", "stable"]
     if summary.empty:
         return pd.DataFrame(columns=cols)
     frame = summary.assign(timer=summary["timer"].fillna("unknown"), options=summary["options"].fillna(""))
@@ -49,9 +49,11 @@ def speedup_table(summary: pd.DataFrame) -> pd.DataFrame:
         speedup_sd=("speedup_vs_hybrid", "std"),
         auc=("auc", "mean"),
         auc_vs_hybrid=("auc_vs_hybrid", "mean"),
-        exact=("exact", _all_exact),
+        exact=("exact", _all_true),
+        stable=("stable", _all_true),
     ).reset_index()
     out["exact"] = out["exact"].astype("boolean")
+    out["stable"] = out["stable"].astype("boolean")
     return out[cols]
 
 
@@ -62,7 +64,9 @@ def speedup_markdown(speedup: pd.DataFrame, note: str = "") -> str:
         + note +
         "Mean over seeds (sd where there are several). `speedup_vs_hybrid` is samples/s over the "
         "`hybrid` run of the same dataset, seed and timer kind; `auc_vs_hybrid` is AUC minus the "
-        "`hybrid` run's; `exact` holds when every seed matched its reference parameters.\n\n"
+        "`hybrid` run's; `exact` holds when every seed matched its reference parameters; `stable` when no seed's "
+        "run was disturbed (see `unstable_reason` in summary.csv): an unstable run's speed-up is not to be "
+        "trusted.\n\n"
         + to_markdown(speedup)
     )
 
