@@ -223,14 +223,3 @@ def build_plan(name: str, inputs: PlanInputs) -> Plan:
                               f"{budget} bytes per rank (memory_headroom {inputs.headroom} x the row-wise shard)")
     plan.details.setdefault("budget_rows", inputs.budget_rows())
     return plan
-
-
-def served_lookups(plan: Plan, requests: Sequence[np.ndarray]) -> np.ndarray:
-    """int64 [P]: lookups each rank serves when rank r looks up the global rows ``requests[r]``."""
-    p = plan.topology.world
-    if plan.columns > 1:
-        return np.full(p, sum(len(r) for r in requests), dtype=np.int64)
-    out = np.zeros(p, dtype=np.int64)
-    for r, rows in enumerate(requests):
-        out += np.bincount(plan.serving_rank(r, rows), minlength=p)
-    return out

@@ -119,10 +119,9 @@ class ProactiveStore(ShardedStore):
 
     def report(self) -> dict[str, Any]:
         out = super().report()
-        times = self.comm.gather_objects((self.early_ms, self.late_ms, self.hidden_ms))
-        early, late, hidden = (sum(t[i] for t in times) for i in range(3))
+        per_rank = self.comm.gather_objects((self.early_ms, self.late_ms, self.hidden_ms, self._early_total))
+        early, late, hidden, early_lookups = (sum(t[i] for t in per_rank) for i in range(4))
         served = sum(out["served_lookups_per_rank"])
-        early_lookups = self.comm.gather_objects(self._early_total)
-        return {**out, "depth": self.depth, "early_lookup_share": sum(early_lookups) / served if served else 0.0,
+        return {**out, "depth": self.depth, "early_lookup_share": early_lookups / served if served else 0.0,
                 "lookup_ms_early": early, "lookup_ms_late": late,
                 "hidden_lookup_share": hidden / (early + late) if early + late > 0 else 0.0}

@@ -20,8 +20,15 @@ from hotcold.data.loader import batch_rows
 from hotcold.data.skew import row_counts
 from hotcold.distributed.plans import ALL, DEFAULT_HEADROOM, NODE, Plan, PlanInputs, build_plan
 from hotcold.distributed.topology import Topology
-from hotcold.distributed.traffic import (COLLECTIVES, FLOAT_BYTES, ID_BYTES, REDUCE_BYTES, SPLIT_BYTES, Ledger,
-                                         ring_allreduce_matrix)
+from hotcold.distributed.traffic import (
+    COLLECTIVES,
+    FLOAT_BYTES,
+    ID_BYTES,
+    REDUCE_BYTES,
+    SPLIT_BYTES,
+    Ledger,
+    ring_allreduce_matrix,
+)
 
 
 @dataclass
@@ -61,20 +68,27 @@ def global_batches(ds: Dataset, cfg: RunConfig) -> Iterator[np.ndarray]:
         yield ds.global_ids(rows + start)
 
 
-def step_matrices(plan: Plan, batch: np.ndarray, dim: int, state_width: int,
-                  dense_params: int) -> dict[str, np.ndarray]:
-    """The [P, P] bytes of every collective of one training step of global batch ``batch`` [B, K]."""
-    topo = plan.topology
-    p = topo.world
-    slices = np.split(batch, p)
-    requests = [s.reshape(-1)[s.reshape(-1) >= 0] for s in slices]
-    width = dim // plan.columns
-    counts = np.zeros((p, p), dtype=np.int64)  # counts[r, q]: lookups rank r sends rank q
+def route(plan: Plan, batch: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Global batch [B, K] -> counts[r, q] (lookups rank r sends rank q) and each rank's looked-up rows."""
+    p = plan.topology.world
+    requests = [s.reshape(-1)[s.reshape(-1) >= 0] for s in np.split(batch, p)]
+    counts = np.zeros((p, p), dtype=np.int64)
     for r, rows in enumerate(requests):
         if plan.columns > 1:
             counts[r] = rows.size
         else:
             counts[r] = np.bincount(plan.serving_rank(r, rows), minlength=p)
+    return counts, requests
+
+
+def step_matrices(plan: Plan, batch: np.ndarray, dim: int, state_width: int, dense_params: int,
+                  routed: tuple[np.ndarray, list[np.ndarray]] | None = None) -> dict[str, np.ndarray]:
+    """The [P, P] bytes of every collective of one training step of global batch ``batch`` [B, K]
+    (``routed``: its ``route``, when already known)."""
+    topo = plan.topology
+    p = topo.world
+    counts, requests = routed or route(plan, batch)
+    width = dim // plan.columns
     off = ~np.eye(p, dtype=bool)
     out = {c: np.zeros((p, p), dtype=np.int64) for c in COLLECTIVES}
     if p > 1:
@@ -101,21 +115,12 @@ def simulate_plan(plan: Plan, batches: Iterable[np.ndarray], dim: int, state_wid
     steps = []
     served = np.zeros(plan.topology.world, dtype=np.int64)
     for batch in batches:
-        for c, m in step_matrices(plan, batch, dim, state_width, dense_params).items():
+        routed = route(plan, batch)
+        for c, m in step_matrices(plan, batch, dim, state_width, dense_params, routed).items():
             ledger.add(c, m)
         steps.append(ledger.take_step())
-        lookups = int((batch >= 0).sum())
-        served += lookups if plan.columns > 1 else _served(plan, batch)
+        served += routed[0].sum(axis=0)  # what every rank asks of each
     return ledger, steps, served
-
-
-def _served(plan: Plan, batch: np.ndarray) -> np.ndarray:
-    p = plan.topology.world
-    out = np.zeros(p, dtype=np.int64)
-    for r, s in enumerate(np.split(batch, p)):
-        rows = s.reshape(-1)
-        out += np.bincount(plan.serving_rank(r, rows[rows >= 0]), minlength=p)
-    return out
 
 
 def shard_sim(ds: Dataset, cfg: RunConfig, plans: list[str], scales: list[Scale], headrooms: list[float],

@@ -125,7 +125,7 @@ class World:
         offset = 0
         for param in model.parameters():
             n = param.numel()
-            param.grad = flat[offset:offset + n].view_as(param).clone()
+            param.grad = flat[offset:offset + n].view_as(param)  # disjoint views of a fresh tensor
             offset += n
         emb.grad.mul_(1.0 / p)
 
