@@ -216,6 +216,19 @@ def cmd_figures(args: argparse.Namespace) -> None:
         print(f"wrote {path}")
 
 
+def cmd_claims(args: argparse.Namespace) -> None:
+    from hotcold.analysis.claims import load_profiles, write_claims
+    from hotcold.analysis.claims_figure import claims_figure
+    from hotcold.analysis.plotting import read_table, save_atomic
+    from hotcold.analysis.tables import load_records
+
+    records = load_records([Path(p) for p in args.records])
+    comm = read_table(Path(args.comm_traffic), "run `hotcold scaleout-tables` first")
+    frame = write_claims(records, comm, load_profiles(args.profiles), Path(args.out))
+    written = save_atomic(claims_figure(frame), Path(args.figures), "claims")
+    print(f"wrote {len(frame)} claims into {Path(args.out) / 'claims.md'} and {', '.join(map(str, written))}")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hotcold", description=__doc__)
     sub = p.add_subparsers(dest="verb", required=True)
@@ -320,6 +333,15 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--tables", default="results/tables")
     f.add_argument("--out", default="paper_figs")
     f.set_defaults(func=cmd_figures)
+
+    cl = sub.add_parser("claims", help="claims.csv/.md and the claims figure: each paper's headline claim beside "
+                                       "hotcold's measured and modelled numbers")
+    cl.add_argument("records", nargs="+", help="record.json files of the runs (one-process and scale-out)")
+    cl.add_argument("--comm-traffic", default="results/tables/comm_traffic.csv", help="from `hotcold scaleout-tables`")
+    cl.add_argument("--profiles", nargs="+", required=True, help="hardware profiles (YAML) the modelled values use")
+    cl.add_argument("--out", default="results/tables")
+    cl.add_argument("--figures", default="paper_figs")
+    cl.set_defaults(func=cmd_claims)
     return p
 
 
