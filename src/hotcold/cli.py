@@ -216,6 +216,44 @@ def cmd_figures(args: argparse.Namespace) -> None:
         print(f"wrote {path}")
 
 
+def cmd_calibrate(args: argparse.Namespace) -> None:
+    import torch
+
+    from hotcold.calibrate import calibrate, write_profile
+
+    torch.set_num_threads(max(1, args.threads))
+    profile = calibrate(args.device, dim=args.dim, batch_size=args.batch_size, repeats=args.repeats,
+                        name=args.name)
+    write_profile(profile, Path(args.out))
+    print(f"wrote {args.out}: {len(profile['rates'])} rates of {profile['description']}")
+
+
+def cmd_costmodel_validation(args: argparse.Namespace) -> None:
+    from hotcold.analysis.costmodel_validation import write_validation
+    from hotcold.analysis.tables import load_records
+    from hotcold.costmodel import ModelShape, load_profile
+
+    profile = load_profile(args.profile)
+    records = load_records([Path(r) for r in args.records])
+    shapes: dict[str, ModelShape | None] = {}
+
+    def shape_of(rec: dict[str, Any]) -> ModelShape | None:
+        """The dense model's sizes from the run's dataset under --data, when it is there."""
+        from hotcold.config import RunConfig
+        from hotcold.data.format import Dataset
+
+        name = rec["dataset"]
+        if name not in shapes:
+            path = Path(args.data) / name
+            shapes[name] = ModelShape.of(Dataset.open(path), RunConfig.from_dict(rec["config"]).model) \
+                if (path / "manifest.json").is_file() else None
+        return shapes[name]
+
+    summary = write_validation(records, profile, Path(args.out), shape_of)
+    print(f"wrote {Path(args.out) / 'costmodel_validation.csv'} and .md: {len(summary)} method(s) "
+          f"on profile {profile.name}")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hotcold", description=__doc__)
     sub = p.add_subparsers(dest="verb", required=True)
@@ -320,6 +358,25 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--tables", default="results/tables")
     f.add_argument("--out", default="paper_figs")
     f.set_defaults(func=cmd_figures)
+
+    cal = sub.add_parser("calibrate", help="measure this machine's rates with micro-benchmarks; write a "
+                                           "hardware profile for the cost model")
+    cal.add_argument("--out", required=True, help="profile YAML to write")
+    cal.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    cal.add_argument("--dim", type=int, default=16, help="embedding dimension of the row benchmarks")
+    cal.add_argument("--batch-size", type=int, default=TRAIN.batch_size)
+    cal.add_argument("--repeats", type=int, default=15, help="repeats per benchmark (the median is kept)")
+    cal.add_argument("--threads", type=int, default=1, help="torch threads, as the training jobs'")
+    cal.add_argument("--name", help="the profile's name (default: calibrated-<device>)")
+    cal.set_defaults(func=cmd_calibrate)
+
+    cv = sub.add_parser("costmodel-validation", help="the cost model's phase times against measured runs: "
+                                                     "costmodel_validation.csv and .md")
+    cv.add_argument("records", nargs="+", help="record.json files")
+    cv.add_argument("--profile", required=True, help="hardware profile YAML (e.g. from hotcold calibrate)")
+    cv.add_argument("--data", default="results/data", help="datasets directory (the dense model's sizes)")
+    cv.add_argument("--out", default="results/tables")
+    cv.set_defaults(func=cmd_costmodel_validation)
     return p
 
 
