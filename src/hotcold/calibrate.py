@@ -115,7 +115,6 @@ class Calibration:
         self.put("host_unique_ns", ms["unique"] * 1e6 / self.lookups,
                  f"torch.unique (inverse, counts) of those {ids.numel()} ids, per id")
         self.put("host_op_us", ms["op"], "1000 additions of one-element tensors, per op")
-        del table
         self._directory()
 
     def _directory(self) -> None:
@@ -208,7 +207,6 @@ class Calibration:
         self.put("device_gather_efficiency", min(1.0, moved / (ms * 1e6) / bw),
                  f"index_select of {ids.numel()} uniform rows of {self.dim} floats from a 1 GiB table: "
                  "bytes read + written / time, as a share of device_memory_bw", name)
-        del table, gpu, other
         a = torch.ones(1, device=dev)
         ms = _cuda_ms(lambda: [a.add_(1) for _ in range(1000)], r)
         self.put("device_kernel_us", ms, "1000 one-element additions back to back, per kernel (CUDA events)", name)
