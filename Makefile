@@ -31,8 +31,8 @@ reproduce: $(STAMP)
 	@cat results/tables/infeasible.md
 
 figures: $(STAMP)
-	$(SNAKEMAKE) --allowed-rules aggregate cache_sim dataset_stats scaleout_tables figures \
-		--forcerun aggregate cache_sim dataset_stats scaleout_tables -- figures results/tables/dataset_stats.csv
+	$(SNAKEMAKE) --allowed-rules aggregate cache_sim dataset_stats scaleout_tables figures claims \
+		--forcerun aggregate cache_sim dataset_stats scaleout_tables claims -- figures claims results/tables/dataset_stats.csv
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
@@ -46,4 +46,5 @@ lint: $(STAMP)
 # Downloaded raw files (results/raw/) are kept: fetching them again takes hours.
 clean:
 	rm -rf results/data results/runs results/profiles results/sim results/shard_sim results/tables results/logs results/benchmarks \
+		results/hardware \
 		paper_figs/*.png paper_figs/*.pdf .snakemake

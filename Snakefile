@@ -22,6 +22,7 @@ include: "workflows/rules/common.smk"
 include: "workflows/rules/data.smk"
 include: "workflows/rules/train.smk"
 include: "workflows/rules/analysis.smk"
+include: "workflows/rules/costmodel.smk"
 
 
 # Cheap jobs run where Snakemake runs; downloads too, as cluster nodes often have no internet.
@@ -33,6 +34,8 @@ localrules:
     aggregate,
     scaleout_tables,
     figures,
+    costmodel_validation,
+    claims,
 
 
 rule all:
@@ -55,9 +58,13 @@ rule all:
         "results/tables/flexshard_headroom.md",
         "results/tables/proactive.csv",
         "results/tables/proactive.md",
+        "results/tables/costmodel_validation.csv",
+        "results/tables/costmodel_validation.md",
+        "results/tables/claims.csv",
+        "results/tables/claims.md",
         expand(
             "paper_figs/{name}.{ext}",
-            name=["coverage", *FIGURES, *SCALE_OUT_FIGURES],
+            name=["coverage", *FIGURES, *SCALE_OUT_FIGURES, "claims"],
             ext=["png", "pdf"],
         ),
     default_target: True

@@ -221,12 +221,59 @@ def cmd_claims(args: argparse.Namespace) -> None:
     from hotcold.analysis.claims_figure import claims_figure
     from hotcold.analysis.plotting import read_table, save_atomic
     from hotcold.analysis.tables import load_records
+    from hotcold.costmodel import predict_record
 
     records = load_records([Path(p) for p in args.records])
     comm = read_table(Path(args.comm_traffic), "run `hotcold scaleout-tables` first")
-    frame = write_claims(records, comm, load_profiles(args.profiles), Path(args.out))
+    shape_of = _model_shapes(args.data)
+    frame = write_claims(records, comm, load_profiles(args.profiles), Path(args.out),
+                         predict=lambda rec, profile: predict_record(rec, profile, shape_of(rec)))
     written = save_atomic(claims_figure(frame), Path(args.figures), "claims")
     print(f"wrote {len(frame)} claims into {Path(args.out) / 'claims.md'} and {', '.join(map(str, written))}")
+
+
+def cmd_calibrate(args: argparse.Namespace) -> None:
+    import torch
+
+    from hotcold.calibrate import calibrate, write_profile
+    from hotcold.train import resolve_device
+
+    torch.set_num_threads(max(1, args.threads))
+    profile = calibrate(resolve_device(args.device).type, dim=args.dim, batch_size=args.batch_size, repeats=args.repeats,
+                        name=args.name)
+    write_profile(profile, Path(args.out))
+    print(f"wrote {args.out}: {len(profile['rates'])} rates of {profile['description']}")
+
+
+def _model_shapes(data_dir: str):
+    """A function giving a record's dense model sizes from its dataset under ``data_dir`` (None when absent)."""
+    from hotcold.config import RunConfig
+    from hotcold.costmodel import ModelShape
+    from hotcold.data.format import Dataset
+
+    shapes: dict[str, ModelShape | None] = {}
+
+    def shape_of(rec: dict[str, Any]) -> ModelShape | None:
+        name = rec["dataset"]
+        if name not in shapes:
+            path = Path(data_dir) / name
+            shapes[name] = ModelShape.of(Dataset.open(path), RunConfig.from_dict(rec["config"]).model) \
+                if (path / "manifest.json").is_file() else None
+        return shapes[name]
+
+    return shape_of
+
+
+def cmd_costmodel_validation(args: argparse.Namespace) -> None:
+    from hotcold.analysis.costmodel_validation import write_validation
+    from hotcold.analysis.tables import load_records
+    from hotcold.costmodel import load_profile
+
+    profile = load_profile(args.profile)
+    records = load_records([Path(r) for r in args.records])
+    summary = write_validation(records, profile, Path(args.out), _model_shapes(args.data))
+    print(f"wrote {Path(args.out) / 'costmodel_validation.csv'} and .md: {len(summary)} method(s) "
+          f"on profile {profile.name}")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -339,9 +386,30 @@ def parser() -> argparse.ArgumentParser:
     cl.add_argument("records", nargs="+", help="record.json files of the runs (one-process and scale-out)")
     cl.add_argument("--comm-traffic", default="results/tables/comm_traffic.csv", help="from `hotcold scaleout-tables`")
     cl.add_argument("--profiles", nargs="+", required=True, help="hardware profiles (YAML) the modelled values use")
+    cl.add_argument("--data", default="results/data", help="datasets directory (the dense model's sizes)")
     cl.add_argument("--out", default="results/tables")
     cl.add_argument("--figures", default="paper_figs")
     cl.set_defaults(func=cmd_claims)
+
+    cal = sub.add_parser("calibrate", help="measure this machine's rates with micro-benchmarks; write a "
+                                           "hardware profile for the cost model")
+    cal.add_argument("--out", required=True, help="profile YAML to write")
+    cal.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                     help="auto: the GPU when there is one, as the training jobs")
+    cal.add_argument("--dim", type=int, default=16, help="embedding dimension of the row benchmarks")
+    cal.add_argument("--batch-size", type=int, default=TRAIN.batch_size)
+    cal.add_argument("--repeats", type=int, default=15, help="repeats per benchmark (the median is kept)")
+    cal.add_argument("--threads", type=int, default=1, help="torch threads, as the training jobs'")
+    cal.add_argument("--name", help="the profile's name (default: calibrated-<device>)")
+    cal.set_defaults(func=cmd_calibrate)
+
+    cv = sub.add_parser("costmodel-validation", help="the cost model's phase times against measured runs: "
+                                                     "costmodel_validation.csv and .md")
+    cv.add_argument("records", nargs="+", help="record.json files")
+    cv.add_argument("--profile", required=True, help="hardware profile YAML (e.g. from hotcold calibrate)")
+    cv.add_argument("--data", default="results/data", help="datasets directory (the dense model's sizes)")
+    cv.add_argument("--out", default="results/tables")
+    cv.set_defaults(func=cmd_costmodel_validation)
     return p
 
 

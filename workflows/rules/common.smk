@@ -333,3 +333,12 @@ def check_configs() -> None:
 check_store_options()
 check_scales()
 check_configs()
+
+
+# The shipped hardware profiles of the cost model.
+HARDWARE = Path(workflow.basedir, "workflows/config/hardware")
+
+
+def hardware_profiles() -> list[str]:
+    """The shipped profiles the claims table models with (`costmodel.profiles`)."""
+    return [str(HARDWARE / f"{name}.yaml") for name in config["costmodel"]["profiles"]]

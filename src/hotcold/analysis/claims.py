@@ -353,9 +353,9 @@ def load_profiles(paths: Sequence[Path]) -> dict[str, Any]:
 
 
 def write_claims(records: list[dict[str, Any]], comm: pd.DataFrame, profiles: dict[str, Any],
-                 out_dir: Path) -> pd.DataFrame:
+                 out_dir: Path, predict: Predict | None = None) -> pd.DataFrame:
     """Write ``claims.csv`` and ``claims.md`` to ``out_dir``; return the table."""
-    frame = claims_table(records, comm, profiles)
+    frame = claims_table(records, comm, profiles, predict)
     atomic_write_text(Path(out_dir) / "claims.csv", frame.to_csv(index=False))
     atomic_write_text(Path(out_dir) / "claims.md", claims_markdown(frame))
     return frame

@@ -1,0 +1,334 @@
+"""The cost model: its arithmetic by hand, overlap, collectives, profiles, and predictions from real records."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from hotcold.analysis.costmodel_validation import summary_frame, validation_frame, write_validation
+from hotcold.cli import main
+from hotcold.config import ConfigError
+from hotcold.costmodel import (
+    HOST_RATES,
+    ModelShape,
+    Workload,
+    collective_ms,
+    comm_ms,
+    load_profile,
+    predict,
+    predict_record,
+    profile_from_dict,
+    slowest_rank_ms,
+)
+
+HARDWARE = Path(__file__).resolve().parents[1] / "workflows" / "config" / "hardware"
+UNITS = {**HOST_RATES}
+
+CPU_RATES = {"host_memory_bw": 1.0, "host_gather_row_ns": 10.0, "host_scatter_row_ns": 20.0, "host_id_plan_ns": 1.0,
+             "host_unique_ns": 2.0, "host_directory_row_ns": 3.0, "host_directory_slot_ns": 4.0, "host_op_us": 1.0,
+             "dense_flops": 1.0}
+GPU_EXTRA = {"pcie_h2d_bw": 2.0, "pcie_d2h_bw": 4.0, "pcie_latency_us": 10.0, "device_memory_bw": 100.0,
+             "device_gather_efficiency": 0.5, "device_kernel_us": 5.0, "collective_latency_us": 10.0,
+             "intra_node_bw": 100.0, "inter_node_bw": 10.0, "gpus_per_node": 2}
+
+
+def _profile_dict(kind: str = "cpu", **override) -> dict:
+    from hotcold.costmodel import ALL_RATES
+
+    values = {**CPU_RATES, **(GPU_EXTRA if kind == "gpu" else {}), **override}
+    return {"name": f"test-{kind}", "description": "hand-made rates for the tests", "kind": kind,
+            "rates": {k: {"value": v, "unit": ALL_RATES[k][0], "source": "a test's hand-picked value"}
+                      for k, v in values.items()}}
+
+
+def _profile(kind: str = "cpu", **override):
+    return profile_from_dict(_profile_dict(kind, **override), "test")
+
+
+SHAPE = ModelShape(num_dense=2, num_tables=100, dim=16, bottom_mlp=(16,), top_mlp=(1,))
+
+
+def _workload(method: str, counters: dict, **kw) -> Workload:
+    base = {"lookups": 1000, "unique_rows": 100}
+    return Workload(method=method, batch_size=10, counters={**base, **counters}, shape=SHAPE,
+                    row_optimizer=kw.pop("row_optimizer", "sgd"), **kw)
+
+
+# -- arithmetic against hand computations ----------------------------------------------------------------
+
+def test_flops_of_a_tiny_dlrm_by_hand():
+    # bottom 2->2: 2*2*2 = 8; top (d + f(f-1)/2 = 2 + 1) 3->1: 6; interaction 2 * f^2 * d = 16; x3 (fwd+bwd)
+    assert ModelShape(2, 1, 2, (2,), (1,)).flops_per_sample() == pytest.approx(3 * (8 + 6 + 16))
+    # sequence model: query 4->4 (32), top 7d=14 -> 1 (28), scores + pooling 2 * 2 * L * 2d (5 events: 80)
+    assert ModelShape(0, 3, 2, (2,), (1,), history=5).flops_per_sample() == pytest.approx(3 * (32 + 28 + 80))
+
+
+def test_hybrid_terms_on_a_cpu_profile_by_hand():
+    """1000 lookups of 100 rows, D=16 (64-byte vectors), SGD, at 1 GB/s = 1e6 bytes per ms."""
+    p = predict(_workload("hybrid", {}), _profile())
+    t = p.terms_ms
+    assert t["emb_fwd.host_gather"] == pytest.approx(1000 * 10e-6 + 1000 * 64 / 1e6)          # 0.074
+    assert t["emb_fwd.plan_ids"] == pytest.approx(1000 * 1e-6 + 4 * 1e-3)                    # 0.005
+    assert t["emb_update.unique_ids"] == pytest.approx(1000 * 2e-6)
+    assert t["emb_update.grad_sum"] == pytest.approx(100 * 64 / 1e6 + 1000 * 20e-6 + 1000 * 64 / 1e6 + 2e-3)
+    rows = (100 * 10e-6 + 100 * 64 / 1e6) + (100 * 20e-6 + 100 * 64 / 1e6)                    # gather + scatter
+    assert t["emb_update.row_optimizer"] == pytest.approx(rows + 2 * 100 * 64 / 1e6 + 5e-3)
+    assert t["h2d.vectors_h2d"] == pytest.approx(1e-3)  # a CPU ships nothing: one op of dispatch
+    assert t["d2h.grads_d2h"] == pytest.approx(1e-3)
+    flops = SHAPE.flops_per_sample() * 10
+    assert t["dense_fwd_bwd.dense_compute"] == pytest.approx(flops / 1e6)  # 1 GFLOP/s = 1e6 FLOP per ms
+    assert p.phases_ms["emb_fwd"] == pytest.approx(t["emb_fwd.host_gather"] + t["emb_fwd.plan_ids"])
+    assert p.step_ms == pytest.approx(sum(p.phases_ms.values()))
+    assert p.samples_per_s == pytest.approx(10 / (p.step_ms / 1e3))
+
+
+def test_transfers_on_a_gpu_profile_by_hand():
+    p = predict(_workload("hybrid", {}), _profile("gpu"))
+    moved = 1000 * 64
+    kernel = 5e-3  # max(host op 1 us, kernel 5 us)
+    assert p.terms_ms["h2d.vectors_h2d"] == pytest.approx(moved / 2e6 + 10e-3 + kernel)
+    assert p.terms_ms["d2h.grads_d2h"] == pytest.approx(moved / 4e6 + 10e-3 + kernel)
+    dev = predict(_workload("device", {}), _profile("gpu"))
+    # device gather: 1000 rows of 64 bytes at 100 GB/s x 0.5, plus two kernels
+    assert dev.terms_ms["emb_fwd.device_gather"] == pytest.approx(moved / (100 * 0.5 * 1e6) + 2 * kernel)
+
+
+def test_cache_moves_rows_with_their_state():
+    """A miss is a host gather + copy + device scatter of weights and (Adagrad) state; a CPU has no copy."""
+    w = _workload("lru", {"param_rows_h2d": 50, "param_rows_d2h": 0}, row_optimizer="adagrad",
+                  report={"capacity": 500})
+    t = predict(w, _profile()).terms_ms
+    per = lambda b: 50 * 10e-6 + 50 * b / 1e6 + 50 * 20e-6 + 50 * b / 1e6 + 3e-3  # noqa: E731
+    assert t["h2d.fetch"] == pytest.approx(per(64) + per(4))
+    assert t["d2h.write_back"] == 0
+    assert t["h2d.directory"] == pytest.approx(100 * 3e-6)  # no evictions: no slot scan
+    evicting = _workload("lru", {"evictions": 5}, report={"capacity": 500})
+    assert predict(evicting, _profile()).terms_ms["h2d.directory"] == pytest.approx(100 * 3e-6 + 500 * 4e-6)
+
+
+def test_dominant_is_the_largest_term():
+    p = predict(_workload("hybrid", {}), _profile(dense_flops=1e-3))
+    assert p.dominant == "dense_fwd_bwd.dense_compute" == max(p.terms_ms, key=p.terms_ms.get)
+    q = predict(_workload("hybrid", {"lookups": 1e7}), _profile())
+    assert q.dominant == max(q.terms_ms, key=q.terms_ms.get) == "emb_update.grad_sum"
+
+
+# -- overlap ---------------------------------------------------------------------------------------------
+
+def _scratchpipe(rows: float) -> Workload:
+    return _workload("scratchpipe", {"param_rows_h2d": rows, "param_rows_d2h": rows},
+                     report={"window": 2, "capacity": 1000})
+
+
+def test_scratchpipe_side_work_below_the_overlap_adds_nothing():
+    p = predict(_scratchpipe(10), _profile())
+    side = 10 * 10e-6 + 10 * 64 / 1e6 + 10 * 20e-6 + 10 * 64 / 1e6  # gather + scatter of 10 rows
+    assert p.terms_ms["h2d.side_wait"] == 0
+    assert sum(p.hidden_ms.values()) == pytest.approx(side)
+
+
+def test_scratchpipe_side_work_above_the_overlap_adds_its_excess():
+    """On a GPU all four stages are side work (on a CPU the copies are inline and as large as the rest)."""
+    rows = 1e6
+    p = predict(_scratchpipe(rows), _profile("gpu"))
+    gather, scatter = rows * (10e-6 + 64 / 1e6), rows * (20e-6 + 64 / 1e6)
+    copy_out = rows * 64 / (100 * 0.5 * 1e6) + rows * 64 / 4e6 + 10e-3
+    copy_in = rows * 64 / 2e6 + 10e-3 + rows * 128 / (100 * 0.5 * 1e6)
+    side = gather + scatter + copy_out + copy_in
+    wait = p.terms_ms["h2d.side_wait"]
+    assert wait > 0
+    assert wait == pytest.approx(side - 2 * (p.step_ms - wait))  # the excess over W = 2 steps of training
+    assert sum(p.hidden_ms.values()) + wait == pytest.approx(side)
+
+
+# -- collectives -----------------------------------------------------------------------------------------
+
+def test_a_collective_takes_as_long_as_its_slowest_rank():
+    prof = _profile("gpu")  # intra 100 GB/s, inter 10 GB/s, latency 10 us
+    # rank 0: 100 MB intra = 1 ms; rank 1: 50 MB intra = 0.5 ms, 20 MB inter = 2 ms (links in parallel)
+    assert slowest_rank_ms([100e6, 50e6], [0, 20e6], prof) == pytest.approx(2.0 + 0.01)
+    assert slowest_rank_ms([0, 0], [0, 0], prof) == 0
+
+
+def test_comm_ms_splits_totals_evenly():
+    prof = _profile("gpu")
+    row = {"output_a2a_bytes": 400e6, "intra_node_bytes": 300e6, "inter_node_bytes": 100e6}
+    out = comm_ms(row, world=4, ranks_per_node=2, profile=prof)
+    # each rank 100 MB, a quarter inter-node: max(75e6 / 100e6, 25e6 / 10e6) = 2.5 ms
+    assert out["output_a2a"] == pytest.approx(2.5 + 0.01)
+    assert out["input_a2a"] == 0 and out["total"] == pytest.approx(out["output_a2a"])
+    one_node = comm_ms(row, world=2, ranks_per_node=2, profile=prof)
+    assert one_node["output_a2a"] == pytest.approx(200e6 / 100e6 + 0.01)
+    with pytest.raises(ConfigError, match="divide"):
+        comm_ms(row, world=3, ranks_per_node=2, profile=prof)
+    with pytest.raises(ConfigError, match="cannot model collectives"):
+        comm_ms(row, world=2, ranks_per_node=1, profile=_profile("cpu"))
+
+
+def test_a_run_report_gives_each_rank_its_own_bytes():
+    """From the store report's matrices over 4 steps: rank 1 sends 80 MB inter-node per step -> 8 ms."""
+    matrix = [[0, 40e6 * 4], [80e6 * 4, 0]]
+    w = _workload("sharded", {"grad_a2a_bytes": 120e6}, world=2, ranks_per_node=1,
+                  report={"collectives": {"grad_a2a": {"bytes": 480e6, "matrix": matrix}}})
+    assert collective_ms(w, _profile("gpu"))["grad_a2a"] == pytest.approx(8.0 + 0.01)
+
+
+def test_proactive_early_lookups_hide_behind_the_gradient_all_to_all():
+    counters = {"served_lookups": 1000, "grad_a2a_bytes": 2e6, "inter_node_bytes": 2e6}
+    plain = predict(_workload("sharded", counters, world=2, ranks_per_node=1), _profile("gpu"))
+    early = predict(_workload("proactive", {**counters, "early_lookups": 600}, world=2, ranks_per_node=1),
+                    _profile("gpu"))
+    a2a = plain.terms_ms["grad_a2a.comm"]
+    look = early.terms_ms["early_lookup.early_gather"]
+    assert 0 < look < a2a
+    assert early.terms_ms["grad_a2a.comm"] == pytest.approx(a2a - look)
+    assert early.hidden_ms["proactive_early_lookup"] == pytest.approx(look)
+
+
+# -- profiles ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", sorted(HARDWARE.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_profile_loads_and_names_its_sources(path):
+    p = load_profile(path)
+    assert p.name == path.stem and p.kind == "gpu"
+    for key in ("gpus_per_node", "pcie_h2d_bw", "device_memory_bw", "dense_flops"):
+        assert p.has(key)
+    if p.value("gpus_per_node") > 1:  # a node of several GPUs and a cluster: the network too
+        assert all(p.has(k) for k in ("intra_node_bw", "inter_node_bw", "collective_latency_us"))
+    for key, rate in p.rates.items():
+        assert rate.value > 0 and rate.unit
+        assert "assumed" in rate.source or "datasheet" in rate.source or "paper" in rate.source or \
+            "setting" in rate.source, f"{path.name}: {key} does not say where its value comes from"
+
+
+def test_the_three_required_profiles_ship():
+    assert {"v100-xeon-pcie3", "a100-dgx", "h100-cluster"} <= {p.stem for p in HARDWARE.glob("*.yaml")}
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda d: d["rates"].pop("host_memory_bw"), r"missing rate\(s\) \['host_memory_bw'\]"),
+    (lambda d: d["rates"].update(warp_drive={"value": 1, "unit": "GB/s", "source": "a test's value"}),
+     r"unknown rate\(s\) \['warp_drive'\]"),
+    (lambda d: d["rates"]["host_op_us"].update(value=0), r"rates.host_op_us: value must be a finite number > 0"),
+    (lambda d: d["rates"]["host_op_us"].update(value=-3.0), r"rates.host_op_us: value must be"),
+    (lambda d: d["rates"]["host_op_us"].update(value=True), r"rates.host_op_us: value must be"),
+    (lambda d: d["rates"]["host_op_us"].pop("source"), r"rates.host_op_us must be a mapping with exactly"),
+    (lambda d: d["rates"]["host_op_us"].update(source=""), r"rates.host_op_us: source must say"),
+    (lambda d: d["rates"]["host_memory_bw"].update(unit="MB/s"), r"rates.host_memory_bw: unit must be 'GB/s'"),
+    (lambda d: d.update(kind="tpu"), r"kind must be one of"),
+    (lambda d: d.pop("name"), r"name must be a non-empty string"),
+])
+def test_bad_profiles_fail_naming_file_and_key(tmp_path, edit, match):
+    data = _profile_dict()
+    edit(data)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=match) as e:
+        load_profile(path)
+    assert str(path) in str(e.value)
+
+
+def test_a_gpu_profile_needs_its_device_rates():
+    data = _profile_dict("gpu")
+    del data["rates"]["pcie_h2d_bw"]
+    with pytest.raises(ConfigError, match="pcie_h2d_bw"):
+        profile_from_dict(data, "x.yaml")
+
+
+# -- real records ------------------------------------------------------------------------------------------
+
+RUN = {"dataset": "small", "variant": "base", "seed": 0,
+       "model": {"embedding_dim": 8, "bottom_mlp": [8], "top_mlp": [8, 1]},
+       "train": {"steps": 8, "warmup_steps": 2, "batch_size": 64, "eval_batch_size": 1024, "eval_samples": 256}}
+METHODS = {"device": {}, "hybrid": {}, "lru": {"cache_ratio": 0.5}, "fae": {"budget_ratio": 0.1},
+           "scratchpipe": {"window": 2}}
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory, small_dataset) -> list[dict]:
+    out = []
+    for method, store in METHODS.items():
+        d = tmp_path_factory.mktemp(method)
+        cfg = {**RUN, "method": method, "store": store}
+        assert main(["train", "--dataset", str(small_dataset.path), "--run-config", json.dumps(cfg),
+                     "--out", str(d), "--threads", "1", "--no-progress"]) == 0
+        out.append(json.loads((d / "record.json").read_text()))
+    return out
+
+
+def test_every_measured_phase_gets_a_modelled_value(records, small_dataset):
+    from hotcold.config import ModelConfig
+
+    shape = ModelShape.of(small_dataset, ModelConfig(8, (8,), (8, 1)))
+    for rec in records:
+        for prof in (_profile(), load_profile(HARDWARE / "a100-dgx.yaml")):
+            p = predict_record(rec, prof, shape)
+            measured = rec["summary"]["phase_ms_mean"]
+            assert set(measured) <= set(p.phases_ms), rec["method"]
+            assert p.step_ms > 0 and p.step_ms == pytest.approx(sum(p.phases_ms.values()))
+    guessed = Workload.from_record(records[0])
+    assert guessed.shape.num_tables == 4 and guessed.assumptions  # 4 id columns, and it says it assumed
+
+
+# -- the validation table ----------------------------------------------------------------------------------
+
+def _fake_record(method: str, phases: dict[str, float], stable: bool = True, seed: int = 0) -> dict:
+    return {"dataset": "d", "method": method, "variant": "base", "seed": seed, "status": "ok",
+            "config": {"method": method, "model": {"embedding_dim": 16}, "train": {"row_optimizer": "sgd"}},
+            "summary": {"timer": "cpu", "batch_size": 10, "stable": stable, "phase_ms_mean": phases,
+                        "step_ms_mean": sum(phases.values()),
+                        "counters_per_step": {"lookups": 1000, "unique_rows": 100}}}
+
+
+def test_validation_error_arithmetic_and_the_five_percent_filter(tmp_path):
+    prof = _profile(dense_flops=1000.0)
+    modelled = predict(Workload.from_record(_fake_record("hybrid", {})), prof).phases_ms
+    # measured: emb_fwd twice the model, dense exactly the model, d2h tiny (< 5% of the step)
+    phases = {"emb_fwd": 2 * modelled["emb_fwd"], "dense_fwd_bwd": modelled["dense_fwd_bwd"], "d2h": 1e-9}
+    rows = validation_frame([_fake_record("hybrid", phases)], prof)
+    by = rows.set_index("phase")
+    assert by.loc["emb_fwd", "rel_error"] == pytest.approx(-0.5)
+    assert by.loc["dense_fwd_bwd", "rel_error"] == pytest.approx(0.0)
+    assert by.loc["step", "measured_ms"] == pytest.approx(sum(phases.values()))
+    assert by.loc["step", "rel_error"] == pytest.approx(
+        (by.loc["step", "modelled_ms"] - sum(phases.values())) / sum(phases.values()))
+    assert by.loc["h2d", "measured_ms"] == 0  # modelled but not measured: listed, error undefined
+    summary = summary_frame(rows).iloc[0]
+    assert summary["phases"] == "emb_fwd, dense_fwd_bwd"  # d2h is below 5% of the step
+    assert summary["median_abs_phase_error"] == pytest.approx(0.25)  # median of |-0.5| and 0
+    assert summary["runs"] == 1 and summary["runs_unstable"] == 0
+
+
+def test_unstable_runs_are_listed_but_left_out_of_the_summary(tmp_path):
+    prof = _profile()
+    good = _fake_record("hybrid", {"emb_fwd": 1.0, "dense_fwd_bwd": 1.0})
+    bad = copy.deepcopy(_fake_record("hybrid", {"emb_fwd": 100.0, "dense_fwd_bwd": 100.0}, stable=False, seed=1))
+    write_validation([good, bad], prof, tmp_path)
+    rows = pd.read_csv(tmp_path / "costmodel_validation.csv")
+    assert set(rows["seed"]) == {0, 1}
+    alone = summary_frame(validation_frame([good], prof))
+    both = pd.read_csv(tmp_path / "costmodel_validation_summary.csv")
+    assert both.loc[0, "runs"] == 1 and both.loc[0, "runs_unstable"] == 1
+    assert both.loc[0, "median_abs_phase_error"] == pytest.approx(alone.loc[0, "median_abs_phase_error"])
+    md = (tmp_path / "costmodel_validation.md").read_text()
+    assert "test-cpu" in md and "stable runs only" in md
+
+
+def test_validation_verb_writes_the_tables(tmp_path, records):
+    paths = []
+    for i, rec in enumerate(records):
+        d = tmp_path / "runs" / "small" / rec["method"] / "base" / "seed~0"
+        d.mkdir(parents=True)
+        (d / "record.json").write_text(json.dumps(rec))
+        paths.append(str(d / "record.json"))
+    prof = tmp_path / "p.yaml"
+    prof.write_text(yaml.safe_dump(_profile_dict()))
+    assert main(["costmodel-validation", *paths, "--profile", str(prof), "--out", str(tmp_path / "t"),
+                 "--data", str(tmp_path / "nowhere")]) == 0
+    rows = pd.read_csv(tmp_path / "t" / "costmodel_validation.csv")
+    assert set(rows["method"]) == set(METHODS)
+    assert main(["costmodel-validation", *paths, "--profile", str(tmp_path / "missing.yaml")]) == 2
