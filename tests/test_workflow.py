@@ -9,6 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from hotcold.analysis.claims import CLAIMS
+
 pytest.importorskip("snakemake")
 
 REPO = Path(__file__).resolve().parents[1]
@@ -17,11 +19,12 @@ DATASETS = ("kaggle", "terabyte", "taobao")
 METHODS = ("device", "hybrid", "fae", "lru", "lfu", "freqcache", "scratchpipe")
 TABLES = ("summary.csv", "summary.md", "infeasible.md", "phases.csv", "counters.csv", "counters.md", "speedup.csv", "speedup.md",
           "cache_sim.csv", "fae_hot_fraction.csv", "rows_moved.csv", "dataset_stats.csv", "comm_traffic.csv",
-          "comm_traffic.md", "flexshard_headroom.csv", "flexshard_headroom.md", "proactive.csv", "proactive.md")
+          "comm_traffic.md", "flexshard_headroom.csv", "flexshard_headroom.md", "proactive.csv", "proactive.md",
+          "costmodel_validation.csv", "costmodel_validation.md", "claims.csv", "claims.md")
 INFEASIBLE = ("taobao", "lfu")  # its cache is smaller than a batch's unique rows
 SAFETY_TIMEOUT_S = 1200            # against a hung run only; the tiny workflow takes about a minute
 FIGURES = ("coverage", "step_phases", "throughput", "speedup", "hit_rate", "fae_hot_fraction", "rows_moved",
-           "inter_node_bytes", "proactive_hidden", "flexshard_headroom")
+           "inter_node_bytes", "proactive_hidden", "flexshard_headroom", "claims")
 SCALE_OUT_RUN = ("kaggle", "sharded", "row", 2, 1)  # the one scale-out run: 2 ranks, one per simulated node
 
 # The default config's three generated datasets and seven methods at a tiny scale: one
@@ -323,6 +326,11 @@ def test_tiny_workflow_end_to_end(tmp_path: Path) -> None:
     assert len(rows_moved) == len(DATASETS) * len(METHODS) - 1
     assert INFEASIBLE not in set(zip(rows_moved.dataset, rows_moved.method))
     assert (tmp_path / "results" / "benchmarks" / "taobao" / "fae" / "12.4pct" / "seed~0.tsv").is_file()
+    claims = pd.read_csv(tables / "claims.csv")
+    assert list(claims.claim_id) == [c.claim_id for c in CLAIMS]   # every claim keeps its row, run or not
+    assert claims.status.str.startswith(("ok", "not run", "no hotcold method")).all()
+    validation = pd.read_csv(tables / "costmodel_validation.csv")
+    assert set(METHODS) <= set(validation.method)   # every trained one-process method has modelled phases
     check_scale_out(tmp_path, summary)
 
     again = snakemake(tmp_path, "-n", "--configfile", str(tmp_path / "tiny.yaml"))
