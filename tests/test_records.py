@@ -71,8 +71,8 @@ def test_train_verb_writes_a_traceable_record(tmp_path, small_dataset):
     assert len(rec["params"]["sketch"]) == 256 and len(rec["params"]["checksum"]) == 64
 
     steps = pd.read_parquet(out / "steps.parquet")
-    assert list(steps.columns) == ["step", "kind", "name", "value"]
-    assert set(steps.kind) == {"phase", "counter"}
+    assert list(steps.columns) == ["step", "kind", "name", "value", "repeat"]
+    assert set(steps.kind) == {"phase", "counter"} and set(steps.repeat) == {0}
     assert sorted(steps[steps.kind == "phase"].step.unique()) == list(range(2, 12))
     assert sorted(steps[steps.kind == "counter"].step.unique()) == list(range(12))
     lookups = steps[(steps.kind == "counter") & (steps.name == "lookups")].value
@@ -95,7 +95,7 @@ def test_an_infeasible_variant_ends_as_a_complete_record(tmp_path, small_dataset
     assert rec["provenance"]["timer"] == "cpu" and rec["provenance"]["git_commit"]
     assert not {"summary", "metrics", "params", "store"} & set(rec)
     steps = pd.read_parquet(out / "steps.parquet")
-    assert steps.empty and list(steps.columns) == ["step", "kind", "name", "value"]
+    assert steps.empty and list(steps.columns) == ["step", "kind", "name", "value", "repeat"]
 
 
 def test_a_trained_record_says_ok(tmp_path, small_dataset):
