@@ -9,8 +9,18 @@ import pytest
 import yaml
 
 from hotcold.cli import main, parser
-from hotcold.config import (AggregateConfig, ConfigError, DistributedConfig, ModelConfig, ProfileConfig, RunConfig,
-                            ShardSimConfig, SimulateConfig, TimingConfig, TrainConfig)
+from hotcold.config import (
+    AggregateConfig,
+    ConfigError,
+    DistributedConfig,
+    ModelConfig,
+    ProfileConfig,
+    RunConfig,
+    ShardSimConfig,
+    SimulateConfig,
+    TimingConfig,
+    TrainConfig,
+)
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflows" / "schemas" / "config.schema.yaml"
 TYPED_SECTIONS = {"model": ModelConfig, "train": TrainConfig, "timing": TimingConfig, "profile": ProfileConfig,

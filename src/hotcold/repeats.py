@@ -30,8 +30,14 @@ import torch
 from hotcold.config import ConfigError, InfeasibleError, RunConfig
 from hotcold.data.format import Dataset
 from hotcold.distributed.world import World
-from hotcold.records import (infeasible_record, param_fingerprint, sketch_rel_diff, steps_frame, trained_record,
-                             write_run)
+from hotcold.records import (
+    infeasible_record,
+    param_fingerprint,
+    sketch_rel_diff,
+    steps_frame,
+    trained_record,
+    write_run,
+)
 from hotcold.timing import TimedPart, summarize_repeats
 from hotcold.train import reference, resolve_device, train
 
