@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hotcold.cli import main
-from hotcold.records import param_fingerprint, record_status, sketch_rel_diff, steps_frame, write_run
+from hotcold.records import param_checksum, param_fingerprint, record_status, sketch_rel_diff, steps_frame, write_run
 
 RUN = {"dataset": "small", "method": "hybrid", "variant": "base", "seed": 0,
        "model": {"embedding_dim": 8, "bottom_mlp": [8], "top_mlp": [8, 1]},
@@ -35,6 +35,7 @@ def test_checksum_is_bit_exact():
     u[2, 2] = torch.nextafter(torch.tensor(1.0), torch.tensor(2.0))
     assert param_fingerprint([("t", t)])["checksum"] == param_fingerprint([("t", t.clone())])["checksum"]
     assert param_fingerprint([("t", t)])["checksum"] != param_fingerprint([("t", u)])["checksum"]
+    assert param_checksum([("t", u), ("v", t)]) == param_fingerprint([("t", u), ("v", t)])["checksum"]
 
 
 def test_interrupted_write_leaves_nothing_complete(tmp_path, monkeypatch):

@@ -37,8 +37,10 @@ SCALE_OUT_RUN = ("kaggle", "sharded", "row", 2, 1)  # the one scale-out run: 2 r
 # per-dataset override, as is its smaller batch). Taobao's lfu cache is too small for its
 # batches: that run ends as an infeasible record, and the workflow still completes. One
 # scale-out run (row-wise, 2 ranks, kaggle only) and a shard-sim of every dataset at two scales.
+# Every run trains its timed part twice (one-process and scale-out runs alike).
 TINY_CONFIG = """\
 threads: 1
+timing: {repeats: 2}
 datasets:
   kaggle:
     generator: {kind: criteo-kaggle-style, rows: 4000, max_rows_per_table: 2000, seed: 0}
@@ -376,6 +378,7 @@ def test_tiny_workflow_end_to_end(tmp_path: Path) -> None:
     refs = dict(zip(ok.method, ok.exact_reference))
     assert refs["fae"] == "device replay of this order" and refs["lru"] == "device run"
     assert (ok.samples_per_s > 0).all()
+    assert (ok.repeats == 2).all() and (ok.repeat_spread >= 1).all()
     hybrid = summary[summary.method == "hybrid"]
     assert hybrid.speedup_vs_hybrid.tolist() == pytest.approx([1.0] * 3)
     assert hybrid.auc_vs_hybrid.tolist() == pytest.approx([0.0] * 3)

@@ -1,7 +1,7 @@
 """Run records: assembly, provenance, parameter fingerprints and atomic writes.
 
-A run directory holds ``steps.parquet`` (per-step phases and counters, long
-format) and ``record.json``. ``record.json`` is written last and by rename,
+A run directory holds ``steps.parquet`` (per-step phases and counters of
+every repeat, long format) and ``record.json``. ``record.json`` is written last and by rename,
 so its presence means the run is complete.
 
 A record's ``status`` is ``ok`` (a trained run: summary, metrics, parameter
@@ -58,9 +58,8 @@ def param_fingerprint(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, An
     offset = 0
     chunk = 1 << 22
     for name, t in named:
-        flat = t.detach().to("cpu", torch.float32).contiguous().reshape(-1)
-        digest.update(name.encode())
-        digest.update(flat.numpy().tobytes())
+        flat = _flat(t)
+        _digest(digest, name, flat)
         for a in range(0, flat.numel(), chunk):
             x = flat[a:a + chunk].double()
             i = torch.arange(offset + a, offset + a + x.numel(), dtype=torch.int64)
@@ -70,6 +69,23 @@ def param_fingerprint(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, An
             sq += float(x.pow(2).sum())
         offset += flat.numel()
     return {"checksum": digest.hexdigest(), "sketch": sketch.tolist(), "norm": sq ** 0.5}
+
+
+def param_checksum(named: Iterable[tuple[str, torch.Tensor]]) -> str:
+    """``param_fingerprint``'s checksum alone (no sketch): cheap enough to compare every repeat of a run."""
+    digest = hashlib.sha256()
+    for name, t in named:
+        _digest(digest, name, _flat(t))
+    return digest.hexdigest()
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to("cpu", torch.float32).contiguous().reshape(-1)
+
+
+def _digest(digest: Any, name: str, flat: torch.Tensor) -> None:
+    digest.update(name.encode())
+    digest.update(flat.numpy().tobytes())
 
 
 def sketch_rel_diff(a: Iterable[float] | None, b: Iterable[float] | None) -> float:

@@ -32,6 +32,7 @@ from hotcold.data.format import Dataset
 from hotcold.distributed.world import World
 from hotcold.records import (
     infeasible_record,
+    param_checksum,
     param_fingerprint,
     sketch_rel_diff,
     steps_frame,
@@ -39,7 +40,7 @@ from hotcold.records import (
     write_run,
 )
 from hotcold.timing import TimedPart, summarize_repeats
-from hotcold.train import reference, resolve_device, train
+from hotcold.train import RunResult, reference, resolve_device, train
 
 
 class RepeatMismatchError(RuntimeError):
@@ -94,10 +95,14 @@ class RepeatedRun:
         self.steps.append(steps_frame(result.phases, result.counters, repeat=r))
         self.order_index.append(position)
         if self.world.is_main:
-            self.params.append(param_fingerprint(result.named_parameters()))
-            self._check_params(r)
+            self._check_params(r, result)
 
-    def _check_params(self, r: int) -> None:
+    def _check_params(self, r: int, result: RunResult) -> None:
+        """Fingerprint the first repeat; a later one by its checksum, and by its sketch where that differs."""
+        if r == 0 or param_checksum(result.named_parameters()) != self.params[0]["checksum"]:
+            self.params.append(param_fingerprint(result.named_parameters()))
+        else:
+            self.params.append(self.params[0])
         first, last = self.params[0], self.params[r]
         if first["checksum"] == last["checksum"] or self.device.type != "cpu":
             return  # on a GPU, atomic adds make sums depend on their order: recorded, not an error
