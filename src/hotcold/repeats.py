@@ -123,7 +123,7 @@ class RepeatedRun:
             world=first["world"], ranks_per_node=first["ranks_per_node"], plan=first["plan"],
             repeat_order=self.order_index, repeat_start_s=[round(s, 3) for s in self.start_s],
             repeat_params_equal=len(checksums) == 1,
-            repeat_param_rel_diff=float(max(diffs)) if diffs and not any(map(math.isnan, diffs)) else 0.0,
+            repeat_param_rel_diff=None if any(map(math.isnan, diffs)) else max(diffs, default=0.0),
             group_runs=self.group_runs,
         )
         return summary
