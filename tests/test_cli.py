@@ -19,8 +19,9 @@ import pytest
 from hotcold.cli import main
 from hotcold.data.format import Dataset
 
-VERBS = ("generate", "download", "preprocess", "profile", "dataset-stats", "train", "simulate", "shard-sim",
-         "scaleout-tables", "cache-sim", "aggregate", "figures", "claims", "calibrate", "costmodel-validation")
+VERBS = ("generate", "download", "preprocess", "profile", "dataset-stats", "train", "train-group", "simulate",
+         "shard-sim", "scaleout-tables", "cache-sim", "aggregate", "figures", "claims", "calibrate",
+         "costmodel-validation")
 
 
 def test_every_verb_is_listed(capsys: pytest.CaptureFixture[str]) -> None:

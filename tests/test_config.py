@@ -9,8 +9,18 @@ import pytest
 import yaml
 
 from hotcold.cli import main, parser
-from hotcold.config import (AggregateConfig, ConfigError, DistributedConfig, ModelConfig, ProfileConfig, RunConfig,
-                            ShardSimConfig, SimulateConfig, TimingConfig, TrainConfig)
+from hotcold.config import (
+    AggregateConfig,
+    ConfigError,
+    DistributedConfig,
+    ModelConfig,
+    ProfileConfig,
+    RunConfig,
+    ShardSimConfig,
+    SimulateConfig,
+    TimingConfig,
+    TrainConfig,
+)
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflows" / "schemas" / "config.schema.yaml"
 TYPED_SECTIONS = {"model": ModelConfig, "train": TrainConfig, "timing": TimingConfig, "profile": ProfileConfig,
@@ -43,6 +53,9 @@ def test_defaults_resolve_and_round_trip():
     ({**BASE, "train": {"lr": True}}, "lr must be a finite number > 0, got True"),
     ({**BASE, "model": {"embedding_dim": True, "bottom_mlp": [True]}}, "embedding_dim must be a positive integer"),
     ({**BASE, "timing": {"window": True}}, "window must be a positive integer"),
+    ({**BASE, "timing": {"repeats": 0}}, "repeats must be a positive integer, got 0"),
+    ({**BASE, "timing": {"repeats": 2.0}}, "repeats must be a positive integer, got 2.0"),
+    ({**BASE, "timing": {"interleave": True}}, r"timing: unknown key\(s\) \['interleave'\]"),
     ({**BASE, "seed": True}, "seed must be an integer >= 0, got True"),
     ({**BASE, "seed": -1}, "seed must be an integer >= 0"),
 ])
@@ -78,7 +91,8 @@ def test_typed_defaults_are_the_schemas(section):
     schema = schema_defaults(section)
     typed = {f.name: getattr(TYPED_SECTIONS[section](), f.name) for f in dataclasses.fields(TYPED_SECTIONS[section])}
     assert {k: tuple(v) if isinstance(v, list) else v for k, v in schema.items() if k in typed} == typed
-    assert set(schema) - set(typed) <= {"policies"}  # simulate's policies default to every policy
+    # simulate's policies default to every policy; timing.interleave is the workflow's layout of jobs, not a run's
+    assert set(schema) - set(typed) <= {"policies", "interleave"}
 
 
 def test_shard_sim_defaults_are_the_schemas():

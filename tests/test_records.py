@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hotcold.cli import main
-from hotcold.records import param_fingerprint, record_status, sketch_rel_diff, steps_frame, write_run
+from hotcold.records import param_checksum, param_fingerprint, record_status, sketch_rel_diff, steps_frame, write_run
 
 RUN = {"dataset": "small", "method": "hybrid", "variant": "base", "seed": 0,
        "model": {"embedding_dim": 8, "bottom_mlp": [8], "top_mlp": [8, 1]},
@@ -35,6 +35,7 @@ def test_checksum_is_bit_exact():
     u[2, 2] = torch.nextafter(torch.tensor(1.0), torch.tensor(2.0))
     assert param_fingerprint([("t", t)])["checksum"] == param_fingerprint([("t", t.clone())])["checksum"]
     assert param_fingerprint([("t", t)])["checksum"] != param_fingerprint([("t", u)])["checksum"]
+    assert param_checksum([("t", u), ("v", t)]) == param_fingerprint([("t", u), ("v", t)])["checksum"]
 
 
 def test_interrupted_write_leaves_nothing_complete(tmp_path, monkeypatch):
@@ -71,8 +72,8 @@ def test_train_verb_writes_a_traceable_record(tmp_path, small_dataset):
     assert len(rec["params"]["sketch"]) == 256 and len(rec["params"]["checksum"]) == 64
 
     steps = pd.read_parquet(out / "steps.parquet")
-    assert list(steps.columns) == ["step", "kind", "name", "value"]
-    assert set(steps.kind) == {"phase", "counter"}
+    assert list(steps.columns) == ["step", "kind", "name", "value", "repeat"]
+    assert set(steps.kind) == {"phase", "counter"} and set(steps.repeat) == {0}
     assert sorted(steps[steps.kind == "phase"].step.unique()) == list(range(2, 12))
     assert sorted(steps[steps.kind == "counter"].step.unique()) == list(range(12))
     lookups = steps[(steps.kind == "counter") & (steps.name == "lookups")].value
@@ -95,7 +96,7 @@ def test_an_infeasible_variant_ends_as_a_complete_record(tmp_path, small_dataset
     assert rec["provenance"]["timer"] == "cpu" and rec["provenance"]["git_commit"]
     assert not {"summary", "metrics", "params", "store"} & set(rec)
     steps = pd.read_parquet(out / "steps.parquet")
-    assert steps.empty and list(steps.columns) == ["step", "kind", "name", "value"]
+    assert steps.empty and list(steps.columns) == ["step", "kind", "name", "value", "repeat"]
 
 
 def test_a_trained_record_says_ok(tmp_path, small_dataset):

@@ -1,10 +1,11 @@
 """The phase timer on a fake clock, and step summaries."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from hotcold.timing import PhaseTimer, summarize
+from hotcold.timing import MAX_REPEAT_SPREAD, PhaseTimer, TimedPart, summarize, summarize_repeats
 
 
 class FakeClock:
@@ -133,3 +134,45 @@ def test_a_run_that_waited_for_the_cores_is_not():
 def test_widely_spread_steps_are_not_stable():
     s = timed_run([10] * 10 + [60] * 10, cpu_share=1.0)
     assert not s["stable"] and "spread p90/p10 = 6.0" in s["unstable_reason"]
+
+
+def part(step_ms: list[float], cpu_share: float = 1.0, lookups: int = 10) -> TimedPart:
+    """One repeat of a CPU-timed run: one phase per step, ``cpu_share`` of wall time as CPU time."""
+    steps = [(i, {"emb_fwd": ms}) for i, ms in enumerate(step_ms)]
+    return TimedPart(steps, [(i, {"lookups": lookups}) for i in range(len(step_ms))], 100, "cpu",
+                     host_steps=steps, cpu_ms=[ms * cpu_share for ms in step_ms])
+
+
+def test_repeats_pool_their_steps_and_report_the_median_throughput():
+    parts = [part([10, 12, 11]), part([20, 22, 21]), part([12, 13, 11])]
+    s = summarize_repeats(parts)
+    pooled = [10, 12, 11, 20, 22, 21, 12, 13, 11]
+    assert s["repeats"] == 3 and s["steps_timed"] == 9
+    assert s["step_ms_p50"] == pytest.approx(np.percentile(pooled, 50))
+    assert s["step_ms_p90"] == pytest.approx(np.percentile(pooled, 90))
+    per = [300 / 0.033, 300 / 0.063, 300 / 0.036]  # 3 steps of 100 samples over each repeat's seconds
+    assert s["repeat_samples_per_s"] == pytest.approx(per)
+    assert s["samples_per_s"] == pytest.approx(300 / 0.036)  # the median repeat, not the pooled mean
+    assert s["repeat_spread"] == pytest.approx(63 / 33)
+    assert s["counters_per_step"] == {"lookups": 10.0}
+    assert summarize_repeats([parts[0]])["samples_per_s"] == pytest.approx(summarize(
+        parts[0].steps, parts[0].counters, 100, "cpu")["samples_per_s"])
+
+
+def test_repeats_that_disagree_make_a_run_unstable():
+    agree = summarize_repeats([part([10, 11, 12]), part([11, 12, 13])])
+    assert agree["stable"] and agree["repeat_spread"] < MAX_REPEAT_SPREAD
+    apart = summarize_repeats([part([10, 11, 12]), part([10, 11, 12]), part([20, 22, 24])])
+    assert not apart["stable"]
+    assert apart["unstable_reason"] == f"repeats' samples/s spread max/min = 2.00 (> {MAX_REPEAT_SPREAD:g})"
+    both = summarize_repeats([part([10, 11, 12], cpu_share=0.2), part([20, 22, 24], cpu_share=0.2)])
+    assert "CPU time 20% of wall time" in both["unstable_reason"] and "repeats' samples/s" in both["unstable_reason"]
+
+
+def test_repeats_of_one_run_share_their_settings():
+    other = part([10, 11])
+    other.batch_size = 50
+    with pytest.raises(ValueError, match="share batch size"):
+        summarize_repeats([part([10, 11]), other])
+    with pytest.raises(ValueError, match="no repeats"):
+        summarize_repeats([])

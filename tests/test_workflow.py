@@ -1,15 +1,21 @@
 """The Snakemake workflow: lint, config validation, dry runs, and a tiny end-to-end run."""
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import time
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from hotcold.analysis.claims import CLAIMS
+from hotcold.records import source_sha256
 
 pytest.importorskip("snakemake")
 
@@ -33,8 +39,10 @@ SCALE_OUT_RUN = ("kaggle", "sharded", "row", 2, 1)  # the one scale-out run: 2 r
 # per-dataset override, as is its smaller batch). Taobao's lfu cache is too small for its
 # batches: that run ends as an infeasible record, and the workflow still completes. One
 # scale-out run (row-wise, 2 ranks, kaggle only) and a shard-sim of every dataset at two scales.
+# Every run trains its timed part twice (one-process and scale-out runs alike).
 TINY_CONFIG = """\
 threads: 1
+timing: {repeats: 2}
 datasets:
   kaggle:
     generator: {kind: criteo-kaggle-style, rows: 4000, max_rows_per_table: 2000, seed: 0}
@@ -262,6 +270,70 @@ def test_dry_run_plans_real_and_generated_datasets_with_overrides(tmp_path: Path
     assert "runs/taobao/fae" not in out and "runs/kaggle/fae/12.4pct" in out
 
 
+def training_jobs(out: str) -> tuple[Counter, set[str]]:
+    """From a dry run's job list: how many jobs each training rule has, and the run files they write."""
+    jobs, files = Counter(), set()
+    for block in re.split(r"\n(?=\S*\s*(?:local)?rule \S+:)", out):
+        rule = re.search(r"rule (\S+):", block)
+        output = re.search(r"^\s+output: (.*)$", block, re.MULTILINE)
+        if rule and output and rule[1].startswith("train"):
+            jobs[rule[1]] += 1
+            files.update(output[1].split(", "))
+    return jobs, files
+
+
+def test_interleave_plans_one_group_job_per_dataset_and_seed(tmp_path: Path) -> None:
+    """The same record paths as one job per run; one-process runs in one job per (dataset, seed)."""
+    separate = dry_run(tmp_path, "seeds: [0, 1]\n")
+    interleaved = dry_run(tmp_path, "seeds: [0, 1]\ntiming: {interleave: true, repeats: 3}\n", "-p")
+    for proc in (separate, interleaved):
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    jobs, files = training_jobs(separate.stdout)
+    group_jobs, group_files = training_jobs(interleaved.stdout)
+    assert group_files == files and any(f.endswith("kaggle/lru/1.5pct/seed~1/record.json") for f in files)
+    assert jobs["train"] == 2 * 42 and "train" not in group_jobs  # the default's 42 one-process runs, 2 seeds
+    assert {r: n for r, n in group_jobs.items() if r != "train_scaleout"} == \
+        {f"train_group_{d}": 2 for d in DATASETS}
+    assert group_jobs["train_scaleout"] == jobs["train_scaleout"]
+    command = next(ln for ln in interleaved.stdout.splitlines() if "hotcold train-group" in ln and "taobao" in ln)
+    runs = json.loads(re.search(r"--runs '(.*?)' --threads", command)[1])
+    assert {r["run_config"]["dataset"] for r in runs} == {"taobao"}
+    assert {r["run_config"]["timing"]["repeats"] for r in runs} == {3}
+    assert all("interleave" not in r["run_config"]["timing"] for r in runs)  # a layout of jobs, not of a run
+
+
+def test_a_code_change_reruns_the_training_jobs(tmp_path: Path) -> None:
+    """The package's source hash is a parameter of the training rules: editing a .py file reruns them."""
+    work = tmp_path / "copy"
+    work.mkdir()
+    shutil.copy(SNAKEFILE, work)
+    for name in ("workflows", "envs"):
+        shutil.copytree(REPO / name, work / name)
+    shutil.copytree(REPO / "src" / "hotcold", work / "src" / "hotcold", ignore=shutil.ignore_patterns("__pycache__"))
+    (work / "one.yaml").write_text("seeds: [0]\ndatasets: {terabyte: null, taobao: null}\n")
+    run_dir = work / "results/runs/kaggle/device/base/seed~0"
+    run_dir.mkdir(parents=True)
+    for name in ("record.json", "steps.parquet"):
+        (run_dir / name).touch()
+    (work / "results/data/kaggle").mkdir(parents=True)
+    time.sleep(0.05)
+    (work / "results/data/kaggle/manifest.json").touch()  # newer: the run is out of date, and --touch records it
+    target = "results/runs/kaggle/device/base/seed~0/record.json"
+
+    def snakemake_copy(*args: str) -> subprocess.CompletedProcess[str]:
+        return snakemake(work, "-s", str(work / "Snakefile"), target, *args, "--configfile", str(work / "one.yaml"))
+
+    touched = snakemake_copy("--touch", "--cores", "1")
+    assert touched.returncode == 0, touched.stdout + touched.stderr
+    metadata = [json.loads(p.read_text()) for p in (work / ".snakemake" / "metadata").iterdir()]
+    assert any(f"'{source_sha256()}'" in m["params"] for m in metadata if m["rule"] == "train")
+    assert "Nothing to be done" in snakemake_copy("-n").stdout
+    with open(work / "src" / "hotcold" / "metrics.py", "a") as f:
+        f.write("# an edit\n")
+    again = snakemake_copy("-n").stdout
+    assert "rule train:" in again and "Params have changed since last execution" in again, again
+
+
 def check_scale_out(workdir: Path, summary: pd.DataFrame) -> None:
     """The 2-rank run: its own path and summary row, exact, and byte for byte what shard-sim predicts."""
     dataset, method, variant, world, rpn = SCALE_OUT_RUN
@@ -308,6 +380,7 @@ def test_tiny_workflow_end_to_end(tmp_path: Path) -> None:
     refs = dict(zip(ok.method, ok.exact_reference))
     assert refs["fae"] == "device replay of this order" and refs["lru"] == "device run"
     assert (ok.samples_per_s > 0).all()
+    assert (ok.repeats == 2).all() and (ok.repeat_spread >= 1).all()
     hybrid = summary[summary.method == "hybrid"]
     assert hybrid.speedup_vs_hybrid.tolist() == pytest.approx([1.0] * 3)
     assert hybrid.auc_vs_hybrid.tolist() == pytest.approx([0.0] * 3)

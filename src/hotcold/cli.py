@@ -80,7 +80,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     from hotcold.config import RunConfig
     from hotcold.distributed.comm import launched
     from hotcold.embedding import store_class
-    from hotcold.records import run_and_record
+    from hotcold.repeats import run_and_record
     from hotcold.train import resolve_device
 
     cfg = RunConfig.from_dict(_load_mapping(args.run_config))
@@ -117,6 +117,53 @@ def cmd_train(args: argparse.Namespace) -> None:
               file=sys.stderr)
 
 
+def _load_runs(text: str) -> list[tuple[dict[str, Any], str]]:
+    """``[{"run_config": {...}, "out": DIR}, ...]`` given inline, or the path of a JSON/YAML file holding it."""
+    if text.lstrip().startswith("["):
+        data = json.loads(text)
+    else:
+        path = Path(text)
+        if not path.is_file():
+            raise ConfigError(f"--runs {text!r} is neither a JSON list nor an existing file")
+        import yaml
+
+        data = yaml.safe_load(path.read_text())
+    if not isinstance(data, list) or not data:
+        raise ConfigError("--runs: expected a non-empty list of {run_config, out} objects")
+    runs = []
+    for i, item in enumerate(data):
+        if not isinstance(item, dict) or set(item) != {"run_config", "out"}:
+            raise ConfigError(f"--runs[{i}]: expected an object with exactly the keys run_config and out, "
+                              f"got {item!r}")
+        config = item["run_config"]
+        config = _load_mapping(config) if isinstance(config, str) else config
+        if not isinstance(config, dict) or not isinstance(item["out"], str) or not item["out"]:
+            raise ConfigError(f"--runs[{i}]: run_config must be a mapping and out a directory")
+        runs.append((config, item["out"]))
+    return runs
+
+
+def cmd_train_group(args: argparse.Namespace) -> None:
+    import dataclasses
+
+    import torch
+
+    from hotcold.config import RunConfig
+    from hotcold.repeats import Job, run_group
+
+    jobs = []
+    for config, out in _load_runs(args.runs):
+        cfg = RunConfig.from_dict(config)
+        if args.device:
+            cfg = dataclasses.replace(cfg, timing=dataclasses.replace(cfg.timing, device=args.device))
+        jobs.append(Job(cfg, Path(out)))
+    torch.set_num_threads(max(1, args.threads))
+    print(f"train {len(jobs)} run(s) of {jobs[0].cfg.dataset} interleaved by repeat ({args.threads} threads)",
+          file=sys.stderr)
+    for job, record in zip(jobs, run_group(jobs, Path(args.dataset), progress=not args.no_progress)):
+        print(f"wrote {job.out_dir / 'record.json'}: {_train_outcome(record)}", file=sys.stderr)
+
+
 def _launch_train(args: argparse.Namespace, cfg: Any) -> None:
     """Start the config's ranks, each running ``hotcold train`` on the resolved config; a failed rank fails the verb."""
     from hotcold.distributed.launch import launch_ranks
@@ -134,7 +181,9 @@ def _train_outcome(record: dict[str, Any]) -> str:
     if record["status"] != "ok":
         return f"{record['status']}: {record['reason']}"
     s, m = record["summary"], record["metrics"]
-    return f"{s['samples_per_s']:.0f} samples/s, step p50 {s['step_ms_p50']:.2f} ms, AUC {m['auc']:.4f}"
+    repeats = f" (median of {s['repeats']} repeats, spread {s['repeat_spread']:.2f})" if s.get("repeats", 1) > 1 else ""
+    return (f"{s['samples_per_s']:.0f} samples/s{repeats}, step p50 {s['step_ms_p50']:.2f} ms, AUC {m['auc']:.4f}"
+            + ("" if s.get("stable", True) else f", unstable: {s['unstable_reason']}"))
 
 
 def cmd_simulate(args: argparse.Namespace) -> None:
@@ -327,6 +376,16 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--device", choices=["auto", "cpu", "cuda"], help="override timing.device")
     t.add_argument("--no-progress", action="store_true")
     t.set_defaults(func=cmd_train)
+
+    tg = sub.add_parser("train-group", help="train several one-process runs of one dataset interleaved by repeat "
+                                            "(repeat 1 of each, then repeat 2 of each, ...) and write their records")
+    tg.add_argument("--dataset", required=True, help="dataset directory (with manifest.json)")
+    tg.add_argument("--runs", required=True,
+                    help='[{"run_config": {...}, "out": RUN_DIR}, ...]: a JSON list, or a JSON/YAML file holding it')
+    tg.add_argument("--threads", type=int, default=1, help="threads of the job")
+    tg.add_argument("--device", choices=["auto", "cpu", "cuda"], help="override timing.device")
+    tg.add_argument("--no-progress", action="store_true")
+    tg.set_defaults(func=cmd_train_group)
 
     s = sub.add_parser("simulate", help="placement policies on a dataset's training trace, without training")
     s.add_argument("--dataset", required=True, help="dataset directory")

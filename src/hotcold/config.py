@@ -140,14 +140,18 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class TimingConfig:
-    """Phase timing: ``device`` picks the trainer device (and so the timer)."""
+    """Phase timing: ``device`` picks the trainer device (and so the timer); ``repeats``: how many times the
+    timed part is trained, each time from the same initial state on the same batches."""
 
     window: int = 50          # steps per CUDA synchronisation
     device: str = "auto"      # auto | cpu | cuda
+    repeats: int = 1
 
     def validate(self, where: str) -> None:
         require(is_positive_int(self.window), where,
                  f"window must be a positive integer, got {self.window!r}")
+        require(is_positive_int(self.repeats), where,
+                 f"repeats must be a positive integer, got {self.repeats!r}")
         require(self.device in ("auto", "cpu", "cuda"), where,
                  f"device must be auto, cpu or cuda, got {self.device!r}")
 

@@ -1,7 +1,7 @@
 """Run records: assembly, provenance, parameter fingerprints and atomic writes.
 
-A run directory holds ``steps.parquet`` (per-step phases and counters, long
-format) and ``record.json``. ``record.json`` is written last and by rename,
+A run directory holds ``steps.parquet`` (per-step phases and counters of
+every repeat, long format) and ``record.json``. ``record.json`` is written last and by rename,
 so its presence means the run is complete.
 
 A record's ``status`` is ``ok`` (a trained run: summary, metrics, parameter
@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import platform
 import subprocess
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -25,15 +26,15 @@ import pandas as pd
 import torch
 
 import hotcold
-from hotcold.config import InfeasibleError, RunConfig
+from hotcold.config import RunConfig
 from hotcold.data.format import Dataset
-from hotcold.distributed.world import World
 from hotcold.files import atomic_write, atomic_write_json
-from hotcold.train import RunResult, reference, resolve_device, train
+from hotcold.train import RunResult
 
 STATUS_OK = "ok"
 STATUS_INFEASIBLE = "infeasible"
-STEPS_COLUMNS = {"step": "int64", "kind": "string", "name": "string", "value": "float64"}
+#: ``repeat``: which repeat of the timed part a row comes from (0-based; files written before repeats lack it)
+STEPS_COLUMNS = {"step": "int64", "kind": "string", "name": "string", "value": "float64", "repeat": "int64"}
 SKETCH_SIZE = 256
 _P = 2_147_483_647  # Mersenne prime 2^31 - 1 for the sketch's hash functions
 
@@ -57,9 +58,8 @@ def param_fingerprint(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, An
     offset = 0
     chunk = 1 << 22
     for name, t in named:
-        flat = t.detach().to("cpu", torch.float32).contiguous().reshape(-1)
-        digest.update(name.encode())
-        digest.update(flat.numpy().tobytes())
+        flat = _flat(t)
+        _digest(digest, name, flat)
         for a in range(0, flat.numel(), chunk):
             x = flat[a:a + chunk].double()
             i = torch.arange(offset + a, offset + a + x.numel(), dtype=torch.int64)
@@ -69,6 +69,23 @@ def param_fingerprint(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, An
             sq += float(x.pow(2).sum())
         offset += flat.numel()
     return {"checksum": digest.hexdigest(), "sketch": sketch.tolist(), "norm": sq ** 0.5}
+
+
+def param_checksum(named: Iterable[tuple[str, torch.Tensor]]) -> str:
+    """``param_fingerprint``'s checksum alone (no sketch): cheap enough to compare every repeat of a run."""
+    digest = hashlib.sha256()
+    for name, t in named:
+        _digest(digest, name, _flat(t))
+    return digest.hexdigest()
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to("cpu", torch.float32).contiguous().reshape(-1)
+
+
+def _digest(digest: Any, name: str, flat: torch.Tensor) -> None:
+    digest.update(name.encode())
+    digest.update(flat.numpy().tobytes())
 
 
 def sketch_rel_diff(a: Iterable[float] | None, b: Iterable[float] | None) -> float:
@@ -82,6 +99,21 @@ def sketch_rel_diff(a: Iterable[float] | None, b: Iterable[float] | None) -> flo
     if a_.shape != b_.shape:
         return float("nan")
     return float(np.linalg.norm(a_ - b_) / max(float(np.linalg.norm(b_)), 1e-30))
+
+
+@lru_cache(maxsize=1)
+def source_sha256() -> str:
+    """sha256 of the package's source: every ``*.py`` under the package, by relative path, contents only.
+
+    The workflow computes the same hash (``workflows/rules/common.smk``) as a
+    parameter of its training rules, so a code change reruns them; the
+    record's copy says which code a run came from.
+    """
+    root = Path(hotcold.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py"), key=lambda p: p.relative_to(root).as_posix()):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def _git(*args: str) -> str | None:
@@ -127,17 +159,26 @@ def provenance(device: torch.device, timer: str) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "git_commit": _git("rev-parse", "HEAD") or "unknown",
         "git_dirty": bool(status) if status is not None else None,
+        "source_sha256": source_sha256(),
         "hotcold_version": hotcold.__version__,
         "timer": timer,
     }
 
 
 def steps_frame(phases: list[tuple[int, dict[str, float]]],
-                counters: list[tuple[int, dict[str, int]]]) -> pd.DataFrame:
-    """Long format: step, kind ('phase' | 'counter'), name, value (ms for phases)."""
-    rows = [(s, "phase", k, v) for s, ph in phases for k, v in ph.items()]
-    rows += [(s, "counter", k, float(v)) for s, cs in counters for k, v in cs.items()]
+                counters: list[tuple[int, dict[str, int]]], repeat: int = 0) -> pd.DataFrame:
+    """Long format: step, kind ('phase' | 'counter'), name, value (ms for phases), repeat."""
+    rows = [(s, "phase", k, v, repeat) for s, ph in phases for k, v in ph.items()]
+    rows += [(s, "counter", k, float(v), repeat) for s, cs in counters for k, v in cs.items()]
     return pd.DataFrame(rows, columns=list(STEPS_COLUMNS)).astype(STEPS_COLUMNS)
+
+
+def read_steps(path: Path) -> pd.DataFrame:
+    """A run's ``steps.parquet``; a file from before repeats gets ``repeat`` 0."""
+    frame = pd.read_parquet(path)
+    if "repeat" not in frame:
+        frame["repeat"] = 0
+    return frame.astype({k: v for k, v in STEPS_COLUMNS.items() if k in frame})
 
 
 def record_status(record: dict[str, Any]) -> str:
@@ -164,15 +205,17 @@ def _run_header(cfg: RunConfig, ds: Dataset, device: torch.device, timer: str, s
     }
 
 
-def trained_record(cfg: RunConfig, ds: Dataset, device: torch.device, result: RunResult,
+def trained_record(cfg: RunConfig, ds: Dataset, device: torch.device, summary: dict[str, Any],
+                   metrics: dict[str, Any], params: dict[str, Any], store_report: dict[str, Any],
                    ref: RunResult | None = None) -> dict[str, Any]:
-    """The record of a trained run; ``ref``: the ``device`` store replayed on the run's own batch order."""
+    """The record of a trained run: its (repeats') summary, metrics, parameter fingerprint and store report;
+    ``ref``: the ``device`` store replayed on the run's own batch order."""
     record = {
-        **_run_header(cfg, ds, device, result.summary["timer"], STATUS_OK),
-        "summary": result.summary,
-        "metrics": result.metrics,
-        "params": param_fingerprint(result.named_parameters()),
-        "store": result.store_report,
+        **_run_header(cfg, ds, device, summary["timer"], STATUS_OK),
+        "summary": summary,
+        "metrics": metrics,
+        "params": params,
+        "store": store_report,
     }
     if ref is not None:  # the invariant of a store with its own batch order is against this replay
         # over P ranks, the replay forms each step's gradient from the same P slices (``World.replay``)
@@ -185,37 +228,6 @@ def trained_record(cfg: RunConfig, ds: Dataset, device: torch.device, result: Ru
 def infeasible_record(cfg: RunConfig, ds: Dataset, device: torch.device, reason: str) -> dict[str, Any]:
     """The record of a variant that cannot run on this dataset: why, and no numbers."""
     return {**_run_header(cfg, ds, device, timer_kind(device), STATUS_INFEASIBLE), "reason": reason}
-
-
-def run_and_record(cfg: RunConfig, dataset_dir: Path, out_dir: Path, progress: bool = True,
-                   world: World | None = None, device: torch.device | None = None) -> dict[str, Any] | None:
-    """Train one run on the dataset in ``dataset_dir`` and write its run directory; return the record.
-
-    An infeasible variant (``InfeasibleError``: valid, but it cannot run on
-    this dataset) is recorded as such; every other error propagates and
-    leaves no record, so the job fails. Across ranks, rank 0 writes the
-    record once every rank has finished (others return None): a rank that
-    dies leaves no record.
-    """
-    world = world or World.single()
-    if world.is_main:
-        (Path(out_dir) / "record.json").unlink(missing_ok=True)  # never leave a stale complete-looking run
-    ds = Dataset.open(dataset_dir)
-    device = device or resolve_device(cfg.timing.device)
-    try:
-        result = train(cfg, ds, device, progress=progress, world=world)
-    except InfeasibleError as e:
-        if not world.is_main:
-            return None
-        record = infeasible_record(cfg, ds, device, str(e))
-        write_run(Path(out_dir), record, steps_frame([], []))
-        return record
-    if not world.is_main:
-        return None
-    ref = reference(cfg, ds, device, result, progress=progress)
-    record = trained_record(cfg, ds, device, result, ref)
-    write_run(Path(out_dir), record, steps_frame(result.phases, result.counters))
-    return record
 
 
 def write_run(out_dir: Path, record: dict[str, Any], steps: pd.DataFrame) -> Path:

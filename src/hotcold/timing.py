@@ -18,6 +18,7 @@ CPU back end they are ``steps``).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -27,6 +28,8 @@ PHASES = ("data", "h2d", "emb_fwd", "dense_fwd_bwd", "d2h", "emb_update")
 MIN_CPU_SHARE = 0.5
 #: ... or when its step times spread wider than this (p90 / p10; quiet runs here: 1.3 to 2.0)
 MAX_STEP_SPREAD = 3.0
+#: ... or when its repeats' throughputs spread wider than this (max / min; quiet identical runs here differ ~20%)
+MAX_REPEAT_SPREAD = 1.5
 
 
 class PhaseTimer:
@@ -118,6 +121,64 @@ class PhaseTimer:
         for name, dt in zip(names, ms):
             phases[name] = phases.get(name, 0.0) + dt
         into.append((step, phases))
+
+
+@dataclass
+class TimedPart:
+    """The samples of one repeat of a run's timed part: what its summary is computed from.
+
+    ``steps`` and ``host_steps`` are the timer's (the same list on the CPU),
+    ``counters`` the timed steps' counters, ``cpu_ms`` the process's CPU time
+    per timed step; ``judge_cpu``: whether CPU time below wall time x
+    ``threads`` means a disturbed run (see ``stability``).
+    """
+
+    steps: list[tuple[int, dict[str, float]]]
+    counters: list[tuple[int, dict[str, int]]]
+    batch_size: int
+    timer: str
+    host_steps: list[tuple[int, dict[str, float]]] | None = None
+    cpu_ms: list[float] = field(default_factory=list)
+    threads: int = 1
+    judge_cpu: bool = True
+
+    @property
+    def samples_per_s(self) -> float:
+        total_ms = sum(sum(ph.values()) for _, ph in self.steps)
+        return float(self.batch_size * len(self.steps) / (total_ms / 1e3)) if total_ms > 0 else float("nan")
+
+
+def summarize_repeats(parts: list[TimedPart]) -> dict:
+    """The summary of R repeats of one timed part (R >= 1), from the samples of all of them.
+
+    Step and phase percentiles, counters and stability are over the pooled
+    steps of all repeats; ``samples_per_s`` is the median of the repeats'
+    (``repeat_samples_per_s``), ``repeat_spread`` their max / min. Repeats
+    that disagree beyond ``MAX_REPEAT_SPREAD`` make the run unstable.
+    """
+    if not parts:
+        raise ValueError("no repeats to summarise")
+    first = parts[0]
+    if any((p.batch_size, p.timer, p.threads, p.judge_cpu) != (first.batch_size, first.timer, first.threads,
+                                                                first.judge_cpu) for p in parts):
+        raise ValueError("repeats of one run must share batch size, timer, threads and CPU judgement")
+    steps = [s for p in parts for s in p.steps]
+    host = None if first.host_steps is None or first.host_steps is first.steps else \
+        [s for p in parts for s in (p.host_steps or [])]
+    summary = summarize(steps, [c for p in parts for c in p.counters], first.batch_size, first.timer,
+                        host_steps=host, cpu_ms=[ms for p in parts for ms in p.cpu_ms], threads=first.threads,
+                        judge_cpu=first.judge_cpu)
+    per_repeat = [p.samples_per_s for p in parts]
+    finite = [x for x in per_repeat if not np.isnan(x)]
+    spread = float("nan") if len(finite) < len(per_repeat) else \
+        float(max(finite) / min(finite)) if min(finite) > 0 else float("inf")
+    summary.update(repeats=len(parts), repeat_samples_per_s=per_repeat, repeat_spread=spread,
+                   samples_per_s=float(np.median(per_repeat)))
+    if spread > MAX_REPEAT_SPREAD:
+        reason = f"repeats' samples/s spread max/min = {spread:.2f} (> {MAX_REPEAT_SPREAD:g})"
+        summary["stable"] = False
+        summary["unstable_reason"] = "; ".join(r for r in (summary["unstable_reason"], reason) if r)
+    return summary
 
 
 def phase_order(seen: set[str]) -> list[str]:

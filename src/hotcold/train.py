@@ -26,7 +26,7 @@ from hotcold.embedding import EmbeddingStore, RowOptimizer, StoreSpec, store_cla
 from hotcold.metrics import log_loss, roc_auc
 from hotcold.model import build_model
 from hotcold.model.optim import DenseAdagrad, DenseOptimizer, DenseSGD
-from hotcold.timing import PhaseTimer, summarize
+from hotcold.timing import PhaseTimer, TimedPart, summarize_repeats
 
 
 @dataclass
@@ -40,6 +40,7 @@ class RunResult:
     model: nn.Module
     store: EmbeddingStore
     embedding: torch.Tensor  # every row's final weights, float32 [N, D] on the CPU (``store.export()``)
+    timed: TimedPart         # the timed steps' samples, for summaries over several repeats
 
     def named_parameters(self) -> list[tuple[str, torch.Tensor]]:
         """Every trained parameter, dense ones first, then the embedding rows."""
@@ -114,12 +115,14 @@ def train_loader(cfg: RunConfig, ds: Dataset, lookahead: int, pin_memory: bool =
 
 
 def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = True,
-          order: Sequence[np.ndarray] | None = None, world: World | None = None) -> RunResult:
+          order: Sequence[np.ndarray] | None = None, world: World | None = None,
+          evaluation: bool = True) -> RunResult:
     """Train for ``cfg.train.steps`` steps, then evaluate on the test split (``order``: see ``build``).
 
     With a ``world`` of several ranks, this rank trains on its slice of every
     global batch; the returned counters are summed over ranks, the phases are
-    this rank's.
+    this rank's. ``evaluation`` False skips the evaluation (empty metrics): a
+    repeat of a run whose first repeat was evaluated.
     """
     world = world or World.single()
     world.check_batch(cfg.train.batch_size)
@@ -157,29 +160,29 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
             counters.append((batch.step, store.step_counters()))
         timer.flush()
         counters = world.combine_counters(counters)
-        metrics = evaluate(model, store, ds, cfg, device, progress)
+        metrics = evaluate(model, store, ds, cfg, device, progress) if evaluation else {}
         report = store.report()
         embedding = store.export()
     finally:
         store.close()
-    timed = [c for c in counters if c[0] >= cfg.train.warmup_steps]
-    summary = summarize(timer.steps, timed, cfg.train.batch_size, timer.kind, host_steps=timer.host_steps,
-                        cpu_ms=timer.cpu_ms, threads=torch.get_num_threads(),
-                        judge_cpu=timer.kind == "cpu" and world.size == 1)
+    timed = TimedPart(timer.steps, [c for c in counters if c[0] >= cfg.train.warmup_steps], cfg.train.batch_size,
+                      timer.kind, host_steps=timer.host_steps, cpu_ms=timer.cpu_ms, threads=torch.get_num_threads(),
+                      judge_cpu=timer.kind == "cpu" and world.size == 1)
+    summary = summarize_repeats([timed])
     summary.update(world=world.size, ranks_per_node=world.comm.topology.ranks_per_node, plan=report.get("plan"))
-    return RunResult(summary, metrics, rows, report, timer.steps, counters, model, store, embedding)
+    return RunResult(summary, metrics, rows, report, timer.steps, counters, model, store, embedding, timed)
 
 
-def reference(cfg: RunConfig, ds: Dataset, device: torch.device, result: RunResult,
+def reference(cfg: RunConfig, ds: Dataset, device: torch.device, order: Sequence[np.ndarray],
               progress: bool = True) -> RunResult | None:
-    """The ``device`` store in one process on the run's batch order, for a store with its own order (FAE)
+    """The ``device`` store in one process on the run's batch ``order``, for a store with its own order (FAE)
     or a run over several ranks (trained on the same global batches, each as the ranks' slices:
     ``World.replay``); None for the others, whose reference is the ``device`` run of the workflow."""
     world = cfg.distributed.world
     if not store_class(cfg.method).own_schedule() and world == 1:
         return None
     ref_cfg = dataclasses.replace(cfg, method="device", store={}, distributed=type(cfg.distributed)())
-    return train(ref_cfg, ds, device, progress=progress, order=result.order,
+    return train(ref_cfg, ds, device, progress=progress, order=order,
                  world=World.replay(world) if world > 1 else None)
 
 

@@ -1,6 +1,7 @@
 # Helpers for data.smk, train.smk and analysis.smk: how to call the hotcold CLI, each
 # dataset's effective settings (global sections with its own overrides merged in),
 # which runs the config asks for, and the JSON each `hotcold` verb receives.
+import hashlib
 import json
 import re
 import shlex
@@ -42,6 +43,24 @@ def shell_prefix() -> str:
 
 
 shell.prefix(shell_prefix())
+
+
+def source_sha256() -> str:
+    """sha256 of the package's source: every src/hotcold/**/*.py by relative path, contents only.
+
+    The package computes the same hash into each record's provenance
+    (``hotcold.records.source_sha256``); a test pins the two definitions equal.
+    """
+    root = SRC / "hotcold"
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py"), key=lambda p: p.relative_to(root).as_posix()):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+# A `params` entry of the training rules: Snakemake reruns a job whose params changed, so with
+# `rerun_on_code_change` an edit of the package reruns the training jobs (computed once, here).
+SOURCE_PARAM = source_sha256() if config["rerun_on_code_change"] else "not tracked (rerun_on_code_change: false)"
 
 
 def merged(base: dict, override: dict | None) -> dict:
@@ -193,7 +212,7 @@ def run_config_dict(run: Run) -> dict:
         "store": methods_for(run.dataset)[run.method][run.variant],
         "model": section(run.dataset, "model"),
         "train": scale_out_train(run.dataset) if run.scale_out else section(run.dataset, "train"),
-        "timing": config["timing"],
+        "timing": {k: v for k, v in config["timing"].items() if k != "interleave"},  # a workflow layout
     }
     if run.scale_out:
         out["distributed"] = {"world": int(run.world), "ranks_per_node": int(run.ranks_per_node)}
@@ -208,6 +227,40 @@ def run_of(wildcards) -> Run:
 def run_config(wildcards) -> str:
     """`hotcold train --run-config`: everything that determines one run."""
     return json.dumps(run_config_dict(run_of(wildcards)), sort_keys=True)
+
+
+def interleaved_runs(dataset: str) -> list[tuple[str, str]]:
+    """(method, variant) of the dataset's one-process runs: what one `hotcold train-group` job trains per seed."""
+    return list(dict.fromkeys((r.method, r.variant) for r in runs() if r.dataset == dataset and not r.scale_out))
+
+
+def group_rule_name(dataset: str) -> str:
+    """The name of the dataset's interleaved training rule."""
+    return f"train_group_{dataset.replace('-', '_')}"
+
+
+def group_outputs(dataset: str, name: str) -> list[str]:
+    """The run files (``record.json`` or ``steps.parquet``) of the dataset's one-process runs, per {seed}."""
+    return [f"results/runs/{dataset}/{method}/{variant}/seed~{{seed}}/{name}"
+            for method, variant in interleaved_runs(dataset)]
+
+
+def group_runs(dataset: str):
+    """`hotcold train-group --runs` for one seed of the dataset: every one-process run's config and directory."""
+    def runs_json(wildcards) -> str:
+        group = [Run(dataset, method, variant, int(wildcards.seed)) for method, variant in interleaved_runs(dataset)]
+        return json.dumps([{"run_config": run_config_dict(run), "out": run_dir(run)} for run in group],
+                          sort_keys=True)
+
+    return runs_json
+
+
+def check_group_rule_names() -> None:
+    """Every dataset gets its own interleaved training rule."""
+    names = [group_rule_name(d) for d in datasets()]
+    if len(set(names)) < len(names):
+        raise WorkflowError(f"invalid configuration: with timing.interleave, dataset names must stay distinct "
+                            f"with '-' read as '_' (rule names {sorted(names)})")
 
 
 def shard_sim_scales() -> list[str]:
@@ -333,6 +386,8 @@ def check_configs() -> None:
 check_store_options()
 check_scales()
 check_configs()
+if config["timing"]["interleave"]:
+    check_group_rule_names()
 
 
 # The shipped hardware profiles of the cost model.

@@ -1,29 +1,67 @@
 # Training: one job per dataset x method x variant x seed, with the dataset's
-# effective settings (global sections, its own overrides merged in).
+# effective settings (global sections, its own overrides merged in). With
+# timing.interleave, one job per dataset x seed trains all its one-process runs
+# round-robin by repeat instead (`hotcold train-group`); the record paths are the same.
+# Every training rule takes the package's source hash as a parameter, so that with
+# rerun_on_code_change a code edit reruns it (Snakemake's "params changed").
 
+if not config["timing"]["interleave"]:
 
-rule train:
-    input:
-        manifest="results/data/{dataset}/manifest.json",
-    output:
-        record="results/runs/{dataset}/{method}/{variant}/seed~{seed}/record.json",
-        steps="results/runs/{dataset}/{method}/{variant}/seed~{seed}/steps.parquet",
-    params:
-        cli=HOTCOLD,
-        run_config=run_config,
-        device=config["timing"]["device"],
-        dataset=lambda wildcards, input: str(Path(input.manifest).parent),
-        out=lambda wildcards, output: str(Path(output.record).parent),
-    threads: config["threads"]
-    benchmark:
-        "results/benchmarks/{dataset}/{method}/{variant}/seed~{seed}.tsv"
-    log:
-        "results/logs/train/{dataset}/{method}/{variant}/seed~{seed}.log",
-    conda:
-        "../../envs/hotcold.yaml"
-    shell:
-        "{params.cli} train --dataset {params.dataset:q} --run-config {params.run_config:q}"
-        " --out {params.out:q} --threads {threads} --device {params.device} --no-progress > {log:q} 2>&1"
+    rule train:
+        input:
+            manifest="results/data/{dataset}/manifest.json",
+        output:
+            record="results/runs/{dataset}/{method}/{variant}/seed~{seed}/record.json",
+            steps="results/runs/{dataset}/{method}/{variant}/seed~{seed}/steps.parquet",
+        params:
+            cli=HOTCOLD,
+            run_config=run_config,
+            device=config["timing"]["device"],
+            dataset=lambda wildcards, input: str(Path(input.manifest).parent),
+            out=lambda wildcards, output: str(Path(output.record).parent),
+            source=SOURCE_PARAM,
+        threads: config["threads"]
+        benchmark:
+            "results/benchmarks/{dataset}/{method}/{variant}/seed~{seed}.tsv"
+        log:
+            "results/logs/train/{dataset}/{method}/{variant}/seed~{seed}.log",
+        conda:
+            "../../envs/hotcold.yaml"
+        shell:
+            "{params.cli} train --dataset {params.dataset:q} --run-config {params.run_config:q}"
+            " --out {params.out:q} --threads {threads} --device {params.device} --no-progress > {log:q} 2>&1"
+
+else:
+    for _dataset in datasets():
+        if not interleaved_runs(_dataset):
+            continue
+
+        rule:
+            name:
+                group_rule_name(_dataset)
+            input:
+                manifest=f"results/data/{_dataset}/manifest.json",
+            output:
+                records=group_outputs(_dataset, "record.json"),
+                steps=group_outputs(_dataset, "steps.parquet"),
+            params:
+                cli=HOTCOLD,
+                runs=group_runs(_dataset),
+                device=config["timing"]["device"],
+                dataset=lambda wildcards, input: str(Path(input.manifest).parent),
+                source=SOURCE_PARAM,
+            threads: config["threads"]
+            resources:
+                gpu=1 if config["timing"]["device"] == "cuda" else 0,
+            benchmark:
+                f"results/benchmarks/{_dataset}/train_group/seed~{{seed}}.tsv"
+            log:
+                f"results/logs/train_group/{_dataset}/seed~{{seed}}.log",
+            conda:
+                "../../envs/hotcold.yaml"
+            shell:
+                "{params.cli} train-group --dataset {params.dataset:q} --runs {params.runs:q}"
+                " --threads {threads} --device {params.device} --no-progress > {log:q} 2>&1"
 
 
 # Scale-out: one job per dataset x scale-out method x variant x trained scale x seed, P ranks
@@ -42,6 +80,7 @@ rule train_scaleout:
         device=config["timing"]["device"],
         dataset=lambda wildcards, input: str(Path(input.manifest).parent),
         out=lambda wildcards, output: str(Path(output.record).parent),
+        source=SOURCE_PARAM,
     wildcard_constraints:
         method=one_of(list(SCALE_OUT_METHODS)),
     threads: lambda wildcards: int(wildcards.world)

@@ -42,6 +42,7 @@ from hotcold.analysis.markdown import to_markdown
 from hotcold.config import AggregateConfig
 from hotcold.files import atomic_write_text
 from hotcold.records import STATUS_OK, record_status, sketch_rel_diff
+from hotcold.timing import MAX_REPEAT_SPREAD
 
 RECORD_GLOB = "*/*/*/seed~*/record.json"
 SCALE_OUT_GLOB = "*/*/*/world~*-rpn~*/seed~*/record.json"
@@ -60,11 +61,11 @@ REFERENCE_LABELS = {"run": "device run", "replay": "device replay of this order"
 SUMMARY_COLUMNS = [
     *RUN_ID, "plan", "status", "options", "timer", "device", "samples_per_s", "step_ms_p50", "step_ms_p10", "step_ms_p90",
     "step_ms_mean", "speedup_vs_hybrid", "auc", "auc_vs_hybrid", "logloss", "exact", "exact_reference",
-    "param_rel_diff", "stable", "unstable_reason",
+    "param_rel_diff", "stable", "unstable_reason", "repeats", "repeat_spread",
 ]
 PROVENANCE_COLUMNS = [
     "reason", "dataset_sha256", "device_type", "batch_size", "steps_timed", "threads", "torch", "git_commit", "git_dirty",
-    "eval_samples",
+    "source_sha256", "eval_samples",
 ]
 
 
@@ -169,6 +170,8 @@ def _row(rec: dict[str, Any]) -> dict[str, Any]:
         **{k: summary.get(k) for k in ("step_ms_p50", "step_ms_p10", "step_ms_p90", "step_ms_mean")},
         "stable": summary.get("stable"),  # absent in records from before the judgement
         "unstable_reason": summary.get("unstable_reason") or None,
+        "repeats": summary.get("repeats", 1) if summary else None,  # records from before repeats: one
+        "repeat_spread": summary.get("repeat_spread"),
         "auc": metrics.get("auc"),
         "logloss": metrics.get("logloss"),
         "dataset_sha256": rec.get("dataset_manifest_sha256"),
@@ -179,6 +182,7 @@ def _row(rec: dict[str, Any]) -> dict[str, Any]:
         "torch": prov.get("torch"),
         "git_commit": prov.get("git_commit"),
         "git_dirty": prov.get("git_dirty"),
+        "source_sha256": prov.get("source_sha256"),
         "eval_samples": metrics.get("eval_samples"),
     }
 
@@ -294,8 +298,9 @@ def counters_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
 def code_note(summary: pd.DataFrame) -> str:
     """A warning for the top of a table whose runs come from several code versions or a modified tree.
 
-    Snakemake reruns a job when its inputs or parameters change, not when
-    the package's code does, so one summary can mix runs of different code.
+    Snakemake reruns a job when its inputs or parameters change; the package's
+    code is a parameter only with ``rerun_on_code_change``, so one summary can
+    still mix runs of different code.
     Empty when every run names one clean commit.
     """
     versions = summary.loc[summary["git_commit"].notna(), ["git_commit", "git_dirty"]].drop_duplicates()
@@ -304,9 +309,10 @@ def code_note(summary: pd.DataFrame) -> str:
         return ""
     labels = [f"`{str(c)[:10]}`" + (" (modified tree)" if d else "") for c, d in zip(versions["git_commit"], dirty)]
     several = "several code versions: " if len(versions) > 1 else ""
-    return (f"**Code:** these runs come from {several}{', '.join(labels)}. Snakemake does not rerun a job when "
-            "the package changes: `--forcerun train train_scaleout` reruns every training job with the code "
-            "checked out now.\n\n")
+    return (f"**Code:** these runs come from {several}{', '.join(labels)}. With `rerun_on_code_change` (the "
+            "default) a code edit reruns the training jobs; runs made by hand, with it off or by an older workflow "
+            "keep their code (`source_sha256` names it). `--forcerun train train_scaleout` (interleaved: the "
+            "`train_group_<dataset>` rules) reruns every training job with the code checked out now.\n\n")
 
 
 def _summary_markdown(summary: pd.DataFrame, exact_rtol: float) -> str:
@@ -326,7 +332,11 @@ def _summary_markdown(summary: pd.DataFrame, exact_rtol: float) -> str:
         "`auc_vs_hybrid` (see comm_traffic.md and proactive.md); `exact` compares it with the one-process "
         f"`{REFERENCE_METHOD}` store replayed on its batches. `stable`: no when the run's step times spread "
         "beyond p90/p10 = 3 or, for a one-process CPU run, its process got less than half of wall time x "
-        "threads of CPU time (other programs held the cores); `unstable_reason` says which.\n\n"
+        "threads of CPU time (other programs held the cores), or its repeats' samples/s spread beyond "
+        f"max/min = {MAX_REPEAT_SPREAD:g}; `unstable_reason` says which. `repeats`: how many times the run "
+        "trained its timed part, each time from the same initial state on the same batches (`timing.repeats`); "
+        "`samples_per_s` is then the median over repeats, `repeat_spread` the repeats' max/min samples/s, and "
+        "the step times pool the steps of all repeats.\n\n"
         + to_markdown(summary[SUMMARY_COLUMNS])
     )
 
