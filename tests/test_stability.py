@@ -3,13 +3,16 @@
 Trains a tiny model through the real loop (``hotcold.train.train``, CPU timer,
 one thread) once quietly and once while busy-loop processes hold every core.
 The competitors are started and confirmed spinning before training begins and
-are always killed afterwards.
+are always killed afterwards. The quiet case needs a quiet machine: it is
+skipped, saying so, when other processes already want every core.
 """
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -25,9 +28,9 @@ CPU = torch.device("cpu")
 COMPETITORS_PER_CORE = 3
 #: a busy loop that says it is running before it spins (``-I -S``: no site imports, fast start)
 SPIN = "import sys; sys.stdout.write('ready\\n'); sys.stdout.flush()\nwhile True: pass"
-#: a quiet run disturbed by someone else's job on a shared machine is retried (each try ~1 s)
+#: a quiet run disturbed by someone else's job on a shared machine is retried (each try under 1 s alone)
 QUIET_TRIES = 3
-QUIET_STEPS, DISTURBED_STEPS = 500, 400  # ~1.5 ms a step alone; a disturbed step waits 3-10x longer
+QUIET_STEPS, DISTURBED_STEPS = 300, 200  # ~1.5 ms a step alone; a disturbed step waits 3-10x longer
 
 
 def run_cfg(steps: int) -> RunConfig:
@@ -82,23 +85,46 @@ def quiet_summary(dataset: Dataset) -> dict:
     return summary
 
 
-def test_competing_processes_make_a_run_unstable_and_a_quiet_run_stays_stable(small_dataset: Dataset,
-                                                                              one_thread: None) -> None:
+def others_runnable(samples: int = 10) -> float:
+    """Processes besides this one that want a core right now (median of a few looks).
+
+    Linux: the runnable count of ``/proc/loadavg`` (which counts this process
+    too); elsewhere the 1-minute load average.
+    """
+    path = Path("/proc/loadavg")
+    if not path.is_file():
+        return os.getloadavg()[0]
+    counts = []
+    for _ in range(samples):
+        counts.append(int(path.read_text().split()[3].split("/")[0]) - 1)
+        time.sleep(0.02)
+    return float(sorted(counts)[len(counts) // 2])
+
+
+def test_a_quiet_run_is_stable(small_dataset: Dataset, one_thread: None) -> None:
+    cores = os.cpu_count() or 1
+    others = others_runnable()
+    if others >= cores:
+        pytest.skip(f"the machine is not quiet: {others:g} other processes want its {cores} cores")
     quiet = quiet_summary(small_dataset)
+    assert quiet["stable"] is True, f"quiet run disturbed {QUIET_TRIES} times: {quiet['unstable_reason']}"
+    assert quiet["unstable_reason"] == ""
+    assert quiet["cpu_share"] >= MIN_CPU_SHARE
+
+
+def test_competing_processes_make_a_run_unstable(small_dataset: Dataset, one_thread: None) -> None:
+    alone = train(run_cfg(QUIET_STEPS), small_dataset, CPU, progress=False).summary
     procs = competitors(max(4, COMPETITORS_PER_CORE * (os.cpu_count() or 1)))
     try:
         disturbed = train(run_cfg(DISTURBED_STEPS), small_dataset, CPU, progress=False).summary
     finally:
         stop(procs)
     assert all(p.returncode is not None for p in procs)
-    assert quiet["stable"] is True, f"quiet run disturbed {QUIET_TRIES} times: {quiet['unstable_reason']}"
-    assert quiet["unstable_reason"] == ""
-    assert quiet["cpu_share"] >= MIN_CPU_SHARE
     assert disturbed["stable"] is False
     assert "CPU time" in disturbed["unstable_reason"] and "waited for the cores" in disturbed["unstable_reason"]
     assert disturbed["cpu_share"] < MIN_CPU_SHARE
-    assert disturbed["cpu_share"] < 0.75 * quiet["cpu_share"]  # what the test controls, whatever else runs
-
+    # what the test controls, however busy the machine was anyway: the competitors took most of the run's share
+    assert disturbed["cpu_share"] < 0.75 * alone["cpu_share"]
 
 
 class Machine:
