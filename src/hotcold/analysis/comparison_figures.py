@@ -51,7 +51,7 @@ def _speedup_marks(sub: pd.DataFrame, speedup: pd.DataFrame | None) -> pd.Series
     keys = [k for k in SPEEDUP_KEYS if k in sub and k in speedup]
     marks = speedup[keys].assign(marked=disturbed(speedup)).drop_duplicates(keys)
     joined = sub[keys].merge(marks, on=keys, how="left")
-    return pd.Series(joined["marked"].fillna(False).astype(bool).to_numpy(), index=sub.index)
+    return pd.Series(joined["marked"].eq(True).to_numpy(), index=sub.index)  # not in the table: unmarked
 
 
 def speedup_figure(summary: pd.DataFrame, speedup: pd.DataFrame | None = None) -> Figure:
