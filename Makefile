@@ -11,7 +11,7 @@ CONFIG ?=
 SNAKEMAKE := $(BIN)/snakemake --cores $(CORES) --show-failed-logs --rerun-incomplete $(if $(CONFIG),--configfile $(CONFIG),)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup reproduce figures test bench lint clean
+.PHONY: setup reproduce figures report test bench lint clean
 
 setup: $(STAMP)
 
@@ -33,6 +33,12 @@ reproduce: $(STAMP)
 figures: $(STAMP)
 	$(SNAKEMAKE) --allowed-rules aggregate cache_sim dataset_stats scaleout_tables figures claims \
 		--forcerun aggregate cache_sim dataset_stats scaleout_tables claims -- figures claims results/tables/dataset_stats.csv
+
+# After `make reproduce` (with the same CONFIG): every table and figure, with its caption, in one HTML file.
+report: $(STAMP)
+	@test -f results/tables/summary.csv || { echo "No results to report: run make reproduce first." >&2; exit 1; }
+	$(SNAKEMAKE) --report results/report.html
+	@echo "Report: results/report.html"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

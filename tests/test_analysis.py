@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.collections import LineCollection
 
 from hotcold.analysis.comparisons import cache_sim_table
 from hotcold.analysis.figures import make_figures
@@ -416,3 +417,111 @@ def test_a_disturbed_run_is_marked_in_the_summary_and_speedup(runs: Path, tmp_pa
     lfu = speedup[(speedup.method == "cache") & (speedup.dataset == "kaggle")]
     assert lfu["stable"].tolist() == [False]  # one of its two seeds was disturbed
     assert speedup[speedup.method == "hybrid"]["stable"].isna().all()  # older records: not judged
+
+
+# ---------------------------------------------------------------- stability marks in the figures
+
+
+def set_stable(runs: Path, dataset: str, method: str, variant: str, seed: int, stable: bool) -> None:
+    path = runs / dataset / method / variant / f"seed~{seed}" / "record.json"
+    record = json.loads(path.read_text())
+    record["summary"].update(stable=stable, unstable_reason="" if stable else "CPU time 30% of wall time x 1 thread(s)")
+    path.write_text(json.dumps(record))
+
+
+@pytest.fixture
+def judged_runs(tmp_path: Path) -> Path:
+    """Runs whose step times match their samples/s; every one judged stable except ``cache/lfu`` seed 1."""
+    runs = tmp_path / "runs"
+    for method, variant, seed, rate in [("device", "base", 0, 5000.0), ("hybrid", "base", 0, 1000.0),
+                                        ("hybrid", "base", 1, 1100.0), ("cache", "lfu", 0, 2500.0),
+                                        ("cache", "lfu", 1, 2000.0)]:
+        write_run(runs, "kaggle", method, variant, seed, rate=rate, step_ms=1024 / rate * 1e3)
+        set_stable(runs, "kaggle", method, variant, seed, not (method == "cache" and seed == 1))
+    return runs
+
+
+def drawn_figures(tables: Path, tmp_path: Path, monkeypatch) -> dict:
+    """The figures ``make_figures`` draws, by name, as they are before saving."""
+    from hotcold.analysis import figures
+    drawn = {}
+
+    def keep(fig, out_dir, stem):  # drawn, not written: saving is what ``test_figures_are_written`` checks
+        drawn[stem] = fig
+        return []
+
+    monkeypatch.setattr(figures, "save_atomic", keep)
+    figures.make_figures(tables, tmp_path / "figs")
+    for fig in drawn.values():
+        fig.draw_without_rendering()
+    return drawn
+
+
+def bars_by_label(ax) -> dict[str, list]:
+    """The axes' bars by the x tick label they stand on (its first line)."""
+    ticks = {round(t): lab.get_text().split("\n")[0] for t, lab in zip(ax.get_xticks(), ax.get_xticklabels())}
+    out: dict[str, list] = {}
+    for patch in ax.patches:
+        out.setdefault(ticks[round(patch.get_x() + patch.get_width() / 2)], []).append(patch)
+    return out
+
+
+def whisker_spans(ax) -> dict[str, tuple[float, float]]:
+    """Error bars by the x tick label they stand on: (low, high)."""
+    ticks = {round(t): lab.get_text().split("\n")[0] for t, lab in zip(ax.get_xticks(), ax.get_xticklabels())}
+    spans = {}
+    for coll in ax.collections:
+        for seg in coll.get_segments() if isinstance(coll, LineCollection) else []:
+            (x0, y0), (x1, y1) = seg
+            if x0 == x1 and y0 != y1:
+                spans[ticks[round(x0)]] = (min(y0, y1), max(y0, y1))
+    return spans
+
+
+def test_a_disturbed_run_is_hatched_in_the_timed_figures(judged_runs: Path, tmp_path: Path, monkeypatch) -> None:
+    aggregate(find_records(judged_runs), tmp_path / "tables")
+    drawn = drawn_figures(tmp_path / "tables", tmp_path, monkeypatch)
+    for name in ("throughput", "step_phases", "speedup"):
+        bars = bars_by_label(drawn[name].axes[0])
+        assert set(bars) == {"device", "hybrid", "cache/lfu"}, name
+        assert all(p.get_hatch() for p in bars["cache/lfu"]), name
+        assert not any(p.get_hatch() for lab in ("device", "hybrid") for p in bars[lab]), name
+        legend = [t.get_text() for leg in drawn[name].legends for t in leg.get_texts()]
+        assert any(t.startswith("stable = no: disturbed run") for t in legend), name
+    assert len(bars_by_label(drawn["step_phases"].axes[0])["cache/lfu"]) == len(PHASES)  # every phase of the stack
+
+
+def test_throughput_whiskers_span_the_rates_at_p90_and_p10(judged_runs: Path, tmp_path: Path, monkeypatch) -> None:
+    aggregate(find_records(judged_runs), tmp_path / "tables")
+    ax = drawn_figures(tmp_path / "tables", tmp_path, monkeypatch)["throughput"].axes[0]
+    spans = whisker_spans(ax)
+    # write_run: p10 = 0.9 and p90 = 1.1 x the step time, which is 1024 / rate; means over the two seeds
+    for label, rates in {"cache/lfu": (2500.0, 2000.0), "hybrid": (1000.0, 1100.0), "device": (5000.0,)}.items():
+        lo, hi = spans[label]
+        assert lo == pytest.approx(np.mean([1024 / (1.1 * 1024 / r) for r in rates]))
+        assert hi == pytest.approx(np.mean([1024 / (0.9 * 1024 / r) for r in rates]))
+    heights = {lab: p[0].get_height() for lab, p in bars_by_label(ax).items()}
+    assert heights["cache/lfu"] == pytest.approx(2250.0)
+
+
+def test_figures_of_tables_without_stability_are_unmarked(judged_runs: Path, tmp_path: Path, monkeypatch) -> None:
+    tables = tmp_path / "tables"
+    aggregate(find_records(judged_runs), tables)
+    for name in ("summary.csv", "speedup.csv"):
+        pd.read_csv(tables / name).drop(columns=["stable", "unstable_reason"], errors="ignore").to_csv(
+            tables / name, index=False)
+    drawn = drawn_figures(tables, tmp_path, monkeypatch)
+    for name in ("throughput", "step_phases", "speedup"):
+        assert not any(p.get_hatch() for p in drawn[name].axes[0].patches), name
+        legend = [t.get_text() for leg in drawn[name].legends for t in leg.get_texts()]
+        assert not any(t.startswith("stable = no") for t in legend), name
+
+
+def test_speedup_bars_follow_the_speedup_table(judged_runs: Path, tmp_path: Path, monkeypatch) -> None:
+    tables = tmp_path / "tables"
+    aggregate(find_records(judged_runs), tables)
+    speedup = pd.read_csv(tables / "speedup.csv")
+    speedup["stable"] = speedup["method"] != "device"  # the table's judgement, whatever the summary says
+    speedup.to_csv(tables / "speedup.csv", index=False)
+    bars = bars_by_label(drawn_figures(tables, tmp_path, monkeypatch)["speedup"].axes[0])
+    assert [lab for lab, ps in bars.items() if any(p.get_hatch() for p in ps)] == ["device"]

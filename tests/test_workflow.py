@@ -409,3 +409,8 @@ def test_tiny_workflow_end_to_end(tmp_path: Path) -> None:
     again = snakemake(tmp_path, "-n", "--configfile", str(tmp_path / "tiny.yaml"))
     assert again.returncode == 0
     assert "Nothing to be done" in again.stdout + again.stderr, again.stdout
+
+    report = snakemake(tmp_path, "--configfile", str(tmp_path / "tiny.yaml"), "--report", "report.html")
+    assert report.returncode == 0, report.stderr[-4000:]
+    html = (tmp_path / "report.html").read_text()  # what `make report` builds: every CSV table and figure
+    assert all(f"{name}.png" in html for name in FIGURES) and all(t in html for t in TABLES if t.endswith(".csv"))

@@ -75,7 +75,7 @@ class PhaseTimer:
             self._slot = len(self._pending)
             self._events[self._slot][0].record()
         self._stamps = [self._clock()]
-        self._cpu0 = self._cpu_clock()
+        self._cpu0 = self._cpu1 = self._cpu_clock()
 
     def mark(self, phase: str) -> None:
         """Close the interval since the last boundary and charge it to ``phase``."""
@@ -84,11 +84,14 @@ class PhaseTimer:
         self._names.append(phase)
         if self.kind == "cuda":
             self._events[self._slot][len(self._names)].record()
+        # CPU clock before wall clock: reading process CPU time can hand the core to a waiting process,
+        # and that wait must fall inside the step's wall time, not after its last stamp
+        self._cpu1 = self._cpu_clock()
         self._stamps.append(self._clock())
 
     def end_step(self) -> None:
         if self._step >= self.warmup:
-            self.cpu_ms.append((self._cpu_clock() - self._cpu0) / 1e6)
+            self.cpu_ms.append((self._cpu1 - self._cpu0) / 1e6)
         host_ms = [(b - a) / 1e6 for a, b in zip(self._stamps, self._stamps[1:])]
         if self.kind == "cuda":
             self._store(self._host_steps, self._step, self._names, host_ms)

@@ -24,7 +24,9 @@ rule cache_sim:
     input:
         sims=per_dataset("results/sim/{dataset}.csv"),
     output:
-        csv="results/tables/cache_sim.csv",
+        csv=report(
+            "results/tables/cache_sim.csv", caption="../report/cache_sim_table.rst", category="Tables"
+        ),
     params:
         cli=HOTCOLD,
     log:
@@ -44,13 +46,23 @@ rule aggregate:
         ),
         summary_md="results/tables/summary.md",
         infeasible="results/tables/infeasible.md",
-        phases="results/tables/phases.csv",
-        counters_csv="results/tables/counters.csv",
+        phases=report(
+            "results/tables/phases.csv", caption="../report/phases_table.rst", category="Tables"
+        ),
+        counters_csv=report(
+            "results/tables/counters.csv", caption="../report/counters_table.rst", category="Tables"
+        ),
         counters_md="results/tables/counters.md",
-        speedup_csv="results/tables/speedup.csv",
+        speedup_csv=report(
+            "results/tables/speedup.csv", caption="../report/speedup_table.rst", category="Tables"
+        ),
         speedup_md="results/tables/speedup.md",
-        fae_hot_fraction="results/tables/fae_hot_fraction.csv",
-        rows_moved="results/tables/rows_moved.csv",
+        fae_hot_fraction=report(
+            "results/tables/fae_hot_fraction.csv", caption="../report/fae_hot_fraction_table.rst", category="Tables"
+        ),
+        rows_moved=report(
+            "results/tables/rows_moved.csv", caption="../report/rows_moved_table.rst", category="Tables"
+        ),
     params:
         cli=HOTCOLD,
         out=lambda wildcards, output: str(Path(output.summary_csv).parent),
@@ -73,9 +85,13 @@ rule scaleout_tables:
             "results/tables/comm_traffic.csv", caption="../report/comm_traffic.rst", category="Tables"
         ),
         comm_traffic_md="results/tables/comm_traffic.md",
-        flexshard_headroom_csv="results/tables/flexshard_headroom.csv",
+        flexshard_headroom_csv=report(
+            "results/tables/flexshard_headroom.csv", caption="../report/flexshard_headroom_table.rst", category="Tables"
+        ),
         flexshard_headroom_md="results/tables/flexshard_headroom.md",
-        proactive_csv="results/tables/proactive.csv",
+        proactive_csv=report(
+            "results/tables/proactive.csv", caption="../report/proactive_table.rst", category="Tables"
+        ),
         proactive_md="results/tables/proactive.md",
     params:
         cli=HOTCOLD,

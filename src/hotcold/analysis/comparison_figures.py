@@ -1,7 +1,8 @@
 """Figures of the comparison tables (``hotcold.analysis.comparisons``).
 
 - ``speedup``: speed-up over ``hybrid`` per method, datasets side by side,
-  one panel per timer kind (timers are never mixed);
+  one panel per timer kind (timers are never mixed); bars of disturbed runs
+  (``stable`` false in the speed-up table) hatched;
 - ``hit_rate``: hit rate against cache size (share of rows, log scale) per
   policy, one panel per dataset: ColossalAI's curve, from the simulator;
 - ``fae_hot_fraction``: share of FAE's training inputs (and batches) that are
@@ -16,9 +17,21 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from hotcold.analysis.plotting import PANEL_H, PANEL_W, empty_panel, grid, label_order
+from hotcold.analysis.comparisons import SPEEDUP_KEYS
+from hotcold.analysis.plotting import (
+    PANEL_H,
+    PANEL_W,
+    disturbed,
+    disturbed_handle,
+    empty_panel,
+    grid,
+    grouped_bars,
+    label_order,
+    narrow,
+)
 
 COLOSSAL_RATIO = 0.015   # ColossalAI's headline cache size: 1.5% of the rows
 LOOKAHEAD = "scratchpipe-"
@@ -31,11 +44,26 @@ def _width(frame: pd.DataFrame, per_label: float = 0.38) -> float:
     return max(PANEL_W, per_label * len(label_order(frame)) + 1.2) if not frame.empty else PANEL_W
 
 
-def speedup_figure(summary: pd.DataFrame) -> Figure:
-    """Speed-up over hybrid per method (mean and sd over seeds), bars per dataset, a panel per timer."""
+def _speedup_marks(sub: pd.DataFrame, speedup: pd.DataFrame | None) -> pd.Series:
+    """Per run: whether its speed-up bar is marked: ``speedup.csv``'s ``stable`` when given, else the run's own."""
+    if speedup is None or "stable" not in speedup:
+        return disturbed(sub)
+    keys = [k for k in SPEEDUP_KEYS if k in sub and k in speedup]
+    marks = speedup[keys].assign(marked=disturbed(speedup)).drop_duplicates(keys)
+    joined = sub[keys].merge(marks, on=keys, how="left")
+    return pd.Series(joined["marked"].eq(True).to_numpy(), index=sub.index)  # not in the table: unmarked
+
+
+def speedup_figure(summary: pd.DataFrame, speedup: pd.DataFrame | None = None) -> Figure:
+    """Speed-up over hybrid per method (mean and sd over seeds), bars per dataset, a panel per timer.
+
+    A bar is hatched when its runs were disturbed: by ``speedup``'s (the
+    speed-up table's) ``stable`` where given, else by the summary's.
+    """
     timers = sorted(summary["timer"].dropna().unique())
     datasets = sorted(summary["dataset"].unique())
     palette = dict(zip(datasets, sns.color_palette("colorblind", len(datasets))))
+    marked, shown = False, set()
     with sns.axes_style("whitegrid"):
         fig, axes = grid(len(timers), width=_width(summary, 0.3 * max(len(datasets), 1)), height=PANEL_H + 0.8)
         for ax, timer in zip(axes, timers):
@@ -44,15 +72,24 @@ def speedup_figure(summary: pd.DataFrame) -> Figure:
             if not labels:
                 empty_panel(ax, f"no speed-ups ({timer} timer): no hybrid run")
                 continue
-            sns.barplot(data=sub, x="label", y="speedup_vs_hybrid", order=labels, hue="dataset",
-                        hue_order=[d for d in datasets if d in set(sub["dataset"])], palette=palette,
-                        errorbar="sd", ax=ax)
+            sub = sub.assign(disturbed=_speedup_marks(sub, speedup))
+            stats = sub.groupby(["label", "dataset"]).agg(mean=("speedup_vs_hybrid", "mean"),
+                                                          sd=("speedup_vs_hybrid", "std"),
+                                                          disturbed=("disturbed", "any"))
+            hues = [d for d in datasets if d in set(sub["dataset"])]
+            marked |= grouped_bars(ax, stats, labels, hues, palette)
             ax.axhline(1.0, color="0.3", linewidth=1, linestyle="--")
             ax.tick_params(axis="x", labelrotation=90)
+            narrow(ax, len(labels))
             ax.set_xlabel("")
             ax.set_ylabel(f"speed-up over hybrid ({timer} timer)")
             ax.set_title(f"{timer} timer")
-            ax.legend(title="dataset", fontsize="small")
+            shown.update(hues)
+        handles = [Patch(color=palette[d], label=d) for d in datasets if d in shown]
+        handles += [disturbed_handle()] if marked else []
+        if handles:
+            fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), title="dataset",
+                       fontsize="small")
         fig.suptitle("Training speed-up over the CPU-GPU hybrid baseline\n"
                      "(samples/s ratio, same dataset, seed and timer; mean and sd over seeds)", fontsize="medium")
     return fig

@@ -1,10 +1,11 @@
-"""Figures of the scale-out tables (``hotcold.analysis.scaleout``); counters only, so no timer split.
+"""Figures of the scale-out tables (``hotcold.analysis.scaleout``); counters and shares, so no timer split.
 
 - ``inter_node_bytes``: bytes per step sent between nodes, per plan and
   scale, one panel per dataset: simulated bars (at the trained runs' memory
   headroom), trained runs as markers on them;
 - ``proactive_hidden``: Proactive's share of lookups done early and of lookup
-  time hidden behind communication, per dataset and scale;
+  time hidden behind communication, per dataset and scale (the timed share's
+  bars hatched where a run was disturbed);
 - ``flexshard_headroom``: FlexShard's reduction of inter-node all-to-all
   bytes against row-wise and table-wise over memory headroom, a line per
   simulated scale, one panel per dataset.
@@ -19,10 +20,11 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import PercentFormatter
 
-from hotcold.analysis.plotting import PANEL_H, PANEL_W, empty_panel, grid
+from hotcold.analysis.plotting import PANEL_H, PANEL_W, disturbed, disturbed_handle, empty_panel, grid, grouped_bars
 from hotcold.distributed.plans import DEFAULT_HEADROOM
 
 PLAN_ORDER = ("row", "table", "column", "recshard", "flexshard")
+PROACTIVE_METHOD = "proactive"  # the method whose runs ``proactive.csv`` lists
 
 
 def scale_label(nodes: int, ranks_per_node: int) -> str:
@@ -92,23 +94,35 @@ def inter_node_bytes_figure(comm: pd.DataFrame) -> Figure:
 
 
 def proactive_hidden_figure(proactive: pd.DataFrame) -> Figure:
-    """Early-lookup share and hidden-lookup-time share per dataset, bars per trained scale."""
+    """Early-lookup share and hidden-lookup-time share per dataset, bars per trained scale (means over runs).
+
+    The hidden share is timed: where ``proactive`` carries the runs'
+    ``stable`` (see ``plotting.with_stability``), a bar with a disturbed run
+    is hatched. The early share is a counter and is never marked.
+    """
     frame = _with_scale(proactive) if not proactive.empty else proactive
-    measures = [("early_lookup_share", "lookups served early"), ("hidden_lookup_share", "lookup time hidden")]
+    measures = [("early_lookup_share", "lookups served early", False),
+                ("hidden_lookup_share", "lookup time hidden", True)]
+    marked = False
     with sns.axes_style("whitegrid"):
         fig, axes = grid(len(measures), height=PANEL_H + 0.4)
-        for ax, (col, title) in zip(axes, measures):
+        for ax, (col, title, timed) in zip(axes, measures):
             if frame.empty:
                 empty_panel(ax, "no Proactive runs")
                 continue
-            sns.barplot(data=frame, x="dataset", y=col, hue="scale", hue_order=_scales(frame),
-                        order=sorted(frame["dataset"].unique()), palette="colorblind", errorbar=None, ax=ax)
+            scales = _scales(frame)
+            colors = dict(zip(scales, sns.color_palette("colorblind", len(scales))))
+            rows = frame.assign(disturbed=disturbed(frame) if timed else False)
+            stats = rows.groupby(["dataset", "scale"]).agg(mean=(col, "mean"), disturbed=("disturbed", "any"))
+            hit = grouped_bars(ax, stats, sorted(frame["dataset"].unique()), scales, colors)
+            marked |= hit
             ax.set_ylim(0, 1)
             ax.yaxis.set_major_formatter(PercentFormatter(1.0))
             ax.set_xlabel("")
             ax.set_ylabel(f"share of {title.split()[0]} {title.split()[1]}")
             ax.set_title(title)
-            ax.legend(title="nodes x ranks (world)", fontsize="small")
+            handles = [Patch(color=colors[s], label=s) for s in scales] + ([disturbed_handle()] if hit else [])
+            ax.legend(handles=handles, title="nodes x ranks (world)", fontsize="small")
         fig.suptitle("Proactive Embedding: lookups done while earlier steps' collectives ran", fontsize="medium")
     return fig
 
