@@ -419,6 +419,18 @@ def test_a_disturbed_run_is_marked_in_the_summary_and_speedup(runs: Path, tmp_pa
     assert speedup[speedup.method == "hybrid"]["stable"].isna().all()  # older records: not judged
 
 
+def test_a_speedup_over_a_disturbed_baseline_is_not_stable(runs: Path, tmp_path: Path) -> None:
+    for path in runs.glob("kaggle/*/*/seed~*/record.json"):
+        record = json.loads(path.read_text())
+        disturbed = record["method"] == "hybrid" and record["seed"] == 0
+        record["summary"].update(stable=not disturbed, unstable_reason="CPU time 30%" if disturbed else "")
+        path.write_text(json.dumps(record))
+    aggregate(find_records(runs), tmp_path / "tables")
+    speedup = pd.read_csv(tmp_path / "tables" / "speedup.csv")
+    kaggle = speedup[speedup.dataset == "kaggle"]
+    assert not kaggle["stable"].astype(bool).any()   # every method's own runs were stable; hybrid's were not
+
+
 # ---------------------------------------------------------------- stability marks in the figures
 
 

@@ -11,7 +11,7 @@ rule calibrate:
         cli=HOTCOLD,
         device=config["timing"]["device"],
         threads=config["threads"],
-    threads: workflow.cores
+    threads: lambda wildcards: workflow.cores
     log:
         "results/logs/calibrate.log",
     conda:

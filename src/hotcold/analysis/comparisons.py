@@ -53,8 +53,18 @@ def speedup_table(summary: pd.DataFrame) -> pd.DataFrame:
         stable=("stable", _all_true),
     ).reset_index()
     out["exact"] = out["exact"].astype("boolean")
-    out["stable"] = out["stable"].astype("boolean")
+    out["stable"] = _with_baseline(out, out["stable"].astype("boolean"))
     return out[cols]
+
+
+def _with_baseline(out: pd.DataFrame, stable: pd.Series) -> pd.Series:
+    """A speed-up is stable only when the baseline's runs it divides by were stable too (``hybrid``/``base``,
+    the summary's baseline; without one, the run's own judgement stands)."""
+    base = out[(out["method"] == "hybrid") & (out["variant"] == "base")]
+    base_stable = dict(zip(zip(base["dataset"], base["timer"]), stable[base.index]))
+    baseline = pd.Series([base_stable.get(k, pd.NA) for k in zip(out["dataset"], out["timer"])], index=out.index,
+                         dtype="boolean")
+    return stable & baseline.fillna(True)
 
 
 def speedup_markdown(speedup: pd.DataFrame, note: str = "") -> str:
