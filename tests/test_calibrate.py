@@ -30,6 +30,8 @@ def test_a_cpu_calibration_measures_every_host_rate(tmp_path):
     assert f"{SMALL_TABLE_MIB} MiB table" in p.rates["host_cached_gather_row_ns"].source
     assert "BatchLoader" in p.rates["host_data_sample_ns"].source
     assert p.value("host_cache_mib") > 0 and p.value("host_cores") >= 1
+    if p.value("host_cores") >= 2:  # one-thread processes side by side, one per core
+        assert 0 < p.value("host_parallel_efficiency") <= 1 and "at once" in p.rates["host_parallel_efficiency"].source
     for key in NETWORK:
         assert "gloo" in p.rates[key].source
     assert "loopback" in p.rates["inter_node_bw"].source

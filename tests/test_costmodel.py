@@ -19,6 +19,7 @@ from hotcold.costmodel import (
     collective_ms,
     comm_ms,
     load_profile,
+    oversubscription,
     predict,
     predict_record,
     profile_from_dict,
@@ -191,9 +192,32 @@ def test_four_ranks_on_two_cores_wait_for_their_peers():
     assert shared.step_ms == pytest.approx(2 * alone.step_ms)
 
 
+def test_cores_busy_side_by_side_run_at_the_calibrated_efficiency():
+    """Efficiency 0.5 on 2 cores: 2 ranks (both cores busy) compute twice as slowly, without waiting;
+    4 ranks also wait for their peers, on the slower compute; transfers are not slowed by it."""
+    def ranks(world):
+        w = _four_ranks()
+        return Workload(w.method, w.batch_size, w.counters, w.shape, w.row_optimizer, world=world,
+                        ranks_per_node=world // 2)
+    for world in (2, 4):
+        base = predict(ranks(world), _profile(**NET, host_cores=2 * world))        # a core each, alone
+        half = predict(ranks(world), _profile(**NET, host_cores=2, host_parallel_efficiency=0.5))
+        compute = {k: v for k, v in base.terms_ms.items() if not k.endswith(".comm")}
+        for k, v in compute.items():
+            assert half.terms_ms[k] == pytest.approx(2 * v)
+        waits = sum(v for k, v in half.terms_ms.items() if k.endswith("wait_for_peers"))
+        assert waits == pytest.approx((world / 2 - 1) * 2 * sum(compute.values()))
+        for k in (k for k in base.terms_ms if k.endswith(".comm")):
+            assert half.terms_ms[k] == pytest.approx(world / 2 * base.terms_ms[k])
+    one = _four_ranks()
+    assert oversubscription(one, _profile(**NET, host_cores=8, host_parallel_efficiency=0.5))[0] == \
+        pytest.approx(1 + (2 - 1) * 3 / 7)  # 4 of 8 cores busy: 3/7 of the way to 1 / 0.5
+
+
 def test_the_core_count_comes_from_the_profile_else_the_record():
     with_cores = predict(_four_ranks(cores=2), _profile(**NET))
-    assert any(k.endswith("wait_for_peers") for k in with_cores.terms_ms) and not with_cores.assumptions
+    assert any(k.endswith("wait_for_peers") for k in with_cores.terms_ms)
+    assert not any("cores unknown" in a for a in with_cores.assumptions)
     unknown = predict(_four_ranks(), _profile(**NET))
     assert not any(k.endswith("wait_for_peers") for k in unknown.terms_ms)
     assert any("cores unknown" in a for a in unknown.assumptions)

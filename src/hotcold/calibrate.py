@@ -28,6 +28,7 @@ has no network rates.
 from __future__ import annotations
 
 import datetime as dt
+import multiprocessing
 import os
 import platform
 import socket
@@ -228,12 +229,25 @@ class Calibration:
             ms = _cuda_ms(step, self.repeats)
         else:
             ms = _median_ms(step, self.repeats)
+            self._parallel(step)
         flops = shape.flops_per_sample() * self.batch
         compute_ms = max(ms - shape.dense_ops() * op_us * 1e-3, ms * 0.05)
         self.put("dense_flops", flops / (compute_ms * 1e6),
                  f"DLRM dense step (13 dense, {k} tables, D={self.dim}, MLPs {list(cfg.bottom_mlp)}/"
                  f"{list(cfg.top_mlp)}, batch {self.batch}; forward, backward, Adagrad): counted FLOPs / "
                  f"(time less {shape.dense_ops()} ops of dispatch)", on)
+
+    def _parallel(self, step: Callable[[], None]) -> None:
+        """How well this machine's cores run one-thread processes side by side (the scale-out ranks):
+        the dense step alone in one forked process, then in one per core at once."""
+        cores = min(_cores(), 8)
+        if cores < 2 or "fork" not in multiprocessing.get_all_start_methods():
+            return
+        alone = _concurrent_ms(step, 1, self.repeats)[0]
+        together = statistics.median(_concurrent_ms(step, cores, self.repeats))
+        self.put("host_parallel_efficiency", min(1.0, alone / together),
+                 f"the dense step (one thread) alone in a process, then in {cores} processes at once, one per core: "
+                 "median time alone / median time together")
 
     # -- CUDA ---------------------------------------------------------------------------------------
 
@@ -268,6 +282,30 @@ class Calibration:
         ms = _cuda_ms(lambda: [a.add_(1) for _ in range(1000)], r)
         self.put("device_kernel_us", ms, "1000 one-element additions back to back, per kernel (CUDA events)", name)
         return name
+
+
+def _concurrent_ms(fn: Callable[[], Any], procs: int, repeats: int) -> list[float]:
+    """Median ms of ``fn`` in each of ``procs`` forked one-thread processes started together."""
+    import json
+
+    ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(procs)
+
+    def child(path: str) -> None:
+        torch.set_num_threads(1)
+        barrier.wait()
+        atomic_write_text(Path(path), json.dumps(_median_ms(fn, repeats)))
+
+    with tempfile.TemporaryDirectory(prefix="hotcold-parallel-") as tmp:
+        paths = [str(Path(tmp) / f"{i}.json") for i in range(procs)]
+        children = [ctx.Process(target=child, args=(path,)) for path in paths]
+        for c in children:
+            c.start()
+        for c in children:
+            c.join()
+        if any(c.exitcode for c in children):
+            raise ConfigError(f"calibrate: a benchmark process failed (exit codes {[c.exitcode for c in children]})")
+        return [float(json.loads(Path(path).read_text())) for path in paths]
 
 
 def _free_port() -> int:

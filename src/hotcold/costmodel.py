@@ -106,6 +106,8 @@ HOST_RATES = {
 #: optional: the cores the processes of a ``cpu`` profile's machine share
 SHARED_RATES = {
     "host_cores": ("count", "cores the host's processes share: P ranks of t threads beyond them slow down"),
+    "host_parallel_efficiency": ("fraction", "a one-thread process's speed when every core runs one, as a share "
+                                             "of its speed alone (shared caches, memory, hyperthreads)"),
 }
 DEVICE_RATES = {
     "pcie_h2d_bw": ("GB/s", "host-to-device copy bandwidth, pinned, effective"),
@@ -199,7 +201,7 @@ def profile_from_dict(data: Any, where: str) -> HardwareProfile:
             raise ConfigError(f"{at}: unit must be {unit!r}, got {entry['unit']!r}")
         if not isinstance(entry["source"], str) or len(entry["source"].strip()) < 8:
             raise ConfigError(f"{at}: source must say where the value comes from, got {entry['source']!r}")
-        if key == "device_gather_efficiency" and v > 1:
+        if key in ("device_gather_efficiency", "host_parallel_efficiency") and v > 1:
             raise ConfigError(f"{at}: a share of the bandwidth is at most 1, got {v!r}")
         rates[key] = Rate(float(v), unit, entry["source"].strip())
     return HardwareProfile(data["name"], data["description"].strip(), kind, rates)
@@ -644,9 +646,9 @@ def predict(workload: Workload, profile: HardwareProfile) -> Prediction:
         _sharded(t, c, w)
     else:
         raise ConfigError(f"cost model: no model of method {m!r}")
-    slowdown, notes = oversubscription(w, profile)
-    if slowdown > 1:
-        _shared_cores(t, slowdown)
+    compute, slowdown, notes = oversubscription(w, profile)
+    if compute > 1 or slowdown > 1:
+        _shared_cores(t, compute, slowdown)
     phases: dict[str, float] = {}
     terms: dict[str, float] = {}
     for phase, name, ms in t.items:
@@ -667,12 +669,15 @@ _BEFORE = {"output_a2a": ("emb_fwd",), "dense_allreduce": ("output_a2a.reorder",
            "grad_a2a": ("early_lookup",), "column_allreduce": ("emb_update.unique_ids", "emb_update.grad_sum")}
 
 
-def _shared_cores(t: _Terms, slowdown: float) -> None:
-    """P ranks time-share fewer cores (``slowdown`` = P t / C > 1). A rank waiting in a gloo collective
-    sleeps, so the rank's compute runs at full speed while the peers it waits for take their turns: before
-    each collective it waits ``(slowdown - 1)`` times the compute it did since the previous one
-    (``<collective>.wait_for_peers``); loopback transfers are CPU work and run ``slowdown`` times slower.
-    The step comes to ``slowdown x (compute + transfers)``: all ranks' work over the cores."""
+def _shared_cores(t: _Terms, compute: float, slowdown: float) -> None:
+    """P ranks on one machine's C cores (``oversubscription``). Every compute term runs ``compute`` times
+    slower (cores busy side by side). At ``slowdown`` = P t / C > 1 the ranks take turns: a rank waiting
+    in a gloo collective sleeps, so before each collective it waits ``(slowdown - 1)`` times the compute it
+    did since the previous one (``<collective>.wait_for_peers``), and loopback transfers, CPU work, take
+    ``slowdown`` times longer. The step comes to ``slowdown x (compute + transfers)``."""
+    t.items = [(p, n, ms if n == "comm" else ms * compute) for p, n, ms in t.items]
+    if slowdown <= 1:
+        return
     present = [c for c in STEP_ORDER if any(p == c and n == "comm" for p, n, _ in t.items)]
     segment = {c: 0.0 for c in present}
     for phase, name, ms in t.items:
@@ -685,17 +690,29 @@ def _shared_cores(t: _Terms, slowdown: float) -> None:
         t.add(c, "wait_for_peers", (slowdown - 1) * segment[c])
 
 
-def oversubscription(w: Workload, profile: HardwareProfile) -> tuple[float, tuple[str, ...]]:
-    """``max(1, P * t / C)`` for a scale-out run on a ``cpu`` profile's machine: its P ranks of t threads
-    on C cores (``_shared_cores``). C is the profile's ``host_cores``, else the record's; unknown: no
-    slowdown, and said so. One process, or a ``gpu`` profile (a GPU and its host cores per rank): 1."""
+def oversubscription(w: Workload, profile: HardwareProfile) -> tuple[float, float, tuple[str, ...]]:
+    """(compute factor, slowdown, notes) of a scale-out run's P ranks of t threads on a ``cpu`` profile's
+    machine of C cores (``host_cores``, else the record's; unknown: no sharing, and said so).
+
+    Slowdown ``max(1, P t / C)``: the ranks take turns (``_shared_cores``). Compute factor: with b =
+    ``min(P t, C)`` cores busy at once, ``1 + (1 / e - 1) (b - 1) / (C - 1)``, e being the profile's
+    ``host_parallel_efficiency`` (1 when not calibrated, and said so). One process, or a ``gpu`` profile
+    (a GPU and its host cores per rank): (1, 1)."""
     if profile.kind != "cpu" or w.world <= 1:
-        return 1.0, ()
+        return 1.0, 1.0, ()
     demand = max(1, w.world) * max(1, w.threads)
     cores = int(profile.value("host_cores")) if profile.has("host_cores") else w.cores
     if not cores:
-        return 1.0, (f"cores unknown: {demand} thread(s) assumed to have a core each",) if demand > 1 else ()
-    return max(1.0, demand / cores), ()
+        return 1.0, 1.0, (f"cores unknown: {demand} thread(s) assumed to have a core each",)
+    notes: tuple[str, ...] = ()
+    compute = 1.0
+    if cores > 1 and demand > 1:
+        if profile.has("host_parallel_efficiency"):
+            busy = min(demand, cores)
+            compute = 1 + (1 / profile.value("host_parallel_efficiency") - 1) * (busy - 1) / (cores - 1)
+        else:
+            notes = ("host_parallel_efficiency not calibrated: busy cores assumed as fast as one alone",)
+    return compute, max(1.0, demand / cores), notes
 
 
 def predict_record(record: Mapping[str, Any], profile: HardwareProfile,
