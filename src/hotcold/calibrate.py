@@ -15,8 +15,9 @@ as the loader runs it: memory-mapped reads of a batch of sorted rows of a
 dataset written in the real format.
 
 On a CPU the trainer device is host memory and ``.to(cpu)`` is a no-op, so
-the profile is of kind ``cpu`` with host rates, the core count, and the
-network rates of the scale-out runs here: P gloo processes on this machine,
+the profile is of kind ``cpu`` with host rates, the core count, how fast
+one-thread processes run side by side (the dense step alone, then one per core
+at once), and the network rates of the scale-out runs here: P gloo processes on this machine,
 whose "nodes" are simulated, so intra- and inter-node traffic both go over
 loopback; two processes of one thread each time ``all_to_all_single`` at a few
 sizes and a line ``latency + bytes / bandwidth`` is fitted. With
@@ -343,8 +344,8 @@ def _gloo_worker(rank: int, world: int, port: int, sizes: tuple[int, ...], repea
 
 
 def gloo_all_to_all_ms(sizes: tuple[int, ...], repeats: int) -> list[tuple[int, float]]:
-    """(bytes each rank sends its peer, median ms) of ``all_to_all_single`` between two spawned gloo
-    processes on 127.0.0.1, one thread each."""
+    """(bytes each rank sends its peer, median ms) of ``all_to_all_single`` between two gloo processes
+    (forked; spawned where there is no fork) on 127.0.0.1, one thread each."""
     import json
 
     import torch.multiprocessing as mp
