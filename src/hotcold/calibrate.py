@@ -248,8 +248,7 @@ class Calibration:
         together = statistics.median(_concurrent_ms(step, cores, self.repeats))
         self.put("host_parallel_efficiency", min(1.0, alone / together),
                  f"the dense step (one thread) alone in a process, then in {cores} processes at once, one per core: "
-                 "fastest time alone / median of the processes' fastest times together (the fastest of the repeats: "
-                 "other programs on the machine would otherwise count as the cores' own slowdown)")
+                 "median time alone / median time together")
 
     # -- CUDA ---------------------------------------------------------------------------------------
 
@@ -287,8 +286,7 @@ class Calibration:
 
 
 def _concurrent_ms(fn: Callable[[], Any], procs: int, repeats: int) -> list[float]:
-    """Fastest ms of ``fn`` over ``repeats`` calls in each of ``procs`` forked one-thread processes started
-    together."""
+    """Median ms of ``fn`` in each of ``procs`` forked one-thread processes started together."""
     import json
 
     ctx = multiprocessing.get_context("fork")
@@ -297,13 +295,7 @@ def _concurrent_ms(fn: Callable[[], Any], procs: int, repeats: int) -> list[floa
     def child(path: str) -> None:
         torch.set_num_threads(1)
         barrier.wait()
-        fn()
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter_ns()
-            fn()
-            times.append((time.perf_counter_ns() - t0) / 1e6)
-        atomic_write_text(Path(path), json.dumps(min(times)))
+        atomic_write_text(Path(path), json.dumps(_median_ms(fn, repeats)))
 
     with tempfile.TemporaryDirectory(prefix="hotcold-parallel-") as tmp:
         paths = [str(Path(tmp) / f"{i}.json") for i in range(procs)]
