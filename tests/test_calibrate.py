@@ -5,10 +5,12 @@ import pytest
 import torch
 import yaml
 
-from hotcold.calibrate import calibrate
+from hotcold.calibrate import SMALL_TABLE_MIB, calibrate, fit_latency_bandwidth
 from hotcold.cli import main
 from hotcold.config import ConfigError
 from hotcold.costmodel import HOST_RATES, load_profile
+
+NETWORK = ("collective_latency_us", "intra_node_bw", "inter_node_bw")
 
 SMALL = {"dim": 8, "batch_size": 64, "repeats": 2, "table_mib": 4}
 
@@ -24,6 +26,40 @@ def test_a_cpu_calibration_measures_every_host_rate(tmp_path):
         assert rate.value > 0
         assert rate.source.startswith("measured by hotcold calibrate on "), key
     assert "D=8" in p.rates["dense_flops"].source and "batch 64" in p.rates["dense_flops"].source
+    # the new rates say what they timed: a table that fits in the cache, the loader, loopback gloo
+    assert f"{SMALL_TABLE_MIB} MiB table" in p.rates["host_cached_gather_row_ns"].source
+    assert "BatchLoader" in p.rates["host_data_sample_ns"].source
+    assert p.value("host_cache_mib") > 0 and p.value("host_cores") >= 1
+    if p.value("host_cores") >= 2:  # one-thread processes side by side, one per core
+        assert 0 < p.value("host_parallel_efficiency") <= 1 and "at once" in p.rates["host_parallel_efficiency"].source
+    for key in NETWORK:
+        assert "gloo" in p.rates[key].source
+    assert "loopback" in p.rates["inter_node_bw"].source
+    assert p.value("intra_node_bw") == p.value("inter_node_bw")
+
+
+def test_without_network_a_cpu_profile_has_no_collective_rates():
+    profile = calibrate(**SMALL, network=False)
+    assert not set(NETWORK) & set(profile["rates"]) and "no network rates" in profile["description"]
+
+
+def test_the_collective_fit_recovers_a_known_line():
+    """ms = 0.05 + bytes / 2e6 (50 us, 2 GB/s), exactly and with a point 10% off."""
+    points = [(b, 0.05 + b / 2e6) for b in (1024, 65536, 1 << 20, 4 << 20)]
+    latency, bw = fit_latency_bandwidth(points)
+    assert latency == pytest.approx(50.0) and bw == pytest.approx(2.0)
+    noisy = points[:-1] + [(4 << 20, 1.1 * points[-1][1])]
+    latency, bw = fit_latency_bandwidth(noisy)
+    assert 40 < latency < 60 and 1.7 < bw < 2.0
+    # a latency below resolution (a negative intercept) is 0, not negative
+    assert fit_latency_bandwidth([(1000, 0.0001), (1_000_000, 0.5)])[0] == 0.0
+
+
+@pytest.mark.parametrize("points, match", [([(1024, 0.1)], "two sizes"), ([(1024, 0.1), (2048, 0.0)], "positive"),
+                                           ([(1024, 0.2), (1 << 20, 0.1)], "do not grow")])
+def test_a_collective_fit_without_a_slope_fails_clearly(points, match):
+    with pytest.raises(ConfigError, match=match):
+        fit_latency_bandwidth(points)
 
 
 @pytest.mark.parametrize("kw, match", [({"device": "tpu"}, "device must be cpu or cuda"),

@@ -19,6 +19,7 @@ from hotcold.costmodel import (
     collective_ms,
     comm_ms,
     load_profile,
+    oversubscription,
     predict,
     predict_record,
     profile_from_dict,
@@ -30,7 +31,8 @@ UNITS = {**HOST_RATES}
 
 CPU_RATES = {"host_memory_bw": 1.0, "host_gather_row_ns": 10.0, "host_scatter_row_ns": 20.0, "host_id_plan_ns": 1.0,
              "host_unique_ns": 2.0, "host_directory_row_ns": 3.0, "host_directory_slot_ns": 4.0, "host_op_us": 1.0,
-             "dense_flops": 1.0}
+             "dense_flops": 1.0, "host_cache_mib": 1.0, "host_cached_gather_row_ns": 5.0,
+             "host_cached_scatter_row_ns": 7.0, "host_data_sample_ns": 100.0}
 GPU_EXTRA = {"pcie_h2d_bw": 2.0, "pcie_d2h_bw": 4.0, "pcie_latency_us": 10.0, "device_memory_bw": 100.0,
              "device_gather_efficiency": 0.5, "device_kernel_us": 5.0, "collective_latency_us": 10.0,
              "intra_node_bw": 100.0, "inter_node_bw": 10.0, "gpus_per_node": 2}
@@ -74,7 +76,8 @@ def test_hybrid_terms_on_a_cpu_profile_by_hand():
     assert t["emb_fwd.host_gather"] == pytest.approx(1000 * 10e-6 + 1000 * 64 / 1e6)          # 0.074
     assert t["emb_fwd.plan_ids"] == pytest.approx(1000 * 1e-6 + 4 * 1e-3)                    # 0.005
     assert t["emb_update.unique_ids"] == pytest.approx(1000 * 2e-6)
-    assert t["emb_update.grad_sum"] == pytest.approx(100 * 64 / 1e6 + 1000 * 20e-6 + 1000 * 64 / 1e6 + 2e-3)
+    # summed into a [100, 16] buffer of 6.4 kB: it fits in the 1 MiB cache, so the cached scatter rate
+    assert t["emb_update.grad_sum"] == pytest.approx(100 * 64 / 1e6 + 1000 * 7e-6 + 2e-3)
     rows = (100 * 10e-6 + 100 * 64 / 1e6) + (100 * 20e-6 + 100 * 64 / 1e6)                    # gather + scatter
     assert t["emb_update.row_optimizer"] == pytest.approx(rows + 2 * 100 * 64 / 1e6 + 5e-3)
     assert t["h2d.vectors_h2d"] == pytest.approx(1e-3)  # a CPU ships nothing: one op of dispatch
@@ -102,7 +105,8 @@ def test_cache_moves_rows_with_their_state():
     w = _workload("lru", {"param_rows_h2d": 50, "param_rows_d2h": 0}, row_optimizer="adagrad",
                   report={"capacity": 500})
     t = predict(w, _profile()).terms_ms
-    per = lambda b: 50 * 10e-6 + 50 * b / 1e6 + 50 * 20e-6 + 50 * b / 1e6 + 3e-3  # noqa: E731
+    # a gather from the host table (size unknown: large), a scatter into 500 slots (fits: cached rate)
+    per = lambda b: 50 * 10e-6 + 50 * b / 1e6 + 50 * 7e-6 + 3e-3  # noqa: E731
     assert t["h2d.fetch"] == pytest.approx(per(64) + per(4))
     assert t["d2h.write_back"] == 0
     assert t["h2d.directory"] == pytest.approx(100 * 3e-6)  # no evictions: no slot scan
@@ -114,7 +118,119 @@ def test_dominant_is_the_largest_term():
     p = predict(_workload("hybrid", {}), _profile(dense_flops=1e-3))
     assert p.dominant == "dense_fwd_bwd.dense_compute" == max(p.terms_ms, key=p.terms_ms.get)
     q = predict(_workload("hybrid", {"lookups": 1e7}), _profile())
-    assert q.dominant == max(q.terms_ms, key=q.terms_ms.get) == "emb_update.grad_sum"
+    assert q.dominant == max(q.terms_ms, key=q.terms_ms.get) == "emb_fwd.host_gather"
+
+
+def test_data_phase_by_hand():
+    """10 samples of 2 dense floats, 100 int32 ids and a label (412 bytes): 100 ns each plus their bytes."""
+    p = predict(_workload("device", {}), _profile())
+    assert SHAPE.sample_bytes == (2 + 100 + 1) * 4
+    assert p.terms_ms["data.read_batch"] == pytest.approx(10 * 100e-6 + 10 * 412 / 1e6)
+    assert p.phases_ms["data"] == pytest.approx(p.terms_ms["data.read_batch"])
+
+
+def _shape(rows: int) -> ModelShape:
+    return ModelShape(num_dense=2, num_tables=100, dim=16, bottom_mlp=(16,), top_mlp=(1,), rows=rows)
+
+
+def test_the_table_size_rule_picks_the_cached_rate_for_tables_that_fit():
+    """1 MiB of cache: 1000 rows of 64 bytes (64 kB) fit, 100000 (6.4 MB) do not."""
+    small = Workload("device", 10, {"lookups": 1000, "unique_rows": 100}, _shape(1000), "sgd")
+    large = Workload("device", 10, {"lookups": 1000, "unique_rows": 100}, _shape(100_000), "sgd")
+    assert predict(small, _profile()).terms_ms["emb_fwd.device_gather"] == pytest.approx(1000 * 5e-6 + 2e-3)
+    assert predict(large, _profile()).terms_ms["emb_fwd.device_gather"] == \
+        pytest.approx(1000 * (10e-6 + 64 / 1e6) + 2e-3)
+    # a cache's slots (500 of 64 bytes) fit although the table (size from the report: 500 / 0.005) does not
+    lru = _workload("lru", {}, report={"capacity": 500, "cache_ratio": 0.005})
+    assert Workload.table_rows(lru) == pytest.approx(100_000)
+    assert predict(lru, _profile()).terms_ms["emb_fwd.device_gather"] == pytest.approx(1000 * 5e-6 + 2e-3)
+    # a GPU's device gather has one rate whatever the table's size
+    gpu = _profile("gpu")
+    assert predict(small, gpu).terms_ms["emb_fwd.device_gather"] == \
+        pytest.approx(predict(large, gpu).terms_ms["emb_fwd.device_gather"])
+
+
+NET = {"collective_latency_us": 10.0, "intra_node_bw": 1.0, "inter_node_bw": 1.0}
+
+
+def test_ranks_on_one_machine_share_its_cache():
+    """Each of 2 ranks gathers from half the table: 10000 rows (640 kB) fit as two halves of 320 kB,
+    20000 rows (two halves of 640 kB, together 1.28 MB) do not, though one half alone would."""
+    def gather(rows):
+        w = Workload("sharded", 10, {"lookups": 1000, "unique_rows": 100, "served_lookups": 1000}, _shape(rows),
+                     "sgd", world=2, ranks_per_node=1)
+        return predict(w, _profile(**NET)).terms_ms["emb_fwd.owner_gather"]
+    assert gather(10_000) == pytest.approx(500 * 5e-6 + 2e-3)
+    assert gather(20_000) == pytest.approx(500 * (10e-6 + 64 / 1e6) + 2e-3)
+
+
+def _four_ranks(**kw) -> Workload:
+    counters = {"lookups": 1000, "unique_rows": 100, "served_lookups": 1000, "input_a2a_bytes": 4e3,
+                "output_a2a_bytes": 4e4, "grad_a2a_bytes": 4e4, "dense_allreduce_bytes": 4e3,
+                "intra_node_bytes": 4.4e4, "inter_node_bytes": 4.4e4}
+    return Workload("sharded", 40, counters, _shape(100_000), "sgd", world=4, ranks_per_node=2, **kw)
+
+
+def test_four_ranks_on_two_cores_wait_for_their_peers():
+    """P t / C = 4 / 2: transfers take twice as long, and before each collective a rank waits as long
+    as the compute it did since the previous one; the step is twice the work of one rank."""
+    alone = predict(_four_ranks(), _profile(**NET, host_cores=4))
+    shared = predict(_four_ranks(), _profile(**NET, host_cores=2))
+    assert not any(k.endswith("wait_for_peers") for k in alone.terms_ms)
+    comm = {k: v for k, v in alone.terms_ms.items() if k.endswith(".comm")}
+    compute = {k: v for k, v in alone.terms_ms.items() if not k.endswith(".comm")}
+    for k, v in comm.items():
+        assert shared.terms_ms[k] == pytest.approx(2 * v)
+    for k, v in compute.items():
+        assert shared.terms_ms[k] == pytest.approx(v)
+    waits = {k: v for k, v in shared.terms_ms.items() if k.endswith("wait_for_peers")}
+    assert sum(waits.values()) == pytest.approx(sum(compute.values()))
+    t = alone.terms_ms
+    assert waits["dense_allreduce.wait_for_peers"] == pytest.approx(
+        t["output_a2a.reorder"] + t["dense_fwd_bwd.dense_compute"] + t["dense_fwd_bwd.dense_dispatch"])
+    assert waits["output_a2a.wait_for_peers"] == pytest.approx(alone.phases_ms["emb_fwd"])
+    assert shared.step_ms == pytest.approx(2 * alone.step_ms)
+
+
+def test_cores_busy_side_by_side_run_at_the_calibrated_efficiency():
+    """Efficiency 0.5 on 2 cores: 2 ranks (both cores busy) compute twice as slowly, without waiting;
+    4 ranks also wait for their peers, on the slower compute; transfers are not slowed by it."""
+    def ranks(world):
+        w = _four_ranks()
+        return Workload(w.method, w.batch_size, w.counters, w.shape, w.row_optimizer, world=world,
+                        ranks_per_node=world // 2)
+    for world in (2, 4):
+        base = predict(ranks(world), _profile(**NET, host_cores=2 * world))        # a core each, alone
+        half = predict(ranks(world), _profile(**NET, host_cores=2, host_parallel_efficiency=0.5))
+        compute = {k: v for k, v in base.terms_ms.items() if not k.endswith(".comm")}
+        for k, v in compute.items():
+            assert half.terms_ms[k] == pytest.approx(2 * v)
+        waits = sum(v for k, v in half.terms_ms.items() if k.endswith("wait_for_peers"))
+        assert waits == pytest.approx((world / 2 - 1) * 2 * sum(compute.values()))
+        for k in (k for k in base.terms_ms if k.endswith(".comm")):
+            assert half.terms_ms[k] == pytest.approx(world / 2 * base.terms_ms[k])
+    one = _four_ranks()
+    assert oversubscription(one, _profile(**NET, host_cores=8, host_parallel_efficiency=0.5))[0] == \
+        pytest.approx(1 + (2 - 1) * 3 / 7)  # 4 of 8 cores busy: 3/7 of the way to 1 / 0.5
+
+
+def test_the_core_count_comes_from_the_profile_else_the_record():
+    with_cores = predict(_four_ranks(cores=2), _profile(**NET))
+    assert any(k.endswith("wait_for_peers") for k in with_cores.terms_ms)
+    assert not any("cores unknown" in a for a in with_cores.assumptions)
+    unknown = predict(_four_ranks(), _profile(**NET))
+    assert not any(k.endswith("wait_for_peers") for k in unknown.terms_ms)
+    assert any("cores unknown" in a for a in unknown.assumptions)
+    one = predict(_workload("device", {}), _profile(host_cores=1))
+    assert not one.assumptions and not any(k.endswith("wait_for_peers") for k in one.terms_ms)
+
+
+def test_a_rank_reads_the_global_batch_and_computes_on_its_slice():
+    one = predict(Workload("device", 40, {"lookups": 1000, "unique_rows": 100}, _shape(100_000), "sgd"), _profile())
+    four = predict(_four_ranks(), _profile(**NET, host_cores=4))
+    assert four.terms_ms["data.read_batch"] == pytest.approx(one.terms_ms["data.read_batch"])
+    dense = "dense_fwd_bwd.dense_compute"
+    assert four.terms_ms[dense] == pytest.approx(one.terms_ms[dense] / 4)
 
 
 # -- overlap ---------------------------------------------------------------------------------------------
@@ -201,8 +317,9 @@ def test_every_shipped_profile_loads_and_names_its_sources(path):
         assert all(p.has(k) for k in ("intra_node_bw", "inter_node_bw", "collective_latency_us"))
     for key, rate in p.rates.items():
         assert rate.value > 0 and rate.unit
-        assert "assumed" in rate.source or "datasheet" in rate.source or "paper" in rate.source or \
-            "setting" in rate.source, f"{path.name}: {key} does not say where its value comes from"
+        assert any(word in rate.source for word in ("assumed", "datasheet", "paper", "setting", "product page",
+                                                    "Intel ARK")), f"{path.name}: {key} does not say its source"
+    assert p.value("host_cached_gather_row_ns") > 0 and p.value("host_data_sample_ns") > 0
 
 
 def test_the_three_required_profiles_ship():
@@ -301,6 +418,25 @@ def test_validation_error_arithmetic_and_the_five_percent_filter(tmp_path):
     assert summary["phases"] == "emb_fwd, dense_fwd_bwd"  # d2h is below 5% of the step
     assert summary["median_abs_phase_error"] == pytest.approx(0.25)  # median of |-0.5| and 0
     assert summary["runs"] == 1 and summary["runs_unstable"] == 0
+
+
+def test_scale_out_runs_are_validated_only_with_network_rates(tmp_path):
+    one = _fake_record("hybrid", {"emb_fwd": 1.0, "dense_fwd_bwd": 1.0})
+    two = _fake_record("sharded", {"emb_fwd": 1.0, "dense_fwd_bwd": 1.0, "output_a2a": 1.0})
+    two["summary"].update(world=2, ranks_per_node=1)
+    two["summary"]["counters_per_step"].update(served_lookups=1000, output_a2a_bytes=1e5, inter_node_bytes=1e5)
+    write_validation([one, two], _profile(), tmp_path)
+    rows = pd.read_csv(tmp_path / "costmodel_validation.csv")
+    assert set(rows["method"]) == {"hybrid"}
+    assert "1 scale-out run(s) left out" in (tmp_path / "costmodel_validation.md").read_text()
+    write_validation([one, two], _profile(**NET), tmp_path)
+    rows = pd.read_csv(tmp_path / "costmodel_validation.csv")
+    assert set(rows["method"]) == {"hybrid", "sharded"}
+    assert set(rows[rows["method"] == "sharded"]["world"]) == {2}
+    assert "left out" not in (tmp_path / "costmodel_validation.md").read_text()
+    by = rows[rows["method"] == "sharded"].set_index("phase")
+    # each rank sends 50 kB at 1 GB/s plus 10 us, then reorders its 500 vectors (a 32 kB buffer: cached)
+    assert by.loc["output_a2a", "modelled_ms"] == pytest.approx(1e5 / 2 / 1e6 + 0.01 + 500 * 5e-6 + 2e-3)
 
 
 def test_unstable_runs_are_listed_but_left_out_of_the_summary(tmp_path):

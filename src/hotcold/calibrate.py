@@ -8,17 +8,33 @@ drawn per table with the Criteo-style generator's power law, so gathers see
 the runs' repeats and cached hot rows (uniform ids over a table beyond the
 cache cost some 20x more a row here).
 
+Gathers and scatters are also timed on a table of ``SMALL_TABLE_MIB`` that
+fits in the last-level cache (the cost model uses those rates for tables that
+fit: cache slots, scratchpads, per-batch buffers), and the data phase is timed
+as the loader runs it: memory-mapped reads of a batch of sorted rows of a
+dataset written in the real format.
+
 On a CPU the trainer device is host memory and ``.to(cpu)`` is a no-op, so
-the profile is of kind ``cpu`` with host rates only. With ``device="cuda"``
-it adds pinned H2D/D2H bandwidth, device bandwidth, a device row gather's
-share of it and the kernel latency, timed with CUDA events, and the dense
-rate on the GPU. Collective rates need several GPUs and are not measured.
+the profile is of kind ``cpu`` with host rates, the core count, how fast
+one-thread processes run side by side (the dense step alone, then one per core
+at once), and the network rates of the scale-out runs here: P gloo processes on this machine,
+whose "nodes" are simulated, so intra- and inter-node traffic both go over
+loopback; two processes of one thread each time ``all_to_all_single`` at a few
+sizes and a line ``latency + bytes / bandwidth`` is fitted. With
+``device="cuda"`` it adds pinned H2D/D2H bandwidth, device bandwidth, a device
+row gather's share of it and the kernel latency, timed with CUDA events, and
+the dense rate on the GPU; NCCL collectives need two GPUs, so a CUDA profile
+has no network rates.
 """
 from __future__ import annotations
 
 import datetime as dt
+import multiprocessing
+import os
 import platform
+import socket
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -31,6 +47,9 @@ from hotcold.costmodel import ALL_RATES, ModelShape, profile_from_dict
 from hotcold.files import atomic_write_text
 
 MiB = 1 << 20
+SMALL_TABLE_MIB = 2          # a table that fits in any server's last-level cache
+DATA_BATCHES = 200           # the calibration dataset's rows, in batches (the default runs' split: ~220)
+GLOO_BYTES = (1 << 10, 16 << 10, 128 << 10, 512 << 10, 2 << 20)  # bytes each rank sends its peer
 
 
 def _median_ms(fn: Callable[[], Any], repeats: int, sync: Callable[[], None] = lambda: None) -> float:
@@ -91,17 +110,28 @@ class Calibration:
         uniq = torch.unique(ids)
         uniq = uniq[torch.randperm(uniq.numel(), generator=self.gen)]
         vals = torch.rand(uniq.numel(), self.dim)
+        small_rows = SMALL_TABLE_MIB * MiB // row
+        small = torch.rand(small_rows, self.dim)
+        small_ids = torch.from_numpy(_powerlaw_ids(self.batch, k, small_rows, 2))
+        small_uniq = torch.unique(small_ids)
+        small_uniq = small_uniq[torch.randperm(small_uniq.numel(), generator=self.gen)]
+        small_vals = torch.rand(small_uniq.numel(), self.dim)
         col = np.random.default_rng(0).integers(0, 100_000, size=(self.batch, k))
         offsets = np.arange(k, dtype=np.int64) * 100_000
         a = torch.ones(1)
-        ms = _interleaved({
-            "copy": lambda: dst.copy_(src),
-            "gather": lambda: table.index_select(0, ids),
-            "scatter": lambda: table.index_copy_(0, uniq, vals),
-            "plan": lambda: torch.from_numpy(to_global(col, offsets)).reshape(-1),
-            "unique": lambda: torch.unique(ids, return_inverse=True, return_counts=True),
-            "op": lambda: [a.add(a) for _ in range(1000)],
-        }, self.repeats)
+        with tempfile.TemporaryDirectory(prefix="hotcold-calibrate-") as tmp:
+            batches = _data_batches(Path(tmp), self.batch, k, self.repeats + 1)
+            ms = _interleaved({
+                "copy": lambda: dst.copy_(src),
+                "gather": lambda: table.index_select(0, ids),
+                "scatter": lambda: table.index_copy_(0, uniq, vals),
+                "small_gather": lambda: small.index_select(0, small_ids),
+                "small_scatter": lambda: small.index_copy_(0, small_uniq, small_vals),
+                "data": batches.__next__,
+                "plan": lambda: torch.from_numpy(to_global(col, offsets)).reshape(-1),
+                "unique": lambda: torch.unique(ids, return_inverse=True, return_counts=True),
+                "op": lambda: [a.add(a) for _ in range(1000)],
+            }, self.repeats)
         bw = n * 4 / (ms["copy"] * 1e6)
         self.put("host_memory_bw", bw, "copy of a 64 MiB float32 tensor, bytes copied / time")
         mib = self.rows * row // MiB
@@ -111,6 +141,20 @@ class Calibration:
         self.put("host_scatter_row_ns", ms["scatter"] * 1e6 / uniq.numel() - row / bw,
                  f"index_copy_ of the {uniq.numel()} distinct rows of those ids into the same table, per row, "
                  "less its bytes at host_memory_bw")
+        self.put("host_cached_gather_row_ns", ms["small_gather"] * 1e6 / small_ids.numel(),
+                 f"index_select of {small_ids.numel()} power-law ids from a {SMALL_TABLE_MIB} MiB table of "
+                 f"{self.dim} floats (it fits in the last-level cache), per row, its bytes included")
+        self.put("host_cached_scatter_row_ns", ms["small_scatter"] * 1e6 / small_uniq.numel(),
+                 f"index_copy_ of their {small_uniq.numel()} distinct rows into the same table, per row, "
+                 "its bytes included")
+        sample = (13 + k + 1) * 4
+        self.put("host_data_sample_ns", ms["data"] * 1e6 / self.batch - sample / bw,
+                 f"BatchLoader reading a batch of {self.batch} sorted random rows of a memory-mapped dataset of "
+                 f"{DATA_BATCHES} batches (13 float32 dense, {k} int32 ids, a float32 label: {sample} bytes a "
+                 "sample; pages touched before), per sample, less its bytes at host_memory_bw")
+        cache_mib, where = _last_level_cache_mib()
+        self.put("host_cache_mib", cache_mib, where)
+        self.put("host_cores", _cores(), "the cores this process may run on (os.sched_getaffinity)")
         self.put("host_id_plan_ns", ms["plan"] * 1e6 / col.size, f"to_global of a [{self.batch}, {k}] id batch, per id")
         self.put("host_unique_ns", ms["unique"] * 1e6 / self.lookups,
                  f"torch.unique (inverse, counts) of those {ids.numel()} ids, per id")
@@ -144,6 +188,21 @@ class Calibration:
         self.put("host_directory_row_ns", (t1 * 1e6 - slot_ns * c1) / u1,
                  f"the same at {c1} slots, less the slots' share, per unique row ({u1:.0f} a step)")
 
+    # -- collectives ------------------------------------------------------------------------------
+
+    def network(self, sizes: tuple[int, ...] = GLOO_BYTES) -> None:
+        """Loopback gloo collectives: the scale-out runs' P processes on this machine, one thread each."""
+        points = gloo_all_to_all_ms(sizes, max(5, self.repeats))
+        latency_us, bw = fit_latency_bandwidth(points)
+        sizes_kib = ", ".join(f"{b // 1024}" for b, _ in points)
+        how = (f"all_to_all_single between 2 gloo processes (1 thread each) on 127.0.0.1, each sending its peer "
+               f"{sizes_kib} KiB; median of repeats per size, then a weighted least-squares line ms = latency + "
+               "bytes / bandwidth")
+        self.put("collective_latency_us", latency_us, f"{how}: its intercept")
+        for key in ("intra_node_bw", "inter_node_bw"):
+            self.put(key, bw, f"{how}: 1 / its slope. The scale-out runs here simulate their nodes "
+                              "(ranks_per_node): intra- and inter-node traffic both go over loopback, at this rate")
+
     # -- dense --------------------------------------------------------------------------------------
 
     def dense(self, device: torch.device, op_us: float, on: str | None = None) -> None:
@@ -171,12 +230,25 @@ class Calibration:
             ms = _cuda_ms(step, self.repeats)
         else:
             ms = _median_ms(step, self.repeats)
+            self._parallel(step)
         flops = shape.flops_per_sample() * self.batch
         compute_ms = max(ms - shape.dense_ops() * op_us * 1e-3, ms * 0.05)
         self.put("dense_flops", flops / (compute_ms * 1e6),
                  f"DLRM dense step (13 dense, {k} tables, D={self.dim}, MLPs {list(cfg.bottom_mlp)}/"
                  f"{list(cfg.top_mlp)}, batch {self.batch}; forward, backward, Adagrad): counted FLOPs / "
                  f"(time less {shape.dense_ops()} ops of dispatch)", on)
+
+    def _parallel(self, step: Callable[[], None]) -> None:
+        """How well this machine's cores run one-thread processes side by side (the scale-out ranks):
+        the dense step alone in one forked process, then in one per core at once."""
+        cores = min(_cores(), 8)
+        if cores < 2 or "fork" not in multiprocessing.get_all_start_methods():
+            return
+        alone = _concurrent_ms(step, 1, self.repeats)[0]
+        together = statistics.median(_concurrent_ms(step, cores, self.repeats))
+        self.put("host_parallel_efficiency", min(1.0, alone / together),
+                 f"the dense step (one thread) alone in a process, then in {cores} processes at once, one per core: "
+                 "median time alone / median time together")
 
     # -- CUDA ---------------------------------------------------------------------------------------
 
@@ -211,6 +283,145 @@ class Calibration:
         ms = _cuda_ms(lambda: [a.add_(1) for _ in range(1000)], r)
         self.put("device_kernel_us", ms, "1000 one-element additions back to back, per kernel (CUDA events)", name)
         return name
+
+
+def _concurrent_ms(fn: Callable[[], Any], procs: int, repeats: int) -> list[float]:
+    """Median ms of ``fn`` in each of ``procs`` forked one-thread processes started together."""
+    import json
+
+    ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(procs)
+
+    def child(path: str) -> None:
+        torch.set_num_threads(1)
+        barrier.wait()
+        atomic_write_text(Path(path), json.dumps(_median_ms(fn, repeats)))
+
+    with tempfile.TemporaryDirectory(prefix="hotcold-parallel-") as tmp:
+        paths = [str(Path(tmp) / f"{i}.json") for i in range(procs)]
+        children = [ctx.Process(target=child, args=(path,)) for path in paths]
+        for c in children:
+            c.start()
+        for c in children:
+            c.join()
+        if any(c.exitcode for c in children):
+            raise ConfigError(f"calibrate: a benchmark process failed (exit codes {[c.exitcode for c in children]})")
+        return [float(json.loads(Path(path).read_text())) for path in paths]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _gloo_worker(rank: int, world: int, port: int, sizes: tuple[int, ...], repeats: int, out: str) -> None:
+    """One rank of the loopback benchmark; rank 0 writes {bytes: median ms} to ``out`` as JSON."""
+    import json
+
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=dt.timedelta(seconds=60))
+    try:
+        result = {}
+        for nbytes in sizes:
+            src = torch.rand(world * max(1, nbytes // 4))
+            dst = torch.empty_like(src)
+            times = []
+            for r in range(repeats + 1):
+                dist.barrier()
+                t0 = time.perf_counter_ns()
+                dist.all_to_all_single(dst, src)
+                if r:
+                    times.append((time.perf_counter_ns() - t0) / 1e6)
+            result[str(nbytes)] = statistics.median(times)
+        if rank == 0:
+            atomic_write_text(Path(out), json.dumps(result))
+    finally:
+        dist.destroy_process_group()
+
+
+def gloo_all_to_all_ms(sizes: tuple[int, ...], repeats: int) -> list[tuple[int, float]]:
+    """(bytes each rank sends its peer, median ms) of ``all_to_all_single`` between two gloo processes
+    (forked; spawned where there is no fork) on 127.0.0.1, one thread each."""
+    import json
+
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="hotcold-gloo-") as tmp:
+        out = Path(tmp) / "times.json"
+        # fork where there is one: a spawned child spends seconds importing torch; the children use one
+        # thread each, so the parent's thread pools are never entered after the fork
+        method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+        mp.start_processes(_gloo_worker, args=(2, _free_port(), tuple(sizes), repeats, str(out)), nprocs=2,
+                           join=True, start_method=method)
+        result = json.loads(out.read_text())
+    return [(int(b), float(ms)) for b, ms in result.items()]
+
+
+def fit_latency_bandwidth(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """(latency us, bandwidth GB/s) of the line ``ms = latency + bytes / bandwidth`` through
+    (bytes, ms) points, least squares weighted by 1 / ms^2 (relative errors: the small sizes fix the
+    latency, the large ones the bandwidth). A negative intercept is a latency below resolution: 0."""
+    if len({b for b, _ in points}) < 2 or any(ms <= 0 or b < 0 for b, ms in points):
+        raise ConfigError(f"collective fit: need positive times at two sizes or more, got {points}")
+    x = np.array([b for b, _ in points], dtype=np.float64)
+    y = np.array([ms for _, ms in points], dtype=np.float64)
+    w = 1.0 / y**2
+    a = np.stack([np.ones_like(x), x], axis=1) * np.sqrt(w)[:, None]
+    (intercept, slope), *_ = np.linalg.lstsq(a, y * np.sqrt(w), rcond=None)
+    if slope <= 0:
+        raise ConfigError(f"collective fit: the times do not grow with the bytes sent ({points}): "
+                          "the machine was too busy to measure; calibrate again on a quieter machine")
+    return max(float(intercept), 0.0) * 1e3, 1.0 / (float(slope) * 1e6)
+
+
+def _data_batches(root: Path, batch: int, columns: int, count: int) -> Any:
+    """An iterator of ``count`` training batches (``BatchLoader``, global shuffle) over a dataset of
+    ``DATA_BATCHES`` batches written under ``root`` in the real format, its pages read once before."""
+    from hotcold.data.format import Dataset, write_dataset
+    from hotcold.data.loader import BatchLoader
+
+    n = DATA_BATCHES * batch
+    rng = np.random.default_rng(3)
+    test = max(1, n // 100)
+    write_dataset(root / "data", dense=rng.random((n, 13), dtype=np.float32),
+                  sparse=rng.integers(0, 1000, size=(n, columns), dtype=np.int32),
+                  labels=(rng.random(n) < 0.25).astype(np.float32), cardinalities=[1000] * columns,
+                  splits={"train": (0, n - test), "test": (n - test, n)}, meta={"name": "calibrate"})
+    ds = Dataset.open(root / "data")
+    for arr in (ds.dense, ds.sparse, ds.labels):
+        float(np.asarray(arr).sum())
+    return iter(BatchLoader(ds, "train", batch, steps=count, seed=0))
+
+
+def _last_level_cache_mib() -> tuple[float, str]:
+    """(MiB, how it was found) of the largest data or unified CPU cache the kernel reports."""
+    best = 0.0
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for index in sorted(base.glob("index*")) if base.is_dir() else []:
+        try:
+            if (index / "type").read_text().strip() not in ("Data", "Unified"):
+                continue
+            size = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        scale = {"K": 1 / 1024, "M": 1.0, "G": 1024.0}.get(size[-1:].upper())
+        if scale and size[:-1].isdigit():
+            best = max(best, int(size[:-1]) * scale)
+    if best:
+        return best, "the largest data/unified cache of cpu0 the Linux kernel reports (sysfs cpu cache index)"
+    return float(SMALL_TABLE_MIB), (f"not reported by the system: the {SMALL_TABLE_MIB} MiB table of the cached-row "
+                                    "benchmarks is the largest known to fit")
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 def _interleaved(benchmarks: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
@@ -249,8 +460,11 @@ def _cpu_name() -> str:
 
 
 def calibrate(device: str = "cpu", dim: int = 16, batch_size: int = 1024, lookups: int | None = None,
-              repeats: int = 15, table_mib: int = 64, name: str | None = None) -> dict[str, Any]:
-    """Measure the rates; the profile as a mapping (validated by ``costmodel.profile_from_dict``)."""
+              repeats: int = 15, table_mib: int = 64, name: str | None = None, network: bool = True) -> dict[str, Any]:
+    """Measure the rates; the profile as a mapping (validated by ``costmodel.profile_from_dict``).
+
+    ``network``: on a CPU, also time loopback gloo collectives (two spawned processes, a few seconds).
+    """
     if device not in ("cpu", "cuda"):
         raise ConfigError(f"calibrate: device must be cpu or cuda, got {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
@@ -267,9 +481,14 @@ def calibrate(device: str = "cpu", dim: int = 16, batch_size: int = 1024, lookup
                                             cal.rates["device_kernel_us"]["value"]), on)
     else:
         cal.dense(torch.device("cpu"), cal.rates["host_op_us"]["value"])
+        if network:
+            cal.network()
     label = on or cal.cpu
+    left = ("; no network rates: NCCL collectives need two GPUs" if device == "cuda"
+            else "" if network else "; no network rates (not asked for)")
     profile = {"name": name or f"calibrated-{device}",
-               "description": f"{label}, torch {torch.__version__}, measured by hotcold calibrate on {cal.when}",
+               "description": f"{label}, torch {torch.__version__}, measured by hotcold calibrate on {cal.when}"
+                              f"{left}",
                "kind": "gpu" if device == "cuda" else "cpu", "rates": cal.rates}
     profile_from_dict(profile, "calibrate")  # what we write must load
     return profile

@@ -10,7 +10,17 @@ named term, so a prediction says which term dominates.
 Primitive costs (ms), from the profile's rates:
 
 - a host row gather (``index_select``) or scatter (``index_copy_``,
-  ``index_add_``) of n rows of b bytes: ``n * row_ns + n * b / host_memory_bw``;
+  ``index_add_``) of n rows of b bytes: ``n * row_ns + n * b / host_memory_bw``
+  from a table larger than the last-level cache, ``n * cached_row_ns`` from one
+  that fits. The rule: the table the phase gathers from (every row for
+  ``device`` and ``hybrid``; a cache's slots; FAE's hot rows; ScratchPipe's
+  scratchpad; a rank's shard; a per-batch buffer such as ``sum_by_index``'s
+  [unique, D]) fits when ``sharers x its bytes <= host_cache_mib``, sharers
+  being the processes on one machine (a ``cpu`` profile: the run's P ranks;
+  a ``gpu`` profile: the ranks of a node). A table of unknown size (no dataset,
+  no report to infer it from) is taken to be large;
+- the loader's read of the global batch of B samples (every rank reads it and
+  keeps its slice): ``B * host_data_sample_ns + B * sample_bytes / host_memory_bw``;
 - an element-wise pass over b bytes: ``b / memory_bw``;
 - id planning: ``ids * host_id_plan_ns`` (global rows from column ids) and
   ``ids * host_unique_ns`` (``torch.unique`` with inverse and counts);
@@ -41,6 +51,15 @@ Overlap (what the techniques claim, as the code implements it):
   flight; ``early_lookup`` is their time, and ``grad_a2a`` is what remains of
   the collective after them (``max(0, a2a - early)``).
 - Nothing else overlaps: the timer's phases are sequential on the training path.
+
+Shared cores (a ``cpu`` profile, P ranks of t threads on C = ``host_cores``
+cores, the record's core count when the profile has none): at P t > C the
+ranks take turns. A rank waiting in a gloo collective sleeps, so its compute
+phases run at full speed; before each collective it waits ``(P t / C - 1)``
+times the compute it did since the previous collective (the peers' turns:
+``<collective>.wait_for_peers``), and loopback transfers, CPU work, take
+``P t / C`` times longer. A GPU profile gives each rank its own GPU: no sharing.
+A rank's dense step and the batch it ships are its 1/P slice of the global batch.
 
 Collectives: every rank sends its bytes to ranks on its own node at
 ``intra_node_bw`` and to other nodes at ``inter_node_bw`` (both per GPU, one
@@ -76,6 +95,19 @@ HOST_RATES = {
     "host_directory_slot_ns": ("ns/slot", "directory scan per slot when choosing victims"),
     "host_op_us": ("us/op", "host dispatch latency of one tensor op"),
     "dense_flops": ("GFLOP/s", "fp32 rate the DLRM MLPs and interaction reach (forward, backward, optimizer)"),
+    "host_cache_mib": ("MiB", "last-level cache of the host: the tables that fit in it use the cached row rates"),
+    "host_cached_gather_row_ns": ("ns/row", "a host row gather from a table that fits in the last-level cache, "
+                                            "per row, its bytes included"),
+    "host_cached_scatter_row_ns": ("ns/row", "a host row scatter into a table that fits in the last-level cache, "
+                                             "per row, its bytes included"),
+    "host_data_sample_ns": ("ns/sample", "the loader's read of one sample (memory-mapped dense features, ids and "
+                                         "label at sorted rows, into tensors) beyond its bytes"),
+}
+#: optional: the cores the processes of a ``cpu`` profile's machine share
+SHARED_RATES = {
+    "host_cores": ("count", "cores the host's processes share: P ranks of t threads beyond them slow down"),
+    "host_parallel_efficiency": ("fraction", "a one-thread process's speed when every core runs one, as a share "
+                                             "of its speed alone (shared caches, memory, hyperthreads)"),
 }
 DEVICE_RATES = {
     "pcie_h2d_bw": ("GB/s", "host-to-device copy bandwidth, pinned, effective"),
@@ -91,10 +123,11 @@ COMM_RATES = {
     "inter_node_bw": ("GB/s", "inter-node (InfiniBand/Ethernet) bandwidth per GPU, one direction"),
     "gpus_per_node": ("count", "GPUs (ranks) per node"),
 }
-ALL_RATES = {**HOST_RATES, **DEVICE_RATES, **COMM_RATES}
+ALL_RATES = {**HOST_RATES, **SHARED_RATES, **DEVICE_RATES, **COMM_RATES}
 #: the scale-out collectives (``distributed.traffic.COLLECTIVES``) and their phases, same names
 COLLECTIVES = ("input_a2a", "output_a2a", "grad_a2a", "replica_allreduce", "column_allreduce", "dense_allreduce")
 FLOAT = 4
+MiB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -168,7 +201,7 @@ def profile_from_dict(data: Any, where: str) -> HardwareProfile:
             raise ConfigError(f"{at}: unit must be {unit!r}, got {entry['unit']!r}")
         if not isinstance(entry["source"], str) or len(entry["source"].strip()) < 8:
             raise ConfigError(f"{at}: source must say where the value comes from, got {entry['source']!r}")
-        if key == "device_gather_efficiency" and v > 1:
+        if key in ("device_gather_efficiency", "host_parallel_efficiency") and v > 1:
             raise ConfigError(f"{at}: a share of the bandwidth is at most 1, got {v!r}")
         rates[key] = Rate(float(v), unit, entry["source"].strip())
     return HardwareProfile(data["name"], data["description"].strip(), kind, rates)
@@ -198,13 +231,24 @@ class ModelShape:
     bottom_mlp: tuple[int, ...] = (64, 16)
     top_mlp: tuple[int, ...] = (64, 32, 1)
     history: int = 0          # sequence model: events of the history (0: DLRM)
+    rows: int = 0             # embedding rows of all tables (0: unknown)
 
     @classmethod
     def of(cls, ds: Any, model_cfg: Any) -> "ModelShape":
         """From an open ``Dataset`` and a ``ModelConfig``."""
         hist = int(ds.sequence["max_length"]) if ds.sequence else 0
         return cls(ds.num_dense, ds.num_tables, model_cfg.embedding_dim, tuple(model_cfg.bottom_mlp),
-                   tuple(model_cfg.top_mlp), hist)
+                   tuple(model_cfg.top_mlp), hist, int(sum(ds.cardinalities)))
+
+    @property
+    def id_columns(self) -> int:
+        """Id columns of a sample: one per table, and a history's events (item and category each)."""
+        return self.num_tables if not self.history else 3 + 2 * self.history
+
+    @property
+    def sample_bytes(self) -> int:
+        """Bytes the loader reads for one sample: float32 dense features, int32 ids, a float32 label."""
+        return (self.num_dense + self.id_columns + 1) * FLOAT
 
     def _layers(self) -> list[tuple[int, int]]:
         d = self.dim
@@ -247,6 +291,8 @@ class Workload:
     report: dict[str, Any] = field(default_factory=dict)        # the record's store report
     world: int = 1
     ranks_per_node: int = 1
+    threads: int = 1                                            # torch threads of each rank
+    cores: int = 0                                              # the run's machine's cores (0: not recorded)
     assumptions: tuple[str, ...] = ()
 
     @classmethod
@@ -261,6 +307,7 @@ class Workload:
         cfg, summary = record.get("config", {}), record["summary"]
         model, train = cfg.get("model", {}), cfg.get("train", {})
         dist = cfg.get("distributed", {})
+        prov = record.get("provenance") or {}
         counters = {k: float(v) for k, v in summary.get("counters_per_step", {}).items()}
         batch = int(summary.get("batch_size", train.get("batch_size", 1024)))
         notes = []
@@ -275,6 +322,7 @@ class Workload:
                    store=dict(cfg.get("store") or {}), report=dict(record.get("store") or {}),
                    world=int(summary.get("world", dist.get("world", 1)) or 1),
                    ranks_per_node=int(summary.get("ranks_per_node", dist.get("ranks_per_node", 1)) or 1),
+                   threads=int(prov.get("threads", 1) or 1), cores=int(prov.get("cores", 0) or 0),
                    assumptions=tuple(notes))
 
     def c(self, name: str) -> float:
@@ -291,6 +339,21 @@ class Workload:
     @property
     def row_bytes(self) -> int:
         return (self.shape.dim + self.state_width) * FLOAT
+
+    def table_rows(self) -> float:
+        """Embedding rows of all tables: the dataset's, else what the store report implies, else inf (a
+        table of unknown size is taken to be larger than any cache)."""
+        if self.shape.rows:
+            return float(self.shape.rows)
+        r = self.report
+        for part, share in (("capacity", "cache_ratio"), ("hot_rows", "hot_ratio")):
+            if r.get(part) and r.get(share):
+                return float(r[part]) / float(r[share])
+        return math.inf
+
+    def table_bytes(self, rows: float, width: int | None = None) -> float:
+        """Bytes of a table of ``rows`` rows of ``width`` bytes (default: one embedding vector)."""
+        return rows * (self.vector_bytes if width is None else width)
 
 
 # -- the prediction ------------------------------------------------------------------------------------
@@ -310,11 +373,20 @@ class Prediction:
 
 
 class _Costs:
-    """Primitive costs in ms on one profile (see the module docstring)."""
+    """Primitive costs in ms on one profile (see the module docstring).
 
-    def __init__(self, p: HardwareProfile) -> None:
+    ``sharers``: the processes whose tables share the host's last-level cache (a run's ranks on one
+    machine): a table fits when ``sharers`` tables of its size do.
+    """
+
+    def __init__(self, p: HardwareProfile, sharers: int = 1) -> None:
         self.p = p
         self.host = p.kind == "cpu"
+        self.sharers = max(1, sharers)
+
+    def fits(self, table_bytes: float) -> bool:
+        """Whether a host table of ``table_bytes`` (one of each sharer) fits in the last-level cache."""
+        return table_bytes * self.sharers <= self.p.value("host_cache_mib") * MiB
 
     def _ns(self, key: str) -> float:
         return self.p.value(key) * 1e-6
@@ -322,10 +394,15 @@ class _Costs:
     def host_bytes(self, nbytes: float) -> float:
         return nbytes / (self.p.value("host_memory_bw") * 1e6)
 
-    def host_gather(self, rows: float, row_bytes: float) -> float:
+    def host_gather(self, rows: float, row_bytes: float, table_bytes: float = math.inf) -> float:
+        """A gather of ``rows`` rows from a table of ``table_bytes`` (default: larger than any cache)."""
+        if self.fits(table_bytes):
+            return rows * self._ns("host_cached_gather_row_ns")
         return rows * self._ns("host_gather_row_ns") + self.host_bytes(rows * row_bytes)
 
-    def host_scatter(self, rows: float, row_bytes: float) -> float:
+    def host_scatter(self, rows: float, row_bytes: float, table_bytes: float = math.inf) -> float:
+        if self.fits(table_bytes):
+            return rows * self._ns("host_cached_scatter_row_ns")
         return rows * self._ns("host_scatter_row_ns") + self.host_bytes(rows * row_bytes)
 
     def ops(self, n: float) -> float:
@@ -343,14 +420,15 @@ class _Costs:
             return self.host_bytes(nbytes)
         return nbytes / (self.p.value("device_memory_bw") * 1e6)
 
-    def dev_gather(self, rows: float, row_bytes: float) -> float:
+    def dev_gather(self, rows: float, row_bytes: float, table_bytes: float = math.inf) -> float:
+        """A gather on the trainer device; a GPU's does not depend on the table's size (one rate)."""
         if self.host:
-            return self.host_gather(rows, row_bytes)
+            return self.host_gather(rows, row_bytes, table_bytes)
         return rows * row_bytes / (self.p.value("device_memory_bw") * self.p.value("device_gather_efficiency") * 1e6)
 
-    def dev_scatter(self, rows: float, row_bytes: float) -> float:
+    def dev_scatter(self, rows: float, row_bytes: float, table_bytes: float = math.inf) -> float:
         if self.host:
-            return self.host_scatter(rows, row_bytes)
+            return self.host_scatter(rows, row_bytes, table_bytes)
         return self.dev_gather(rows, 2 * row_bytes)  # read-modify-write
 
     def h2d(self, nbytes: float, copies: float) -> float:
@@ -378,61 +456,67 @@ class _Terms:
 
 
 def _row_update(t: _Terms, c: _Costs, w: Workload, phase: str, lookups: float, unique: float,
-                on_host: bool) -> None:
-    """``sum_by_index`` then ``RowOptimizer.apply`` on ``unique`` rows (on the host or the trainer device)."""
+                on_host: bool, table_rows: float) -> None:
+    """``sum_by_index`` (into a [unique, D] buffer) then ``RowOptimizer.apply`` on ``unique`` rows of a
+    table of ``table_rows`` rows (on the host or the trainer device)."""
     d_bytes = w.vector_bytes
     gather = c.host_gather if on_host else c.dev_gather
     scatter = c.host_scatter if on_host else c.dev_scatter
     stream = c.host_bytes if on_host else c.dev_bytes
     ops = c.host_ops if on_host else c.ops
-    t.add(phase, "grad_sum", stream(unique * d_bytes) + scatter(lookups, d_bytes) + ops(2))
+    t.add(phase, "grad_sum", stream(unique * d_bytes) + scatter(lookups, d_bytes, unique * d_bytes) + ops(2))
     passes = 6 if w.state_width else 2  # adagrad: square, mean, divide, sqrt, scale, subtract
-    rows = gather(unique, d_bytes) + scatter(unique, d_bytes)
+    weights, state = w.table_bytes(table_rows), w.table_bytes(table_rows, FLOAT)
+    rows = gather(unique, d_bytes, weights) + scatter(unique, d_bytes, weights)
     if w.state_width:
-        rows += gather(unique, FLOAT) + scatter(unique, FLOAT)
+        rows += gather(unique, FLOAT, state) + scatter(unique, FLOAT, state)
     t.add(phase, "row_optimizer", rows + stream(passes * unique * d_bytes) + ops(14 if w.state_width else 5))
 
 
 def _batch_terms(t: _Terms, c: _Costs, w: Workload) -> None:
-    """The loop's own work: read the batch, ship dense features and labels, dense forward/backward."""
-    b, k, nd = w.batch_size, w.shape.num_tables if not w.shape.history else 3 + 2 * w.shape.history, w.shape.num_dense
-    sample_bytes = nd * FLOAT + k * 8 + FLOAT
-    t.add("data", "read_batch", c.host_gather(3 * b, sample_bytes / 3) + c.host_bytes(b * k * 8) + c.host_ops(6))
+    """The loop's own work: read the global batch (every rank reads it, then keeps its slice), ship the
+    rank's dense features and labels, its dense forward/backward."""
+    b, k, nd = w.batch_size, w.shape.id_columns, w.shape.num_dense
+    t.add("data", "read_batch", c.ids(b, "host_data_sample_ns") + c.host_bytes(b * w.shape.sample_bytes))
+    b = b / max(1, w.world)
     t.add("h2d", "ship_batch", c.h2d(b * (nd * FLOAT + k + FLOAT), 3) + c.ops(3) + c.dev_bytes(b * k * 9))
     t.add("dense_fwd_bwd", "dense_compute", w.shape.flops_per_sample() * b / (c.p.value("dense_flops") * 1e6))
     t.add("dense_fwd_bwd", "dense_dispatch", c.ops(w.shape.dense_ops()))
 
 
-def _device_lookup(t: _Terms, c: _Costs, w: Workload, lookups: float, unique: float, plan_phase: str) -> None:
-    """A batch served from rows in device memory (``device``, a cache, FAE's hot batch, ScratchPipe)."""
+def _device_lookup(t: _Terms, c: _Costs, w: Workload, lookups: float, unique: float, plan_phase: str,
+                   table_rows: float) -> None:
+    """A batch served from ``table_rows`` rows in device memory (``device``: every row; a cache's slots,
+    FAE's hot rows, ScratchPipe's scratchpad)."""
     t.add(plan_phase, "plan_ids", c.ids(lookups, "host_id_plan_ns") + c.ids(lookups, "host_unique_ns")
           + c.h2d(8 * (2 * lookups + unique), 3) + c.host_ops(6))
-    t.add("emb_fwd", "device_gather", c.dev_gather(lookups, w.vector_bytes) + c.ops(2))
-    _row_update(t, c, w, "emb_update", lookups, unique, on_host=c.host)
+    t.add("emb_fwd", "device_gather", c.dev_gather(lookups, w.vector_bytes, w.table_bytes(table_rows)) + c.ops(2))
+    _row_update(t, c, w, "emb_update", lookups, unique, on_host=c.host, table_rows=table_rows)
 
 
 def _host_lookup(t: _Terms, c: _Costs, w: Workload, lookups: float, unique: float) -> None:
     """The ``hybrid`` path: gather on the host, vectors over, gradients back, update on the host."""
     t.add("emb_fwd", "plan_ids", c.ids(lookups, "host_id_plan_ns") + c.host_ops(4))
-    t.add("emb_fwd", "host_gather", c.host_gather(lookups, w.vector_bytes))
+    t.add("emb_fwd", "host_gather", c.host_gather(lookups, w.vector_bytes, w.table_bytes(w.table_rows())))
     t.add("h2d", "vectors_h2d", c.h2d(lookups * w.vector_bytes, 1) + c.ops(1))
     t.add("d2h", "grads_d2h", c.d2h(lookups * w.vector_bytes, 1) + c.ops(1))
     t.add("emb_update", "unique_ids", c.ids(lookups, "host_unique_ns"))
-    _row_update(t, c, w, "emb_update", lookups, unique, on_host=True)
+    _row_update(t, c, w, "emb_update", lookups, unique, on_host=True, table_rows=w.table_rows())
 
 
-def _param_move(c: _Costs, w: Workload, rows: float, to_device: bool) -> float:
-    """Rows with their optimizer state between the host table and device slots: a gather on one side,
-    the copy, a scatter on the other (on a CPU: a host gather and a host scatter)."""
+def _param_move(c: _Costs, w: Workload, rows: float, to_device: bool, slots: float) -> float:
+    """Rows with their optimizer state between the host table and ``slots`` device slots: a gather on
+    one side, the copy, a scatter on the other (on a CPU: a host gather and a host scatter)."""
     if rows <= 0:
         return 0.0
-    parts = [(w.vector_bytes, True)] + ([(FLOAT, True)] if w.state_width else [])
     ms = 0.0
-    for nbytes, _ in parts:
-        src = c.host_gather if to_device else c.dev_gather
-        dst = c.dev_scatter if to_device else c.host_scatter
-        move = c.h2d if to_device else c.d2h
-        ms += src(rows, nbytes) + move(rows * nbytes, 1) + dst(rows, nbytes) + c.ops(3)
+    for nbytes in [w.vector_bytes] + ([FLOAT] if w.state_width else []):
+        host, dev = w.table_bytes(w.table_rows(), nbytes), w.table_bytes(slots, nbytes)
+        if to_device:
+            ms += c.host_gather(rows, nbytes, host) + c.h2d(rows * nbytes, 1) + c.dev_scatter(rows, nbytes, dev)
+        else:
+            ms += c.dev_gather(rows, nbytes, dev) + c.d2h(rows * nbytes, 1) + c.host_scatter(rows, nbytes, host)
+        ms += c.ops(3)
     return ms
 
 
@@ -441,28 +525,30 @@ def _cache(t: _Terms, c: _Costs, w: Workload) -> None:
     cap = float(w.report.get("capacity", 0) or 0)
     scan = cap if w.c("evictions") > 0 else 0.0
     t.add("h2d", "directory", c.ids(unique, "host_directory_row_ns") + c.ids(scan, "host_directory_slot_ns"))
-    t.add("d2h", "write_back", _param_move(c, w, w.c("param_rows_d2h"), to_device=False))
-    t.add("h2d", "fetch", _param_move(c, w, w.c("param_rows_h2d"), to_device=True))
-    t.add("h2d", "slots", c.host_gather(lookups, 8) + c.h2d(8 * (lookups + 2 * unique), 3) + c.host_ops(4))
-    _device_lookup(t, c, w, lookups, unique, "h2d")
+    t.add("d2h", "write_back", _param_move(c, w, w.c("param_rows_d2h"), to_device=False, slots=cap))
+    t.add("h2d", "fetch", _param_move(c, w, w.c("param_rows_h2d"), to_device=True, slots=cap))
+    slot_map = w.table_bytes(w.table_rows(), 8)  # the directory's slot of every row
+    t.add("h2d", "slots", c.host_gather(lookups, 8, slot_map) + c.h2d(8 * (lookups + 2 * unique), 3) + c.host_ops(4))
+    _device_lookup(t, c, w, lookups, unique, "h2d", table_rows=cap)
 
 
 def _fae(t: _Terms, c: _Costs, w: Workload) -> None:
     lookups, unique = w.c("lookups"), w.c("unique_rows")
     hot = min(1.0, max(0.0, w.c("hot_batch")))
     hot_rows = float(w.report.get("hot_rows", 0) or 0)
-    t.add("emb_fwd", "classify", c.host_gather(lookups, 4) + c.host_bytes(lookups * 9) + c.host_ops(4))
+    per_row = w.table_bytes(w.table_rows(), 4)  # FAE's hot-slot map: an int32 per row
+    t.add("emb_fwd", "classify", c.host_gather(lookups, 4, per_row) + c.host_bytes(lookups * 9) + c.host_ops(4))
     hot_t, cold_t = _Terms(), _Terms()
-    _device_lookup(hot_t, c, w, lookups, unique, "h2d")
-    hot_t.add("h2d", "slot_of", c.host_gather(lookups + unique, 4))
+    _device_lookup(hot_t, c, w, lookups, unique, "h2d", table_rows=hot_rows or w.table_rows())
+    hot_t.add("h2d", "slot_of", c.host_gather(lookups + unique, 4, per_row))
     _host_lookup(cold_t, c, w, lookups, unique)
     for share, part, label in ((hot, hot_t, "hot"), (1 - hot, cold_t, "cold")):
         for phase, name, ms in part.items:
             t.add(phase, f"{label}_{name}", share * ms)
     # a sync moves the whole hot set: the counters' param rows per step already average the syncs
     to_dev, to_host = w.c("param_rows_h2d"), w.c("param_rows_d2h")
-    t.add("h2d", "hot_sync_h2d", _param_move(c, w, to_dev, True) if hot_rows else 0.0)
-    t.add("d2h", "hot_sync_d2h", _param_move(c, w, to_host, False) if hot_rows else 0.0)
+    t.add("h2d", "hot_sync_h2d", _param_move(c, w, to_dev, True, hot_rows) if hot_rows else 0.0)
+    t.add("d2h", "hot_sync_d2h", _param_move(c, w, to_host, False, hot_rows) if hot_rows else 0.0)
 
 
 def _scratchpipe(t: _Terms, c: _Costs, w: Workload, step_without_side: float) -> None:
@@ -473,20 +559,25 @@ def _scratchpipe(t: _Terms, c: _Costs, w: Workload, step_without_side: float) ->
     scan = float(w.report.get("capacity", 0) or 0) if fetched > 0 else 0.0
     t.add("h2d", "admit", c.ids(lookups, "host_id_plan_ns") + c.ids(lookups, "host_unique_ns")
           + c.ids(unique, "host_directory_row_ns") + c.ids(scan, "host_directory_slot_ns") + c.host_ops(8))
+    cap = float(w.report.get("capacity", 0) or 0) or w.table_rows()
     parts = [w.vector_bytes] + ([FLOAT] if w.state_width else [])
-    copy_out = sum(c.dev_gather(evicted, b) + c.d2h(evicted * b, 1) for b in parts)
-    gather = sum(c.host_gather(fetched, b) for b in parts)
-    scatter = sum(c.host_scatter(evicted, b) for b in parts)
-    copy_in = sum(c.h2d(fetched * b, 1) + c.dev_scatter(fetched, b) for b in parts)
+    host = {b: w.table_bytes(w.table_rows(), b) for b in parts}
+    pad = {b: w.table_bytes(cap, b) for b in parts}
+    copy_out = sum(c.dev_gather(evicted, b, pad[b]) + c.d2h(evicted * b, 1) for b in parts)
+    gather = sum(c.host_gather(fetched, b, host[b]) for b in parts)
+    scatter = sum(c.host_scatter(evicted, b, host[b]) for b in parts)
+    copy_in = sum(c.h2d(fetched * b, 1) + c.dev_scatter(fetched, b, pad[b]) for b in parts)
     if c.host:  # copy-out and copy-in run on the training thread; gather and scatter on the workers
         t.add("h2d", "copy_out", copy_out)
         t.add("h2d", "copy_in", copy_in)
         side = {"gather": gather, "scatter": scatter}
     else:       # on a GPU every stage is off the training stream
         side = {"copy_out": copy_out, "gather": gather, "scatter": scatter, "copy_in": copy_in}
-    t.add("h2d", "slots", c.host_gather(lookups, 8) + c.h2d(8 * (lookups + 2 * unique), 3) + c.host_ops(3))
-    t.add("emb_fwd", "device_gather", c.dev_gather(lookups, w.vector_bytes) + c.ops(2))
-    _row_update(t, c, w, "emb_update", lookups, unique, on_host=c.host)
+    slot_map = w.table_bytes(w.table_rows(), 8)
+    t.add("h2d", "slots", c.host_gather(lookups, 8, slot_map) + c.h2d(8 * (lookups + 2 * unique), 3)
+          + c.host_ops(3))
+    t.add("emb_fwd", "device_gather", c.dev_gather(lookups, w.vector_bytes, pad[w.vector_bytes]) + c.ops(2))
+    _row_update(t, c, w, "emb_update", lookups, unique, on_host=c.host, table_rows=cap)
     overlap = window * (step_without_side + sum(ms for _, _, ms in t.items))
     total = sum(side.values())
     exposed = max(0.0, total - overlap)
@@ -508,12 +599,15 @@ def _sharded(t: _Terms, c: _Costs, w: Workload) -> None:
     local, mine = lookups / max(1, w.world), _per_rank(w, served)
     early = _per_rank(w, w.c("early_lookups"))
     comm = collective_ms(w, c.p)
-    t.add("input_a2a", "route_ids", c.ids(local, "host_id_plan_ns") + c.host_gather(local, 8) + c.host_ops(8))
+    shard_rows = w.table_rows() / max(1, w.world)  # a row plan's rows, a column plan's slice: 1/P of the table
+    shard = w.table_bytes(shard_rows)
+    t.add("input_a2a", "route_ids", c.ids(local, "host_id_plan_ns") + c.host_gather(local, 8, local * 8)
+          + c.host_ops(8))
     t.add("input_a2a", "comm", comm.get("input_a2a", 0.0))
-    t.add("emb_fwd", "owner_gather", c.dev_gather(mine - early, w.vector_bytes) + c.ops(2))
+    t.add("emb_fwd", "owner_gather", c.dev_gather(mine - early, w.vector_bytes, shard) + c.ops(2))
     t.add("output_a2a", "comm", comm.get("output_a2a", 0.0))
-    t.add("output_a2a", "reorder", c.dev_gather(local, w.vector_bytes) + c.ops(2))
-    early_ms = c.dev_gather(early, w.vector_bytes) + (c.ops(2) if early else 0.0)
+    t.add("output_a2a", "reorder", c.dev_gather(local, w.vector_bytes, w.table_bytes(local)) + c.ops(2))
+    early_ms = c.dev_gather(early, w.vector_bytes, shard) + (c.ops(2) if early else 0.0)
     if w.method == "proactive":
         t.add("early_lookup", "early_gather", early_ms)
         t.add("grad_a2a", "comm", max(0.0, comm.get("grad_a2a", 0.0) - early_ms))
@@ -521,7 +615,8 @@ def _sharded(t: _Terms, c: _Costs, w: Workload) -> None:
     else:
         t.add("grad_a2a", "comm", comm.get("grad_a2a", 0.0))
     t.add("emb_update", "unique_ids", c.ids(mine, "host_unique_ns"))
-    _row_update(t, c, w, "emb_update", mine, _per_rank(w, w.c("unique_rows")) or mine, on_host=c.host)
+    _row_update(t, c, w, "emb_update", mine, _per_rank(w, w.c("unique_rows")) or mine, on_host=c.host,
+                table_rows=shard_rows)
     for name in ("replica_allreduce", "column_allreduce", "dense_allreduce"):
         if comm.get(name, 0.0) > 0:
             t.add(name, "comm", comm[name])
@@ -529,12 +624,13 @@ def _sharded(t: _Terms, c: _Costs, w: Workload) -> None:
 
 def predict(workload: Workload, profile: HardwareProfile) -> Prediction:
     """Modelled per-phase times of one step of ``workload`` on ``profile`` (see the module docstring)."""
-    c, w, t = _Costs(profile), workload, _Terms()
+    w, t = workload, _Terms()
+    c = _Costs(profile, sharers=w.world if profile.kind == "cpu" else w.ranks_per_node)
     _batch_terms(t, c, w)
     lookups, unique = w.c("lookups"), w.c("unique_rows")
     m = w.method
     if m == "device":
-        _device_lookup(t, c, w, lookups, unique, "h2d")
+        _device_lookup(t, c, w, lookups, unique, "h2d", table_rows=w.table_rows())
     elif m == "hybrid":
         _host_lookup(t, c, w, lookups, unique)
     elif m in ("lru", "lfu", "freqcache"):
@@ -550,6 +646,9 @@ def predict(workload: Workload, profile: HardwareProfile) -> Prediction:
         _sharded(t, c, w)
     else:
         raise ConfigError(f"cost model: no model of method {m!r}")
+    compute, slowdown, notes = oversubscription(w, profile)
+    if compute > 1 or slowdown > 1:
+        _shared_cores(t, compute, slowdown)
     phases: dict[str, float] = {}
     terms: dict[str, float] = {}
     for phase, name, ms in t.items:
@@ -559,7 +658,61 @@ def predict(workload: Workload, profile: HardwareProfile) -> Prediction:
     step = sum(phases.values())
     dominant = max(terms, key=terms.get) if terms else ""
     return Prediction(phases, terms, dict(t.hidden), step, w.batch_size / (step / 1e3) if step > 0 else math.nan,
-                      dominant, profile.name, w.assumptions)
+                      dominant, profile.name, w.assumptions + notes)
+
+
+#: a scale-out step's collectives in the order a rank reaches them (``train.py``, ``distributed/``)
+STEP_ORDER = ("input_a2a", "output_a2a", "dense_allreduce", "grad_a2a", "replica_allreduce", "column_allreduce")
+#: the compute a rank does before each collective (a phase, or ``phase.term``); the rest of the step
+#: (the row update after the last collective, the next batch's read) comes before the first one
+_BEFORE = {"output_a2a": ("emb_fwd",), "dense_allreduce": ("output_a2a.reorder", "dense_fwd_bwd"),
+           "grad_a2a": ("early_lookup",), "column_allreduce": ("emb_update.unique_ids", "emb_update.grad_sum")}
+
+
+def _shared_cores(t: _Terms, compute: float, slowdown: float) -> None:
+    """P ranks on one machine's C cores (``oversubscription``). Every compute term runs ``compute`` times
+    slower (cores busy side by side). At ``slowdown`` = P t / C > 1 the ranks take turns: a rank waiting
+    in a gloo collective sleeps, so before each collective it waits ``(slowdown - 1)`` times the compute it
+    did since the previous one (``<collective>.wait_for_peers``), and loopback transfers, CPU work, take
+    ``slowdown`` times longer. The step comes to ``slowdown x (compute + transfers)``."""
+    t.items = [(p, n, ms if n == "comm" else ms * compute) for p, n, ms in t.items]
+    if slowdown <= 1:
+        return
+    present = [c for c in STEP_ORDER if any(p == c and n == "comm" for p, n, _ in t.items)]
+    segment = {c: 0.0 for c in present}
+    for phase, name, ms in t.items:
+        if name == "comm" or not present:
+            continue
+        after = [c for c in present if phase in _BEFORE.get(c, ()) or f"{phase}.{name}" in _BEFORE.get(c, ())]
+        segment[after[0] if after else present[0]] += ms
+    t.items = [(p, n, ms * slowdown if n == "comm" else ms) for p, n, ms in t.items]
+    for c in present:
+        t.add(c, "wait_for_peers", (slowdown - 1) * segment[c])
+
+
+def oversubscription(w: Workload, profile: HardwareProfile) -> tuple[float, float, tuple[str, ...]]:
+    """(compute factor, slowdown, notes) of a scale-out run's P ranks of t threads on a ``cpu`` profile's
+    machine of C cores (``host_cores``, else the record's; unknown: no sharing, and said so).
+
+    Slowdown ``max(1, P t / C)``: the ranks take turns (``_shared_cores``). Compute factor: with b =
+    ``min(P t, C)`` cores busy at once, ``1 + (1 / e - 1) (b - 1) / (C - 1)``, e being the profile's
+    ``host_parallel_efficiency`` (1 when not calibrated, and said so). One process, or a ``gpu`` profile
+    (a GPU and its host cores per rank): (1, 1)."""
+    if profile.kind != "cpu" or w.world <= 1:
+        return 1.0, 1.0, ()
+    demand = max(1, w.world) * max(1, w.threads)
+    cores = int(profile.value("host_cores")) if profile.has("host_cores") else w.cores
+    if not cores:
+        return 1.0, 1.0, (f"cores unknown: {demand} thread(s) assumed to have a core each",)
+    notes: tuple[str, ...] = ()
+    compute = 1.0
+    if cores > 1 and demand > 1:
+        if profile.has("host_parallel_efficiency"):
+            busy = min(demand, cores)
+            compute = 1 + (1 / profile.value("host_parallel_efficiency") - 1) * (busy - 1) / (cores - 1)
+        else:
+            notes = ("host_parallel_efficiency not calibrated: busy cores assumed as fast as one alone",)
+    return compute, max(1.0, demand / cores), notes
 
 
 def predict_record(record: Mapping[str, Any], profile: HardwareProfile,

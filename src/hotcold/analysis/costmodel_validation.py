@@ -23,7 +23,7 @@ from hotcold.files import atomic_write_text
 MIN_PHASE_SHARE = 0.05  # phases below this share of the measured step are listed but not summarised
 ROW_COLUMNS = ["dataset", "method", "variant", "seed", "world", "timer", "stable", "profile", "phase",
                "measured_ms", "modelled_ms", "rel_error", "measured_share", "dominant_term"]
-SUMMARY_COLUMNS = ["method", "variant", "profile", "runs", "runs_unstable", "phases", "median_abs_phase_error",
+SUMMARY_COLUMNS = ["method", "variant", "world", "profile", "runs", "runs_unstable", "phases", "median_abs_phase_error",
                    "step_error"]
 
 
@@ -74,15 +74,15 @@ def validation_frame(records: Sequence[dict[str, Any]], profile: HardwareProfile
 
 
 def summary_frame(rows: pd.DataFrame, min_share: float = MIN_PHASE_SHARE) -> pd.DataFrame:
-    """Per method and variant: median |relative error| over the phases >= ``min_share`` of the measured
-    step, and the step total's median error, over stable runs only (unstable ones are counted apart)."""
+    """Per method, variant and world size: median |relative error| over the phases >= ``min_share`` of the
+    measured step, and the step total's median error, over stable runs only (unstable ones are counted apart)."""
     out = []
-    for (method, variant, profile), g in rows.groupby(["method", "variant", "profile"], sort=True):
+    for (method, variant, world, profile), g in rows.groupby(["method", "variant", "world", "profile"], sort=True):
         runs = g.drop_duplicates(["dataset", "seed", "world"])
         stable = g[g["stable"]]
         phases = stable[(stable["phase"] != "step") & (stable["measured_share"] >= min_share)]
         steps = stable[stable["phase"] == "step"]
-        out.append({"method": method, "variant": variant, "profile": profile,
+        out.append({"method": method, "variant": variant, "world": int(world), "profile": profile,
                     "runs": int(runs["stable"].sum()), "runs_unstable": int((~runs["stable"]).sum()),
                     "phases": ", ".join(dict.fromkeys(phases["phase"])),
                     "median_abs_phase_error": float(np.median(np.abs(phases["rel_error"]))) if len(phases)
@@ -96,9 +96,13 @@ def markdown(rows: pd.DataFrame, summary: pd.DataFrame, profile: HardwareProfile
            "measured_share": "{:.0%}", "measured_ms": "{:.3f}", "modelled_ms": "{:.3f}"}
     lines = [f"# Cost model validation: profile `{profile.name}` (modelled) against measured phase times", "",
              f"Profile: {profile.description}", "",
-             f"Per method, stable runs only: the median absolute relative error over the phases that take at "
-             f"least {MIN_PHASE_SHARE:.0%} of the measured step, and the error of the step total "
+             f"Per method and world size, stable runs only: the median absolute relative error over the phases "
+             f"that take at least {MIN_PHASE_SHARE:.0%} of the measured step, and the error of the step total "
              "(modelled - measured) / measured. Measured: each phase's mean over the timed steps.", "",
+             *(["Scale-out runs (world > 1) are rank 0's phases: a collective's phase includes the wait for the "
+                "slowest peer. The model adds a wait only where the ranks outnumber the profile's cores "
+                "(`wait_for_peers`), so time lost to other programs on the machine shows as collective error.", ""]
+               if (rows["world"] > 1).any() else []),
              *([f"{left_out} scale-out run(s) left out: the profile has no network rates to model their "
                 "collectives.", ""] if left_out else []),
              to_markdown(summary, pct), "", "## Every run and phase", "",
