@@ -52,5 +52,5 @@ lint: $(STAMP)
 # Downloaded raw files (results/raw/) are kept: fetching them again takes hours.
 clean:
 	rm -rf results/data results/runs results/profiles results/sim results/shard_sim results/tables results/logs results/benchmarks \
-		results/hardware \
+		results/hardware results/report.html \
 		paper_figs/*.png paper_figs/*.pdf .snakemake
