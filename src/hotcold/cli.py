@@ -13,17 +13,21 @@ PROFILE, SIMULATE, AGGREGATE, TRAIN = ProfileConfig(), SimulateConfig(), Aggrega
 SHARD_SIM = ShardSimConfig()
 
 
+def _load_json_or_file(text: str, opening: str, what: str) -> Any:
+    """JSON given inline (``text`` starts with ``opening``), or the path of a JSON/YAML file holding it."""
+    if text.lstrip().startswith(opening):
+        return json.loads(text)
+    path = Path(text)
+    if not path.is_file():
+        raise ConfigError(f"{text!r} is neither {what} nor an existing file")
+    import yaml
+
+    return yaml.safe_load(path.read_text())
+
+
 def _load_mapping(text: str) -> dict[str, Any]:
     """A JSON object given inline, or the path of a JSON/YAML file holding one."""
-    if text.lstrip().startswith("{"):
-        data = json.loads(text)
-    else:
-        path = Path(text)
-        if not path.is_file():
-            raise ConfigError(f"{text!r} is neither a JSON object nor an existing file")
-        import yaml
-
-        data = yaml.safe_load(path.read_text())
+    data = _load_json_or_file(text, "{", "a JSON object")
     if not isinstance(data, dict):
         raise ConfigError("expected a mapping (JSON object)")
     return data
@@ -119,15 +123,7 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 def _load_runs(text: str) -> list[tuple[dict[str, Any], str]]:
     """``[{"run_config": {...}, "out": DIR}, ...]`` given inline, or the path of a JSON/YAML file holding it."""
-    if text.lstrip().startswith("["):
-        data = json.loads(text)
-    else:
-        path = Path(text)
-        if not path.is_file():
-            raise ConfigError(f"--runs {text!r} is neither a JSON list nor an existing file")
-        import yaml
-
-        data = yaml.safe_load(path.read_text())
+    data = _load_json_or_file(text, "[", "a JSON list")
     if not isinstance(data, list) or not data:
         raise ConfigError("--runs: expected a non-empty list of {run_config, out} objects")
     runs = []
