@@ -1,11 +1,10 @@
 """Shared fixtures: small datasets written in the real on-disk format."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import functools
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -102,3 +101,24 @@ def file_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         httpd.shutdown()
         httpd.server_close()
         thread.join()
+
+
+@pytest.fixture
+def drawn_figures(tmp_path: Path, monkeypatch):
+    """``draw(tables)``: the figures ``make_figures`` draws from ``tables``, by name, as they are before saving."""
+    from hotcold.analysis import figures
+
+    def draw(tables: Path) -> dict:
+        drawn = {}
+
+        def keep(fig, out_dir, stem):  # drawn, not written: saving is what ``test_figures_are_written`` checks
+            drawn[stem] = fig
+            return []
+
+        monkeypatch.setattr(figures, "save_atomic", keep)
+        figures.make_figures(tables, tmp_path / "figs")
+        for fig in drawn.values():
+            fig.draw_without_rendering()
+        return drawn
+
+    return draw

@@ -453,22 +453,6 @@ def judged_runs(tmp_path: Path) -> Path:
     return runs
 
 
-def drawn_figures(tables: Path, tmp_path: Path, monkeypatch) -> dict:
-    """The figures ``make_figures`` draws, by name, as they are before saving."""
-    from hotcold.analysis import figures
-    drawn = {}
-
-    def keep(fig, out_dir, stem):  # drawn, not written: saving is what ``test_figures_are_written`` checks
-        drawn[stem] = fig
-        return []
-
-    monkeypatch.setattr(figures, "save_atomic", keep)
-    figures.make_figures(tables, tmp_path / "figs")
-    for fig in drawn.values():
-        fig.draw_without_rendering()
-    return drawn
-
-
 def bars_by_label(ax) -> dict[str, list]:
     """The axes' bars by the x tick label they stand on (its first line)."""
     ticks = {round(t): lab.get_text().split("\n")[0] for t, lab in zip(ax.get_xticks(), ax.get_xticklabels())}
@@ -490,9 +474,9 @@ def whisker_spans(ax) -> dict[str, tuple[float, float]]:
     return spans
 
 
-def test_a_disturbed_run_is_hatched_in_the_timed_figures(judged_runs: Path, tmp_path: Path, monkeypatch) -> None:
+def test_a_disturbed_run_is_hatched_in_the_timed_figures(judged_runs: Path, tmp_path: Path, drawn_figures) -> None:
     aggregate(find_records(judged_runs), tmp_path / "tables")
-    drawn = drawn_figures(tmp_path / "tables", tmp_path, monkeypatch)
+    drawn = drawn_figures(tmp_path / "tables")
     for name in ("throughput", "step_phases", "speedup"):
         bars = bars_by_label(drawn[name].axes[0])
         assert set(bars) == {"device", "hybrid", "cache/lfu"}, name
@@ -503,9 +487,9 @@ def test_a_disturbed_run_is_hatched_in_the_timed_figures(judged_runs: Path, tmp_
     assert len(bars_by_label(drawn["step_phases"].axes[0])["cache/lfu"]) == len(PHASES)  # every phase of the stack
 
 
-def test_throughput_whiskers_span_the_rates_at_p90_and_p10(judged_runs: Path, tmp_path: Path, monkeypatch) -> None:
+def test_throughput_whiskers_span_the_rates_at_p90_and_p10(judged_runs: Path, tmp_path: Path, drawn_figures) -> None:
     aggregate(find_records(judged_runs), tmp_path / "tables")
-    ax = drawn_figures(tmp_path / "tables", tmp_path, monkeypatch)["throughput"].axes[0]
+    ax = drawn_figures(tmp_path / "tables")["throughput"].axes[0]
     spans = whisker_spans(ax)
     # write_run: p10 = 0.9 and p90 = 1.1 x the step time, which is 1024 / rate; means over the two seeds
     for label, rates in {"cache/lfu": (2500.0, 2000.0), "hybrid": (1000.0, 1100.0), "device": (5000.0,)}.items():
@@ -516,24 +500,24 @@ def test_throughput_whiskers_span_the_rates_at_p90_and_p10(judged_runs: Path, tm
     assert heights["cache/lfu"] == pytest.approx(2250.0)
 
 
-def test_figures_of_tables_without_stability_are_unmarked(judged_runs: Path, tmp_path: Path, monkeypatch) -> None:
+def test_figures_of_tables_without_stability_are_unmarked(judged_runs: Path, tmp_path: Path, drawn_figures) -> None:
     tables = tmp_path / "tables"
     aggregate(find_records(judged_runs), tables)
     for name in ("summary.csv", "speedup.csv"):
         pd.read_csv(tables / name).drop(columns=["stable", "unstable_reason"], errors="ignore").to_csv(
             tables / name, index=False)
-    drawn = drawn_figures(tables, tmp_path, monkeypatch)
+    drawn = drawn_figures(tables)
     for name in ("throughput", "step_phases", "speedup"):
         assert not any(p.get_hatch() for p in drawn[name].axes[0].patches), name
         legend = [t.get_text() for leg in drawn[name].legends for t in leg.get_texts()]
         assert not any(t.startswith("stable = no") for t in legend), name
 
 
-def test_speedup_bars_follow_the_speedup_table(judged_runs: Path, tmp_path: Path, monkeypatch) -> None:
+def test_speedup_bars_follow_the_speedup_table(judged_runs: Path, tmp_path: Path, drawn_figures) -> None:
     tables = tmp_path / "tables"
     aggregate(find_records(judged_runs), tables)
     speedup = pd.read_csv(tables / "speedup.csv")
     speedup["stable"] = speedup["method"] != "device"  # the table's judgement, whatever the summary says
     speedup.to_csv(tables / "speedup.csv", index=False)
-    bars = bars_by_label(drawn_figures(tables, tmp_path, monkeypatch)["speedup"].axes[0])
+    bars = bars_by_label(drawn_figures(tables)["speedup"].axes[0])
     assert [lab for lab, ps in bars.items() if any(p.get_hatch() for p in ps)] == ["device"]

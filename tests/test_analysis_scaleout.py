@@ -225,8 +225,7 @@ def test_scale_out_tables_without_runs_or_simulations(tmp_path: Path) -> None:
     assert pd.read_csv(tmp_path / "proactive.csv").empty
 
 
-def test_proactive_hidden_share_of_a_disturbed_run_is_hatched(tmp_path: Path, monkeypatch) -> None:
-    from hotcold.analysis import figures
+def test_proactive_hidden_share_of_a_disturbed_run_is_hatched(tmp_path: Path, drawn_figures) -> None:
     runs, tables = tmp_path / "runs", tmp_path / "tables"
     shares = {(4, 2): 0.25, (2, 1): 0.6}
     recs = [one_process("hybrid", 1000.0)]
@@ -238,15 +237,7 @@ def test_proactive_hidden_share_of_a_disturbed_run_is_hatched(tmp_path: Path, mo
     paths = [write_record(runs, rec) for rec in recs]
     assert main(["aggregate", *map(str, paths), "--out", str(tables)]) == 0
     assert main(["scaleout-tables", *map(str, paths[1:]), "--out", str(tables)]) == 0
-    drawn = {}
-
-    def keep(fig, out_dir, stem):  # drawn, not written: saving is what ``test_figures_are_written`` checks
-        drawn[stem] = fig
-        return []
-
-    monkeypatch.setattr(figures, "save_atomic", keep)
-    figures.make_figures(tables, tmp_path / "figs")
-    early, hidden = drawn["proactive_hidden"].axes[:2]
+    early, hidden = drawn_figures(tables)["proactive_hidden"].axes[:2]
     assert [round(p.get_height(), 6) for p in hidden.patches] == [0.6, 0.25]  # scale 2x1 (2), then 2x2 (4)
     assert [bool(p.get_hatch()) for p in hidden.patches] == [False, True]
     assert not any(p.get_hatch() for p in early.patches)  # a counter share: never marked

@@ -70,7 +70,7 @@ def test_bad_calibration_options_fail_clearly(kw, match):
         calibrate(**{**SMALL, **kw})
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: the refusal without one cannot be shown here")
 def test_cuda_without_a_gpu_is_refused():
     with pytest.raises(ConfigError, match="no GPU"):
         calibrate("cuda", **SMALL)

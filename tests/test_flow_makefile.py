@@ -12,7 +12,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 LOCAL_PROFILE = REPO / "workflows" / "profiles" / "local" / "config.yaml"
 
-pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed: the Makefile targets cannot be run")
 
 
 def make_dry_run(target: str) -> list[str]:

@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "workflows" / "rules"
 REPORT = "results/report.html"
 
-needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed: the Makefile targets cannot be run")
 
 
 def make_dry_run(target: str, *overrides: str) -> list[str]:
