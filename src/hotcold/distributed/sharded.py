@@ -30,7 +30,7 @@ from hotcold.distributed.comm import Comm, Pending, ids_tensor
 from hotcold.distributed.plans import ALL, DEFAULT_HEADROOM, NODE, SHARDED, PlanInputs, build_plan
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import Ledger
-from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, init_table, sum_by_index
+from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, RowGroups, StoreSpec, init_table, sum_by_index
 
 
 @dataclass
@@ -153,10 +153,10 @@ class ShardedStore(EmbeddingStore):
 
     def update(self, ex: Exchange, received: torch.Tensor, timer: Marker) -> None:
         """Sum the received gradients by row, reduce replicas, apply the row optimizer; book the step."""
-        uniq, inverse = torch.unique(ex.served, return_inverse=True)  # planned on the host
+        groups = RowGroups.of(ex.served)  # planned on the host
+        uniq = groups.rows
         slots = uniq.to(self.device, non_blocking=True)
-        summed = sum_by_index(inverse.to(self.device, non_blocking=True), received, uniq.numel(),
-                              self.spec.exact_sums)  # [U, width], float64 when exact
+        summed = sum_by_index(groups, received, self.spec.exact_sums)  # [U, width], float64 when exact
         timer.mark("emb_update")
         if self.replicas:
             self._reduce_replicas(uniq, summed)

@@ -15,6 +15,8 @@ Unique rows and the index of each lookup into them are planned on the host
 from __future__ import annotations
 
 import abc
+import os
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
 
@@ -85,6 +87,58 @@ class StoreSpec:
         return self.offsets()[torch.tensor(list(tables), dtype=torch.int64)]
 
 
+class RowGroups:
+    """A batch's lookups grouped by the row they read: the plan of its gradient sum.
+
+    rows [U] are the distinct rows, ascending; ``order`` [L] lists the lookups
+    row by row (those of ``rows[0]`` first, each row's in batch order) and
+    ``counts`` [U] says how many each row has. All int64 on the CPU, planned
+    on the host by one stable sort.
+    """
+
+    def __init__(self, rows: torch.Tensor, order: torch.Tensor, counts: torch.Tensor) -> None:
+        self.rows, self.order, self.counts = rows, order, counts
+        self._inverse: dict[torch.device, torch.Tensor] = {}
+        self._offsets: torch.Tensor | None = None
+
+    @classmethod
+    def of(cls, rows: torch.Tensor) -> "RowGroups":
+        """Group int64 rows [L] (>= 0) on the CPU.
+
+        The sort runs on int32 keys when the rows fit: a third faster than
+        ``torch.unique`` on int64 at a batch's size, and it also yields the
+        order that ``sum_by_index`` reads the gradients in.
+        """
+        keys = rows.to(torch.int32) if rows.numel() and int(rows.max()) < 2**31 else rows
+        ordered, order = torch.sort(keys, stable=True)
+        uniq, counts = torch.unique_consecutive(ordered, return_counts=True)
+        return cls(uniq.to(torch.int64), order, counts)
+
+    @property
+    def size(self) -> int:
+        """Distinct rows U."""
+        return self.rows.numel()
+
+    @property
+    def offsets(self) -> torch.Tensor:
+        """int64 [U + 1]: the lookups of row u are ``order[offsets[u]:offsets[u + 1]]``."""
+        if self._offsets is None:
+            self._offsets = torch.zeros(self.size + 1, dtype=torch.int64)
+            torch.cumsum(self.counts, 0, out=self._offsets[1:])
+        return self._offsets
+
+    def inverse(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """int64 [L]: each lookup's index into ``rows``, on ``device`` (shipped once, then kept)."""
+        cpu, device = torch.device("cpu"), torch.device(device)
+        if cpu not in self._inverse:
+            inverse = torch.empty_like(self.order)
+            inverse.index_copy_(0, self.order, torch.repeat_interleave(torch.arange(self.size), self.counts))
+            self._inverse[cpu] = inverse
+        if device not in self._inverse:
+            self._inverse[device] = ship(self._inverse[cpu], device)
+        return self._inverse[device]
+
+
 @dataclass
 class Lookup:
     """The rows one batch looks up, planned on the host from its ids."""
@@ -92,21 +146,26 @@ class Lookup:
     rows: torch.Tensor                 # int64 [L] global rows of the non-padding entries
     positions: torch.Tensor | None     # int64 [L] their flat positions in [B*K]; None: no padding
     shape: tuple[int, int]             # (B, K)
-    _unique: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)
+    _groups: RowGroups | None = field(default=None, repr=False)
 
     @property
     def size(self) -> int:
         return self.rows.numel()
 
-    def unique(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The distinct rows [U] (ascending), each lookup's index into them [L] and their lookups [U].
+    def groups(self) -> RowGroups:
+        """The lookups grouped by row, planned on the host once.
 
-        Planned on the host, once: ``torch.unique`` of a device tensor would
-        synchronise the device inside the timed update.
+        ``torch.unique`` of a device tensor would synchronise the device
+        inside the timed update.
         """
-        if self._unique is None:
-            self._unique = torch.unique(self.rows, return_inverse=True, return_counts=True)
-        return self._unique
+        if self._groups is None:
+            self._groups = RowGroups.of(self.rows)
+        return self._groups
+
+    def unique(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The distinct rows [U] (ascending), each lookup's index into them [L] and their lookups [U]."""
+        g = self.groups()
+        return g.rows, g.inverse(), g.counts
 
 
 def budget_rows(options: dict[str, Any], where: str, num_rows: int, *, rows_key: str, ratio_key: str,
@@ -156,17 +215,89 @@ def ship(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return t.pin_memory().to(device, non_blocking=True)
 
 
-def sum_by_index(inverse: torch.Tensor, grads: torch.Tensor, n: int, exact: bool = False) -> torch.Tensor:
-    """Gradients [L, D] summed into [n, D] by their index ``inverse`` [L] (the second half of ``coalesce``).
+def sum_by_index(groups: RowGroups, grads: torch.Tensor, exact: bool = False) -> torch.Tensor:
+    """Gradients [L, D] of a batch's lookups summed per distinct row: [U, D] (the second half of ``coalesce``).
+
+    Each row's gradients are added in batch order. On the CPU this is the
+    product of the [U, L] 0/1 matrix of ``groups`` (CSR: ``offsets``,
+    ``order``) with ``grads``, a sparse kernel that runs at several times the
+    speed of ``index_add_`` and splits its work by rows, so its sums do not
+    depend on the thread count; elsewhere it is ``index_add_`` by the
+    lookups' ``inverse``.
 
     ``exact``: accumulate in float64 (and return float64). A row's gradient
     is then, after rounding to float32, the same bits however its terms are
     split and ordered, as when ranks sum parts of it (``StoreSpec.exact_sums``).
     """
+    n, width = groups.size, grads.shape[1]
+    if grads.shape[0] != groups.order.numel():
+        raise ValueError(f"sum_by_index: {grads.shape[0]} gradients for {groups.order.numel()} lookups")
+    if grads.device.type == "cpu" and not exact and grads.dtype in (torch.float32, torch.float64) and n:
+        with warnings.catch_warnings():  # "sparse CSR support is in beta": the product used here is plain
+            warnings.simplefilter("ignore", UserWarning)
+            plan = torch.sparse_csr_tensor(groups.offsets, groups.order, torch.ones(grads.shape[0], dtype=grads.dtype),
+                                           size=(n, grads.shape[0]), check_invariants=False)
+            return plan @ grads.contiguous()
     dtype = torch.float64 if exact else grads.dtype
-    summed = torch.zeros(n, grads.shape[1], dtype=dtype, device=grads.device)
-    summed.index_add_(0, inverse, grads.to(dtype))
+    summed = torch.zeros(n, width, dtype=dtype, device=grads.device)
+    summed.index_add_(0, groups.inverse(grads.device), grads.to(dtype))
     return summed
+
+
+#: environment switch of the compiled row update: "1" compiles it (where ``torch.compile`` works), else plain
+COMPILE_ENV = "HOTCOLD_COMPILE"
+
+
+def update_rows(weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, grad: torch.Tensor,
+                lr: float, eps: float, adagrad: bool) -> None:
+    """One SGD or row-wise Adagrad step on the rows ``slots``, in place: the function ``torch.compile`` takes.
+
+    weight [N, D] float32; state [N]; slots: unique int64 [U]; grad [U, D]
+    float32, each row's summed gradient. Adagrad: ``acc += mean(g^2)`` per
+    row, ``w -= lr * g / (sqrt(acc) + eps)``; SGD: ``w -= lr * g``. Gather,
+    update, scatter: the rows are unique, and on CPUs this is several times
+    faster than ``index_add_`` into a large table.
+    """
+    if adagrad:
+        acc = state.index_select(0, slots) + grad.pow(2).mean(dim=1)  # [U]
+        state.index_copy_(0, slots, acc)
+        grad = grad / (acc.sqrt() + eps).unsqueeze(1)
+    weight.index_copy_(0, slots, weight.index_select(0, slots) - lr * grad)
+
+
+class _CompiledUpdate:
+    """``update_rows`` through ``torch.compile(dynamic=True)``, made on first use; plain where that fails.
+
+    One graph per optimizer kind; the number of rows varies without
+    recompiling. Compiling takes seconds at the first call (a training run's
+    warm-up steps absorb it). A failure (no C++ compiler, an old torch) is
+    said once, then every call runs ``update_rows`` plainly.
+    """
+
+    def __init__(self) -> None:
+        self.fn: Callable[..., None] | None = None
+        self.failed: str | None = None
+
+    def __call__(self, *args: Any) -> None:
+        if self.failed is None:
+            try:
+                if self.fn is None:
+                    self.fn = torch.compile(update_rows, dynamic=True)
+                self.fn(*args)
+                return
+            except Exception as e:  # noqa: BLE001 - any compiler failure means: run it plainly
+                self.failed = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+                warnings.warn(f"torch.compile of the row update failed, running it plainly: {self.failed}",
+                              RuntimeWarning, stacklevel=2)
+        update_rows(*args)
+
+
+_COMPILED = _CompiledUpdate()
+
+
+def compile_requested() -> bool:
+    """Whether ``HOTCOLD_COMPILE`` asks for the compiled row update."""
+    return os.environ.get(COMPILE_ENV, "0").strip() == "1"
 
 
 class RowOptimizer:
@@ -174,18 +305,26 @@ class RowOptimizer:
 
     Row-wise Adagrad keeps one float per row (the running sum of the mean
     squared gradient of the row), so its state is a [N] tensor that moves with
-    the rows wherever a store puts them.
+    the rows wherever a store puts them. ``compile``: run float32 updates
+    through ``torch.compile`` (None: as ``HOTCOLD_COMPILE`` says; exact
+    float64 sums and column-shard updates always run plainly).
     """
 
-    def __init__(self, kind: str, lr: float, eps: float = 1e-8) -> None:
+    def __init__(self, kind: str, lr: float, eps: float = 1e-8, compile: bool | None = None) -> None:
         if kind not in ("sgd", "adagrad"):
             raise ConfigError(f"row optimizer must be 'sgd' or 'adagrad', got {kind!r}")
         self.kind, self.lr, self.eps = kind, lr, eps
+        self.compile = compile_requested() if compile is None else bool(compile)
 
     @property
     def state_width(self) -> int:
         """Floats of optimizer state per row."""
         return 1 if self.kind == "adagrad" else 0
+
+    @property
+    def compiled(self) -> bool:
+        """Whether float32 updates run compiled (requested, and the compiler has not failed)."""
+        return self.compile and _COMPILED.failed is None
 
     def init_state(self, num_rows: int, device: torch.device | str = "cpu") -> torch.Tensor:
         return torch.zeros(num_rows, dtype=torch.float32, device=device)
@@ -200,14 +339,18 @@ class RowOptimizer:
         A float64 ``grad`` (an exact sum) is rounded to the weights' float32
         after its squares are taken.
         """
-        if self.kind == "adagrad":
+        adagrad = self.kind == "adagrad"
+        if sq_mean is None and grad.dtype == weight.dtype:
+            # Below two rows a dynamic graph would specialise (and recompile); they cost nothing plainly.
+            run = _COMPILED if self.compile and slots.numel() > 1 else update_rows
+            run(weight, state, slots, grad, self.lr, self.eps, adagrad)
+            return
+        if adagrad:
             sq_mean = grad.pow(2).mean(dim=1) if sq_mean is None else sq_mean
             acc = state.index_select(0, slots) + sq_mean.to(state.dtype)  # [U]
             state.index_copy_(0, slots, acc)
             grad = grad / (acc.sqrt() + self.eps).unsqueeze(1)
         grad = grad.to(weight.dtype)
-        # Gather, update, scatter: the rows are unique, and on CPUs this is
-        # several times faster than index_add_ into a large table.
         weight.index_copy_(0, slots, weight.index_select(0, slots) - self.lr * grad)
 
 

@@ -155,7 +155,7 @@ class CacheStore(EmbeddingStore):
             self._fetch(torch.from_numpy(acc.miss_rows), torch.from_numpy(acc.miss_slots))
         uslots = torch.from_numpy(acc.slots)                                  # [U] slot of each unique row
         lookup_slots = ship(uslots.index_select(0, inverse), self.device)     # [L]
-        self._last = (lk, ship(uslots, self.device), ship(inverse, self.device))
+        self._last = (lk, ship(uslots, self.device), lk.groups().inverse(self.device))
         self._pending = acc.counters(self.row_bytes)
         timer.mark("h2d")
         out = self.to_batch(self.cache_w.index_select(0, lookup_slots), lk)  # [B, K, D]
@@ -165,7 +165,7 @@ class CacheStore(EmbeddingStore):
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
         assert self._last is not None, "backward without forward"
         lk, uslots, inverse = self._last
-        summed = sum_by_index(inverse, self.from_batch(grad, lk), uslots.numel())  # [U, D]
+        summed = sum_by_index(lk.groups(), self.from_batch(grad, lk))  # [U, D]
         self.optimizer.apply(self.cache_w, self.cache_s, uslots, summed)
         self._counters = self._pending
         self._last = None

@@ -18,22 +18,24 @@ class DeviceStore(EmbeddingStore):
         super().__init__(spec)
         self.weight = init_table(spec.table_sizes, spec.dim, spec.seed).to(self.device)  # [N, D]
         self.state = self.optimizer.init_state(spec.num_rows, self.device)                # [N]
-        self._last: tuple[Lookup, torch.Tensor, torch.Tensor] | None = None
+        self._last: tuple[Lookup, torch.Tensor] | None = None
 
     def forward(self, ids: torch.Tensor, timer: Marker) -> torch.Tensor:
         lk = self.plan(ids)
-        uniq, inverse, _ = lk.unique()
-        rows, uniq, inverse = (ship(t, self.device) for t in (lk.rows, uniq, inverse))
+        groups = lk.groups()
+        rows, uniq = ship(lk.rows, self.device), ship(groups.rows, self.device)
+        if self.device.type != "cpu" or self.spec.exact_sums:
+            groups.inverse(self.device)  # the sum on this device reads it: ship it now
         timer.mark("h2d")
-        self._last = (lk, uniq, inverse)
+        self._last = (lk, uniq)
         out = self.to_batch(self.weight.index_select(0, rows), lk)  # [B, K, D]
         timer.mark("emb_fwd")
         return out
 
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
         assert self._last is not None, "backward without forward"
-        lk, uniq, inverse = self._last
-        summed = sum_by_index(inverse, self.from_batch(grad, lk), uniq.numel(), self.spec.exact_sums)  # [U, D]
+        lk, uniq = self._last
+        summed = sum_by_index(lk.groups(), self.from_batch(grad, lk), self.spec.exact_sums)  # [U, D]
         self.optimizer.apply(self.weight, self.state, uniq, summed)
         self._counters = all_resident(lk.size, uniq.numel())
         self._last = None

@@ -180,7 +180,8 @@ class FAEStore(EmbeddingStore):
                 self._hot_to_device()
             uniq, inverse, _ = lk.unique()
             uslots = self._slot_of[uniq].to(torch.int64)  # [U] slot of each unique row
-            dev_slots, uslots, inverse = (ship(t, self.device) for t in (slots, uslots, inverse))
+            dev_slots, uslots = ship(slots, self.device), ship(uslots, self.device)
+            inverse = lk.groups().inverse(self.device)
             timer.mark("h2d")
             self._last = (lk, uslots, inverse)
             out = self.to_batch(self.dev_weight.index_select(0, dev_slots), lk)  # [B, K, D]
@@ -201,7 +202,7 @@ class FAEStore(EmbeddingStore):
         else:
             assert self._last is not None
             lk, uslots, inverse = self._last
-            summed = sum_by_index(inverse, self.from_batch(grad, lk), uslots.numel())  # [U, D]
+            summed = sum_by_index(lk.groups(), self.from_batch(grad, lk))  # [U, D]
             self.optimizer.apply(self.dev_weight, self.dev_state, uslots, summed)
             c = {"lookups": lk.size, "unique_rows": uslots.numel()}
             self._last = None

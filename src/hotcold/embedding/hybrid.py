@@ -57,8 +57,9 @@ class HybridStore(EmbeddingStore):
             torch.cuda.current_stream(self.device).synchronize()  # the CPU update needs them
             grad = host
         timer.mark("d2h")
-        uniq, inverse, _ = lk.unique()
-        self.optimizer.apply(self.weight, self.state, uniq, sum_by_index(inverse, grad, uniq.numel()))
+        groups = lk.groups()
+        uniq = groups.rows
+        self.optimizer.apply(self.weight, self.state, uniq, sum_by_index(groups, grad))
         self._counters = all_host(lk.size, uniq.numel(), self.dim)
         self._last = None
         timer.mark("emb_update")

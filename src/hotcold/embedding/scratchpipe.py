@@ -148,7 +148,7 @@ class ScratchPipeStore(EmbeddingStore):
         _, inverse, _ = lk.unique()
         uslots = torch.from_numpy(rec.admission.slots)  # [U] slot of each unique row
         lookup_slots = ship(uslots.index_select(0, inverse), self.device)  # [L]
-        self._last = (lk, ship(uslots, self.device), ship(inverse, self.device), rec)
+        self._last = (lk, ship(uslots, self.device), lk.groups().inverse(self.device), rec)
         out = self.to_batch(self.slot_weight.index_select(0, lookup_slots), lk)  # [B, K, D]
         timer.mark("emb_fwd")
         return out
@@ -156,7 +156,7 @@ class ScratchPipeStore(EmbeddingStore):
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
         assert self._last is not None, "backward without forward"
         lk, uslots, inverse, rec = self._last
-        summed = sum_by_index(inverse, self.from_batch(grad, lk), uslots.numel())  # [U, D]
+        summed = sum_by_index(lk.groups(), self.from_batch(grad, lk))  # [U, D]
         self.optimizer.apply(self.slot_weight, self.slot_state, uslots, summed)
         self.directory.release(rec.admission.slots)
         self._counters = all_resident(lk.size, uslots.numel())
