@@ -5,10 +5,12 @@ every repeat, long format) and ``record.json``. ``record.json`` is written last 
 so its presence means the run is complete.
 
 A record's ``status`` is ``ok`` (a trained run: summary, metrics, parameter
-fingerprint, store report) or ``infeasible`` (the variant cannot run on this
+fingerprint, store report), ``infeasible`` (the variant cannot run on this
 dataset, e.g. a cache smaller than a batch's unique rows: the ``reason``,
 the config, provenance and dataset hash, no numbers, and an empty
-``steps.parquet``). A record without ``status`` (older) counts as ok. So one
+``steps.parquet``) or ``skipped`` (a peer method whose optional package is
+not installed here, e.g. ``fbgemm`` without ``pip install -e .[peers]``: the
+same fields as ``infeasible``; installing the package and rerunning trains it). A record without ``status`` (older) counts as ok. So one
 variant that cannot run still ends its job with a complete run directory,
 and the tables list it instead of the workflow stopping.
 """
@@ -33,6 +35,7 @@ from hotcold.train import RunResult
 
 STATUS_OK = "ok"
 STATUS_INFEASIBLE = "infeasible"
+STATUS_SKIPPED = "skipped"
 #: ``repeat``: which repeat of the timed part a row comes from (0-based; files written before repeats lack it)
 STEPS_COLUMNS = {"step": "int64", "kind": "string", "name": "string", "value": "float64", "repeat": "int64"}
 SKETCH_SIZE = 256
@@ -182,7 +185,7 @@ def read_steps(path: Path) -> pd.DataFrame:
 
 
 def record_status(record: dict[str, Any]) -> str:
-    """``ok`` or ``infeasible``; a record from before statuses existed is ok."""
+    """``ok``, ``infeasible`` or ``skipped``; a record from before statuses existed is ok."""
     return record.get("status", STATUS_OK)
 
 
@@ -228,6 +231,11 @@ def trained_record(cfg: RunConfig, ds: Dataset, device: torch.device, summary: d
 def infeasible_record(cfg: RunConfig, ds: Dataset, device: torch.device, reason: str) -> dict[str, Any]:
     """The record of a variant that cannot run on this dataset: why, and no numbers."""
     return {**_run_header(cfg, ds, device, timer_kind(device), STATUS_INFEASIBLE), "reason": reason}
+
+
+def skipped_record(cfg: RunConfig, ds: Dataset, device: torch.device, reason: str) -> dict[str, Any]:
+    """The record of a peer method that cannot run without its optional package: why, and no numbers."""
+    return {**_run_header(cfg, ds, device, timer_kind(device), STATUS_SKIPPED), "reason": reason}
 
 
 def write_run(out_dir: Path, record: dict[str, Any], steps: pd.DataFrame) -> Path:

@@ -13,7 +13,8 @@ repeat (repeat 1 of every run, then repeat 2 of every run, ...), so that a
 slow period of the machine does not land on one method only. Each run's
 directory is written as soon as its last repeat is done, exactly as a run
 trained alone would be; a run that cannot run on the dataset ends as an
-``infeasible`` record, and any other error propagates before the records
+``infeasible`` record (a peer method whose optional package is missing, as a ``skipped`` one), and any
+other error propagates before the records
 of the runs still training are written.
 """
 from __future__ import annotations
@@ -30,11 +31,13 @@ import torch
 from hotcold.config import ConfigError, InfeasibleError, RunConfig
 from hotcold.data.format import Dataset
 from hotcold.distributed.world import World
+from hotcold.embedding import PeerUnavailableError
 from hotcold.records import (
     infeasible_record,
     param_checksum,
     param_fingerprint,
     sketch_rel_diff,
+    skipped_record,
     steps_frame,
     trained_record,
     write_run,
@@ -68,6 +71,7 @@ class RepeatedRun:
         self.order_index: list[int] = []
         self.start_s: list[float] = []
         self.infeasible: str | None = None
+        self.skipped: str | None = None  # a peer method without its optional package: why
         self._first: dict[str, Any] = {}
 
     @property
@@ -77,7 +81,7 @@ class RepeatedRun:
     @property
     def pending(self) -> bool:
         """Whether repeats are left to train."""
-        return self.infeasible is None and len(self.parts) < self.repeats
+        return self.infeasible is None and self.skipped is None and len(self.parts) < self.repeats
 
     def run_repeat(self, position: int, started: float) -> None:
         """Train the next repeat; ``position``: its place in the job's sequence of timed parts."""
@@ -87,6 +91,9 @@ class RepeatedRun:
             result = train(cfg, self.ds, self.device, progress=self.progress, world=self.world, evaluation=r == 0)
         except InfeasibleError as e:
             self.infeasible = str(e)
+            return
+        except PeerUnavailableError as e:
+            self.skipped = str(e)
             return
         if r == 0:
             self._first = {"summary": result.summary, "metrics": result.metrics, "order": result.order,
@@ -133,8 +140,9 @@ class RepeatedRun:
         cfg, out_dir = self.job.cfg, Path(self.job.out_dir)
         if not self.world.is_main:
             return None
-        if self.infeasible is not None:
-            record = infeasible_record(cfg, self.ds, self.device, self.infeasible)
+        if self.infeasible is not None or self.skipped is not None:
+            record = (infeasible_record(cfg, self.ds, self.device, self.infeasible) if self.infeasible is not None
+                      else skipped_record(cfg, self.ds, self.device, self.skipped))
             write_run(out_dir, record, steps_frame([], []))
             return record
         ref = reference(cfg, self.ds, self.device, self._first["order"], progress=self.progress)
@@ -188,7 +196,8 @@ def run_and_record(cfg: RunConfig, dataset_dir: Path, out_dir: Path, progress: b
     """Train one run (``cfg.timing.repeats`` times) and write its run directory; return the record.
 
     An infeasible variant (``InfeasibleError``: valid, but it cannot run on
-    this dataset) is recorded as such; every other error propagates and
+    this dataset) is recorded as such, a peer method without its optional
+    package (``PeerUnavailableError``) as ``skipped``; every other error propagates and
     leaves no record, so the job fails. Across ranks, every rank trains every
     repeat and rank 0 writes the record once every rank has finished (others
     return None): a rank that dies leaves no record.

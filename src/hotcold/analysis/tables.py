@@ -7,7 +7,9 @@ lists all under a runs directory) and writes ``summary.csv``/``summary.md``,
 ``phases.csv``, ``counters.csv``/``counters.md`` and the comparison tables of
 ``hotcold.analysis.comparisons`` (``speedup``, ``fae_hot_fraction``, ``rows_moved``),
 and ``infeasible.md``: the runs whose variant could not run on their dataset
-(record status ``infeasible``) with the reason. Such runs stay in the summary
+(record status ``infeasible``) with the reason, and the runs of peer methods
+skipped because their optional package is not installed (status ``skipped``;
+the summary says which, above its table). Such runs stay in the summary
 as rows with their ``status`` and ``reason`` and no numbers; every other table
 is built from the ``ok`` runs only.
 Speed-ups are computed only between runs timed by the same kind of timer, and only
@@ -41,7 +43,7 @@ from hotcold.analysis.comparisons import fae_table, speedup_markdown, speedup_ta
 from hotcold.analysis.markdown import to_markdown
 from hotcold.config import AggregateConfig
 from hotcold.files import atomic_write_text
-from hotcold.records import STATUS_OK, record_status, sketch_rel_diff
+from hotcold.records import STATUS_INFEASIBLE, STATUS_OK, STATUS_SKIPPED, record_status, sketch_rel_diff
 from hotcold.timing import MAX_REPEAT_SPREAD
 
 RECORD_GLOB = "*/*/*/seed~*/record.json"
@@ -315,18 +317,37 @@ def code_note(summary: pd.DataFrame) -> str:
             "`train_group_<dataset>` rules) reruns every training job with the code checked out now.\n\n")
 
 
+def skipped_note(summary: pd.DataFrame) -> str:
+    """A note for the top of the summary naming the runs skipped for a missing optional package, and why.
+
+    Empty when none was skipped.
+    """
+    rows = summary[summary["status"] == STATUS_SKIPPED]
+    if rows.empty:
+        return ""
+    lines = []
+    for (method, reason), group in rows.groupby(["method", "reason"], sort=True, dropna=False):
+        runs = ", ".join(f"{r.dataset}/{r.variant}" for r in group.sort_values(["dataset", "variant"])
+                         .itertuples(index=False))
+        lines.append(f"- `{method}` ({len(group)} run(s): {runs}): {reason}")
+    return ("**Skipped:** these runs of peer methods did not train here, because the optional package they "
+            "run on is not usable; they have no numbers. Installing it (`pip install -e .[peers]`) and rerunning "
+            "the workflow trains them.\n\n" + "\n".join(lines) + "\n\n")
+
+
 def _summary_markdown(summary: pd.DataFrame, exact_rtol: float) -> str:
     timers = ", ".join(sorted(summary["timer"].dropna().astype(str).unique())) or "unknown"
     return (
         "# hotcold summary\n\n"
-        + code_note(summary) +
+        + code_note(summary) + skipped_note(summary) +
         f"Timer kind(s): {timers}. Speed-up is samples/s over the `{BASELINE_METHOD}` run "
         "of the same dataset, seed and timer kind; times from different timers are never compared.\n"
         f"`exact`: final parameters match the reference (relative sketch distance <= {exact_rtol:g}); "
         f"`exact_reference` says which: the `{REFERENCE_METHOD}` run of the same dataset and seed, or, "
         "for a store with its own batch order (FAE), the record's own replay of that order on the "
         f"`{REFERENCE_METHOD}` store. `auc_vs_hybrid`: AUC minus the `{BASELINE_METHOD}` run's. "
-        "`status` `infeasible`: the variant cannot run on this dataset (no numbers; see infeasible.md). "
+        "`status` `infeasible`: the variant cannot run on this dataset (no numbers; see infeasible.md); "
+        "`skipped`: a peer method whose optional package is not installed here (no numbers). "
         "`world` > 1: a scale-out run of `world` ranks, `ranks_per_node` per simulated node, under sharding "
         "`plan`; it trains fewer steps with its ranks sharing the machine, so it has no speed-up or "
         "`auc_vs_hybrid` (see comm_traffic.md and proactive.md); `exact` compares it with the one-process "
@@ -358,14 +379,19 @@ def _scale_part(world: int, ranks_per_node: int) -> str:
 
 def infeasible_markdown(summary: pd.DataFrame) -> str:
     """The runs that could not run on their dataset, one line each with the reason."""
-    rows = summary[summary["status"] != STATUS_OK]
     title = "# hotcold infeasible runs\n\n"
-    if rows.empty:
+    if (summary["status"] == STATUS_OK).all():
         return title + "None: every configured run trained.\n"
-    lines = [f"- {r.dataset}/{r.method}/{r.variant}/{_scale_part(r.world, r.ranks_per_node)}seed~{r.seed} "
-             f"({r.options or 'no options'}): {r.reason}" for r in rows.itertuples(index=False)]
-    return title + "These variants cannot run on their dataset; they have no numbers in any table.\n\n" + \
-        "\n".join(lines) + "\n"
+    text = title
+    for status, lead in ((STATUS_INFEASIBLE, "These variants cannot run on their dataset"),
+                         (STATUS_SKIPPED, "Skipped: these peer methods' optional package is not usable here")):
+        rows = summary[summary["status"] == status]
+        if rows.empty:
+            continue
+        lines = [f"- {r.dataset}/{r.method}/{r.variant}/{_scale_part(r.world, r.ranks_per_node)}seed~{r.seed} "
+                 f"({r.options or 'no options'}): {r.reason}" for r in rows.itertuples(index=False)]
+        text += f"{lead}; they have no numbers in any table.\n\n" + "\n".join(lines) + "\n\n"
+    return text.rstrip("\n") + "\n"
 
 
 def aggregate(records: Sequence[Path], out_dir: Path, exact_rtol: float = EXACT_RTOL) -> pd.DataFrame:

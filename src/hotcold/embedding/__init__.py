@@ -6,6 +6,7 @@ from hotcold.embedding.base import EmbeddingStore, RowOptimizer, StoreSpec
 from hotcold.embedding.cache import FreqCacheStore, LFUCacheStore, LRUCacheStore
 from hotcold.embedding.device import DeviceStore
 from hotcold.embedding.fae import FAEStore
+from hotcold.embedding.fbgemm import FbgemmStore, PeerUnavailableError
 from hotcold.embedding.hybrid import HybridStore
 from hotcold.embedding.scratchpipe import ScratchPipeStore
 
@@ -17,6 +18,7 @@ STORES: dict[str, type[EmbeddingStore]] = {
     "lfu": LFUCacheStore,
     "freqcache": FreqCacheStore,
     "scratchpipe": ScratchPipeStore,
+    "fbgemm": FbgemmStore,  # a peer: FBGEMM's TBE, with the optional extra `peers`
 }
 
 
@@ -45,4 +47,5 @@ def build_store(method: str, spec: StoreSpec) -> EmbeddingStore:
     return store_class(method)(spec)
 
 
-__all__ = ["EmbeddingStore", "RowOptimizer", "StoreSpec", "STORES", "SCALE_OUT", "build_store", "store_class"]
+__all__ = ["EmbeddingStore", "PeerUnavailableError", "RowOptimizer", "StoreSpec", "STORES", "SCALE_OUT", "build_store",
+           "store_class"]

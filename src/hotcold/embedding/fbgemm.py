@@ -1,0 +1,320 @@
+"""``fbgemm``: FBGEMM's table-batched embedding (TBE), the kernel under TorchRec, as a peer store.
+
+An optional extra (``pip install -e .[peers]``): this module imports without
+``fbgemm_gpu`` and asks for it only when a TBE is built. The store runs
+``SplitTableBatchedEmbeddingBagsCodegen`` with sum pooling over bags of one
+id (one bag per sample and id column, empty for padding), so its output is
+the [B, K, D] lookup every store returns, and FBGEMM's optimizer fused into
+its backward (``EXACT_SGD`` or ``EXACT_ROWWISE_ADAGRAD``) is the sparse update.
+
+Placement: on a CPU, HOST (FBGEMM's CPU kernels); on a GPU, DEVICE, or
+MANAGED_CACHING (the UVM cache of TorchRec's sharded tables) with
+``cache: lru`` or ``cache: lfu`` at ``cache_ratio`` (or ``cache_rows``) of
+all rows, as the harness's caches. FBGEMM's cache is set-associative
+(32 ways on CUDA): it holds ``ceil(ratio * N / 32)`` sets, and a row can
+only go into its own set, so it may miss where a fully associative cache
+of the same size would hit. A managed cache on a CPU is ``infeasible``.
+
+Counters (``StepCounters``):
+
+- HOST and DEVICE placement hold every row where the lookup runs:
+  ``lookups``, ``unique_rows``, all hits (``all_resident``), nothing moved.
+  Unique rows are counted on the host after the timed step.
+- MANAGED_CACHING: hits and misses come from FBGEMM's own cache state. Before
+  the step's forward (which is where FBGEMM fills its cache), the batch's
+  unique rows are looked up in the cache directory with FBGEMM's
+  ``lxu_cache_lookup``: ``unique_misses`` are those not resident, ``misses``
+  their lookups. After the forward the same lookup finds the rows FBGEMM
+  could not admit (every way of their set taken by the batch); the others
+  were fetched, ``param_rows_h2d`` (weights only: row-wise Adagrad's state
+  stays in device memory under MANAGED_CACHING). ``evictions``: fetched rows
+  that did not land in a free slot (slot occupancy from the cache state);
+  FBGEMM writes every evicted row back to host memory, ``param_rows_d2h``.
+  Not exposed by FBGEMM and left at zero: the traffic of rows it could not
+  admit, which its kernels read and update in place in UVM (they count as
+  misses only). These lookups run in the ``h2d`` phase; the counts are read
+  after the timed step.
+
+Exactness: FBGEMM's SGD and row-wise Adagrad are the harness's
+(``RowOptimizer``): Adagrad adds the mean squared gradient of the row to its
+state and divides by ``sqrt(state) + eps``. The weights agree with the
+``device`` store up to float32 summation order (see the README for the
+measured differences). FBGEMM needs ``embedding_dim`` a multiple of 4.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from hotcold.config import ConfigError, InfeasibleError, is_real
+from hotcold.counters import StepCounters, all_resident, row_bytes
+from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, init_table, ship
+
+INSTALL_HINT = "pip install -e .[peers]"
+CACHES = ("lru", "lfu")
+
+
+class PeerUnavailableError(ConfigError):
+    """A peer method whose optional package is not installed: its runs are skipped, not failed."""
+
+
+def available() -> str | None:
+    """None when fbgemm_gpu's TBE imports here; otherwise the reason (for notes and skips)."""
+    try:
+        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (  # noqa: F401
+            SplitTableBatchedEmbeddingBagsCodegen,
+        )
+    except Exception as e:  # ImportError, or the OSError of a CUDA build on a machine without its libraries
+        return f"fbgemm_gpu is not usable here ({type(e).__name__}: {e}); install it with `{INSTALL_HINT}`"
+    return None
+
+
+def require_available() -> None:
+    """Raise ``PeerUnavailableError`` with the reason when fbgemm_gpu's TBE does not import."""
+    reason = available()
+    if reason is not None:
+        raise PeerUnavailableError(reason)
+
+
+def make_tbe(table_sizes: Sequence[int], dim: int, optimizer: Any, device: torch.device, *,
+             weights: torch.Tensor | None = None, feature_table_map: Sequence[int] | None = None,
+             cache: str | None = None, cache_ratio: float | None = None) -> torch.nn.Module:
+    """A TBE with sum pooling and the optimizer fused into its backward, weights from ``weights``.
+
+    optimizer: a ``RowOptimizer`` (EXACT_SGD, or EXACT_ROWWISE_ADAGRAD with its lr and eps).
+    weights: float32 [sum(sizes), D] (default ``init_table(sizes, dim, 0)``).
+    feature_table_map: the table of each id column (default: column t is table t). FBGEMM 1.8.0's CPU
+    row-wise Adagrad fails unless the columns of one table are adjacent (``table_order`` arranges them).
+    CPU device: HOST placement; CUDA: DEVICE placement, or MANAGED_CACHING with ``cache``
+    'lru'/'lfu' holding ``cache_ratio`` of all rows.
+    Raises ``PeerUnavailableError`` without fbgemm_gpu, ``InfeasibleError`` for a cache on a CPU,
+    ``ConfigError`` for other bad arguments.
+    """
+    device = torch.device(device)
+    sizes = [int(n) for n in table_sizes]
+    if cache is not None:
+        if cache not in CACHES:
+            raise ConfigError(f"fbgemm: cache must be one of {list(CACHES)} or none, got {cache!r}")
+        if device.type != "cuda":
+            raise InfeasibleError("FBGEMM's managed cache (MANAGED_CACHING, UVM) needs a GPU; this run is on "
+                                  f"{device.type}")
+        if not (is_real(cache_ratio) and 0 < cache_ratio <= 1):
+            raise ConfigError(f"fbgemm: cache_ratio must be in (0, 1], got {cache_ratio!r}")
+    if dim % 4:
+        raise ConfigError(f"fbgemm: FBGEMM's TBE needs embedding_dim a multiple of 4, got {dim}")
+    require_available()
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
+        CacheAlgorithm,
+        ComputeDevice,
+        EmbeddingLocation,
+        PoolingMode,
+    )
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import SplitTableBatchedEmbeddingBagsCodegen
+
+    if device.type == "cuda":
+        location = EmbeddingLocation.DEVICE if cache is None else EmbeddingLocation.MANAGED_CACHING
+        compute = ComputeDevice.CUDA
+    else:
+        location, compute = EmbeddingLocation.HOST, ComputeDevice.CPU
+    kind = {"sgd": EmbOptimType.EXACT_SGD, "adagrad": EmbOptimType.EXACT_ROWWISE_ADAGRAD}[optimizer.kind]
+    extra: dict[str, Any] = {}
+    if cache is not None:
+        extra = {"cache_algorithm": CacheAlgorithm.LRU if cache == "lru" else CacheAlgorithm.LFU,
+                 "cache_load_factor": float(cache_ratio), "gather_uvm_cache_stats": True}
+    tbe = SplitTableBatchedEmbeddingBagsCodegen(
+        [(n, dim, location, compute) for n in sizes],
+        feature_table_map=list(feature_table_map) if feature_table_map is not None else None,
+        optimizer=kind, learning_rate=optimizer.lr, eps=optimizer.eps, weight_decay=0.0,
+        pooling_mode=PoolingMode.SUM, device=device, **extra)
+    init = init_table(sizes, dim, 0) if weights is None else weights
+    if tuple(init.shape) != (sum(sizes), dim):
+        raise ConfigError(f"fbgemm: weights must be [{sum(sizes)}, {dim}], got {list(init.shape)}")
+    start = 0
+    with torch.no_grad():
+        for n, w in zip(sizes, tbe.split_embedding_weights()):
+            w.copy_(init[start:start + n].to(w.device, w.dtype))
+            start += n
+    return tbe
+
+
+def tbe_inputs(ids: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """ids int64 [B, K] (table-local ids per column, -1 = padding) -> (indices [L], offsets [K*B + 1]).
+
+    TBE's feature-major layout: bag ``k * B + b`` holds ``ids[b, k]`` (none for padding,
+    which pools to a zero vector); the TBE output [B, K*D] views as [B, K, D].
+    """
+    cols = ids.t().reshape(-1)        # [K*B], feature-major
+    valid = cols >= 0
+    offsets = torch.zeros(cols.numel() + 1, dtype=torch.int64)
+    torch.cumsum(valid, 0, out=offsets[1:])
+    indices = cols if bool(valid.all()) else cols[valid]
+    return ship(indices.contiguous(), device), ship(offsets, device)
+
+
+def table_order(column_tables: Sequence[int]) -> list[int] | None:
+    """The id columns sorted by table (stable), or None when their tables already ascend."""
+    tables = list(column_tables)
+    if tables == sorted(tables):
+        return None
+    return sorted(range(len(tables)), key=lambda k: tables[k])
+
+
+def tbe_weights(tbe: torch.nn.Module) -> torch.Tensor:
+    """Every row's weights, float32 [sum(sizes), D] on the CPU, in global-row order (cache flushed first)."""
+    tbe.flush()  # MANAGED_CACHING: the cached rows are the current ones; a no-op without a cache
+    return torch.cat([w.detach().to("cpu", torch.float32) for w in tbe.split_embedding_weights()])
+
+
+def tbe_row_states(tbe: torch.nn.Module) -> torch.Tensor:
+    """Row-wise Adagrad's state of every row, float32 [sum(sizes)] on the CPU (SGD: empty)."""
+    states = tbe.split_optimizer_states()
+    if not states or not states[0]:
+        return torch.zeros(0)
+    return torch.cat([s[0].detach().reshape(-1).to("cpu", torch.float32) for s in states])
+
+
+def tbe_cache_slots(tbe: torch.nn.Module) -> int:
+    """Rows FBGEMM's managed cache holds (sets x ways); 0 without a cache."""
+    return int(tbe.lxu_cache_weights.shape[0])
+
+
+class FbgemmStore(EmbeddingStore):
+    """FBGEMM's TBE as a store: HOST placement on a CPU, DEVICE or MANAGED_CACHING (``cache``) on a GPU.
+
+    Options: ``cache`` (``none``, the default; ``lru``; ``lfu``) and, with a
+    cache, ``cache_ratio`` (share of all rows, default 0.015) or ``cache_rows``,
+    as the harness's caches. See the module docstring for the counters.
+    """
+
+    option_names = ("cache", "cache_ratio", "cache_rows")
+
+    def __init__(self, spec: StoreSpec) -> None:
+        super().__init__(spec)
+        where = f"store {type(self).__name__}"
+        cache = spec.options.get("cache", "none")
+        if cache not in ("none", *CACHES):
+            raise ConfigError(f"{where}: cache must be one of {['none', *CACHES]}, got {cache!r}")
+        self.cache = None if cache == "none" else cache
+        n = spec.num_rows
+        if self.cache is None:
+            if "cache_ratio" in spec.options or "cache_rows" in spec.options:
+                raise ConfigError(f"{where}: cache_ratio and cache_rows need cache: lru or lfu")
+            ratio = None
+        else:
+            from hotcold.embedding.cache import DEFAULT_CACHE_RATIO
+
+            rows = budget_rows(spec.options, where, n, rows_key="cache_rows", ratio_key="cache_ratio",
+                               default_ratio=DEFAULT_CACHE_RATIO)
+            ratio = rows / n
+        tables = list(spec.column_tables) if spec.column_tables is not None else list(range(len(spec.table_sizes)))
+        order = table_order(tables)
+        # TBE's feature k is id column order[k]; None: the columns' own order
+        self._order = None if order is None else torch.tensor(order, dtype=torch.int64)
+        self._back = None if order is None else torch.argsort(self._order)  # column k is feature back[k]
+        self.tbe = make_tbe(spec.table_sizes, spec.dim, spec.optimizer, self.device,
+                            weights=init_table(spec.table_sizes, spec.dim, spec.seed),
+                            feature_table_map=tables if order is None else [tables[k] for k in order],
+                            cache=self.cache, cache_ratio=ratio)
+        self.requested_ratio = ratio
+        self.row_bytes = row_bytes(spec.dim, 0)  # MANAGED_CACHING moves weights; row-wise state stays on device
+        self._out: torch.Tensor | None = None
+        self._ids: torch.Tensor | None = None           # the last trained batch, counted after the step
+        self._lk: Lookup | None = None                  # MANAGED_CACHING: the last batch's planned rows
+        self._rows: torch.Tensor | None = None          # and its unique rows [U] on the device
+        self._probe: dict[str, torch.Tensor] = {}       # device-side counts of the last step
+        self._done: dict[str, int] | None = None
+
+    def _inputs(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """TBE's (indices, offsets) of ids [B, K], its features in table order."""
+        return tbe_inputs(ids if self._order is None else ids.index_select(1, self._order), self.device)
+
+    def _columns(self, out: torch.Tensor, b: int) -> torch.Tensor:
+        """TBE output [B, K*D] -> [B, K, D] in the id columns' order."""
+        out = out.view(b, -1, self.dim)
+        return out if self._back is None else out.index_select(1, self._back.to(out.device))
+
+    def forward(self, ids: torch.Tensor, timer: Marker) -> torch.Tensor:
+        indices, offsets = self._inputs(ids)
+        if self.cache is not None:
+            self._probe_before(ids)
+        timer.mark("h2d")
+        with torch.enable_grad():
+            out = self.tbe(indices, offsets)  # [B, K*D]; fills the managed cache first
+        if self.cache is not None:
+            self._probe_after()
+        self._out, self._ids, self._done = out, ids, None
+        timer.mark("emb_fwd")
+        return self._columns(out.detach(), ids.shape[0])
+
+    def backward(self, grad: torch.Tensor, timer: Marker) -> None:
+        assert self._out is not None, "backward without forward"
+        if self._order is not None:
+            grad = grad.index_select(1, self._order.to(grad.device))
+        self._out.backward(grad.reshape(self._out.shape))  # FBGEMM's fused backward + optimizer
+        self._out = None
+        timer.mark("emb_update")
+
+    @torch.no_grad()
+    def lookup(self, ids: torch.Tensor) -> torch.Tensor:
+        return self._columns(self.tbe(*self._inputs(ids)), ids.shape[0])
+
+    def export(self) -> torch.Tensor:
+        return tbe_weights(self.tbe)
+
+    def step_counters(self) -> dict[str, int]:
+        if self._done is None and self._ids is not None:
+            self._done = self._count().as_dict()
+        return self._done if self._done is not None else StepCounters().as_dict()
+
+    def report(self) -> dict[str, Any]:
+        if self.cache is None:
+            return {"placement": "device" if self.device.type == "cuda" else "host"}
+        stats = self.tbe.get_uvm_cache_stats().tolist()
+        names = ("num_calls", "num_requested_indices", "num_unique_indices", "num_unique_misses",
+                 "num_conflict_unique_misses", "num_conflict_misses")
+        slots = tbe_cache_slots(self.tbe)
+        return {"placement": "managed_caching", "cache": self.cache, "capacity": slots,
+                "cache_ratio": slots / self.spec.num_rows, "requested_cache_ratio": self.requested_ratio,
+                "fbgemm_uvm_cache_stats": dict(zip(names, map(int, stats)))}
+
+    # --- counting -----------------------------------------------------------------------------------------
+
+    def _count(self) -> StepCounters:
+        """The last step's counters: unique rows on the host; cache events from the device-side probes."""
+        lk = self.plan(self._ids) if self.cache is None else self._lk
+        if self.cache is None:  # counted on the host after the step, off the timed path
+            return all_resident(lk.size, int(np.unique(lk.rows.numpy()).size))
+        p = {name: int(t.item()) for name, t in self._probe.items()}
+        unique = lk.unique()[0].numel()
+        fetched = p["unique_misses"] - p["not_admitted"]
+        evictions = fetched - (p["occupied_after"] - p["occupied_before"])
+        c = StepCounters(lookups=lk.size, unique_rows=unique, misses=p["misses"], hits=lk.size - p["misses"],
+                         unique_misses=p["unique_misses"], unique_hits=unique - p["unique_misses"],
+                         evictions=evictions)
+        return c.set_param_traffic(fetched, evictions, self.row_bytes)
+
+    def _resident(self, rows: torch.Tensor) -> torch.Tensor:
+        """Whether each global row (= FBGEMM's linear cache index, every table cached) is in the cache: bool [U]."""
+        loc = torch.ops.fbgemm.lxu_cache_lookup(rows, self.tbe.lxu_cache_state, self.tbe.total_cache_hash_size)
+        return loc != -1
+
+    def _occupied(self) -> torch.Tensor:
+        return (self.tbe.lxu_cache_state != -1).sum()
+
+    def _probe_before(self, ids: torch.Tensor) -> None:
+        """The batch's unique rows against the cache before FBGEMM fills it (device tensors, no sync)."""
+        self._lk = self.plan(ids)
+        uniq, _, counts = self._lk.unique()  # [U], [U]
+        rows, counts = ship(uniq, self.device), ship(counts, self.device)
+        missing = ~self._resident(rows)
+        self._probe = {"unique_misses": missing.sum(), "misses": (counts * missing).sum(),
+                       "occupied_before": self._occupied()}
+        self._rows = rows
+
+    def _probe_after(self) -> None:
+        """After the fill: rows FBGEMM could not admit (served from UVM), and the slots now occupied."""
+        self._probe["not_admitted"] = (~self._resident(self._rows)).sum()
+        self._probe["occupied_after"] = self._occupied()

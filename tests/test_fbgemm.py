@@ -1,0 +1,169 @@
+"""The ``fbgemm`` peer store: FBGEMM's TBE trains the ``device`` store's model; without the extra, runs are skipped."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from hotcold.analysis.tables import aggregate, find_records
+from hotcold.cli import main
+from hotcold.config import ConfigError, InfeasibleError
+from hotcold.embedding import PeerUnavailableError, RowOptimizer, StoreSpec, build_store, fbgemm
+from hotcold.embedding.base import NullMarker, init_table
+
+CPU = torch.device("cpu")
+MISSING = fbgemm.available()
+needs_fbgemm = pytest.mark.skipif(MISSING is not None, reason=f"the optional extra is missing: {MISSING}")
+needs_cuda_fbgemm = pytest.mark.skipif(
+    MISSING is not None or not torch.cuda.is_available(),
+    reason="needs a GPU and fbgemm_gpu's CUDA build (`pip install -e .[peers-cuda]`): the managed cache and "
+           "device placement run on a machine with both")
+SIZES = [30, 7, 200]
+COLUMNS = [0, 1, 2, 1, 2]  # columns 3 and 4 share tables 1 and 2 with columns 1 and 2, as histories do
+RUN = {"dataset": "small", "method": "fbgemm", "variant": "host", "seed": 0,
+       "model": {"embedding_dim": 8, "bottom_mlp": [8], "top_mlp": [8, 1]},
+       "train": {"steps": 6, "warmup_steps": 2, "batch_size": 64, "eval_batch_size": 256}}
+
+
+def _ids(gen: torch.Generator, batch: int = 64, pad: float = 0.25) -> torch.Tensor:
+    """Skewed ids [B, K] of the COLUMNS' tables, a share ``pad`` of them padding (-1)."""
+    cols = [torch.randint(0, SIZES[t], (batch,), generator=gen) // torch.randint(1, 4, (batch,), generator=gen)
+            for t in COLUMNS]
+    ids = torch.stack(cols, 1)
+    ids[torch.rand(ids.shape, generator=gen) < pad] = -1
+    return ids
+
+
+def _spec(kind: str, device: torch.device = CPU, **options) -> StoreSpec:
+    return StoreSpec(table_sizes=list(SIZES), dim=8, optimizer=RowOptimizer(kind, lr=0.05), device=device, seed=3,
+                     options=options, column_tables=list(COLUMNS))
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+def test_tbe_inputs_are_feature_major_bags_of_one():
+    ids = torch.tensor([[4, -1, 2], [0, 5, -1]])  # [B=2, K=3]
+    indices, offsets = fbgemm.tbe_inputs(ids, CPU)
+    # bags (k, b): (0,0)=4 (0,1)=0 (1,0)=pad (1,1)=5 (2,0)=2 (2,1)=pad
+    assert indices.tolist() == [4, 0, 5, 2]
+    assert offsets.tolist() == [0, 1, 2, 2, 3, 4, 4]
+
+
+def test_table_order_groups_columns_of_a_table():
+    assert fbgemm.table_order([0, 1, 1, 2]) is None
+    order = fbgemm.table_order(COLUMNS)
+    assert order == [0, 1, 3, 2, 4] and [COLUMNS[k] for k in order] == sorted(COLUMNS)
+
+
+def test_bad_options_fail_clearly():
+    with pytest.raises(ConfigError, match="cache must be one of"):
+        build_store("fbgemm", _spec("sgd", cache="fifo"))
+    with pytest.raises(ConfigError, match="need cache: lru or lfu"):
+        build_store("fbgemm", _spec("sgd", cache_ratio=0.1))
+    spec = _spec("sgd")
+    spec.dim = 6
+    with pytest.raises(ConfigError, match="multiple of 4"):
+        build_store("fbgemm", spec)
+
+
+@pytest.mark.parametrize("cache", ["lru", "lfu"])
+def test_managed_cache_on_a_cpu_is_infeasible(cache):
+    """Whether or not the extra is installed: the run ends as an ``infeasible`` record, not an error."""
+    with pytest.raises(InfeasibleError, match="needs a GPU"):
+        build_store("fbgemm", _spec("adagrad", cache=cache, cache_ratio=0.05))
+
+
+def test_missing_extra_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(fbgemm, "available", lambda: "fbgemm_gpu is not installed; install it with "
+                        f"`{fbgemm.INSTALL_HINT}`")
+    with pytest.raises(PeerUnavailableError, match=r"pip install -e \.\[peers\]"):
+        build_store("fbgemm", _spec("sgd"))
+
+
+def test_missing_extra_ends_as_a_skipped_record_named_in_the_summary(monkeypatch, tmp_path, small_dataset):
+    monkeypatch.setattr(fbgemm, "available", lambda: "fbgemm_gpu is not installed here (simulated)")
+    runs = tmp_path / "runs"
+    out = runs / "small" / "fbgemm" / "host" / "seed~0"
+    assert main(["train", "--dataset", str(small_dataset.path), "--run-config", json.dumps(RUN),
+                 "--out", str(out), "--threads", "1", "--no-progress"]) == 0
+    rec = json.loads((out / "record.json").read_text())
+    assert rec["status"] == "skipped" and "simulated" in rec["reason"]
+    assert not {"summary", "metrics", "params"} & set(rec)
+    device = {**RUN, "method": "device", "variant": "base"}
+    assert main(["train", "--dataset", str(small_dataset.path), "--run-config", json.dumps(device),
+                 "--out", str(runs / "small" / "device" / "base" / "seed~0"), "--threads", "1",
+                 "--no-progress"]) == 0
+    summary = aggregate(find_records(runs), tmp_path / "tables")
+    assert dict(zip(summary.method, summary.status)) == {"device": "ok", "fbgemm": "skipped"}
+    text = (tmp_path / "tables" / "summary.md").read_text()
+    assert "**Skipped:**" in text and "- `fbgemm` (1 run(s): small/host): fbgemm_gpu is not installed" in text
+    listing = (tmp_path / "tables" / "infeasible.md").read_text()
+    assert "Skipped" in listing and "small/fbgemm/host/seed~0" in listing
+
+
+@needs_fbgemm
+@pytest.mark.parametrize("kind", ["sgd", "adagrad"])
+def test_store_trains_the_device_stores_rows(kind):
+    """20 steps with padding and shared tables: FBGEMM's fused update against the ``device`` store."""
+    store, ref = build_store("fbgemm", _spec(kind)), build_store("device", _spec(kind))
+    assert torch.equal(store.export(), init_table(SIZES, 8, 3))
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        ids = _ids(gen)
+        out, want = store.forward(ids, NullMarker()), ref.forward(ids, NullMarker())
+        torch.testing.assert_close(out, want, rtol=0, atol=1e-6)
+        grad = torch.randn(out.shape, generator=gen)
+        store.backward(grad, NullMarker())
+        ref.backward(grad, NullMarker())
+    assert _rel(store.export(), ref.export()) <= 1e-6
+    if kind == "adagrad":
+        assert _rel(fbgemm.tbe_row_states(store.tbe), ref.state) <= 1e-6
+    torch.testing.assert_close(store.lookup(ids), ref.lookup(ids), rtol=0, atol=1e-6)
+
+
+@needs_fbgemm
+def test_host_counters_count_every_lookup_as_resident():
+    store = build_store("fbgemm", _spec("sgd"))
+    ids = _ids(torch.Generator().manual_seed(1))
+    store.backward(store.forward(ids, NullMarker()), NullMarker())
+    rows = {(COLUMNS[k], int(i)) for row in ids for k, i in enumerate(row) if i >= 0}
+    c = store.step_counters()
+    valid = int((ids >= 0).sum())
+    assert (c["lookups"], c["unique_rows"], c["hits"], c["unique_hits"]) == (valid, len(rows), valid, len(rows))
+    assert c["misses"] == c["param_rows_h2d"] == c["evictions"] == 0
+    assert store.report() == {"placement": "host"}
+
+
+@needs_cuda_fbgemm
+@pytest.mark.parametrize("cache", [None, "lru", "lfu"])
+@pytest.mark.parametrize("kind", ["sgd", "adagrad"])
+def test_cuda_placements_train_the_device_stores_rows(cache, kind):
+    cuda = torch.device("cuda")
+    options = {} if cache is None else {"cache": cache, "cache_rows": 64}
+    store, ref = build_store("fbgemm", _spec(kind, cuda, **options)), build_store("device", _spec(kind, cuda))
+    gen = torch.Generator().manual_seed(0)
+    total = {"lookups": 0, "misses": 0, "unique_misses": 0}
+    for _ in range(20):
+        ids = _ids(gen)
+        out, want = store.forward(ids, NullMarker()), ref.forward(ids, NullMarker())
+        torch.testing.assert_close(out, want, rtol=0, atol=1e-6)
+        grad = torch.randn(out.shape, generator=gen).to(cuda)
+        store.backward(grad, NullMarker())
+        ref.backward(grad, NullMarker())
+        c = store.step_counters()
+        assert c["hits"] + c["misses"] == c["lookups"] == int((ids >= 0).sum())
+        assert c["unique_hits"] + c["unique_misses"] == c["unique_rows"]
+        assert 0 <= c["param_rows_h2d"] <= c["unique_misses"] and 0 <= c["evictions"] <= c["param_rows_h2d"]
+        assert c["param_rows_d2h"] == c["evictions"]
+        for k in total:
+            total[k] += c[k]
+    assert _rel(store.export(), ref.export()) <= 1e-5  # CUDA sums gradients in another order
+    if cache is not None:
+        report = store.report()
+        assert report["capacity"] >= 64 and report["cache"] == cache
+        assert 0 < total["unique_misses"] <= total["misses"] < total["lookups"]
+        if cache == "lru":  # FBGEMM's own statistics count the same unique misses
+            assert report["fbgemm_uvm_cache_stats"]["num_unique_misses"] == total["unique_misses"]
