@@ -1,9 +1,15 @@
-"""The dense optimizers are torch.optim's arithmetic, bit for bit."""
+"""The optimizers: the dense ones are torch.optim's arithmetic, bit for bit; the embedding rows' shared
+pieces (grouping a batch's lookups by row, their gradient sums, the row update, compiled or not)."""
 from __future__ import annotations
 
+import warnings
+
+import numpy as np
 import pytest
 import torch
 
+from hotcold.embedding import base
+from hotcold.embedding.base import RowGroups, RowOptimizer, sum_by_index
 from hotcold.model.optim import DenseAdagrad, DenseSGD
 
 
@@ -25,3 +31,128 @@ def test_dense_optimizers_match_torch_optim(kind):
             opt.step()
     for x, y in zip(ours, theirs):
         assert torch.equal(x, y)
+
+
+# -- the embedding rows' shared pieces: grouping, gradient sums, the row update ---------------------------------
+
+@pytest.mark.parametrize("high", [50, 2**40])  # int32 sort keys, and rows past int32
+def test_row_groups_match_torch_unique(high):
+    rows = torch.randint(0, high, (3000,), generator=torch.Generator().manual_seed(1))
+    rows[::7] = rows[0]                                   # one heavy row
+    g = RowGroups.of(rows)
+    uniq, inverse, counts = torch.unique(rows, return_inverse=True, return_counts=True)
+    assert torch.equal(g.rows, uniq) and torch.equal(g.inverse(), inverse) and torch.equal(g.counts, counts)
+    assert torch.equal(rows[g.order], torch.repeat_interleave(uniq, counts))          # grouped by row...
+    for u in range(0, g.size, max(1, g.size // 20)):                                  # ...in batch order
+        mine = g.order[g.offsets[u]:g.offsets[u + 1]]
+        assert torch.equal(mine, (rows == uniq[u]).nonzero().squeeze(1))
+
+
+def test_row_groups_of_no_rows():
+    g = RowGroups.of(torch.zeros(0, dtype=torch.int64))
+    assert g.size == 0 and g.inverse().numel() == 0
+    assert sum_by_index(g, torch.zeros(0, 4)).shape == (0, 4)
+
+
+def _reference_sums(rows: torch.Tensor, grads: torch.Tensor) -> dict[int, np.ndarray]:
+    """Each row's gradients added one by one in batch order, in float64."""
+    out: dict[int, np.ndarray] = {}
+    for r, g in zip(rows.tolist(), grads.double().numpy()):
+        out[r] = out.get(r, 0.0) + g
+    return out
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_sum_by_index_sums_each_rows_gradients(exact):
+    gen = torch.Generator().manual_seed(2)
+    rows = torch.randint(0, 300, (4000,), generator=gen)
+    grads = torch.randn(4000, 5, generator=gen)
+    g = RowGroups.of(rows)
+    summed = sum_by_index(g, grads, exact=exact)
+    ref = _reference_sums(rows, grads)
+    expect = torch.from_numpy(np.stack([ref[r] for r in g.rows.tolist()]))
+    assert summed.dtype == (torch.float64 if exact else torch.float32)
+    if exact:  # float64 sums in batch order, as the reference adds them
+        assert torch.equal(summed, expect)
+    else:
+        assert torch.allclose(summed.double(), expect, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="gradients for"):
+        sum_by_index(g, grads[:-1])
+
+
+def test_sum_by_index_does_not_depend_on_threads():
+    gen = torch.Generator().manual_seed(3)
+    rows = (torch.rand(60_000, generator=gen) ** 4 * 5000).long()  # skewed: long groups
+    grads = torch.randn(60_000, 16, generator=gen)
+    g = RowGroups.of(rows)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = sum_by_index(g, grads)
+        torch.set_num_threads(2)
+        two = [sum_by_index(g, grads) for _ in range(3)]
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(one, t) for t in two)
+
+
+def _update_case(kind: str, compile: bool):
+    gen = torch.Generator().manual_seed(4)
+    weight, state = torch.randn(500, 8, generator=gen), torch.rand(500, generator=gen)
+    slots = torch.randperm(500, generator=gen)[:123]
+    grads = [torch.randn(123, 8, generator=gen) for _ in range(3)]
+    opt = RowOptimizer(kind, 0.1, compile=compile)
+    for g in grads:
+        opt.apply(weight, state, slots, g)
+    return weight, state, opt
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adagrad"])
+def test_row_update_is_the_documented_formula(kind):
+    weight, state, _ = _update_case(kind, compile=False)
+    gen = torch.Generator().manual_seed(4)
+    w, s = torch.randn(500, 8, generator=gen).double(), torch.rand(500, generator=gen).double()
+    slots = torch.randperm(500, generator=gen)[:123]
+    for _ in range(3):
+        g = torch.randn(123, 8, generator=gen).double()
+        if kind == "adagrad":
+            s[slots] += (g ** 2).mean(dim=1)
+            g = g / (s[slots].sqrt() + 1e-8)[:, None]
+        w[slots] -= 0.1 * g
+    assert torch.allclose(weight.double(), w, rtol=0, atol=1e-6)
+    assert torch.allclose(state.double(), s, rtol=0, atol=1e-6)
+
+
+def test_compiled_row_update_matches_plain():
+    """The one test that compiles (a few seconds): ``HOTCOLD_COMPILE=1``'s update against the plain one."""
+    plain_w, plain_s, _ = _update_case("adagrad", compile=False)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        comp_w, comp_s, opt = _update_case("adagrad", compile=True)
+    if not opt.compiled:
+        pytest.skip(f"torch.compile does not work here: {base._COMPILED.failed}")
+    assert torch.allclose(comp_w, plain_w, rtol=1e-6, atol=1e-7)
+    assert torch.allclose(comp_s, plain_s, rtol=1e-6, atol=1e-7)
+
+
+def test_failed_compile_falls_back_and_says_so_once(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(base, "_COMPILED", base._CompiledUpdate())
+    monkeypatch.setattr(torch, "compile", broken)
+    plain_w, plain_s, _ = _update_case("adagrad", compile=False)
+    with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler") as caught:
+        comp_w, comp_s, opt = _update_case("adagrad", compile=True)
+    assert len([w for w in caught if issubclass(w.category, RuntimeWarning)]) == 1
+    assert not opt.compiled
+    assert torch.equal(comp_w, plain_w) and torch.equal(comp_s, plain_s)
+
+
+def test_compile_switch_reads_the_environment(monkeypatch):
+    monkeypatch.setenv(base.COMPILE_ENV, "1")
+    assert RowOptimizer("sgd", 0.1).compile
+    monkeypatch.setenv(base.COMPILE_ENV, "0")
+    assert not RowOptimizer("sgd", 0.1).compile
+    monkeypatch.delenv(base.COMPILE_ENV)
+    assert not RowOptimizer("sgd", 0.1).compile

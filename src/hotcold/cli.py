@@ -465,7 +465,37 @@ def parser() -> argparse.ArgumentParser:
     cv.add_argument("--data", default="results/data", help="datasets directory (the dense model's sizes)")
     cv.add_argument("--out", default="results/tables")
     cv.set_defaults(func=cmd_costmodel_validation)
+
+    be = sub.add_parser("bench", help="benchmarks: `bench embedding` times the core embedding step against "
+                                      "FBGEMM's TBE and measures gather bandwidth")
+    be.add_argument("what", choices=["embedding"])
+    be.add_argument("--threads", type=int, default=1, help="torch threads")
+    be.add_argument("--batch", type=int, default=2048, help="samples per batch")
+    be.add_argument("--dim", type=int, default=16, help="embedding dimension")
+    be.add_argument("--cap", type=int, default=200_000, help="rows per table at most (Criteo Kaggle's 26 tables)")
+    be.add_argument("--zipf", type=float, default=1.2, help="Zipf exponent of the ids")
+    be.add_argument("--steps", type=int, default=40, help="timed steps of each side per repeat")
+    be.add_argument("--repeats", type=int, default=7, help="interleaved repeats (medians are reported)")
+    be.add_argument("--check-steps", type=int, default=20, help="steps of the weight-agreement check (0: skip)")
+    be.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    be.add_argument("--optimizers", nargs="+", choices=["sgd", "adagrad"], default=["sgd", "adagrad"])
+    be.add_argument("--no-compile", action="store_true", help="run the harness's row update plainly")
+    be.add_argument("--out", help="write the result as JSON (.json) or CSV (.csv)")
+    be.set_defaults(func=cmd_bench)
     return p
+
+
+def cmd_bench(args: argparse.Namespace) -> None:
+    from hotcold.bench import BenchConfig, render, run, write
+
+    cfg = BenchConfig(threads=args.threads, batch=args.batch, dim=args.dim, cap=args.cap, zipf=args.zipf,
+                      steps=args.steps, repeats=args.repeats, check_steps=args.check_steps, device=args.device,
+                      optimizers=tuple(args.optimizers), compile=not args.no_compile)
+    result = run(cfg)
+    print(render(result))
+    if args.out:
+        write(result, Path(args.out))
+        print(f"wrote {args.out}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,63 @@
+"""``hotcold bench embedding`` at toy sizes: it runs, its numbers hang together, and both sides train one model."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from hotcold import bench
+from hotcold.cli import main
+from hotcold.embedding.fbgemm import available
+
+SMALL = ["--cap", "500", "--batch", "32", "--steps", "2", "--repeats", "2", "--check-steps", "3", "--no-compile"]
+
+
+def test_bench_embedding_verb_writes_its_table(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert main(["bench", "embedding", *SMALL, "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "gather bandwidth" in text and "sgd" in text and "adagrad" in text
+    result = json.loads(out.read_text())
+    assert [s["optimizer"] for s in result["step"]] == ["sgd", "adagrad"]
+    assert result["step"][0]["peer"] == ("fbgemm tbe" if available() is None else "torch EmbeddingBag")
+    for s in result["step"]:
+        assert s["hotcold_ms"] > 0 and s["peer_ms"] > 0
+        assert s["ratio_min"] <= s["ratio"] <= s["ratio_max"]
+        assert s["max_abs_diff"] < 1e-5  # the harness and its peer trained the same weights
+    for g in result["gather"]:
+        assert g["rows"] == 32 * 26 and g["bytes"] == g["rows"] * 16 * 4
+        assert g["share"] == pytest.approx(g["gather_gbs"] / g["memcpy_gbs"])
+    assert len(result["config"]["table_sizes"]) == 26 and max(result["config"]["table_sizes"]) == 500
+
+
+def test_bench_csv_and_bad_options(tmp_path, capsys):
+    out = tmp_path / "bench.csv"
+    assert main(["bench", "embedding", *SMALL, "--optimizers", "sgd", "--check-steps", "0", "--out", str(out)]) == 0
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith("kind,") and sum(line.startswith("step,") for line in lines) == 1
+    assert main(["bench", "embedding", *SMALL, "--steps", "0"]) == 2
+    assert "steps must be an integer >= 1" in capsys.readouterr().err
+    assert main(["bench", "embedding", *SMALL, "--out", str(tmp_path / "x.txt")]) == 2
+
+
+def test_torch_bag_peer_trains_the_same_model():
+    """The fallback peer (no FBGEMM) applies the same SGD and row-wise Adagrad as the harness."""
+    cfg = bench.BenchConfig(cap=300, batch=64, check_steps=4, compile=False)
+    sizes = cfg.sizes()
+    batches = bench.zipf_batches(sizes, cfg.batch, cfg.zipf, 4, 0)
+    grads = [torch.randn(cfg.batch, len(sizes), cfg.dim) for _ in batches]
+    for kind in ("sgd", "adagrad"):
+        diff = bench.weight_agreement(cfg, kind, bench.TorchBagSide, batches, grads, torch.device("cpu"))
+        assert diff < 1e-6
+
+
+def test_zipf_batches_are_skewed_and_in_range():
+    sizes = [10, 1000]
+    b = bench.zipf_batches(sizes, 4000, 1.2, 2, 0)
+    assert len(b) == 2 and b[0].shape == (4000, 2) and b[0].dtype == torch.int64
+    assert int(b[0][:, 0].max()) < 10 and int(b[0][:, 1].max()) < 1000 and int(b[0].min()) >= 0
+    counts = np.bincount(b[0][:, 1].numpy(), minlength=1000)
+    assert counts[0] > counts[10] > counts[500]          # most popular first, by a wide margin
+    assert not torch.equal(b[0], b[1])
