@@ -280,14 +280,15 @@ def gather_bandwidth(cfg: BenchConfig, ids: torch.Tensor, device: torch.device) 
     """GB/s of a batch-sized ``index_select`` of rows against a copy of the same bytes, in the same run.
 
     Cases: the benchmark's Zipf batch from the big table; uniform ids over the
-    big table; uniform ids over a table of ``llc_rows`` rows (a quarter of the
-    last-level cache, or 1 MiB when it is unknown). Median of ``repeats`` x 20 calls each.
+    big table; uniform ids over a table of a quarter of the last-level cache
+    (the CPU's; a GPU's L2), or 1 MiB when it is unknown. Median of ``repeats`` x 20 calls each.
     """
     sizes = cfg.sizes()
     table = init_table(sizes, cfg.dim, cfg.seed).to(device)                   # [N, D]
     offsets = torch.tensor([0] + sizes[:-1], dtype=torch.int64).cumsum(0)
     n_rows, row_bytes = table.shape[0], cfg.dim * table.element_size()
-    llc = last_level_cache_bytes()
+    llc = last_level_cache_bytes() if device.type == "cpu" else \
+        getattr(torch.cuda.get_device_properties(device), "L2_cache_size", None)
     small_rows = max(1, (llc // 4 if llc else 1 << 20) // row_bytes)
     gen = torch.Generator().manual_seed(cfg.seed)
     count = ids.numel()
