@@ -61,3 +61,12 @@ def test_zipf_batches_are_skewed_and_in_range():
     counts = np.bincount(b[0][:, 1].numpy(), minlength=1000)
     assert counts[0] > counts[10] > counts[500]          # most popular first, by a wide margin
     assert not torch.equal(b[0], b[1])
+
+
+def test_peer_falls_back_to_embedding_bag_saying_why(tmp_path):
+    """FBGEMM takes dims that are multiples of 4 only: at dim 6 the EmbeddingBag peer runs, and the note says why."""
+    out = tmp_path / "b.json"
+    assert main(["bench", "embedding", *SMALL, "--dim", "6", "--optimizers", "adagrad", "--out", str(out)]) == 0
+    step = json.loads(out.read_text())["step"][0]
+    assert step["peer"] == "torch EmbeddingBag" and step["peer_note"]
+    assert step["max_abs_diff"] < 1e-6

@@ -193,14 +193,24 @@ class TorchBagSide:
         return self.bag.weight.detach().to("cpu", copy=True)
 
 
-def peer_class(device: torch.device) -> tuple[type, str | None]:
-    """FBGEMM's TBE when it imports here, else the EmbeddingBag peer, and why FBGEMM was not used."""
+def peer_class(device: torch.device, dim: int) -> tuple[type, str | None]:
+    """FBGEMM's TBE when it builds here (on ``device``, at ``dim``), else the EmbeddingBag peer, and why not FBGEMM.
+
+    A tiny TBE is built first: a CPU-only FBGEMM wheel imports on a GPU machine but has no CUDA kernels,
+    and FBGEMM takes only dims that are multiples of 4.
+    """
     try:
-        from hotcold.embedding.fbgemm import available
+        from hotcold.embedding.fbgemm import available, make_tbe
     except ImportError as e:
         return TorchBagSide, f"hotcold.embedding.fbgemm is missing ({e})"
     reason = available()
-    return (FbgemmSide, None) if reason is None else (TorchBagSide, reason)
+    if reason is not None:
+        return TorchBagSide, reason
+    try:
+        make_tbe([8], dim, RowOptimizer("sgd", 0.1), device)
+    except Exception as e:  # noqa: BLE001 - whatever stops FBGEMM here, the other peer runs and says why
+        return TorchBagSide, f"FBGEMM's TBE does not run here ({type(e).__name__}: {' '.join(str(e).split())[:200]})"
+    return FbgemmSide, None
 
 
 # -- timing --------------------------------------------------------------------------------------------------
@@ -235,7 +245,7 @@ def time_step(cfg: BenchConfig, optimizer: str, batches: list[torch.Tensor], gra
               device: torch.device) -> dict[str, Any]:
     """ms/step of the harness and the peer, interleaved by repeat; their ratio; their weights' agreement."""
     sizes = cfg.sizes()
-    peer_cls, why = peer_class(device)
+    peer_cls, why = peer_class(device, cfg.dim)
     ours, peer = HarnessSide(sizes, cfg, optimizer, device), peer_cls(sizes, cfg, optimizer, device)
     ours_in = [ours.prepare(b, g) for b, g in zip(batches, grads)]
     peer_in = [peer.prepare(b, g) for b, g in zip(batches, grads)]
