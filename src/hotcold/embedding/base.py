@@ -215,6 +215,11 @@ def ship(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return t.pin_memory().to(device, non_blocking=True)
 
 
+def bag_sums(order: torch.Tensor, starts: torch.Tensor, grads: torch.Tensor) -> torch.Tensor:
+    """[U, D]: row u sums ``grads[order[starts[u]:starts[u + 1]]]`` (to the end for the last), in that order."""
+    return torch.nn.functional.embedding_bag(order, grads, starts, mode="sum")
+
+
 def sum_by_index(groups: RowGroups, grads: torch.Tensor, exact: bool = False) -> torch.Tensor:
     """Gradients [L, D] of a batch's lookups summed per distinct row: [U, D] (the second half of ``coalesce``).
 
@@ -234,20 +239,20 @@ def sum_by_index(groups: RowGroups, grads: torch.Tensor, exact: bool = False) ->
     if grads.shape[0] != groups.order.numel():
         raise ValueError(f"sum_by_index: {grads.shape[0]} gradients for {groups.order.numel()} lookups")
     if grads.device.type == "cpu" and not exact and grads.dtype in (torch.float32, torch.float64) and n:
-        return torch.nn.functional.embedding_bag(groups.order, grads.contiguous(), groups.offsets[:-1], mode="sum")
+        return bag_sums(groups.order, groups.offsets[:-1], grads.contiguous())
     dtype = torch.float64 if exact else grads.dtype
     summed = torch.zeros(n, width, dtype=dtype, device=grads.device)
     summed.index_add_(0, groups.inverse(grads.device), grads.to(dtype))
     return summed
 
 
-#: environment switch of the compiled row update: "1" compiles it (where ``torch.compile`` works), else plain
+#: environment switch of the compiled sparse step: "1" compiles it (where ``torch.compile`` works), else plain
 COMPILE_ENV = "HOTCOLD_COMPILE"
 
 
 def update_rows(weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, grad: torch.Tensor,
                 lr: float, eps: float, adagrad: bool) -> None:
-    """One SGD or row-wise Adagrad step on the rows ``slots``, in place: the function ``torch.compile`` takes.
+    """One SGD or row-wise Adagrad step on the rows ``slots``, in place.
 
     weight [N, D] float32; state [N]; slots: unique int64 [U]; grad [U, D]
     float32, each row's summed gradient. Adagrad: ``acc += mean(g^2)`` per
@@ -262,13 +267,25 @@ def update_rows(weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, 
     weight.index_copy_(0, slots, weight.index_select(0, slots) - lr * grad)
 
 
-class _CompiledUpdate:
-    """``update_rows`` through ``torch.compile(dynamic=True)``, made on first use; plain where that fails.
+def sparse_step(weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, order: torch.Tensor,
+                starts: torch.Tensor, grads: torch.Tensor, lr: float, eps: float, adagrad: bool) -> None:
+    """The backward and update of the rows a batch looked up, fused: the function ``torch.compile`` takes.
 
-    One graph per optimizer kind; the number of rows varies without
-    recompiling. Compiling takes seconds at the first call (a training run's
-    warm-up steps absorb it). A failure (no C++ compiler, an old torch) is
-    said once, then every call runs ``update_rows`` plainly.
+    grads [L, D]: the lookups' gradients; ``order`` [L] and ``starts`` [U]
+    group them by distinct row (``RowGroups``); slots [U]: where those rows
+    live in ``weight``/``state``. Sums each row's gradients (``bag_sums``),
+    then ``update_rows``. Run plainly it is exactly those two calls.
+    """
+    update_rows(weight, state, slots, bag_sums(order, starts, grads), lr, eps, adagrad)
+
+
+class _CompiledStep:
+    """``sparse_step`` through ``torch.compile(dynamic=True)``, made on first use; plain where that fails.
+
+    One graph per optimizer kind; the number of lookups and rows varies
+    without recompiling. Compiling takes seconds at the first call (a
+    training run's warm-up steps absorb it). A failure (no C++ compiler, an
+    old torch) is said once, then every call runs ``sparse_step`` plainly.
     """
 
     def __init__(self) -> None:
@@ -279,21 +296,21 @@ class _CompiledUpdate:
         if self.failed is None:
             try:
                 if self.fn is None:
-                    self.fn = torch.compile(update_rows, dynamic=True)
+                    self.fn = torch.compile(sparse_step, dynamic=True)
                 self.fn(*args)
                 return
             except Exception as e:  # noqa: BLE001 - any compiler failure means: run it plainly
                 self.failed = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-                warnings.warn(f"torch.compile of the row update failed, running it plainly: {self.failed}",
+                warnings.warn(f"torch.compile of the sparse step failed, running it plainly: {self.failed}",
                               RuntimeWarning, stacklevel=2)
-        update_rows(*args)
+        sparse_step(*args)
 
 
-_COMPILED = _CompiledUpdate()
+_COMPILED = _CompiledStep()
 
 
 def compile_requested() -> bool:
-    """Whether ``HOTCOLD_COMPILE`` asks for the compiled row update."""
+    """Whether ``HOTCOLD_COMPILE`` asks for the compiled sparse step."""
     return os.environ.get(COMPILE_ENV, "0").strip() == "1"
 
 
@@ -302,9 +319,9 @@ class RowOptimizer:
 
     Row-wise Adagrad keeps one float per row (the running sum of the mean
     squared gradient of the row), so its state is a [N] tensor that moves with
-    the rows wherever a store puts them. ``compile``: run float32 updates
+    the rows wherever a store puts them. ``compile``: run ``step`` on the CPU
     through ``torch.compile`` (None: as ``HOTCOLD_COMPILE`` says; exact
-    float64 sums and column-shard updates always run plainly).
+    float64 sums and every other device run plainly).
     """
 
     def __init__(self, kind: str, lr: float, eps: float = 1e-8, compile: bool | None = None) -> None:
@@ -320,11 +337,27 @@ class RowOptimizer:
 
     @property
     def compiled(self) -> bool:
-        """Whether float32 updates run compiled (requested, and the compiler has not failed)."""
+        """Whether ``step`` runs compiled on the CPU (requested, and the compiler has not failed)."""
         return self.compile and _COMPILED.failed is None
 
     def init_state(self, num_rows: int, device: torch.device | str = "cpu") -> torch.Tensor:
         return torch.zeros(num_rows, dtype=torch.float32, device=device)
+
+    def step(self, weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, groups: RowGroups,
+             grads: torch.Tensor, exact: bool = False) -> None:
+        """A batch's backward and update: its lookups' gradients summed per row, then ``apply``.
+
+        grads [L, D]: the gradient of each lookup; ``groups`` plans their sum
+        (``sum_by_index``, float64 with ``exact``); slots [U]: where the
+        distinct rows ``groups.rows`` live in ``weight`` and ``state``.
+        """
+        if (self.compile and not exact and grads.device.type == "cpu" and weight.device.type == "cpu"
+                and grads.dtype == weight.dtype == torch.float32 and groups.size > 1):
+            # (below two rows a dynamic graph would specialise and recompile; they cost nothing plainly)
+            _COMPILED(weight, state, slots, groups.order, groups.offsets[:-1], grads.contiguous(), self.lr, self.eps,
+                      self.kind == "adagrad")
+            return
+        self.apply(weight, state, slots, sum_by_index(groups, grads, exact))
 
     def apply(self, weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, grad: torch.Tensor,
               sq_mean: torch.Tensor | None = None) -> None:
@@ -336,13 +369,10 @@ class RowOptimizer:
         A float64 ``grad`` (an exact sum) is rounded to the weights' float32
         after its squares are taken.
         """
-        adagrad = self.kind == "adagrad"
         if sq_mean is None and grad.dtype == weight.dtype:
-            # Below two rows a dynamic graph would specialise (and recompile); they cost nothing plainly.
-            run = _COMPILED if self.compile and slots.numel() > 1 else update_rows
-            run(weight, state, slots, grad, self.lr, self.eps, adagrad)
+            update_rows(weight, state, slots, grad, self.lr, self.eps, self.kind == "adagrad")
             return
-        if adagrad:
+        if self.kind == "adagrad":
             sq_mean = grad.pow(2).mean(dim=1) if sq_mean is None else sq_mean
             acc = state.index_select(0, slots) + sq_mean.to(state.dtype)  # [U]
             state.index_copy_(0, slots, acc)

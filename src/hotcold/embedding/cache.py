@@ -29,8 +29,7 @@ import torch
 
 from hotcold.config import ConfigError, is_real
 from hotcold.counters import StepCounters, row_bytes
-from hotcold.embedding.base import (EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, init_table, ship,
-                                    sum_by_index)
+from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, init_table, ship
 from hotcold.trace.policies import CacheDirectory, Policy, cache_policy
 
 DEFAULT_CACHE_RATIO = 0.015
@@ -165,8 +164,7 @@ class CacheStore(EmbeddingStore):
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
         assert self._last is not None, "backward without forward"
         lk, uslots, inverse = self._last
-        summed = sum_by_index(lk.groups(), self.from_batch(grad, lk))  # [U, D]
-        self.optimizer.apply(self.cache_w, self.cache_s, uslots, summed)
+        self.optimizer.step(self.cache_w, self.cache_s, uslots, lk.groups(), self.from_batch(grad, lk))
         self._counters = self._pending
         self._last = None
         timer.mark("emb_update")

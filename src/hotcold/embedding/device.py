@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from hotcold.counters import all_resident
-from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, init_table, ship, sum_by_index
+from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, init_table, ship
 
 
 class DeviceStore(EmbeddingStore):
@@ -35,8 +35,7 @@ class DeviceStore(EmbeddingStore):
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
         assert self._last is not None, "backward without forward"
         lk, uniq = self._last
-        summed = sum_by_index(lk.groups(), self.from_batch(grad, lk), self.spec.exact_sums)  # [U, D]
-        self.optimizer.apply(self.weight, self.state, uniq, summed)
+        self.optimizer.step(self.weight, self.state, uniq, lk.groups(), self.from_batch(grad, lk), self.spec.exact_sums)
         self._counters = all_resident(lk.size, uniq.numel())
         self._last = None
         timer.mark("emb_update")

@@ -45,7 +45,7 @@ import torch
 
 from hotcold.config import ConfigError
 from hotcold.counters import row_bytes
-from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, ship, sum_by_index
+from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, ship
 from hotcold.embedding.hybrid import HybridStore
 from hotcold.trace.fae_schedule import (DEFAULT_BUDGET_RATIO, DEFAULT_SAMPLE_FRACTION, EPOCH, HotSetSync,
                                         check_run_length, fae_counters, plan, shuffle_schedule)
@@ -202,8 +202,7 @@ class FAEStore(EmbeddingStore):
         else:
             assert self._last is not None
             lk, uslots, inverse = self._last
-            summed = sum_by_index(lk.groups(), self.from_batch(grad, lk))  # [U, D]
-            self.optimizer.apply(self.dev_weight, self.dev_state, uslots, summed)
+            self.optimizer.step(self.dev_weight, self.dev_state, uslots, lk.groups(), self.from_batch(grad, lk))
             c = {"lookups": lk.size, "unique_rows": uslots.numel()}
             self._last = None
             timer.mark("emb_update")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from hotcold.counters import all_host
-from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, init_table, sum_by_index
+from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, init_table
 
 
 class HybridStore(EmbeddingStore):
@@ -59,7 +59,7 @@ class HybridStore(EmbeddingStore):
         timer.mark("d2h")
         groups = lk.groups()
         uniq = groups.rows
-        self.optimizer.apply(self.weight, self.state, uniq, sum_by_index(groups, grad))
+        self.optimizer.step(self.weight, self.state, uniq, groups, grad)
         self._counters = all_host(lk.size, uniq.numel(), self.dim)
         self._last = None
         timer.mark("emb_update")

@@ -32,8 +32,7 @@ import torch
 
 from hotcold.config import ConfigError, InfeasibleError
 from hotcold.counters import all_resident, row_bytes
-from hotcold.embedding.base import (EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, init_table, ship,
-                                    sum_by_index)
+from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, init_table, ship
 from hotcold.embedding.scratchpipe_pipeline import MovePipeline
 from hotcold.trace.scratchpad import Admission, ScratchpadDirectory, working_set_peak
 
@@ -156,8 +155,7 @@ class ScratchPipeStore(EmbeddingStore):
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
         assert self._last is not None, "backward without forward"
         lk, uslots, inverse, rec = self._last
-        summed = sum_by_index(lk.groups(), self.from_batch(grad, lk))  # [U, D]
-        self.optimizer.apply(self.slot_weight, self.slot_state, uslots, summed)
+        self.optimizer.step(self.slot_weight, self.slot_state, uslots, lk.groups(), self.from_batch(grad, lk))
         self.directory.release(rec.admission.slots)
         self._counters = all_resident(lk.size, uslots.numel())
         for adm, batch in self._admitted:  # booked at the step they happened in, as the simulator does
