@@ -479,7 +479,8 @@ def parser() -> argparse.ArgumentParser:
     be.add_argument("--check-steps", type=int, default=20, help="steps of the weight-agreement check (0: skip)")
     be.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     be.add_argument("--optimizers", nargs="+", choices=["sgd", "adagrad"], default=["sgd", "adagrad"])
-    be.add_argument("--no-compile", action="store_true", help="run the harness's row update plainly")
+    be.add_argument("--no-compile", action="store_true",
+                    help="run the harness's backward + update (sparse_step) plainly, not compiled")
     be.add_argument("--out", help="write the result as JSON (.json) or CSV (.csv)")
     be.set_defaults(func=cmd_bench)
     return p
