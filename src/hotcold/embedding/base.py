@@ -130,10 +130,10 @@ class RowGroups:
     def inverse(self, device: torch.device | str = "cpu") -> torch.Tensor:
         """int64 [L]: each lookup's index into ``rows``, on ``device`` (shipped once, then kept)."""
         cpu, device = torch.device("cpu"), torch.device(device)
-        if cpu not in self._inverse:
-            inverse = torch.empty_like(self.order)
-            inverse.index_copy_(0, self.order, torch.repeat_interleave(torch.arange(self.size), self.counts))
-            self._inverse[cpu] = inverse
+        if cpu not in self._inverse:  # lookup order[j] reads row j's group: scatter the group numbers back
+            group = torch.zeros(self.order.numel(), dtype=torch.int64)
+            group[self.offsets[1:-1]] = 1
+            self._inverse[cpu] = torch.empty_like(self.order).scatter_(0, self.order, torch.cumsum(group, 0))
         if device not in self._inverse:
             self._inverse[device] = ship(self._inverse[cpu], device)
         return self._inverse[device]
