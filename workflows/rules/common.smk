@@ -62,6 +62,27 @@ def source_sha256() -> str:
 # `rerun_on_code_change` an edit of the package reruns the training jobs (computed once, here).
 SOURCE_PARAM = source_sha256() if config["rerun_on_code_change"] else "not tracked (rerun_on_code_change: false)"
 
+# Peer methods run on an optional package (`pip install -e .[peers]`); without it their runs end as
+# `skipped` records. Their training jobs take the installed build as a parameter, so installing the
+# package later reruns them (Snakemake's "params changed"); the other jobs do not depend on it.
+PEER_METHODS = ("fbgemm",)  # as hotcold.embedding.PEER_METHODS
+
+
+def peer_builds() -> str:
+    """The installed distributions of fbgemm_gpu (CPU or CUDA build) with versions, or 'not installed'."""
+    from importlib import metadata
+
+    names = sorted(set(metadata.packages_distributions().get("fbgemm_gpu", [])))
+    return ", ".join(f"{name}=={metadata.version(name)}" for name in names) or "not installed"
+
+
+PEERS_PARAM = peer_builds()
+
+
+def peers_param(methods) -> str:
+    """The training rules' `peers` parameter: the installed build where a peer method is among ``methods``."""
+    return PEERS_PARAM if any(m in PEER_METHODS for m in methods) else ""
+
 
 def merged(base: dict, override: dict | None) -> dict:
     """``override`` merged into ``base``: mappings key by key, other values replace, None removes."""
