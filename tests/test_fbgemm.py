@@ -167,3 +167,21 @@ def test_cuda_placements_train_the_device_stores_rows(cache, kind):
         assert 0 < total["unique_misses"] <= total["misses"] < total["lookups"]
         if cache == "lru":  # FBGEMM's own statistics count the same unique misses
             assert report["fbgemm_uvm_cache_stats"]["num_unique_misses"] == total["unique_misses"]
+
+
+@needs_fbgemm
+def test_adagrad_epsilon_is_added_outside_the_square_root():
+    """With a large eps and small gradients, eps inside the root (sqrt(state + eps)) would change the update by
+    about 40%; FBGEMM's rows follow the harness's sqrt(state) + eps to float32 rounding."""
+    spec = lambda: StoreSpec(list(SIZES), 8, RowOptimizer("adagrad", 0.05, eps=0.5), CPU, seed=3)  # noqa: E731
+    store, ref = build_store("fbgemm", spec()), build_store("device", spec())
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(10):
+        ids = torch.stack([torch.randint(0, n, (64,), generator=gen) for n in SIZES], 1)
+        grad = 0.01 * torch.randn(64, len(SIZES), 8, generator=gen)
+        store.forward(ids, NullMarker())
+        ref.forward(ids, NullMarker())
+        store.backward(grad, NullMarker())
+        ref.backward(grad, NullMarker())
+    change = ref.export().double() - init_table(SIZES, 8, 3).double()
+    assert float((store.export().double() - ref.export().double()).norm() / change.norm()) <= 1e-5
