@@ -104,6 +104,19 @@ def test_missing_extra_ends_as_a_skipped_record_named_in_the_summary(monkeypatch
     assert "Skipped" in listing and "small/fbgemm/host/seed~0" in listing
 
 
+def test_a_group_with_a_missing_peer_trains_the_others(monkeypatch, tmp_path, small_dataset):
+    """`hotcold train-group` (timing.interleave): the skipped peer does not stop the group's other runs."""
+    monkeypatch.setattr(fbgemm, "available", lambda: "fbgemm_gpu is not installed here (simulated)")
+    configs = [{**RUN, "timing": {"repeats": 2}}, {**RUN, "method": "device", "variant": "base",
+                                                   "timing": {"repeats": 2}}]
+    runs = [{"run_config": c, "out": str(tmp_path / c["method"] / c["variant"])} for c in configs]
+    assert main(["train-group", "--dataset", str(small_dataset.path), "--runs", json.dumps(runs),
+                 "--no-progress"]) == 0
+    peer, device = (json.loads((tmp_path / c["method"] / c["variant"] / "record.json").read_text()) for c in configs)
+    assert peer["status"] == "skipped" and "simulated" in peer["reason"]
+    assert device["status"] == "ok" and device["summary"]["repeats"] == 2
+
+
 @needs_fbgemm
 @pytest.mark.parametrize("kind", ["sgd", "adagrad"])
 def test_store_trains_the_device_stores_rows(kind):
