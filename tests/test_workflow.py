@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from hotcold.analysis.claims import CLAIMS
+from hotcold.embedding.fbgemm import available as fbgemm_available
 from hotcold.records import source_sha256
 
 pytest.importorskip("snakemake")
@@ -32,6 +33,9 @@ SAFETY_TIMEOUT_S = 1200            # against a hung run only; the tiny workflow 
 FIGURES = ("coverage", "step_phases", "throughput", "speedup", "hit_rate", "fae_hot_fraction", "rows_moved",
            "inter_node_bytes", "proactive_hidden", "flexshard_headroom", "claims")
 SCALE_OUT_RUN = ("kaggle", "sharded", "row", 2, 1)  # the one scale-out run: 2 ranks, one per simulated node
+# The peer: fbgemm's base variant trains where the extra is installed (else it is skipped), and its managed
+# cache (lfu-5pct) ends infeasible on a CPU.
+PEER_STATUS = {"base": "ok" if fbgemm_available() is None else "skipped", "lfu-5pct": "infeasible"}
 
 # The default config's three generated datasets and seven methods at a tiny scale: one
 # variant per method (a null removes a default variant). At this scale a batch touches a
@@ -66,6 +70,7 @@ methods:
   lfu: {1.5pct: null, 5pct: null, tiny: {cache_ratio: 0.1}}
   freqcache: {1.5pct: null, 5pct: null, tiny: {cache_ratio: 0.1}}
   scratchpipe: {w2-1.5pct: null, w2-5pct: null}
+  fbgemm: {lru-1.5pct: null, lru-5pct: null, lfu-1.5pct: null}
 train:
   batch_size: 256
   steps: 12
@@ -344,7 +349,8 @@ def check_scale_out(workdir: Path, summary: pd.DataFrame) -> None:
     assert bool(run.exact.iloc[0]) and run.exact_reference.iloc[0] == "one-process device replay"
     assert run.speedup_vs_hybrid.isna().all()
     assert (summary[summary.world == 1].ranks_per_node == 1).all()
-    assert set(pd.read_csv(workdir / "results" / "tables" / "speedup.csv").method) == set(METHODS)
+    speedup_methods = set(pd.read_csv(workdir / "results" / "tables" / "speedup.csv").method)
+    assert speedup_methods == set(METHODS) | ({"fbgemm"} if PEER_STATUS["base"] == "ok" else set())
     traffic = pd.read_csv(workdir / "results" / "tables" / "comm_traffic.csv")
     assert set(traffic[traffic.source == "simulated"].dataset) == set(DATASETS)
     assert set(traffic.world) == {2, 4}  # shard_sim's 2x2 and the trained 2x1
@@ -369,6 +375,15 @@ def test_tiny_workflow_end_to_end(tmp_path: Path) -> None:
 
     tables, figs = tmp_path / "results" / "tables", tmp_path / "paper_figs"
     summary = pd.read_csv(tables / "summary.csv")
+    peer = summary[summary.method == "fbgemm"]
+    assert sorted(zip(peer.dataset, peer.variant, peer.status)) == sorted(
+        (d, v, status) for d in DATASETS for v, status in PEER_STATUS.items())
+    if PEER_STATUS["base"] == "skipped":
+        assert "**Skipped:**" in (tables / "summary.md").read_text()
+    else:  # FBGEMM's update is the harness's up to float32 rounding
+        trained = peer[peer.status == "ok"]
+        assert trained.exact.astype(bool).all(), trained[["dataset", "param_rel_diff"]]
+    summary = summary[summary.method != "fbgemm"]  # the harness's own methods, as before the peer
     assert sorted(zip(summary.dataset, summary.method)) == sorted(
         [(d, m) for d in DATASETS for m in METHODS] + [SCALE_OUT_RUN[:2]])
     infeasible = summary[summary.status == "infeasible"]
@@ -396,6 +411,7 @@ def test_tiny_workflow_end_to_end(tmp_path: Path) -> None:
     assert set(pd.read_csv(tables / "cache_sim.csv").dataset) == set(DATASETS)
     assert set(pd.read_csv(tables / "fae_hot_fraction.csv").dataset) == set(DATASETS)
     rows_moved = pd.read_csv(tables / "rows_moved.csv")
+    rows_moved = rows_moved[rows_moved.method != "fbgemm"]
     assert len(rows_moved) == len(DATASETS) * len(METHODS) - 1
     assert INFEASIBLE not in set(zip(rows_moved.dataset, rows_moved.method))
     assert (tmp_path / "results" / "benchmarks" / "taobao" / "fae" / "12.4pct" / "seed~0.tsv").is_file()

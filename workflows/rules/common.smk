@@ -1,10 +1,13 @@
 # Helpers for data.smk, train.smk and analysis.smk: how to call the hotcold CLI, each
 # dataset's effective settings (global sections with its own overrides merged in),
 # which runs the config asks for, and the JSON each `hotcold` verb receives.
+import functools
 import hashlib
 import json
+import os
 import re
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 from typing import NamedTuple
@@ -61,6 +64,35 @@ def source_sha256() -> str:
 # A `params` entry of the training rules: Snakemake reruns a job whose params changed, so with
 # `rerun_on_code_change` an edit of the package reruns the training jobs (computed once, here).
 SOURCE_PARAM = source_sha256() if config["rerun_on_code_change"] else "not tracked (rerun_on_code_change: false)"
+
+# Peer methods run on an optional package (`pip install -e .[peers]`); without it their runs end as
+# `skipped` records. Their training jobs take the installed build, and whether it imports, as a
+# parameter, so installing (or repairing) the package later reruns them (Snakemake's "params changed");
+# the other jobs do not depend on it.
+PEER_METHODS = ("fbgemm",)  # as hotcold.embedding.PEER_METHODS
+
+
+@functools.cache
+def peer_state() -> str:
+    """The installed distributions of fbgemm_gpu (CPU or CUDA build) with versions, and whether its TBE imports
+    for the jobs' interpreter (asked in a child process, so Snakemake itself never loads it)."""
+    from importlib import metadata
+
+    names = sorted(set(metadata.packages_distributions().get("fbgemm_gpu", [])))
+    builds = ", ".join(f"{name}=={metadata.version(name)}" for name in names) or "not installed"
+    probe = "from hotcold.embedding.fbgemm import available; print(available() or 'usable')"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    try:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300)
+        usable = out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout.strip() else "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        usable = "unknown"
+    return f"{builds}: {usable}"
+
+
+def peers_param(methods) -> str:
+    """The training rules' `peers` parameter: ``peer_state()`` where a peer method is among ``methods``."""
+    return peer_state() if any(m in PEER_METHODS for m in methods) else ""
 
 
 def merged(base: dict, override: dict | None) -> dict:

@@ -3,7 +3,8 @@
 # timing.interleave, one job per dataset x seed trains all its one-process runs
 # round-robin by repeat instead (`hotcold train-group`); the record paths are the same.
 # Every training rule takes the package's source hash as a parameter, so that with
-# rerun_on_code_change a code edit reruns it (Snakemake's "params changed").
+# rerun_on_code_change a code edit reruns it (Snakemake's "params changed"); the jobs of peer
+# methods also take the installed build of their optional package (`peers_param`).
 
 if not config["timing"]["interleave"]:
 
@@ -20,6 +21,7 @@ if not config["timing"]["interleave"]:
             dataset=lambda wildcards, input: str(Path(input.manifest).parent),
             out=lambda wildcards, output: str(Path(output.record).parent),
             source=SOURCE_PARAM,
+            peers=lambda wildcards: peers_param([wildcards.method]),
         threads: config["threads"]
         benchmark:
             "results/benchmarks/{dataset}/{method}/{variant}/seed~{seed}.tsv"
@@ -50,6 +52,7 @@ else:
                 device=config["timing"]["device"],
                 dataset=lambda wildcards, input: str(Path(input.manifest).parent),
                 source=SOURCE_PARAM,
+                peers=peers_param([method for method, _ in interleaved_runs(_dataset)]),
             threads: config["threads"]
             resources:
                 gpu=1 if config["timing"]["device"] == "cuda" else 0,

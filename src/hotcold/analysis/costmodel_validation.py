@@ -18,6 +18,7 @@ import pandas as pd
 
 from hotcold.analysis.markdown import to_markdown
 from hotcold.costmodel import HardwareProfile, ModelShape, Prediction, predict_record
+from hotcold.embedding import PEER_METHODS
 from hotcold.files import atomic_write_text
 
 MIN_PHASE_SHARE = 0.05  # phases below this share of the measured step are listed but not summarised
@@ -58,9 +59,10 @@ def models_collectives(profile: HardwareProfile) -> bool:
 
 
 def validated(records: Sequence[dict[str, Any]], profile: HardwareProfile) -> list[dict[str, Any]]:
-    """The trained records ``profile`` can model: scale-out runs only where it has network rates."""
+    """The trained records ``profile`` can model: scale-out runs only where it has network rates; not the
+    peer methods (FBGEMM's kernels), which are measured beside the harness's, never modelled."""
     network = models_collectives(profile)
-    return [r for r in records if r.get("status", "ok") == "ok"
+    return [r for r in records if r.get("status", "ok") == "ok" and r.get("method") not in PEER_METHODS
             and (network or int((r.get("summary") or {}).get("world", 1) or 1) == 1)]
 
 

@@ -21,6 +21,8 @@ STORES: dict[str, type[EmbeddingStore]] = {
     "fbgemm": FbgemmStore,  # a peer: FBGEMM's TBE, with the optional extra `peers`
 }
 
+#: peer methods: other projects' kernels run through the same loop (optional extras), measured, never modelled
+PEER_METHODS: tuple[str, ...] = ("fbgemm",)
 
 #: stores that span ranks live in ``hotcold.distributed`` (a layer above this one), imported when asked for
 SCALE_OUT: dict[str, str] = {
@@ -47,5 +49,5 @@ def build_store(method: str, spec: StoreSpec) -> EmbeddingStore:
     return store_class(method)(spec)
 
 
-__all__ = ["EmbeddingStore", "PeerUnavailableError", "RowOptimizer", "StoreSpec", "STORES", "SCALE_OUT", "build_store",
-           "store_class"]
+__all__ = ["EmbeddingStore", "PEER_METHODS", "PeerUnavailableError", "RowOptimizer", "StoreSpec", "STORES", "SCALE_OUT",
+           "build_store", "store_class"]
