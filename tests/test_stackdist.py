@@ -172,3 +172,26 @@ def test_log_capacities_span_one_to_all_rows() -> None:
     caps = stackdist.log_capacities(1000, 50)
     assert caps[0] == 1 and caps[-1] == 1000 and np.all(np.diff(caps) > 0)
     assert isinstance(stackdist.log_capacities(1), np.ndarray) and pd.Series(caps).is_unique
+
+
+def test_simulate_writes_the_curves_csv(small_dataset, tmp_path, capsys) -> None:
+    from hotcold.cli import main
+
+    run_config = '{"train": {"batch_size": 64, "steps": 30}}'
+    main(["simulate", "--dataset", str(small_dataset.path), "--run-config", run_config, "--out",
+          str(tmp_path / "sim.csv"), "--curves-out", str(tmp_path / "curves.csv"), "--policies", "lru", "lfu",
+          "freqcache", "--ratios", "0.05", "0.3", "--windows", "--fae-budgets", "--curve-points", "40"])
+    out = capsys.readouterr().out
+    assert "M lookups/s" in out and "equal to the per-size simulator at" in out
+    curves, sim = pd.read_csv(tmp_path / "curves.csv"), pd.read_csv(tmp_path / "sim.csv")
+    assert {"dataset", "policy", "capacity", "cache_ratio", "hit_rate", "unique_hit_rate", "feasible"} <= set(curves)
+    assert set(curves.policy) == {"lru", "lfu", "freqcache"} and (curves.dataset == small_dataset.name).all()
+    lru = curves[curves.policy == "lru"]
+    assert len(lru) > 20 and lru.capacity.min() == 1 and lru.capacity.max() == sum(small_dataset.cardinalities)
+    assert not lru[lru.capacity < lru.capacity_needed].feasible.any()
+    assert lru[lru.feasible].hit_rate.is_monotonic_increasing
+    both = lru.merge(sim[sim.policy == "lru"], on="capacity", suffixes=("", "_sim"))
+    assert len(both) == 2 and (both.feasible == both.feasible_sim).all() and both.feasible.any()
+    assert (both[both.feasible].hit_rate == both[both.feasible].hit_rate_sim).all()
+    grid = curves[curves.policy != "lru"].merge(sim, on=["policy", "capacity"], suffixes=("", "_sim"))
+    assert len(grid) == 4 and grid.hits.fillna(-1).equals(grid.hits_sim.fillna(-1))

@@ -30,7 +30,7 @@ TABLES = ("summary.csv", "summary.md", "infeasible.md", "phases.csv", "counters.
 INFEASIBLE = ("taobao", "lfu")  # its cache is smaller than a batch's unique rows
 SAFETY_TIMEOUT_S = 1200            # against a hung run only; the tiny workflow takes about a minute
 FIGURES = ("coverage", "step_phases", "throughput", "speedup", "hit_rate", "fae_hot_fraction", "rows_moved",
-           "inter_node_bytes", "proactive_hidden", "flexshard_headroom", "claims")
+           "inter_node_bytes", "proactive_hidden", "flexshard_headroom", "claims", "hit_rate_curves")
 SCALE_OUT_RUN = ("kaggle", "sharded", "row", 2, 1)  # the one scale-out run: 2 ranks, one per simulated node
 
 # The default config's three generated datasets and seven methods at a tiny scale: one

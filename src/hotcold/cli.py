@@ -347,6 +347,13 @@ def cmd_costmodel_validation(args: argparse.Namespace) -> None:
           f"on profile {profile.name}")
 
 
+def cmd_hit_rate_curves(args: argparse.Namespace) -> None:
+    from hotcold.analysis.hit_rate_curves import draw
+
+    written = draw([Path(p) for p in args.curves], Path(args.tables) if args.tables else None, Path(args.out))
+    print("wrote " + ", ".join(str(p) for p in written))
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hotcold", description=__doc__)
     sub = p.add_subparsers(dest="verb", required=True)
@@ -495,6 +502,14 @@ def parser() -> argparse.ArgumentParser:
     cv.add_argument("--data", default="results/data", help="datasets directory (the dense model's sizes)")
     cv.add_argument("--out", default="results/tables")
     cv.set_defaults(func=cmd_costmodel_validation)
+
+    hc = sub.add_parser("hit-rate-curves", help="hit_rate_curves.png/.pdf: hit rate against cache size per dataset, "
+                                                "from `simulate --curves-out` CSVs")
+    hc.add_argument("curves", nargs="+", help="curves CSVs written by `hotcold simulate --curves-out`")
+    hc.add_argument("--tables", help="tables directory: summary.csv marks the trained sizes, counters.csv their "
+                                     "measured hit rates (optional)")
+    hc.add_argument("--out", default="paper_figs")
+    hc.set_defaults(func=cmd_hit_rate_curves)
     return p
 
 
