@@ -172,50 +172,61 @@ def _compact(last_pos, pos_row, tree, words, next_pos):
 
 
 @_jit
-def _feed(rows, counts, offsets, last_pos, pos_row, tree, words, hist_lookups, hist_unique, state):
+def _feed(rows, counts, offsets, last_pos, pos_row, tree, words, hist, state, scratch):
     """Stack distances of the batches ``rows[offsets[i]:offsets[i+1]]`` (ascending unique rows).
 
     ``state`` = [next free position, rows seen, cold lookups, cold unique
-    accesses]; ``hist_lookups[d]`` / ``hist_unique[d]`` add the lookups /
-    the accesses at stack distance d.
+    accesses]; ``hist[d]`` adds [lookups, accesses] at stack distance d;
+    ``scratch`` [largest batch] holds a batch's previous positions. Each
+    batch runs in loops without a chain between their iterations (gather,
+    count, histogram, move), so their cache misses overlap.
     """
     next_pos, seen = state[0], state[1]
     capacity = pos_row.shape[0]
     for b in range(offsets.shape[0] - 1):
         lo, hi = offsets[b], offsets[b + 1]
-        if next_pos + (hi - lo) > capacity:
+        n = hi - lo
+        if next_pos + n > capacity:
             next_pos = _compact(last_pos, pos_row, tree, words, next_pos)
-        for i in range(lo, hi):  # queries: the state before this step
-            p = last_pos[rows[i]]
-            if p < 0:
-                state[2] += counts[i]
+        for i in range(n):  # previous positions (-1: first access)
+            scratch[i] = last_pos[rows[lo + i]]
+        for i in range(n):  # distances, from the state before this step; -1: cold
+            p = scratch[i]
+            scratch[n + i] = seen - _marked_upto(tree, words, p) if p >= 0 else -1
+        for i in range(n):
+            d = scratch[n + i]
+            if d < 0:
+                state[2] += counts[lo + i]
                 state[3] += 1
             else:
-                d = seen - _marked_upto(tree, words, p)
-                hist_lookups[d] += counts[i]
-                hist_unique[d] += 1
-        block, pending = -1, 0
-        for i in range(lo, hi):  # updates: the batch's rows move to the newest positions
-            r = rows[i]
-            p = last_pos[r]
+                hist[d, 0] += counts[lo + i]
+                hist[d, 1] += 1
+        for i in range(n):  # the batch's rows move to the newest positions
+            p = scratch[i]
             if p < 0:
                 seen += 1
             else:
                 words[p >> 6] &= ~(_ONE << np.uint64(p & 63))
                 _tree_add(tree, p >> _BLOCK_SHIFT, -1)
-            q = next_pos + (i - lo)
-            words[q >> 6] |= _ONE << np.uint64(q & 63)
-            if (q >> _BLOCK_SHIFT) != block:
-                if pending:
-                    _tree_add(tree, block, pending)
-                block, pending = q >> _BLOCK_SHIFT, 0
-            pending += 1
-            last_pos[r] = q
-            pos_row[q] = r
-        if pending:
-            _tree_add(tree, block, pending)
-        next_pos += hi - lo
+            q = next_pos + i
+            last_pos[rows[lo + i]] = q
+            pos_row[q] = rows[lo + i]
+        _mark_range(tree, words, next_pos, next_pos + n)
+        next_pos += n
     state[0], state[1] = next_pos, seen
+
+
+@_jit
+def _mark_range(tree, words, lo, hi):
+    """Mark the (clear) positions [lo, hi) and count them into the tree, block by block."""
+    for q in range(lo, hi):
+        words[q >> 6] |= _ONE << np.uint64(q & 63)
+    per_block = 64 * BLOCK_WORDS
+    q = lo
+    while q < hi:
+        end = min((q // per_block + 1) * per_block, hi)
+        _tree_add(tree, q >> _BLOCK_SHIFT, end - q)
+        q = end
 
 
 class StackDistances:
@@ -229,8 +240,8 @@ class StackDistances:
         self.num_rows = num_rows
         # a batch has at most N unique rows and at most N positions are live: 2N positions always suffice
         self._alloc(2 * max(num_rows, 1))
-        self.hist_lookups = np.zeros(max(num_rows, 1), dtype=np.int64)  # [N] lookups at distance d
-        self.hist_unique = np.zeros(max(num_rows, 1), dtype=np.int64)   # [N] accesses at distance d
+        self.hist = np.zeros((max(num_rows, 1), 2), dtype=np.int64)  # [N, 2] lookups, accesses at distance d
+        self.scratch = np.zeros(0, dtype=np.int64)
         self.state = np.zeros(4, dtype=np.int64)  # next position, seen, cold lookups, cold accesses
         self.steps = self.lookups = self.unique_rows = self.max_unique = 0
 
@@ -254,8 +265,10 @@ class StackDistances:
             raise ValueError(f"trace rows must lie in [0, {self.num_rows})")
         offsets = np.zeros(sizes.size + 1, dtype=np.int64)
         np.cumsum(sizes, out=offsets[1:])
-        _feed(flat, flat_counts, offsets, self.last_pos, self.pos_row, self.tree, self.words,
-              self.hist_lookups, self.hist_unique, self.state)
+        if self.scratch.size < 2 * sizes.max():
+            self.scratch = np.zeros(2 * int(sizes.max()), dtype=np.int64)
+        _feed(flat, flat_counts, offsets, self.last_pos, self.pos_row, self.tree, self.words, self.hist, self.state,
+              self.scratch)
         self.steps += len(rows)
         self.lookups += int(flat_counts.sum())
         self.unique_rows += int(flat.size)
@@ -264,9 +277,9 @@ class StackDistances:
     def curve(self) -> "LRUCurve":
         seen = int(self.state[1])
         hits = np.zeros(seen + 1, dtype=np.int64)
-        np.cumsum(self.hist_lookups[:seen], out=hits[1:])
+        np.cumsum(self.hist[:seen, 0], out=hits[1:])
         unique_hits = np.zeros(seen + 1, dtype=np.int64)
-        np.cumsum(self.hist_unique[:seen], out=unique_hits[1:])
+        np.cumsum(self.hist[:seen, 1], out=unique_hits[1:])
         return LRUCurve(self.num_rows, seen, self.max_unique, self.steps, self.lookups, self.unique_rows,
                         hits, unique_hits)
 
