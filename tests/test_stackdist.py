@@ -180,13 +180,15 @@ def test_simulate_writes_the_curves_csv(small_dataset, tmp_path, capsys) -> None
     run_config = '{"train": {"batch_size": 64, "steps": 30}}'
     main(["simulate", "--dataset", str(small_dataset.path), "--run-config", run_config, "--out",
           str(tmp_path / "sim.csv"), "--curves-out", str(tmp_path / "curves.csv"), "--policies", "lru", "lfu",
-          "freqcache", "--ratios", "0.05", "0.3", "--windows", "--fae-budgets", "--curve-points", "40"])
+          "freqcache", "--ratios", "0.05", "0.3", "--windows", "--fae-budgets", "--curve-points", "40",
+          "--curve-ratios", "0.123"])
     out = capsys.readouterr().out
     assert "M lookups/s" in out and "equal to the per-size simulator at" in out
     curves, sim = pd.read_csv(tmp_path / "curves.csv"), pd.read_csv(tmp_path / "sim.csv")
     assert {"dataset", "policy", "capacity", "cache_ratio", "hit_rate", "unique_hit_rate", "feasible"} <= set(curves)
     assert set(curves.policy) == {"lru", "lfu", "freqcache"} and (curves.dataset == small_dataset.name).all()
     lru = curves[curves.policy == "lru"]
+    assert int(0.123 * sum(small_dataset.cardinalities)) in set(lru.capacity)
     assert len(lru) > 20 and lru.capacity.min() == 1 and lru.capacity.max() == sum(small_dataset.cardinalities)
     assert not lru[lru.capacity < lru.capacity_needed].feasible.any()
     assert lru[lru.feasible].hit_rate.is_monotonic_increasing

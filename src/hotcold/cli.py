@@ -217,6 +217,7 @@ def _write_curves(args: argparse.Namespace, trace, swept, dataset: str) -> None:
 
     from hotcold.files import atomic_write_text
     from hotcold.trace import stackdist
+    from hotcold.trace.policies import capacity_from_ratio
 
     if stackdist.KERNEL != "numba":
         print("numba is not installed: the one-pass LRU curve runs as plain Python (exact, slow); "
@@ -224,7 +225,8 @@ def _write_curves(args: argparse.Namespace, trace, swept, dataset: str) -> None:
     jit = stackdist.warm_up()
     curve = stackdist.lru_curve(trace)
     checked = stackdist.check_against(curve, swept)
-    caps = np.concatenate([stackdist.log_capacities(trace.num_rows, args.curve_points),
+    extra = [capacity_from_ratio(r, trace.num_rows) for r in args.curve_ratios]
+    caps = np.concatenate([stackdist.log_capacities(trace.num_rows, args.curve_points), extra,
                            swept["capacity"].to_numpy(dtype=np.int64), [curve.max_unique, curve.distinct]])
     grid = swept[swept["policy"].isin(stackdist.GRID_POLICIES)]
     frame = stackdist.curves_frame(curve, caps[caps >= 1], grid, dataset)
@@ -435,6 +437,8 @@ def parser() -> argparse.ArgumentParser:
                                         "(written on a log grid), lfu/freqcache from the per-size sweep")
     s.add_argument("--curve-points", type=int, default=256,
                    help="log-spaced cache sizes from 1 row to all rows at which the LRU curve is written")
+    s.add_argument("--curve-ratios", type=float, nargs="*", default=[],
+                   help="more sizes (shares of all rows) at which to write the LRU curve, e.g. the trained ones")
     s.set_defaults(func=cmd_simulate)
 
     ss = sub.add_parser("shard-sim", help="all-to-all and all-reduce bytes of sharding plans at any scale, "

@@ -86,6 +86,14 @@ rule profile:
         " --window {params.window} --batches {params.batches} --seed {params.seed} > {log:q} 2>&1"
 
 
+def trained_ratios(wildcards) -> str:
+    """The sizes (shares of all rows) the dataset's one-process runs train at: the curves are exact there too."""
+    keys = ("cache_ratio", "scratchpad_ratio", "budget_ratio")
+    ratios = {opts[k] for variants in methods_for(wildcards.dataset).values() for opts in variants.values()
+              if isinstance(opts, dict) for k in keys if k in opts}
+    return " ".join(str(r) for r in sorted(ratios))
+
+
 rule simulate:
     input:
         manifest="results/data/{dataset}/manifest.json",
@@ -102,6 +110,7 @@ rule simulate:
         fae_budgets=config["simulate"]["fae_budgets"],
         fae_run_lengths=config["simulate"]["fae_run_lengths"],
         fae_sample_fraction=config["simulate"]["fae_sample_fraction"],
+        trained_ratios=trained_ratios,
     log:
         "results/logs/simulate/{dataset}.log",
     conda:
@@ -111,7 +120,7 @@ rule simulate:
         " --out {output.csv:q} --ratios {params.ratios} --policies {params.policies}"
         " --windows {params.windows} --fae-budgets {params.fae_budgets}"
         " --fae-run-lengths {params.fae_run_lengths} --fae-sample-fraction {params.fae_sample_fraction}"
-        " --curves-out {output.curves:q} > {log:q} 2>&1"
+        " --curves-out {output.curves:q} --curve-ratios {params.trained_ratios} > {log:q} 2>&1"
 
 
 rule shard_sim:

@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
@@ -121,7 +122,7 @@ def hit_rate_curves_figure(curves: pd.DataFrame, sizes: pd.DataFrame | None = No
     return fig
 
 
-def _mark_sizes(ax, sizes: pd.DataFrame | None, measured: pd.DataFrame | None, dataset: str,
+def _mark_sizes(ax: Axes, sizes: pd.DataFrame | None, measured: pd.DataFrame | None, dataset: str,
                 palette: dict) -> None:
     """Dotted verticals at the trained sizes, labelled by run; crosses at the measured hit rates."""
     if sizes is not None and not sizes.empty:
