@@ -86,14 +86,6 @@ rule profile:
         " --window {params.window} --batches {params.batches} --seed {params.seed} > {log:q} 2>&1"
 
 
-def trained_ratios(wildcards) -> str:
-    """The sizes (shares of all rows) the dataset's one-process runs train at: the curves are exact there too."""
-    keys = ("cache_ratio", "scratchpad_ratio", "budget_ratio")
-    ratios = {opts[k] for variants in methods_for(wildcards.dataset).values() for opts in variants.values()
-              if isinstance(opts, dict) for k in keys if k in opts}
-    return " ".join(str(r) for r in sorted(ratios))
-
-
 rule simulate:
     input:
         manifest="results/data/{dataset}/manifest.json",
