@@ -10,14 +10,15 @@ import pytest
 from hotcold.analysis.hit_rate_curves import measured_hit_rates, trained_sizes
 from hotcold.cli import main
 from hotcold.trace import stackdist
-from hotcold.trace.cachesim import Trace, sweep
+from hotcold.trace.cachesim import Trace
 
 
 def _curves(tmp_path: Path, dataset: str, seed: int) -> Path:
     rng = np.random.default_rng(seed)
     trace = Trace.from_batches([rng.integers(0, 200, 12) for _ in range(40)], 200)
-    swept = sweep(trace, policies=["lfu", "freqcache"], capacities=[8, 20, 60], windows=())
-    frame = stackdist.curves_frame(stackdist.lru_curve(trace), stackdist.log_capacities(200, 30), swept, dataset)
+    grid = pd.concat([stackdist.grid_curve(trace, p, [8, 20, 60], from_step=5) for p in ("lfu", "freqcache")])
+    whole, timed = stackdist.lru_curves(trace, 5)
+    frame = stackdist.curves_frame(whole, stackdist.log_capacities(200, 30), grid, dataset, timed)
     path = tmp_path / f"{dataset}.csv"
     frame.to_csv(path, index=False)
     return path
@@ -55,6 +56,8 @@ def test_the_figure_is_drawn_with_and_without_tables(tmp_path: Path) -> None:
     tables = tmp_path / "tables"
     tables.mkdir()
     SUMMARY.to_csv(tables / "summary.csv", index=False)
+    pd.DataFrame({"dataset": "a", "method": "lru", "variant": "10pct", "world": 1, "seed": 0,
+                  "counter": ["hits", "lookups"], "per_step": [9.0, 12.0]}).to_csv(tables / "counters.csv", index=False)
     assert main(["hit-rate-curves", *paths, "--tables", str(tables), "--out", str(tmp_path / "figs")]) == 0
     assert main(["hit-rate-curves", paths[0], "--out", str(tmp_path / "bare")]) == 0
     for out in ("figs", "bare"):

@@ -66,6 +66,21 @@ def test_lru_curve_equals_the_per_size_simulator_at_every_size(name: str) -> Non
     assert got["feasible"].all()
 
 
+@pytest.mark.parametrize("name,from_step", [("varying", 5), ("long-gaps", 150)])
+def test_timed_steps_curve_equals_the_simulator_after_warm_up(name: str, from_step: int) -> None:
+    """The curve over steps from_step on (the state carried over), as the trained runs count their timed steps."""
+    batches, num_rows = TRACES[name]
+    trace = Trace.from_batches(batches, num_rows)
+    whole, timed = stackdist.lru_curves(trace, from_step, chunk=4)
+    assert np.array_equal(whole.hits, stackdist.lru_curve(trace).hits)
+    for c in range(trace.max_unique, whole.distinct + 2):
+        steps = simulate(trace, "lru", c).steps
+        steps = steps[steps.step >= from_step]
+        got = timed.at([c]).iloc[0]
+        for k in ("lookups", "hits", "unique_rows", "unique_hits", "evictions"):
+            assert int(got[k]) == int(steps[k].sum()), (c, k)
+
+
 def test_sizes_below_the_largest_batch_are_infeasible() -> None:
     trace = Trace.from_batches(_varying(), 80)
     curve = stackdist.lru_curve(trace)
@@ -124,11 +139,14 @@ def test_bad_rows_are_rejected() -> None:
 def test_grid_curve_equals_the_per_size_simulator(policy: str) -> None:
     trace = Trace.from_batches(_varying(), 80)
     caps = [10, trace.max_unique, 50, 80]
-    grid = stackdist.grid_curve(trace, policy, caps).set_index("capacity")
+    grid = stackdist.grid_curve(trace, policy, caps, from_step=10).set_index("capacity")
     assert not grid.loc[10, "feasible"]
     for c in caps[1:]:
         want = _totals(trace, policy, c)
-        assert {k: int(grid.loc[c, k]) for k in want} == want
+        assert {k: int(grid.loc[c, k]) for k in want if k in grid} == {k: want[k] for k in want if k in grid}
+        steps = simulate(trace, policy, c).steps
+        late = steps[steps.step >= 10]
+        assert grid.loc[c, "timed_hit_rate"] == late.hits.sum() / late.lookups.sum()
 
 
 def _contents(trace: Trace, policy: str, capacity: int) -> list[set[int]]:
@@ -197,3 +215,4 @@ def test_simulate_writes_the_curves_csv(small_dataset, tmp_path, capsys) -> None
     assert (both[both.feasible].hit_rate == both[both.feasible].hit_rate_sim).all()
     grid = curves[curves.policy != "lru"].merge(sim, on=["policy", "capacity"], suffixes=("", "_sim"))
     assert len(grid) == 4 and grid.hits.fillna(-1).equals(grid.hits_sim.fillna(-1))
+    assert curves[curves.feasible].timed_hit_rate.notna().all()

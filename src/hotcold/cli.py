@@ -198,8 +198,8 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     t = cfg.train
     sizes = RowSizes(cfg.model.embedding_dim, RowOptimizer(t.row_optimizer, t.lr).state_width)
     trace = dataset_trace(ds, t.batch_size, t.steps, cfg.seed, t.shuffle)
-    frames = [sweep(trace, args.ratios, args.policies or POLICIES, row_counts(ds, "train"), windows=args.windows,
-                    sizes=sizes)]
+    freq = row_counts(ds, "train")
+    frames = [sweep(trace, args.ratios, args.policies or POLICIES, freq, windows=args.windows, sizes=sizes)]
     if args.fae_budgets:
         frames.append(fae_sweep(ds, t.batch_size, t.steps, cfg.seed, args.fae_budgets, args.fae_run_lengths,
                                 args.fae_sample_fraction, sizes))
@@ -208,12 +208,16 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     atomic_write_text(Path(args.out), frame.to_csv(index=False))
     print(f"wrote {args.out}: {len(frame)} policy x size rows over {t.steps} batches")
     if args.curves_out:
-        _write_curves(args, trace, frames[0], ds.name)
+        _write_curves(args, trace, frames[0], ds.name, freq, t.warmup_steps)
 
 
-def _write_curves(args: argparse.Namespace, trace, swept, dataset: str) -> None:
-    """``simulate --curves-out``: the one-pass LRU curve, checked against the sweep, and the grid policies."""
+def _write_curves(args: argparse.Namespace, trace, swept, dataset: str, freq, from_step: int) -> None:
+    """``simulate --curves-out``: the one-pass LRU curve, checked against the sweep, and the grid policies.
+
+    ``timed_*`` rates count the steps from ``from_step`` on (the trained runs' timed steps).
+    """
     import numpy as np
+    import pandas as pd
 
     from hotcold.files import atomic_write_text
     from hotcold.trace import stackdist
@@ -223,13 +227,15 @@ def _write_curves(args: argparse.Namespace, trace, swept, dataset: str) -> None:
         print("numba is not installed: the one-pass LRU curve runs as plain Python (exact, slow); "
               "`pip install numba` (the `fast` extra) compiles it")
     jit = stackdist.warm_up()
-    curve = stackdist.lru_curve(trace)
+    curve, timed = stackdist.lru_curves(trace, from_step)
     checked = stackdist.check_against(curve, swept)
-    extra = [capacity_from_ratio(r, trace.num_rows) for r in args.curve_ratios]
-    caps = np.concatenate([stackdist.log_capacities(trace.num_rows, args.curve_points), extra,
-                           swept["capacity"].to_numpy(dtype=np.int64), [curve.max_unique, curve.distinct]])
-    grid = swept[swept["policy"].isin(stackdist.GRID_POLICIES)]
-    frame = stackdist.curves_frame(curve, caps[caps >= 1], grid, dataset)
+    sized = np.concatenate([[capacity_from_ratio(r, trace.num_rows) for r in args.curve_ratios],
+                            swept["capacity"].to_numpy(dtype=np.int64)]).astype(np.int64)
+    caps = np.concatenate([stackdist.log_capacities(trace.num_rows, args.curve_points), sized,
+                           [curve.max_unique, curve.distinct]])
+    policies = [p for p in stackdist.GRID_POLICIES if p in (args.policies or stackdist.GRID_POLICIES)]
+    grid = [stackdist.grid_curve(trace, p, sized[sized >= 1], freq, from_step=from_step) for p in policies]
+    frame = stackdist.curves_frame(curve, caps[caps >= 1], pd.concat(grid) if grid else None, dataset, timed)
     atomic_write_text(Path(args.curves_out), frame.to_csv(index=False))
     print(f"one-pass LRU curve ({stackdist.KERNEL}, compile {jit:.2f} s excluded): {curve.seconds:.3f} s for "
           f"{curve.lookups} lookups, {curve.lookups / max(curve.seconds, 1e-9) / 1e6:.1f}M lookups/s; equal to "

@@ -8,7 +8,8 @@ marked: a dotted vertical line per size, labelled with the runs (cache
 stores' ``cache_ratio``, ScratchPipe's ``scratchpad_ratio``, FAE's
 ``budget_ratio``, read from ``summary.csv``'s ``options``), and the cache
 stores' measured hit rates (``counters.csv``: hits / lookups, per-step
-means over the timed steps) as crosses.
+means over the timed steps, warm-up excluded) as crosses, beside dashed
+curves over the same steps (``timed_hit_rate``).
 """
 from __future__ import annotations
 
@@ -78,10 +79,16 @@ def measured_hit_rates(counters: pd.DataFrame, sizes: pd.DataFrame) -> pd.DataFr
 
 def hit_rate_curves_figure(curves: pd.DataFrame, sizes: pd.DataFrame | None = None,
                            measured: pd.DataFrame | None = None) -> Figure:
-    """Hit rate (share of lookups) against cache size (% of all rows, log), one panel per dataset."""
+    """Hit rate (share of lookups) against cache size (% of all rows, log), one panel per dataset.
+
+    With ``measured`` hit rates, the curves' ``timed_hit_rate`` (the steps
+    after warm-up, which the trained runs' counters average) is drawn dashed
+    beside the whole-trace line, so the crosses compare like with like.
+    """
     datasets = sorted(curves["dataset"].unique())
     policies = ["lru", *sorted(p for p in curves["policy"].unique() if p != "lru")]
     palette = dict(zip(policies, sns.color_palette("colorblind", max(len(policies), 1))))
+    show_timed = measured is not None and not measured.empty
     with sns.axes_style("whitegrid"):
         fig, axes = grid(len(datasets), width=PANEL_W + 0.6, height=PANEL_H + 0.6)
         for ax, dataset in zip(axes, datasets):
@@ -95,10 +102,16 @@ def hit_rate_curves_figure(curves: pd.DataFrame, sizes: pd.DataFrame | None = No
                 ax.plot(line["cache_ratio"] * 100, line["hit_rate"], color=palette[policy],
                         marker=None if one_pass else "o", markersize=3.5, linewidth=1.8 if one_pass else 1.1,
                         label=f"{policy} ({'exact, one pass' if one_pass else 'per-size simulation'})")
+                if show_timed and "timed_hit_rate" in line:  # what the trained runs' counters cover
+                    ax.plot(line["cache_ratio"] * 100, line["timed_hit_rate"], color=palette[policy],
+                            linestyle="--", linewidth=1.0, marker=None if one_pass else "o", markersize=3.5,
+                            markerfacecolor="white", label=f"{policy}, timed steps only")
             needed = sub["capacity_needed"].max()
             rows = float((sub["capacity"] / sub["cache_ratio"]).median())
             smallest = needed / rows * 100 if needed > 0 and rows > 0 else sub["cache_ratio"].min() * 100
             left = max(sub["cache_ratio"].min() * 100, smallest / 4)  # a little of the infeasible sizes
+            if sizes is not None and not sizes.empty and (sizes["dataset"] == dataset).any():
+                left = min(left, sizes.loc[sizes["dataset"] == dataset, "ratio"].min() * 100 / 1.3)
             ax.axvspan(left, smallest, color="0.88", zorder=0, label="cache < a batch's unique rows")
             _mark_sizes(ax, sizes, measured, dataset, palette)
             ax.set_xscale("log")
@@ -118,7 +131,8 @@ def hit_rate_curves_figure(curves: pd.DataFrame, sizes: pd.DataFrame | None = No
         fig.legend(list(handles.values()), list(handles), loc="outside lower center", fontsize="small",
                    ncols=min(len(handles), 4))
         fig.suptitle("Hit rate against cache size over the training trace\n(dotted: sizes the training runs used; "
-                     "x: their measured hit rates)", fontsize="medium")
+                     "x: their measured hit rates, over their timed steps; dashed: the simulation over those steps)",
+                     fontsize="medium")
     return fig
 
 

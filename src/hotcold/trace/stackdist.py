@@ -88,7 +88,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from hotcold.trace.cachesim import Trace, sweep
+from hotcold.trace.cachesim import Trace, simulate
 
 try:
     import numba
@@ -310,6 +310,21 @@ class LRUCurve:
     hits: np.ndarray         # int64 [distinct + 1]: hits at C = 0 .. distinct
     unique_hits: np.ndarray  # int64 [distinct + 1]: unique hits at C = 0 .. distinct
     seconds: float = 0.0     # time of the pass (feed + histogram), JIT compile excluded
+    start_distinct: int = 0  # rows seen before the counted steps (``since``): the cache's fill when they begin
+
+    def since(self, earlier: "LRUCurve") -> "LRUCurve":
+        """The counters of the steps after ``earlier`` (the same pass, stopped sooner), the state carried over.
+
+        An access's distance depends only on the steps before it, so the
+        later steps' histogram is this one's minus the earlier one's: e.g. the
+        trained runs' timed steps, warm-up excluded.
+        """
+        pad = self.distinct + 1 - earlier.hits.size
+        return LRUCurve(self.num_rows, self.distinct, self.max_unique, self.steps - earlier.steps,
+                        self.lookups - earlier.lookups, self.unique_rows - earlier.unique_rows,
+                        self.hits - np.pad(earlier.hits, (0, pad), mode="edge"),
+                        self.unique_hits - np.pad(earlier.unique_hits, (0, pad), mode="edge"),
+                        self.seconds, earlier.distinct)
 
     def at(self, capacities: Sequence[int] | np.ndarray) -> pd.DataFrame:
         """Counters at ``capacities`` (slots): one row each, ``feasible=False`` below ``max_unique``."""
@@ -323,7 +338,7 @@ class LRUCurve:
             "steps": self.steps, "capacity_needed": self.max_unique,
             "lookups": self.lookups, "hits": hits, "misses": self.lookups - hits,
             "unique_rows": self.unique_rows, "unique_hits": uh, "unique_misses": um,
-            "evictions": um - np.minimum(cap, self.distinct),
+            "evictions": um - (np.minimum(cap, self.distinct) - np.minimum(cap, self.start_distinct)),
             "hit_rate": hits / max(self.lookups, 1), "unique_hit_rate": uh / max(self.unique_rows, 1),
         })
 
@@ -334,13 +349,23 @@ class LRUCurve:
 
 def lru_curve(trace: Trace, chunk: int = 4096) -> LRUCurve:
     """The exact LRU curve of ``trace`` in one pass, ``chunk`` batches at a time."""
+    return lru_curves(trace, 0, chunk)[0]
+
+
+def lru_curves(trace: Trace, from_step: int, chunk: int = 4096) -> tuple[LRUCurve, LRUCurve]:
+    """One pass: the curve over every step, and over steps ``from_step`` on (the timed steps of a run)."""
     t0 = time.perf_counter()
     sd = StackDistances(trace.num_rows)
-    for i in range(0, len(trace), chunk):
-        sd.feed(trace.rows[i:i + chunk], trace.counts[i:i + chunk])
+    from_step = min(max(from_step, 0), len(trace))
+    earlier = None
+    for lo, hi in ((0, from_step), (from_step, len(trace))):
+        for i in range(lo, hi, chunk):
+            sd.feed(trace.rows[i:min(i + chunk, hi)], trace.counts[i:min(i + chunk, hi)])
+        if earlier is None:
+            earlier = sd.curve()
     out = sd.curve()
     out.seconds = time.perf_counter() - t0
-    return out
+    return out, out.since(earlier)
 
 
 def warm_up() -> float:
@@ -357,24 +382,50 @@ def log_capacities(num_rows: int, points: int = 256) -> np.ndarray:
 
 
 def grid_curve(trace: Trace, policy: str, capacities: Sequence[int], frequencies: np.ndarray | None = None,
-               warmup_ratio: float = 0.7) -> pd.DataFrame:
-    """A non-stack policy (``GRID_POLICIES``) simulated at each of ``capacities``: one sweep row per size."""
-    return sweep(trace, policies=[policy], capacities=list(capacities), frequencies=frequencies,
-                 warmup_ratio=warmup_ratio, windows=())
+               warmup_ratio: float = 0.7, from_step: int = 0) -> pd.DataFrame:
+    """A non-stack policy (``GRID_POLICIES``) simulated at each of ``capacities``: one row per size.
+
+    Columns as ``LRUCurve.at`` (totals over every step), plus ``timed_hit_rate``
+    and ``timed_unique_hit_rate`` over steps ``from_step`` on.
+    """
+    if frequencies is None:
+        frequencies = trace.frequencies()
+    rows = []
+    for c in sorted({int(c) for c in capacities}):
+        row = {"policy": policy, "capacity": c, "cache_ratio": c / trace.num_rows, "feasible": c >= trace.max_unique,
+               "steps": len(trace), "capacity_needed": trace.max_unique}
+        if row["feasible"]:
+            steps = simulate(trace, policy, c, frequencies, warmup_ratio).steps
+            row.update(_rates(steps, ""))
+            row.update(_rates(steps[steps["step"] >= from_step], "timed_"))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _rates(steps: pd.DataFrame, prefix: str) -> dict[str, float | int]:
+    tot = {c: int(steps[c].sum()) for c in ("lookups", "hits", "unique_rows", "unique_hits", "evictions")}
+    rates = {"hit_rate": tot["hits"] / max(tot["lookups"], 1),
+             "unique_hit_rate": tot["unique_hits"] / max(tot["unique_rows"], 1)}
+    return {f"{prefix}{k}": v for k, v in rates.items()} if prefix else {**tot, **rates}
 
 
 CURVE_COLUMNS = ("dataset", "policy", "source", "capacity", "cache_ratio", "feasible", "hit_rate",
-                 "unique_hit_rate", "hits", "lookups", "unique_hits", "unique_rows", "evictions",
-                 "capacity_needed")
+                 "unique_hit_rate", "timed_hit_rate", "timed_unique_hit_rate", "hits", "lookups", "unique_hits",
+                 "unique_rows", "evictions", "capacity_needed")
 
 
 def curves_frame(curve: LRUCurve, lru_capacities: Sequence[int], grid: pd.DataFrame | None = None,
-                 dataset: str = "") -> pd.DataFrame:
-    """The curves CSV: LRU from the one pass at ``lru_capacities``, plus ``grid`` (sweep rows of other policies).
+                 dataset: str = "", timed: LRUCurve | None = None) -> pd.DataFrame:
+    """The curves CSV: LRU from the one pass at ``lru_capacities``, plus ``grid`` (rows of other policies).
 
-    ``source`` says how a row was computed: ``one-pass`` or ``per-size``.
+    ``source`` says how a row was computed: ``one-pass`` or ``per-size``;
+    ``timed_*`` rates cover the steps of ``timed`` (``LRUCurve.since``).
     """
-    lru = curve.at(np.unique(np.asarray(lru_capacities, dtype=np.int64)))
+    caps = np.unique(np.asarray(lru_capacities, dtype=np.int64))
+    lru = curve.at(caps)
+    if timed is not None:
+        t = timed.at(caps)
+        lru["timed_hit_rate"], lru["timed_unique_hit_rate"] = t["hit_rate"], t["unique_hit_rate"]
     lru.insert(0, "source", "one-pass")
     lru.insert(0, "policy", "lru")
     frames = [lru]
