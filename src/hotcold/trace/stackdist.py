@@ -116,7 +116,7 @@ def _jit(fn):
 if numba is not None:
     @_jit
     def _popcount(x):
-        """Set bits of a uint64 (SWAR; LLVM turns it into one popcnt)."""
+        """Set bits of a uint64 (SWAR bit counting)."""
         x = x - ((x >> _ONE) & _M1)
         x = (x & _M2) + ((x >> np.uint64(2)) & _M2)
         x = (x + (x >> np.uint64(4))) & _M4
