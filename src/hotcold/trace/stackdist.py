@@ -74,7 +74,7 @@ when a row entered depends on C, so the contents at C need not be contained
 in those at C + 1 (``tests/test_stackdist.py`` pins a five-batch trace on
 which they are not), and no single pass over distances can give its curve.
 ``freqcache`` evicts by a static rank and warms ``ceil(0.7 C)`` rows, nested
-in C; 6,000 random small traces (up to 12 rows, 12 batches) did not break
+in C; 6,000 random small traces (up to 11 rows, 11 batches) did not break
 inclusion for it at any size, so a one-pass
 priority-stack simulation (Mattson et al.) may exist, but its stack update
 is not the O(log N) distance count above and it is not implemented here: the
