@@ -64,7 +64,7 @@ rule all:
         "results/tables/claims.md",
         expand(
             "paper_figs/{name}.{ext}",
-            name=["coverage", *FIGURES, *SCALE_OUT_FIGURES, "claims"],
+            name=["coverage", *FIGURES, *SCALE_OUT_FIGURES, "claims", "hit_rate_curves"],
             ext=["png", "pdf"],
         ),
     default_target: True

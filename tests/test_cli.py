@@ -21,7 +21,7 @@ from hotcold.data.format import Dataset
 
 VERBS = ("generate", "download", "preprocess", "profile", "dataset-stats", "train", "train-group", "simulate",
          "shard-sim", "scaleout-tables", "cache-sim", "aggregate", "figures", "claims", "calibrate",
-         "costmodel-validation", "bench")
+         "costmodel-validation", "bench", "hit-rate-curves")
 
 
 def test_every_verb_is_listed(capsys: pytest.CaptureFixture[str]) -> None:

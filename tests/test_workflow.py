@@ -31,7 +31,7 @@ TABLES = ("summary.csv", "summary.md", "infeasible.md", "phases.csv", "counters.
 INFEASIBLE = ("taobao", "lfu")  # its cache is smaller than a batch's unique rows
 SAFETY_TIMEOUT_S = 1200            # against a hung run only; the tiny workflow takes about a minute
 FIGURES = ("coverage", "step_phases", "throughput", "speedup", "hit_rate", "fae_hot_fraction", "rows_moved",
-           "inter_node_bytes", "proactive_hidden", "flexshard_headroom", "claims")
+           "inter_node_bytes", "proactive_hidden", "flexshard_headroom", "claims", "hit_rate_curves")
 SCALE_OUT_RUN = ("kaggle", "sharded", "row", 2, 1)  # the one scale-out run: 2 ranks, one per simulated node
 # The peer: fbgemm's base variant trains where the extra is installed (else it is skipped), and its managed
 # cache (lfu-5pct) ends infeasible on a CPU.

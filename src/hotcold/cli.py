@@ -198,8 +198,8 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     t = cfg.train
     sizes = RowSizes(cfg.model.embedding_dim, RowOptimizer(t.row_optimizer, t.lr).state_width)
     trace = dataset_trace(ds, t.batch_size, t.steps, cfg.seed, t.shuffle)
-    frames = [sweep(trace, args.ratios, args.policies or POLICIES, row_counts(ds, "train"), windows=args.windows,
-                    sizes=sizes)]
+    freq = row_counts(ds, "train")
+    frames = [sweep(trace, args.ratios, args.policies or POLICIES, freq, windows=args.windows, sizes=sizes)]
     if args.fae_budgets:
         frames.append(fae_sweep(ds, t.batch_size, t.steps, cfg.seed, args.fae_budgets, args.fae_run_lengths,
                                 args.fae_sample_fraction, sizes))
@@ -207,6 +207,40 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     frame.insert(0, "dataset", ds.name)
     atomic_write_text(Path(args.out), frame.to_csv(index=False))
     print(f"wrote {args.out}: {len(frame)} policy x size rows over {t.steps} batches")
+    if args.curves_out:
+        _write_curves(args, trace, frames[0], ds.name, freq, t.warmup_steps)
+
+
+def _write_curves(args: argparse.Namespace, trace, swept, dataset: str, freq, from_step: int) -> None:
+    """``simulate --curves-out``: the one-pass LRU curve, checked against the sweep, and the grid policies.
+
+    ``timed_*`` rates count the steps from ``from_step`` on (the trained runs' timed steps).
+    """
+    import numpy as np
+    import pandas as pd
+
+    from hotcold.files import atomic_write_text
+    from hotcold.trace import stackdist
+    from hotcold.trace.policies import capacity_from_ratio
+
+    if stackdist.KERNEL != "numba":
+        print("numba is not installed: the one-pass LRU curve runs as plain Python (exact, slow); "
+              "`pip install numba` (the `fast` extra) compiles it")
+    jit = stackdist.warm_up()
+    curve, timed = stackdist.lru_curves(trace, from_step)
+    checked = stackdist.check_against(curve, swept)
+    sized = np.concatenate([[capacity_from_ratio(r, trace.num_rows) for r in args.curve_ratios],
+                            swept["capacity"].to_numpy(dtype=np.int64)]).astype(np.int64)
+    caps = np.concatenate([stackdist.log_capacities(trace.num_rows, args.curve_points), sized,
+                           [curve.max_unique, curve.distinct]])
+    policies = [p for p in stackdist.GRID_POLICIES if p in (args.policies or stackdist.GRID_POLICIES)]
+    grid = [stackdist.grid_curve(trace, p, sized[sized >= 1], freq, from_step=from_step) for p in policies]
+    frame = stackdist.curves_frame(curve, caps[caps >= 1], pd.concat(grid) if grid else None, dataset, timed)
+    atomic_write_text(Path(args.curves_out), frame.to_csv(index=False))
+    print(f"one-pass LRU curve ({stackdist.KERNEL}, compile {jit:.2f} s excluded): {curve.seconds:.3f} s for "
+          f"{curve.lookups} lookups, {curve.lookups / max(curve.seconds, 1e-9) / 1e6:.1f}M lookups/s; equal to "
+          f"the per-size simulator at {checked} size(s)")
+    print(f"wrote {args.curves_out}: {len(frame)} policy x size rows")
 
 
 def cmd_shard_sim(args: argparse.Namespace) -> None:
@@ -321,6 +355,13 @@ def cmd_costmodel_validation(args: argparse.Namespace) -> None:
           f"on profile {profile.name}")
 
 
+def cmd_hit_rate_curves(args: argparse.Namespace) -> None:
+    from hotcold.analysis.hit_rate_curves import draw
+
+    written = draw([Path(p) for p in args.curves], Path(args.tables) if args.tables else None, Path(args.out))
+    print("wrote " + ", ".join(str(p) for p in written))
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hotcold", description=__doc__)
     sub = p.add_subparsers(dest="verb", required=True)
@@ -398,6 +439,12 @@ def parser() -> argparse.ArgumentParser:
                    help="FAE trace model: batches of one kind between switches (or 'epoch')")
     s.add_argument("--fae-sample-fraction", type=float, default=SIMULATE.fae_sample_fraction,
                    help="FAE trace model: profiled share of the training inputs")
+    s.add_argument("--curves-out", help="also write hit-rate curves here (CSV): LRU exact at every size in one pass "
+                                        "(written on a log grid), lfu/freqcache from the per-size sweep")
+    s.add_argument("--curve-points", type=int, default=256,
+                   help="log-spaced cache sizes from 1 row to all rows at which the LRU curve is written")
+    s.add_argument("--curve-ratios", type=float, nargs="*", default=[],
+                   help="more sizes (shares of all rows) at which to write the LRU curve, e.g. the trained ones")
     s.set_defaults(func=cmd_simulate)
 
     ss = sub.add_parser("shard-sim", help="all-to-all and all-reduce bytes of sharding plans at any scale, "
@@ -483,6 +530,14 @@ def parser() -> argparse.ArgumentParser:
                     help="run the harness's backward + update (sparse_step) plainly, not compiled")
     be.add_argument("--out", help="write the result as JSON (.json) or CSV (.csv)")
     be.set_defaults(func=cmd_bench)
+
+    hc = sub.add_parser("hit-rate-curves", help="hit_rate_curves.png/.pdf: hit rate against cache size per dataset, "
+                                                "from `simulate --curves-out` CSVs")
+    hc.add_argument("curves", nargs="+", help="curves CSVs written by `hotcold simulate --curves-out`")
+    hc.add_argument("--tables", help="tables directory: summary.csv marks the trained sizes, counters.csv their "
+                                     "measured hit rates (optional)")
+    hc.add_argument("--out", default="paper_figs")
+    hc.set_defaults(func=cmd_hit_rate_curves)
     return p
 
 

@@ -128,3 +128,23 @@ rule figures:
         "../../envs/hotcold.yaml"
     shell:
         "{params.cli} figures --tables {params.tables:q} --out {params.out:q} > {log:q} 2>&1"
+
+
+rule hit_rate_curves:
+    input:
+        curves=per_dataset("results/sim/curves/{dataset}.csv"),
+        summary="results/tables/summary.csv",
+        counters="results/tables/counters.csv",
+    output:
+        png=figure("hit_rate_curves", "png"),
+        pdf=figure("hit_rate_curves", "pdf"),
+    params:
+        cli=HOTCOLD,
+        tables=lambda wildcards, input: str(Path(input.summary).parent),
+        out=lambda wildcards, output: str(Path(output.png).parent),
+    log:
+        "results/logs/hit_rate_curves.log",
+    conda:
+        "../../envs/hotcold.yaml"
+    shell:
+        "{params.cli} hit-rate-curves {input.curves:q} --tables {params.tables:q} --out {params.out:q} > {log:q} 2>&1"

@@ -230,6 +230,14 @@ def simulate_config(wildcards) -> str:
     return json.dumps({"seed": first_seed(), "train": section(wildcards.dataset, "train")}, sort_keys=True)
 
 
+def trained_ratios(wildcards) -> str:
+    """The sizes (shares of all rows) the dataset's one-process runs train at: `simulate --curve-ratios`."""
+    keys = ("cache_ratio", "scratchpad_ratio", "budget_ratio")
+    ratios = {opts[k] for variants in methods_for(wildcards.dataset).values() for opts in variants.values()
+              if isinstance(opts, dict) for k in keys if k in opts}
+    return " ".join(str(r) for r in sorted(ratios))
+
+
 def scale_out_train(name: str) -> dict:
     """The dataset's train section with `distributed.train` (fewer steps, a smaller evaluation) merged in."""
     return merged(section(name, "train"), config["distributed"]["train"])

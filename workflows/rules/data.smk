@@ -1,7 +1,8 @@
 # Datasets: one directory per configured dataset; manifest.json marks it complete.
 # A dataset is generated (`generator`) or fetched and preprocessed (`source`); each
 # rule only matches the datasets of its kind. Then a profile and a cache simulation
-# of each dataset's training trace, and `hotcold shard-sim` of its sharding plans.
+# of each dataset's training trace (with its hit-rate curves over all cache sizes),
+# and `hotcold shard-sim` of its sharding plans.
 
 
 rule generate:
@@ -90,6 +91,7 @@ rule simulate:
         manifest="results/data/{dataset}/manifest.json",
     output:
         csv="results/sim/{dataset}.csv",
+        curves="results/sim/curves/{dataset}.csv",
     params:
         cli=HOTCOLD,
         dataset=lambda wildcards, input: str(Path(input.manifest).parent),
@@ -100,6 +102,7 @@ rule simulate:
         fae_budgets=config["simulate"]["fae_budgets"],
         fae_run_lengths=config["simulate"]["fae_run_lengths"],
         fae_sample_fraction=config["simulate"]["fae_sample_fraction"],
+        trained_ratios=trained_ratios,
     log:
         "results/logs/simulate/{dataset}.log",
     conda:
@@ -109,7 +112,7 @@ rule simulate:
         " --out {output.csv:q} --ratios {params.ratios} --policies {params.policies}"
         " --windows {params.windows} --fae-budgets {params.fae_budgets}"
         " --fae-run-lengths {params.fae_run_lengths} --fae-sample-fraction {params.fae_sample_fraction}"
-        " > {log:q} 2>&1"
+        " --curves-out {output.curves:q} --curve-ratios {params.trained_ratios} > {log:q} 2>&1"
 
 
 rule shard_sim:
