@@ -1,7 +1,7 @@
 """``hotcold calibrate``: measure this machine's rates with micro-benchmarks and write a hardware profile.
 
 Each benchmark times the operation the stores really run (``index_select``
-gathers, ``index_copy_`` scatters, ``to_global`` and ``torch.unique`` id
+gathers, ``index_copy_`` scatters, ``to_global`` and ``RowGroups.of`` id
 planning, the cache directory's planning, the DLRM dense step), repeats it
 and keeps the median. Tables are larger than the last-level cache and ids are
 drawn per table with the Criteo-style generator's power law, so gathers see
@@ -100,6 +100,7 @@ class Calibration:
         """Host rates; the benchmarks run interleaved, round by round, so a slow spell of a shared
         machine lands on all of them a little rather than on one of them wholly."""
         from hotcold.data.format import to_global
+        from hotcold.embedding.base import RowGroups
 
         n = 64 * MiB // 4
         src, dst = torch.rand(n), torch.empty(n)
@@ -129,7 +130,7 @@ class Calibration:
                 "small_scatter": lambda: small.index_copy_(0, small_uniq, small_vals),
                 "data": batches.__next__,
                 "plan": lambda: torch.from_numpy(to_global(col, offsets)).reshape(-1),
-                "unique": lambda: torch.unique(ids, return_inverse=True, return_counts=True),
+                "unique": lambda: RowGroups.of(ids),
                 "op": lambda: [a.add(a) for _ in range(1000)],
             }, self.repeats)
         bw = n * 4 / (ms["copy"] * 1e6)
@@ -157,7 +158,7 @@ class Calibration:
         self.put("host_cores", _cores(), "the cores this process may run on (os.sched_getaffinity)")
         self.put("host_id_plan_ns", ms["plan"] * 1e6 / col.size, f"to_global of a [{self.batch}, {k}] id batch, per id")
         self.put("host_unique_ns", ms["unique"] * 1e6 / self.lookups,
-                 f"torch.unique (inverse, counts) of those {ids.numel()} ids, per id")
+                 f"RowGroups.of (the stores' one stable sort grouping lookups by row) of those {ids.numel()} ids, per id")
         self.put("host_op_us", ms["op"], "1000 additions of one-element tensors, per op")
         self._directory()
 

@@ -23,7 +23,7 @@ Primitive costs (ms), from the profile's rates:
   keeps its slice): ``B * host_data_sample_ns + B * sample_bytes / host_memory_bw``;
 - an element-wise pass over b bytes: ``b / memory_bw``;
 - id planning: ``ids * host_id_plan_ns`` (global rows from column ids) and
-  ``ids * host_unique_ns`` (``torch.unique`` with inverse and counts);
+  ``ids * host_unique_ns`` (``RowGroups.of``: the lookups grouped by row by one sort);
 - a cache or scratchpad directory's bookkeeping:
   ``unique_rows * host_directory_row_ns + slots_scanned * host_directory_slot_ns``;
 - every op ``host_op_us`` of host dispatch (on a GPU ``max(host_op_us,
@@ -90,7 +90,7 @@ HOST_RATES = {
     "host_gather_row_ns": ("ns/row", "fixed cost per row of a host row gather (index_select) beyond its bytes"),
     "host_scatter_row_ns": ("ns/row", "fixed cost per row of a host row scatter (index_copy_/index_add_)"),
     "host_id_plan_ns": ("ns/id", "global rows from column ids (offset add, padding check)"),
-    "host_unique_ns": ("ns/id", "torch.unique with inverse and counts, per id of a batch"),
+    "host_unique_ns": ("ns/id", "RowGroups.of (lookups grouped by row, one sort), per id of a batch"),
     "host_directory_row_ns": ("ns/row", "cache/scratchpad directory bookkeeping per unique row"),
     "host_directory_slot_ns": ("ns/slot", "directory scan per slot when choosing victims"),
     "host_op_us": ("us/op", "host dispatch latency of one tensor op"),
