@@ -35,6 +35,11 @@ Counters (``StepCounters``):
   misses only). These lookups run in the ``h2d`` phase; the counts are read
   after the timed step.
 
+Phases: the TBE's inputs (and, with a managed cache, the batch's unique
+rows and the first cache probe) are ``h2d``; the TBE's forward is
+``emb_fwd``, including the cache fill FBGEMM does inside it; its fused
+backward and update are ``emb_update``.
+
 Exactness: FBGEMM's SGD and row-wise Adagrad are the harness's
 (``RowOptimizer``): Adagrad adds the mean squared gradient of the row to its
 state and divides by ``sqrt(state) + eps``. The weights agree with the
