@@ -218,7 +218,8 @@ class FbgemmStore(EmbeddingStore):
         order = table_order(tables)
         # TBE's feature k is id column order[k]; None: the columns' own order
         self._order = None if order is None else torch.tensor(order, dtype=torch.int64)
-        self._back = None if order is None else torch.argsort(self._order)  # column k is feature back[k]
+        self._back = None if order is None else torch.argsort(self._order).to(self.device)  # column k: feature back[k]
+        self._order_dev = None if order is None else self._order.to(self.device)
         self.tbe = make_tbe(spec.table_sizes, spec.dim, spec.optimizer, self.device,
                             weights=init_table(spec.table_sizes, spec.dim, spec.seed),
                             feature_table_map=tables if order is None else [tables[k] for k in order],
@@ -239,7 +240,7 @@ class FbgemmStore(EmbeddingStore):
     def _columns(self, out: torch.Tensor, b: int) -> torch.Tensor:
         """TBE output [B, K*D] -> [B, K, D] in the id columns' order."""
         out = out.view(b, -1, self.dim)
-        return out if self._back is None else out.index_select(1, self._back.to(out.device))
+        return out if self._back is None else out.index_select(1, self._back)
 
     def forward(self, ids: torch.Tensor, timer: Marker) -> torch.Tensor:
         indices, offsets = self._inputs(ids)
@@ -257,7 +258,7 @@ class FbgemmStore(EmbeddingStore):
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
         assert self._out is not None, "backward without forward"
         if self._order is not None:
-            grad = grad.index_select(1, self._order.to(grad.device))
+            grad = grad.index_select(1, self._order_dev)
         self._out.backward(grad.reshape(self._out.shape))  # FBGEMM's fused backward + optimizer
         self._out = None
         timer.mark("emb_update")
