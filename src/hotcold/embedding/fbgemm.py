@@ -50,7 +50,6 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 
 from hotcold.config import ConfigError, InfeasibleError, is_real
@@ -181,6 +180,15 @@ def tbe_row_states(tbe: torch.nn.Module) -> torch.Tensor:
     return torch.cat([s[0].detach().reshape(-1).to("cpu", torch.float32) for s in states])
 
 
+def distinct(rows: torch.Tensor) -> int:
+    """How many distinct values int64 [L] on the CPU holds (a sort: several times faster than ``np.unique``)."""
+    if rows.numel() == 0:
+        return 0
+    small = rows.numel() and int(rows.max()) < 2 ** 31
+    ordered = torch.sort(rows.to(torch.int32) if small else rows).values
+    return int((ordered[1:] != ordered[:-1]).sum()) + 1
+
+
 def tbe_cache_slots(tbe: torch.nn.Module) -> int:
     """Rows FBGEMM's managed cache holds (sets x ways); 0 without a cache."""
     return int(tbe.lxu_cache_weights.shape[0])
@@ -292,7 +300,7 @@ class FbgemmStore(EmbeddingStore):
         """The last step's counters: unique rows on the host; cache events from the device-side probes."""
         lk = self.plan(self._ids) if self.cache is None else self._lk
         if self.cache is None:  # counted on the host after the step, off the timed path
-            return all_resident(lk.size, int(np.unique(lk.rows.numpy()).size))
+            return all_resident(lk.size, distinct(lk.rows))
         p = {name: int(t.item()) for name, t in self._probe.items()}
         unique = lk.unique()[0].numel()
         fetched = p["unique_misses"] - p["not_admitted"]
