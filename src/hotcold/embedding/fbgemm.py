@@ -184,7 +184,7 @@ def distinct(rows: torch.Tensor) -> int:
     """How many distinct values int64 [L] on the CPU holds (a sort: several times faster than ``np.unique``)."""
     if rows.numel() == 0:
         return 0
-    small = rows.numel() and int(rows.max()) < 2 ** 31
+    small = int(rows.max()) < 2 ** 31
     ordered = torch.sort(rows.to(torch.int32) if small else rows).values
     return int((ordered[1:] != ordered[:-1]).sum()) + 1
 
