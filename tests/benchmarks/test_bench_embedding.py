@@ -10,6 +10,7 @@ import torch
 
 from hotcold.embedding import STORES, RowOptimizer, StoreSpec, build_store
 from hotcold.embedding.base import NullMarker
+from hotcold.embedding.fbgemm import available as fbgemm_available
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 SIZES = [100_000] * 8 + [10_000] * 18
@@ -36,6 +37,8 @@ def ids() -> torch.Tensor:
 
 
 def _store(method: str, optimizer: str):
+    if method == "fbgemm" and fbgemm_available():
+        pytest.skip(f"fbgemm: {fbgemm_available()}")
     # Row frequencies for the frequency-aware cache: lower ids are the popular ones, as in _zipf_ids.
     freq = torch.cat([torch.arange(n, 0, -1) for n in SIZES])
     return build_store(method, StoreSpec(SIZES, 16, RowOptimizer(optimizer, 0.01), DEVICE, seed=0, frequencies=freq))
