@@ -521,3 +521,17 @@ def test_speedup_bars_follow_the_speedup_table(judged_runs: Path, tmp_path: Path
     speedup.to_csv(tables / "speedup.csv", index=False)
     bars = bars_by_label(drawn_figures(tables)["speedup"].axes[0])
     assert [lab for lab, ps in bars.items() if any(p.get_hatch() for p in ps)] == ["device"]
+
+
+def test_a_peer_is_compared_with_the_device_run_and_labelled_as_its_own_kernel(tmp_path: Path) -> None:
+    """A peer method (own kernels, own rounding) is checked against the device run, and says so."""
+    runs = tmp_path / "runs"
+    write_run(runs, "kaggle", "device", "base", 0, rate=5000.0)
+    write_run(runs, "kaggle", "hybrid", "base", 0, rate=1000.0)
+    write_run(runs, "kaggle", "fbgemm", "base", 0, rate=4000.0, sketch=SKETCH + 1e-2)
+    summary = aggregate(find_records(runs), tmp_path / "tables", exact_rtol=1e-6)
+    peer = row(summary, "kaggle", "fbgemm", "base", 0)
+    assert bool(peer.exact) is False and peer.param_rel_diff > 1e-6
+    assert peer.exact_reference == "device run (peer kernel, own rounding)"
+    assert row(summary, "kaggle", "hybrid", "base", 0).exact_reference == "device run"
+    assert "own kernels" in (tmp_path / "tables" / "summary.md").read_text()
