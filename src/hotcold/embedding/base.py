@@ -251,20 +251,24 @@ COMPILE_ENV = "HOTCOLD_COMPILE"
 
 
 def update_rows(weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, grad: torch.Tensor,
-                lr: float, eps: float, adagrad: bool) -> None:
+                lr: float, eps: float, adagrad: bool, sq_mean: torch.Tensor | None = None) -> None:
     """One SGD or row-wise Adagrad step on the rows ``slots``, in place.
 
-    weight [N, D] float32; state [N]; slots: unique int64 [U]; grad [U, D]
-    float32, each row's summed gradient. Adagrad: ``acc += mean(g^2)`` per
-    row, ``w -= lr * g / (sqrt(acc) + eps)``; SGD: ``w -= lr * g``. Gather,
-    update, scatter: the rows are unique, and on CPUs this is several times
-    faster than ``index_add_`` into a large table.
+    weight [N, D] float32; state [N]; slots: unique int64 [U]; grad [U, D],
+    each row's summed gradient. Adagrad: ``acc += mean(g^2)`` per row,
+    ``w -= lr * g / (sqrt(acc) + eps)``; SGD: ``w -= lr * g``. ``sq_mean``
+    [U]: each row's mean squared gradient over all its columns, for a store
+    that holds only some of a row's columns (column-wise sharding). A float64
+    ``grad`` (an exact sum) is rounded to the weights' float32 after its
+    squares are taken. Gather, update, scatter: the rows are unique, and on
+    CPUs this is several times faster than ``index_add_`` into a large table.
     """
     if adagrad:
-        acc = state.index_select(0, slots) + grad.pow(2).mean(dim=1)  # [U]
+        sq_mean = grad.pow(2).mean(dim=1) if sq_mean is None else sq_mean
+        acc = state.index_select(0, slots) + sq_mean.to(state.dtype)  # [U]
         state.index_copy_(0, slots, acc)
         grad = grad / (acc.sqrt() + eps).unsqueeze(1)
-    weight.index_copy_(0, slots, weight.index_select(0, slots) - lr * grad)
+    weight.index_copy_(0, slots, weight.index_select(0, slots) - lr * grad.to(weight.dtype))
 
 
 def sparse_step(weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, order: torch.Tensor,
@@ -361,24 +365,12 @@ class RowOptimizer:
 
     def apply(self, weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, grad: torch.Tensor,
               sq_mean: torch.Tensor | None = None) -> None:
-        """Update ``weight[slots]`` (and ``state[slots]``) in place.
+        """Update ``weight[slots]`` (and ``state[slots]``) in place: ``update_rows`` with this optimizer.
 
-        weight: [N, D]; state: [N]; slots: unique int64 [U]; grad: [U, D].
-        ``sq_mean`` [U]: each row's mean squared gradient over all its columns,
-        for a store that holds only some of a row's columns (column-wise sharding).
-        A float64 ``grad`` (an exact sum) is rounded to the weights' float32
-        after its squares are taken.
+        weight: [N, D]; state: [N]; slots: unique int64 [U]; grad: [U, D];
+        ``sq_mean`` [U] as ``update_rows`` says.
         """
-        if sq_mean is None and grad.dtype == weight.dtype:
-            update_rows(weight, state, slots, grad, self.lr, self.eps, self.kind == "adagrad")
-            return
-        if self.kind == "adagrad":
-            sq_mean = grad.pow(2).mean(dim=1) if sq_mean is None else sq_mean
-            acc = state.index_select(0, slots) + sq_mean.to(state.dtype)  # [U]
-            state.index_copy_(0, slots, acc)
-            grad = grad / (acc.sqrt() + self.eps).unsqueeze(1)
-        grad = grad.to(weight.dtype)
-        weight.index_copy_(0, slots, weight.index_select(0, slots) - self.lr * grad)
+        update_rows(weight, state, slots, grad, self.lr, self.eps, self.kind == "adagrad", sq_mean)
 
 
 class EmbeddingStore(abc.ABC):
