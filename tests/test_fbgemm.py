@@ -52,13 +52,6 @@ def test_tbe_inputs_are_feature_major_bags_of_one():
     assert offsets.tolist() == [0, 1, 2, 2, 3, 4, 4]
 
 
-def test_distinct_counts_as_a_set_does():
-    gen = torch.Generator().manual_seed(0)
-    for n, high in ((0, 5), (1, 5), (500, 40), (300, 3 * 2 ** 31)):  # the last beyond int32
-        rows = torch.randint(0, high, (n,), generator=gen)
-        assert fbgemm.distinct(rows) == len(set(rows.tolist()))
-
-
 def test_table_order_groups_columns_of_a_table():
     assert fbgemm.table_order([0, 1, 1, 2]) is None
     order = fbgemm.table_order(COLUMNS)
