@@ -42,7 +42,7 @@ import torch
 
 from hotcold.config import ConfigError
 from hotcold.data.generators.config import CRITEO_KAGGLE_CARDINALITIES
-from hotcold.embedding.base import NullMarker, RowOptimizer, StoreSpec, init_table
+from hotcold.embedding.base import NullMarker, RowOptimizer, StoreSpec, init_table, update_rows
 from hotcold.embedding.device import DeviceStore
 
 OPTIMIZERS = ("sgd", "adagrad")
@@ -157,7 +157,7 @@ class FbgemmSide:
 
 
 class TorchBagSide:
-    """``torch.nn.EmbeddingBag`` (sum, sparse gradient) with the harness's row-wise update in plain torch.
+    """``torch.nn.EmbeddingBag`` (sum, sparse gradient) with the harness's row update (``update_rows``).
 
     The peer where FBGEMM does not import: what a user would write without it.
     """
@@ -182,12 +182,7 @@ class TorchBagSide:
         g = self.bag.weight.grad.coalesce()
         self.bag.weight.grad = None
         slots, values = g.indices()[0], g.values()  # distinct rows [U], their summed gradients [U, D]
-        w = self.bag.weight.data
-        if self.kind == "adagrad":
-            acc = self.state.index_select(0, slots) + values.pow(2).mean(dim=1)
-            self.state.index_copy_(0, slots, acc)
-            values = values / (acc.sqrt() + self.eps).unsqueeze(1)
-        w.index_copy_(0, slots, w.index_select(0, slots) - self.lr * values)
+        update_rows(self.bag.weight.data, self.state, slots, values, self.lr, self.eps, self.kind == "adagrad")
 
     def weights(self) -> torch.Tensor:
         return self.bag.weight.detach().to("cpu", copy=True)
