@@ -7,10 +7,11 @@ import torch
 
 from hotcold.counters import FIELDS
 
-from hotcold import embedding
 from hotcold.config import ConfigError, RunConfig
-from hotcold.embedding import RowOptimizer, StoreSpec
-from hotcold.embedding.base import NullMarker, init_table
+from hotcold.embedding.base import StoreSpec
+from hotcold.embedding.update import RowOptimizer
+from hotcold.embedding.base import NullMarker
+from hotcold.embedding.rows import init_table
 from hotcold.embedding.cache import CacheStore, FreqCacheStore, LFUCacheStore, LRUCacheStore
 from hotcold.embedding.device import DeviceStore
 from hotcold.trace.cachesim import dataset_trace
@@ -21,12 +22,6 @@ CACHES = {"lru": LRUCacheStore, "lfu": LFUCacheStore, "freqcache": FreqCacheStor
 VARIANTS = [("lru", {}), ("lfu", {}), ("freqcache", {}), ("freqcache", {"evict": "lfu"})]
 STEPS = 30
 COUNTER_KEYS = set(FIELDS)
-
-
-@pytest.fixture(autouse=True)
-def _register(monkeypatch):
-    for name, cls in CACHES.items():
-        monkeypatch.setitem(embedding.STORES, name, cls)
 
 
 

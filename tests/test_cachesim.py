@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 import torch
 
-from hotcold import embedding
 from hotcold.config import ConfigError, RunConfig
 from hotcold.data.loader import batch_rows
-from hotcold.embedding import RowOptimizer, StoreSpec
+from hotcold.embedding.base import StoreSpec
+from hotcold.embedding.update import RowOptimizer
 from hotcold.counters import FIELDS
 from hotcold.embedding.cache import FreqCacheStore, LFUCacheStore, LRUCacheStore
 from hotcold.embedding.fae import FAEStore
@@ -228,12 +228,8 @@ def _run_cfg(method: str, store: dict) -> RunConfig:
     ("freqcache", "freqcache-lfu", {"evict": "lfu"}),
     ("scratchpipe", "scratchpipe-1", {"window": 1}), ("scratchpipe", "scratchpipe-2", {"window": 2}),
 ])
-def test_simulator_counts_equal_training_counters(monkeypatch, small_dataset, method, policy, options):
+def test_simulator_counts_equal_training_counters(small_dataset, method, policy, options):
     """Every field of every step, trained vs simulated, for every policy with a store."""
-    stores = {"lru": LRUCacheStore, "lfu": LFUCacheStore, "freqcache": FreqCacheStore,
-              "scratchpipe": ScratchPipeStore}
-    for name, cls in stores.items():
-        monkeypatch.setitem(embedding.STORES, name, cls)
     trace = dataset_trace(small_dataset, 64, 30)
     capacity = trace.max_unique + 3 if method != "scratchpipe" else \
         simulate(trace, policy).capacity_needed + 3
@@ -252,8 +248,7 @@ def test_simulator_counts_equal_training_counters(monkeypatch, small_dataset, me
 
 
 @pytest.mark.parametrize("run_length", [1, 4, "epoch"])
-def test_fae_model_counts_equal_training_counters(monkeypatch, small_dataset, run_length):
-    monkeypatch.setitem(embedding.STORES, "fae", FAEStore)
+def test_fae_model_counts_equal_training_counters(small_dataset, run_length):
     options = {"budget_ratio": 0.3, "sample_fraction": 1.0, "run_length": run_length}
     res = train(_run_cfg("fae", options), small_dataset, torch.device("cpu"), progress=False)
     sim, hot_share = simulate_fae(small_dataset, 64, 30, 0, 0.3, run_length, 1.0, RowSizes(dim=4, state_width=1))

@@ -8,23 +8,18 @@ import numpy as np
 import pytest
 import torch
 
-from hotcold import embedding
 from hotcold.config import ConfigError, RunConfig
-from hotcold.embedding import RowOptimizer, StoreSpec
+from hotcold.embedding.base import StoreSpec
+from hotcold.embedding.update import RowOptimizer
 from hotcold.embedding.base import NullMarker
 from hotcold.embedding.device import DeviceStore
-from hotcold.embedding.fae import FAEProfile, FAEStore, fae_options
+from hotcold.embedding.fae import FAEOptions, FAEProfile, FAEStore
 from hotcold.trace.fae_schedule import classify_samples, hottest_rows, profile_counts
 from hotcold.train import default_order, train
 
 from test_stores import rel_diff
 
 CPU = torch.device("cpu")
-
-
-@pytest.fixture(autouse=True)
-def _register_fae(monkeypatch):
-    monkeypatch.setitem(embedding.STORES, "fae", FAEStore)
 
 
 def run_cfg(method: str, row_optimizer: str = "adagrad", steps: int = 50, seed: int = 0,
@@ -75,7 +70,7 @@ def test_profile_and_hot_inputs_match_direct_computation(request, data):
     assert sampled == len(rows)
     direct = Counter(r for sample in rows for r in sample)
     assert {r: int(c) for r, c in enumerate(counts) if c} == dict(direct)
-    capacity = fae_options(spec)[1]
+    capacity = FAEOptions.parse(spec.options, "fae").hot_rows(spec.num_rows, spec.dim)
     ranked = sorted(range(spec.num_rows), key=lambda r: (-direct[r], r))[:capacity]
     hot = hottest_rows(counts, capacity)
     assert hot.tolist() == sorted(ranked)
@@ -207,7 +202,8 @@ def test_budget_bytes_count_weights_as_faes_profiler(small_dataset):
     """bytes / (4 x dim) rows, whatever the optimizer state (it is moved, not budgeted)."""
     sgd, ada = data_spec(small_dataset, {"budget_bytes": 10 * 32 + 31}, "sgd"), \
         data_spec(small_dataset, {"budget_bytes": 10 * 32 + 31})
-    assert fae_options(sgd)[1] == fae_options(ada)[1] == 10  # D = 8: 32 B of weights a row
+    hot_rows = [FAEOptions.parse(s.options, "fae").hot_rows(s.num_rows, s.dim) for s in (sgd, ada)]
+    assert hot_rows[0] == hot_rows[1] == 10  # D = 8: 32 B of weights a row
 
 
 def test_zero_budget_is_hybrid(small_dataset):

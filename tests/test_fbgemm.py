@@ -9,8 +9,13 @@ import torch
 from hotcold.analysis.tables import aggregate, find_records
 from hotcold.cli import main
 from hotcold.config import ConfigError, InfeasibleError
-from hotcold.embedding import PeerUnavailableError, RowOptimizer, StoreSpec, build_store, fbgemm
-from hotcold.embedding.base import NullMarker, init_table
+from hotcold import methods
+from hotcold.embedding import fbgemm
+from hotcold.embedding.base import StoreSpec
+from hotcold.embedding.fbgemm import PeerUnavailableError
+from hotcold.embedding.update import RowOptimizer
+from hotcold.embedding.base import NullMarker
+from hotcold.embedding.rows import init_table
 
 CPU = torch.device("cpu")
 MISSING = fbgemm.available()
@@ -60,27 +65,27 @@ def test_table_order_groups_columns_of_a_table():
 
 def test_bad_options_fail_clearly():
     with pytest.raises(ConfigError, match="cache must be one of"):
-        build_store("fbgemm", _spec("sgd", cache="fifo"))
+        methods.get("fbgemm").build(_spec("sgd", cache="fifo"))
     with pytest.raises(ConfigError, match="need cache: lru or lfu"):
-        build_store("fbgemm", _spec("sgd", cache_ratio=0.1))
+        methods.get("fbgemm").build(_spec("sgd", cache_ratio=0.1))
     spec = _spec("sgd")
     spec.dim = 6
     with pytest.raises(ConfigError, match="multiple of 4"):
-        build_store("fbgemm", spec)
+        methods.get("fbgemm").build(spec)
 
 
 @pytest.mark.parametrize("cache", ["lru", "lfu"])
 def test_managed_cache_on_a_cpu_is_infeasible(cache):
     """Whether or not the extra is installed: the run ends as an ``infeasible`` record, not an error."""
     with pytest.raises(InfeasibleError, match="needs a GPU"):
-        build_store("fbgemm", _spec("adagrad", cache=cache, cache_ratio=0.05))
+        methods.get("fbgemm").build(_spec("adagrad", cache=cache, cache_ratio=0.05))
 
 
 def test_missing_extra_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(fbgemm, "available", lambda: "fbgemm_gpu is not installed; install it with "
                         f"`{fbgemm.INSTALL_HINT}`")
     with pytest.raises(PeerUnavailableError, match=r"pip install -e \.\[peers\]"):
-        build_store("fbgemm", _spec("sgd"))
+        methods.get("fbgemm").build(_spec("sgd"))
 
 
 def test_missing_extra_ends_as_a_skipped_record_named_in_the_summary(monkeypatch, tmp_path, small_dataset):
@@ -121,7 +126,7 @@ def test_a_group_with_a_missing_peer_trains_the_others(monkeypatch, tmp_path, sm
 @pytest.mark.parametrize("kind", ["sgd", "adagrad"])
 def test_store_trains_the_device_stores_rows(kind):
     """20 steps with padding and shared tables: FBGEMM's fused update against the ``device`` store."""
-    store, ref = build_store("fbgemm", _spec(kind)), build_store("device", _spec(kind))
+    store, ref = methods.get("fbgemm").build(_spec(kind)), methods.get("device").build(_spec(kind))
     assert torch.equal(store.export(), init_table(SIZES, 8, 3))
     gen = torch.Generator().manual_seed(0)
     for _ in range(20):
@@ -139,7 +144,7 @@ def test_store_trains_the_device_stores_rows(kind):
 
 @needs_fbgemm
 def test_host_counters_count_every_lookup_as_resident():
-    store = build_store("fbgemm", _spec("sgd"))
+    store = methods.get("fbgemm").build(_spec("sgd"))
     ids = _ids(torch.Generator().manual_seed(1))
     store.backward(store.forward(ids, NullMarker()), NullMarker())
     rows = {(COLUMNS[k], int(i)) for row in ids for k, i in enumerate(row) if i >= 0}
@@ -156,7 +161,7 @@ def test_host_counters_count_every_lookup_as_resident():
 def test_cuda_placements_train_the_device_stores_rows(cache, kind):
     cuda = torch.device("cuda")
     options = {} if cache is None else {"cache": cache, "cache_rows": 64}
-    store, ref = build_store("fbgemm", _spec(kind, cuda, **options)), build_store("device", _spec(kind, cuda))
+    store, ref = methods.get("fbgemm").build(_spec(kind, cuda, **options)), methods.get("device").build(_spec(kind, cuda))
     gen = torch.Generator().manual_seed(0)
     total = {"lookups": 0, "misses": 0, "unique_misses": 0}
     for _ in range(20):
@@ -187,7 +192,7 @@ def test_adagrad_epsilon_is_added_outside_the_square_root():
     """With a large eps and small gradients, eps inside the root (sqrt(state + eps)) would change the update by
     about 40%; FBGEMM's rows follow the harness's sqrt(state) + eps to float32 rounding."""
     spec = lambda: StoreSpec(list(SIZES), 8, RowOptimizer("adagrad", 0.05, eps=0.5), CPU, seed=3)  # noqa: E731
-    store, ref = build_store("fbgemm", spec()), build_store("device", spec())
+    store, ref = methods.get("fbgemm").build(spec()), methods.get("device").build(spec())
     gen = torch.Generator().manual_seed(0)
     for _ in range(10):
         ids = torch.stack([torch.randint(0, n, (64,), generator=gen) for n in SIZES], 1)

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from hotcold.embedding import base
-from hotcold.embedding.base import RowGroups, RowOptimizer, sum_by_index
+from hotcold.embedding import update
+from hotcold.embedding.rows import RowGroups, sum_by_index
+from hotcold.embedding.update import RowOptimizer
 from hotcold.model.optim import DenseAdagrad, DenseSGD
 
 
@@ -136,7 +137,7 @@ def test_compiled_step_matches_plain():
         warnings.simplefilter("always")
         comp_w, comp_s, opt, _ = _step_case("adagrad", compile=True)
     if not opt.compiled:
-        pytest.skip(f"torch.compile does not work here: {base._COMPILED.failed}")
+        pytest.skip(f"torch.compile does not work here: {update._COMPILED.failed}")
     assert torch.allclose(comp_w, plain_w, rtol=1e-6, atol=1e-7)
     assert torch.allclose(comp_s, plain_s, rtol=1e-6, atol=1e-7)
 
@@ -145,7 +146,7 @@ def test_failed_compile_falls_back_and_says_so_once(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("no C++ compiler")
 
-    monkeypatch.setattr(base, "_COMPILED", base._CompiledStep())
+    monkeypatch.setattr(update, "_COMPILED", update._CompiledStep())
     monkeypatch.setattr(torch, "compile", broken)
     plain_w, plain_s, _, _ = _step_case("adagrad", compile=False)
     with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler") as caught:
@@ -156,9 +157,9 @@ def test_failed_compile_falls_back_and_says_so_once(monkeypatch):
 
 
 def test_compile_switch_reads_the_environment(monkeypatch):
-    monkeypatch.setenv(base.COMPILE_ENV, "1")
+    monkeypatch.setenv(update.COMPILE_ENV, "1")
     assert RowOptimizer("sgd", 0.1).compile
-    monkeypatch.setenv(base.COMPILE_ENV, "0")
+    monkeypatch.setenv(update.COMPILE_ENV, "0")
     assert not RowOptimizer("sgd", 0.1).compile
-    monkeypatch.delenv(base.COMPILE_ENV)
+    monkeypatch.delenv(update.COMPILE_ENV)
     assert not RowOptimizer("sgd", 0.1).compile

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from hotcold.config import ConfigError, RunConfig
-from hotcold.embedding import STORES, RowOptimizer, StoreSpec
+from hotcold.embedding.base import StoreSpec
+from hotcold.embedding.update import RowOptimizer
 from hotcold.embedding.base import NullMarker
 from hotcold.embedding.device import DeviceStore
 from hotcold.embedding.scratchpipe import ScratchPipeStore
@@ -17,11 +18,6 @@ from hotcold.train import train, train_loader
 
 CPU = torch.device("cpu")
 _REFERENCE: dict[tuple[str, str], object] = {}
-
-
-@pytest.fixture(autouse=True)
-def registered(monkeypatch):
-    monkeypatch.setitem(STORES, "scratchpipe", ScratchPipeStore)
 
 
 def run_cfg(method: str, row_optimizer: str = "adagrad", steps: int = 30, **store) -> RunConfig:

@@ -6,8 +6,11 @@ import torch
 
 from hotcold.config import ConfigError, RunConfig
 from hotcold.counters import FIELDS
-from hotcold.embedding import STORES, RowOptimizer, StoreSpec, build_store
-from hotcold.embedding.base import NullMarker, init_table
+from hotcold import methods
+from hotcold.embedding.base import StoreSpec
+from hotcold.embedding.update import RowOptimizer
+from hotcold.embedding.base import NullMarker
+from hotcold.embedding.rows import init_table
 from hotcold.embedding.fbgemm import available as fbgemm_available
 from hotcold.train import train
 
@@ -46,7 +49,7 @@ def rel_diff(a: list[tuple[str, torch.Tensor]], b: list[tuple[str, torch.Tensor]
 
 
 @pytest.mark.parametrize("row_optimizer", ["sgd", "adagrad"])
-@pytest.mark.parametrize("method", sorted(set(STORES) - {"device"}))
+@pytest.mark.parametrize("method", [m for m in methods.names(spans_ranks=False) if m != "device"])
 @pytest.mark.parametrize("data", ["small_dataset", "sequence_dataset"])
 def test_store_trains_same_model_as_device(request, data, method, row_optimizer, device):
     skip_missing(method)
@@ -88,12 +91,12 @@ def _spec(optimizer: str, sizes=(5, 9, 4), dim: int | None = None, method: str =
                      frequencies=torch.arange(sum(sizes), 0, -1))
 
 
-@pytest.mark.parametrize("method", sorted(STORES))
+@pytest.mark.parametrize("method", methods.names(spans_ranks=False))
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
 def test_sparse_update_matches_dense_reference(method, optimizer, device):
     """Two steps of the store against a dense autograd computation of the same update."""
     spec = _spec(optimizer, method=method, device=device)
-    store = build_store(method, spec)
+    store = methods.get(method).build(spec)
     weight = init_table(spec.table_sizes, spec.dim, spec.seed).double()
     state = torch.zeros(weight.shape[0], dtype=torch.float64)
     offsets = torch.tensor([0, 5, 14])
@@ -118,11 +121,11 @@ def test_sparse_update_matches_dense_reference(method, optimizer, device):
     torch.testing.assert_close(store.export().double(), weight, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("method", sorted(STORES))
+@pytest.mark.parametrize("method", methods.names(spans_ranks=False))
 def test_padding_is_not_looked_up_or_updated(method, device):
     spec = _spec("sgd", method=method, device=device)
     spec.column_tables = [0, 1, 1, 2]  # a history column shares table 1
-    store = build_store(method, spec)
+    store = methods.get(method).build(spec)
     before = store.export()
     ids = torch.tensor([[0, 3, -1, 1], [4, -1, -1, 0]])  # [B=2, K=4], -1 = padding
     out = store.forward(ids, NullMarker()).cpu()
@@ -135,10 +138,10 @@ def test_padding_is_not_looked_up_or_updated(method, device):
     assert store.step_counters()["lookups"] == 5
 
 
-@pytest.mark.parametrize("method", sorted(STORES))
+@pytest.mark.parametrize("method", methods.names(spans_ranks=False))
 def test_counters_match_independent_count(method, device):
     spec = _spec("sgd", method=method, device=device)
-    store = build_store(method, spec)
+    store = methods.get(method).build(spec)
     ids = torch.tensor([[0, 1, 2], [0, 8, 2], [4, 1, 3], [0, 1, 2]])  # [B=4, T=3]
     store.backward(store.forward(ids, NullMarker()), NullMarker())
     c = store.step_counters()
@@ -164,19 +167,19 @@ def test_counters_match_independent_count(method, device):
 
 def test_unknown_method_and_option_fail_clearly():
     with pytest.raises(ConfigError, match="unknown method 'nope'"):
-        build_store("nope", _spec("sgd"))
+        methods.get("nope").build(_spec("sgd"))
     spec = _spec("sgd")
     spec.options = {"cache_ratio": 0.1}
     with pytest.raises(ConfigError, match="cache_ratio"):
-        build_store("hybrid", spec)
+        methods.get("hybrid").build(spec)
 
 
-@pytest.mark.parametrize("method", sorted(set(STORES) - {"hybrid", "fae"}))
+@pytest.mark.parametrize("method", [m for m in methods.names(spans_ranks=False) if m not in ("hybrid", "fae")])
 def test_update_plans_unique_rows_on_the_host(monkeypatch, method, device):
     """No ``torch.unique`` inside ``backward`` of a store updating device memory: on a GPU it would
     synchronise the timed update (``hybrid`` and FAE's cold batches coalesce on the host)."""
     spec = _spec("adagrad", method=method, device=device)
-    store = build_store(method, spec)
+    store = methods.get(method).build(spec)
     ids = torch.tensor([[0, 1, 2], [0, 8, 2], [4, 1, 3]])
     out = store.forward(ids, NullMarker())
 
@@ -193,4 +196,4 @@ def test_pin_host_must_be_a_boolean(value):
     spec = _spec("sgd", method="lru")
     spec.options = {**spec.options, "pin_host": value}
     with pytest.raises(ConfigError, match="pin_host"):
-        build_store("lru", spec)
+        methods.get("lru").build(spec)

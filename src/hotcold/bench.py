@@ -42,7 +42,9 @@ import torch
 
 from hotcold.config import ConfigError
 from hotcold.data.generators.config import CRITEO_KAGGLE_CARDINALITIES
-from hotcold.embedding.base import NullMarker, RowOptimizer, StoreSpec, init_table, update_rows
+from hotcold.embedding.base import NullMarker, StoreSpec
+from hotcold.embedding.rows import init_table
+from hotcold.embedding.update import RowOptimizer, update_rows
 from hotcold.embedding.device import DeviceStore
 
 OPTIMIZERS = ("sgd", "adagrad")

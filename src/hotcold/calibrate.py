@@ -100,7 +100,7 @@ class Calibration:
         """Host rates; the benchmarks run interleaved, round by round, so a slow spell of a shared
         machine lands on all of them a little rather than on one of them wholly."""
         from hotcold.data.format import to_global
-        from hotcold.embedding.base import RowGroups
+        from hotcold.embedding.rows import RowGroups
 
         n = 64 * MiB // 4
         src, dst = torch.rand(n), torch.empty(n)

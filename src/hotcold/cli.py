@@ -83,7 +83,7 @@ def cmd_train(args: argparse.Namespace) -> None:
 
     from hotcold.config import RunConfig
     from hotcold.distributed.comm import launched
-    from hotcold.embedding import store_class
+    from hotcold import methods
     from hotcold.repeats import run_and_record
     from hotcold.train import resolve_device
 
@@ -94,9 +94,9 @@ def cmd_train(args: argparse.Namespace) -> None:
         cfg = dataclasses.replace(cfg, distributed=dataclasses.replace(cfg.distributed, world=args.nproc))
         cfg.distributed.validate("--nproc")
     world_size = cfg.distributed.world
-    if world_size > 1 and not store_class(cfg.method).spans_ranks:
-        raise ConfigError(f"method {cfg.method!r} runs in one process; over {world_size} ranks use sharded, "
-                          f"proactive or flexshard")
+    if world_size > 1 and not methods.get(cfg.method).spans_ranks:
+        raise ConfigError(f"method {cfg.method!r} runs in one process; over {world_size} ranks use "
+                          f"{', '.join(methods.names(spans_ranks=True))}")
     if world_size > 1 and not launched():
         _launch_train(args, cfg)
         return
@@ -188,7 +188,7 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     from hotcold.config import RunConfig
     from hotcold.data.format import Dataset
     from hotcold.data.skew import row_counts
-    from hotcold.embedding.base import RowOptimizer
+    from hotcold.embedding.update import RowOptimizer
     from hotcold.files import atomic_write_text
     from hotcold.trace.cachesim import POLICIES, RowSizes, dataset_trace, sweep
     from hotcold.trace.faesim import fae_sweep

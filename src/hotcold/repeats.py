@@ -31,7 +31,7 @@ import torch
 from hotcold.config import ConfigError, InfeasibleError, RunConfig
 from hotcold.data.format import Dataset
 from hotcold.distributed.world import World
-from hotcold.embedding import PeerUnavailableError
+from hotcold.embedding.fbgemm import PeerUnavailableError
 from hotcold.records import (
     infeasible_record,
     param_checksum,

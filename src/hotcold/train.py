@@ -22,7 +22,9 @@ from hotcold.data.format import Dataset
 from hotcold.data.loader import BatchLoader, batch_rows, eval_batches
 from hotcold.data.skew import row_counts
 from hotcold.distributed.world import World
-from hotcold.embedding import EmbeddingStore, RowOptimizer, StoreSpec, store_class
+from hotcold import methods
+from hotcold.embedding.base import EmbeddingStore, StoreSpec
+from hotcold.embedding.update import RowOptimizer
 from hotcold.metrics import log_loss, roc_auc
 from hotcold.model import build_model
 from hotcold.model.optim import DenseAdagrad, DenseOptimizer, DenseSGD
@@ -72,6 +74,8 @@ def build(cfg: RunConfig, ds: Dataset, device: torch.device, order: Sequence[np.
     schedule, so a reference store can replay another store's batches.
     ``world``: the ranks the store spans (one process when None).
     """
+    method = methods.get(cfg.method)
+    options = method.parse_options(cfg.store)
     torch.manual_seed(cfg.seed)
     model = build_model(ds, cfg.model).to(device)
     spec = StoreSpec(
@@ -80,16 +84,16 @@ def build(cfg: RunConfig, ds: Dataset, device: torch.device, order: Sequence[np.
         optimizer=RowOptimizer(cfg.train.row_optimizer, cfg.train.lr, cfg.train.adagrad_eps),
         device=device,
         seed=cfg.seed,
-        options=cfg.store,
+        options=options,
         column_tables=ds.column_tables,
         comm=world.comm if world is not None else None,
         batch_share=cfg.train.batch_size / max(1, ds.split("train")[1] - ds.split("train")[0]),
         exact_sums=world is not None and world.data_parallel > 1,
     )
-    cls = store_class(cfg.method)
-    if world is not None and world.size > 1 and not cls.spans_ranks:
-        raise ConfigError(f"method {cfg.method!r} runs in one process; over several ranks use sharded, "
-                          f"proactive or flexshard")
+    cls = method.store
+    if world is not None and world.size > 1 and not method.spans_ranks:
+        raise ConfigError(f"method {cfg.method!r} runs in one process; over several ranks use "
+                          f"{', '.join(methods.names(spans_ranks=True))}")
     if cls.needs_frequencies:
         spec.frequencies = torch.from_numpy(row_counts(ds, "train"))
     rows = list(order if order is not None else cls.schedule(spec, ds, default_order(cfg, ds)))
@@ -179,7 +183,7 @@ def reference(cfg: RunConfig, ds: Dataset, device: torch.device, order: Sequence
     or a run over several ranks (trained on the same global batches, each as the ranks' slices:
     ``World.replay``); None for the others, whose reference is the ``device`` run of the workflow."""
     world = cfg.distributed.world
-    if not store_class(cfg.method).own_schedule() and world == 1:
+    if not methods.get(cfg.method).store.own_schedule() and world == 1:
         return None
     ref_cfg = dataclasses.replace(cfg, method="device", store={}, distributed=type(cfg.distributed)())
     return train(ref_cfg, ds, device, progress=progress, order=order,

@@ -8,7 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hotcold.embedding import STORES, RowOptimizer, StoreSpec, build_store
+from hotcold import methods
+from hotcold.embedding.base import StoreSpec
+from hotcold.embedding.update import RowOptimizer
 from hotcold.embedding.base import NullMarker
 from hotcold.embedding.fbgemm import available as fbgemm_available
 
@@ -41,10 +43,10 @@ def _store(method: str, optimizer: str):
         pytest.skip(f"fbgemm: {fbgemm_available()}")
     # Row frequencies for the frequency-aware cache: lower ids are the popular ones, as in _zipf_ids.
     freq = torch.cat([torch.arange(n, 0, -1) for n in SIZES])
-    return build_store(method, StoreSpec(SIZES, 16, RowOptimizer(optimizer, 0.01), DEVICE, seed=0, frequencies=freq))
+    return methods.get(method).build(StoreSpec(SIZES, 16, RowOptimizer(optimizer, 0.01), DEVICE, seed=0, frequencies=freq))
 
 
-@pytest.mark.parametrize("method", sorted(STORES))
+@pytest.mark.parametrize("method", methods.names(spans_ranks=False))
 def test_lookup_pool(benchmark, ids, method):
     store = _store(method, "sgd")
 
@@ -56,7 +58,7 @@ def test_lookup_pool(benchmark, ids, method):
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
-@pytest.mark.parametrize("method", sorted(STORES))
+@pytest.mark.parametrize("method", methods.names(spans_ranks=False))
 def test_sparse_update(benchmark, ids, method, optimizer):
     store = _store(method, optimizer)
     grad = torch.randn(BATCH, len(SIZES), 16, device=DEVICE)

@@ -20,11 +20,11 @@ from typing import Any, Sequence
 import pandas as pd
 
 from hotcold.analysis.markdown import to_markdown
+from hotcold.embedding.fae import FAEOptions
 
 RUN_KEYS = ["dataset", "method", "variant", "seed"]
 SPEEDUP_KEYS = ["dataset", "timer", "method", "variant"]
 SIM_REQUIRED = ("dataset", "policy", "capacity", "cache_ratio", "feasible", "hit_rate")
-BUDGET_OPTIONS = ("budget_ratio", "budget_bytes")
 
 
 def _all_true(values: pd.Series) -> Any:
@@ -118,11 +118,11 @@ def fae_table(records: list[dict[str, Any]], summary: pd.DataFrame) -> pd.DataFr
         store = rec.get("store") or {}
         if store.get("hot_fraction") is None:
             continue
-        options = (rec.get("config") or {}).get("store") or {}
+        options = FAEOptions.parse((rec.get("config") or {}).get("store"), f"{rec['method']} options")
         counters = rec["summary"].get("counters_per_step") or {}
         rows.append({
             **{k: rec[k] for k in RUN_KEYS},
-            **{k: options.get(k) for k in BUDGET_OPTIONS},
+            "budget_ratio": options.budget_ratio, "budget_bytes": options.budget_bytes,
             **{k: store.get(k) for k in ("hot_rows", "hot_ratio", "hot_bytes", "hot_fraction")},
             "hot_batch_share": counters.get("hot_batch"),
             "switches_per_step": counters.get("switches"),

@@ -16,9 +16,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from hotcold import methods
 from hotcold.analysis.markdown import to_markdown
 from hotcold.costmodel import HardwareProfile, ModelShape, Prediction, predict_record
-from hotcold.embedding import PEER_METHODS
 from hotcold.files import atomic_write_text
 
 MIN_PHASE_SHARE = 0.05  # phases below this share of the measured step are listed but not summarised
@@ -62,7 +62,7 @@ def validated(records: Sequence[dict[str, Any]], profile: HardwareProfile) -> li
     """The trained records ``profile`` can model: scale-out runs only where it has network rates; not the
     peer methods (FBGEMM's kernels), which are measured beside the harness's, never modelled."""
     network = models_collectives(profile)
-    return [r for r in records if r.get("status", "ok") == "ok" and r.get("method") not in PEER_METHODS
+    return [r for r in records if r.get("status", "ok") == "ok" and r.get("method") not in methods.names(peer=True)
             and (network or int((r.get("summary") or {}).get("world", 1) or 1) == 1)]
 
 

@@ -31,9 +31,9 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from hotcold import methods
 from hotcold.analysis.markdown import to_markdown
 from hotcold.analysis.tables import load_records, plan_of, scale_of
-from hotcold.distributed.plans import DEFAULT_HEADROOM
 from hotcold.distributed.traffic import COLLECTIVES
 from hotcold.files import atomic_write_text
 from hotcold.records import STATUS_OK, record_status
@@ -77,8 +77,9 @@ def read_shard_sims(paths: Sequence[Path]) -> pd.DataFrame:
 
 
 def _headroom(rec: dict[str, Any]) -> float:
-    options = (rec.get("config") or {}).get("store") or {}
-    return float(options.get("memory_headroom") or DEFAULT_HEADROOM)
+    """The run's per-rank memory headroom: its options, with the store's default."""
+    options = methods.get(rec["method"]).parse_options((rec.get("config") or {}).get("store"))
+    return float(options.memory_headroom)
 
 
 def _trained_bytes(rec: dict[str, Any]) -> dict[str, float]:

@@ -40,9 +40,9 @@ import numpy as np
 import pandas as pd
 
 from hotcold.analysis.comparisons import fae_table, speedup_markdown, speedup_table, traffic_table
+from hotcold import methods
 from hotcold.analysis.markdown import to_markdown
 from hotcold.config import AggregateConfig
-from hotcold.embedding import PEER_METHODS
 from hotcold.files import atomic_write_text
 from hotcold.records import STATUS_INFEASIBLE, STATUS_OK, STATUS_SKIPPED, record_status, sketch_rel_diff
 from hotcold.timing import MAX_REPEAT_SPREAD
@@ -94,14 +94,14 @@ def scale_of(rec: dict[str, Any]) -> tuple[int, int]:
 
 
 def plan_of(rec: dict[str, Any]) -> str:
-    """The sharding plan of a scale-out run (the store's report, else its options, else the store's default)."""
-    plan = (rec.get("summary") or {}).get("plan") or (rec.get("store") or {}).get("plan") \
-        or ((rec.get("config") or {}).get("store") or {}).get("plan")
+    """The sharding plan of a scale-out run (the store's report, else its options with their defaults)."""
+    plan = (rec.get("summary") or {}).get("plan") or (rec.get("store") or {}).get("plan")
     if plan or scale_of(rec)[0] == 1:
         return plan or ""
-    from hotcold.embedding import SCALE_OUT, store_class
-
-    return getattr(store_class(rec["method"]), "default_plan", "") if rec.get("method") in SCALE_OUT else ""
+    method = methods.METHODS.get(rec.get("method"))
+    if method is None or not method.spans_ranks:
+        return ""
+    return method.parse_options((rec.get("config") or {}).get("store")).plan
 
 
 def _expected_location(path: Path, rec: dict[str, Any]) -> dict[str, str]:
@@ -237,7 +237,7 @@ def _exactness(frame: pd.DataFrame, records: list[dict[str, Any]],
                 kind = "scale_out" if frame.at[idx, "world"] > 1 else "replay"
                 d = sketch_rel_diff(sketches[idx], replays[idx])
             elif ref is not None:
-                kind = "peer" if frame.at[idx, "method"] in PEER_METHODS else "run"
+                kind = "peer" if frame.at[idx, "method"] in methods.names(peer=True) else "run"
                 d = sketch_rel_diff(sketches[idx], sketches[ref.name])
             else:
                 continue

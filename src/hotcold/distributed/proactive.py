@@ -24,22 +24,19 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from hotcold.config import is_positive_int, require
 from hotcold.distributed.plans import SHARDED
-from hotcold.distributed.sharded import Exchange, ShardedStore
+from hotcold.distributed.sharded import Exchange, ProactiveOptions, ShardedStore
 from hotcold.embedding.base import Marker, StoreSpec
 
 CHUNK = 4096  # rows per early-lookup chunk between polls of the collective
 
 
 class ProactiveStore(ShardedStore):
-    option_names = ShardedStore.option_names + ("depth",)
+    Options = ProactiveOptions
 
     def __init__(self, spec: StoreSpec) -> None:
-        depth = spec.options.get("depth", 1)
-        require(is_positive_int(depth), "proactive", f"depth must be a positive integer, got {depth!r}")
         super().__init__(spec)
-        self.depth = self.lookahead = int(depth)
+        self.depth = self.lookahead = int(self.options.depth)
         # rows only this owner writes can be looked up early
         self._early_ok = torch.ones_like(self.tier, dtype=torch.bool) if self.sharding.columns > 1 \
             else self.tier == SHARDED

@@ -20,17 +20,72 @@ Each rank trains on its slice of the global batch. Per step:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 import torch
 
+from hotcold.config import is_positive_int, is_real, require
 from hotcold.counters import all_resident
 from hotcold.distributed.comm import Comm, Pending, ids_tensor
-from hotcold.distributed.plans import ALL, DEFAULT_HEADROOM, NODE, SHARDED, PlanInputs, build_plan
+from hotcold.distributed.flexshard import DEFAULT_INTER_GBPS, DEFAULT_INTRA_GBPS
+from hotcold.distributed.plans import ALL, DEFAULT_HEADROOM, NODE, PLANS, SHARDED, PlanInputs, build_plan
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import Ledger
-from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, RowGroups, StoreSpec, init_table, sum_by_index
+from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
+from hotcold.embedding.options import StoreOptions
+from hotcold.embedding.rows import Lookup, RowGroups, init_table, sum_by_index
+
+
+def _check_headroom(where: str, headroom: Any) -> None:
+    require(is_real(headroom) and headroom >= 1.0, where,
+            f"memory_headroom must be a number >= 1.0 (1.0: the row-wise shard), got {headroom!r}")
+
+
+@dataclass(frozen=True)
+class ShardedOptions(StoreOptions):
+    """The hybrid-parallel exchange under one plan, in a per-rank memory budget."""
+
+    plan: str = "row"                          # a sharding plan (``plans.PLANS``)
+    memory_headroom: float = DEFAULT_HEADROOM  # per-rank budget, as a multiple of the row-wise shard
+    table_ranks: Mapping[str, int] | None = None  # table index -> rank, pinned before the table-wise planner
+
+    def validate(self, where: str) -> None:
+        require(self.plan in PLANS, where, f"unknown plan {self.plan!r}; known: {list(PLANS)}")
+        _check_headroom(where, self.memory_headroom)
+        require(self.table_ranks is None or isinstance(self.table_ranks, Mapping), where,
+                "table_ranks must map table indices to ranks")
+
+    def planner_options(self) -> dict[str, Any]:
+        """What the planner takes besides the headroom (``PlanInputs.options``)."""
+        return {} if self.table_ranks is None else {"table_ranks": dict(self.table_ranks)}
+
+
+@dataclass(frozen=True)
+class ProactiveOptions(ShardedOptions):
+    """The sharded exchange with the rows of ``depth`` steps ahead looked up early."""
+
+    depth: int = 1
+
+    def validate(self, where: str) -> None:
+        super().validate(where)
+        require(is_positive_int(self.depth), where, f"depth must be a positive integer, got {self.depth!r}")
+
+
+@dataclass(frozen=True)
+class FlexShardOptions(StoreOptions):
+    """FlexShard's tiers: the budget, and the link bandwidths its solver prices traffic with."""
+
+    plan: ClassVar[str] = "flexshard"
+    memory_headroom: float = DEFAULT_HEADROOM
+    intra_node_gbps: float = DEFAULT_INTRA_GBPS   # GB/s per rank inside a node
+    inter_node_gbps: float = DEFAULT_INTER_GBPS   # GB/s per rank between nodes
+
+    def validate(self, where: str) -> None:
+        _check_headroom(where, self.memory_headroom)
+
+    def planner_options(self) -> dict[str, Any]:
+        return {"intra_node_gbps": self.intra_node_gbps, "inter_node_gbps": self.inter_node_gbps}
 
 
 @dataclass
@@ -45,23 +100,21 @@ class Exchange:
 
 
 class ShardedStore(EmbeddingStore):
-    option_names = ("plan", "memory_headroom", "table_ranks")
+    Options = ShardedOptions
     needs_frequencies = True
     spans_ranks = True
-    default_plan = "row"
 
     def __init__(self, spec: StoreSpec) -> None:
         super().__init__(spec)
         self.comm: Comm = spec.comm if spec.comm is not None else Comm(Topology(1))
         self.comm.reset()
         self.rank, self.world = self.comm.rank, self.comm.world
-        opts = spec.options
+        opts = self.options
         counts = spec.frequencies.numpy() if spec.frequencies is not None else np.zeros(spec.num_rows, np.int64)
         self.inputs = PlanInputs.for_training(
             spec.table_sizes, counts, self.comm.topology, spec.dim, self.optimizer.state_width,
-            opts.get("memory_headroom", DEFAULT_HEADROOM),
-            {k: v for k, v in opts.items() if k not in ("plan", "memory_headroom")}, spec.batch_share)
-        self.sharding = build_plan(opts.get("plan", self.default_plan), self.inputs)
+            opts.memory_headroom, opts.planner_options(), spec.batch_share)
+        self.sharding = build_plan(opts.plan, self.inputs)
         sh = self.sharding
         self.width = spec.dim // sh.columns
         self.col0 = self.rank * self.width if sh.columns > 1 else 0
@@ -233,5 +286,4 @@ class ShardedStore(EmbeddingStore):
 class FlexShardStore(ShardedStore):
     """FlexShard (Sethi et al. 2023): per-row tiers chosen by a solver over the topology's costs."""
 
-    option_names = ("memory_headroom", "intra_node_gbps", "inter_node_gbps")
-    default_plan = "flexshard"
+    Options = FlexShardOptions

@@ -126,7 +126,7 @@ def simulate_plan(plan: Plan, batches: Iterable[np.ndarray], dim: int, state_wid
 def shard_sim(ds: Dataset, cfg: RunConfig, plans: list[str], scales: list[Scale], headrooms: list[float],
               options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """One row per plan x scale x headroom: bytes per step of every collective, memory, load imbalance."""
-    from hotcold.embedding.base import RowOptimizer
+    from hotcold.embedding.update import RowOptimizer
 
     t = cfg.train
     dim, state = cfg.model.embedding_dim, RowOptimizer(t.row_optimizer, t.lr).state_width

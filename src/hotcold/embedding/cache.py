@@ -22,54 +22,74 @@ Phases: planning and fetch are ``h2d``, write-back is ``d2h``, the gather is
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from hotcold.config import ConfigError, is_real
+from hotcold.config import is_real, require
 from hotcold.counters import StepCounters, row_bytes
-from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, init_table, ship
+from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
+from hotcold.embedding.options import StoreOptions, budget_rows, check_budget, check_choice
+from hotcold.embedding.rows import Lookup, init_table, ship
 from hotcold.trace.policies import CacheDirectory, Policy, cache_policy
 
 DEFAULT_CACHE_RATIO = 0.015
-CACHE_OPTIONS = ("cache_ratio", "cache_rows", "pin_host")
 
 
-def resolve_capacity(options: dict, num_rows: int, where: str) -> int:
-    """Cache slots from ``cache_ratio`` or ``cache_rows`` (at most one), at least 1 and at most N."""
-    return budget_rows(options, where, num_rows, rows_key="cache_rows", ratio_key="cache_ratio",
-                       default_ratio=DEFAULT_CACHE_RATIO)
+@dataclass(frozen=True)
+class CacheOptions(StoreOptions):
+    """``lru`` and ``lfu``: the cache's size, and whether to pin the host table."""
+
+    cache_ratio: float | None = None   # share of all rows (default DEFAULT_CACHE_RATIO)
+    cache_rows: int | None = None      # or a number of rows
+    #: pin the whole host table (GPU runs). Copies already go through pinned staging
+    #: buffers; pinning tens of GB of host table (Terabyte at paper scale) is an experiment.
+    pin_host: bool = False
+
+    def validate(self, where: str) -> None:
+        check_budget(where, "cache_rows", self.cache_rows, "cache_ratio", self.cache_ratio)
+        require(isinstance(self.pin_host, bool), where, f"pin_host must be true or false, got {self.pin_host!r}")
+
+    def capacity(self, num_rows: int) -> int:
+        """Cache slots: ``max(1, floor(ratio * N))`` or ``cache_rows``, at most N."""
+        return budget_rows(self.cache_rows, self.cache_ratio, num_rows, default_ratio=DEFAULT_CACHE_RATIO)
+
+    def device_share(self) -> float | None:
+        return self.cache_ratio
 
 
-def pin_host(options: dict, where: str) -> bool:
-    """Whether to pin the whole host table (``pin_host``, default off).
+@dataclass(frozen=True)
+class FreqCacheOptions(CacheOptions):
+    """``freqcache``: a cache's options, the share preloaded with the most frequent rows, and the eviction."""
 
-    Copies already go through pinned staging buffers; pinning tens of GB of
-    host table (Terabyte at paper scale) is an experiment, not a default.
-    """
-    v = options.get("pin_host", False)
-    if not isinstance(v, bool):
-        raise ConfigError(f"{where}: pin_host must be true or false, got {v!r}")
-    return v
+    warmup_ratio: float = 0.7   # ColossalAI warms 70%
+    evict: str = "static"       # static: worst dataset rank first; lfu: ColossalAI's LFU
+
+    def validate(self, where: str) -> None:
+        super().validate(where)
+        w = self.warmup_ratio
+        require(is_real(w) and 0 <= w <= 1, where, f"warmup_ratio must be in [0, 1], got {w!r}")
+        check_choice(where, "evict", self.evict, ("static", "lfu"))
 
 
 class CacheStore(EmbeddingStore):
     """A host table with a device cache of C slots; subclasses choose the policy."""
 
-    option_names = CACHE_OPTIONS
+    Options = CacheOptions
     policy_name = ""
 
     def __init__(self, spec: StoreSpec) -> None:
         super().__init__(spec)
         n, where = spec.num_rows, f"store {type(self).__name__}"
-        self.capacity = resolve_capacity(spec.options, n, where)
+        self.capacity = self.options.capacity(n)
         policy, warm = self.make_policy(spec, where)
         self.directory = CacheDirectory(n, self.capacity, policy)
         self._cuda = self.device.type == "cuda"
         weight = init_table(spec.table_sizes, spec.dim, spec.seed)  # [N, D]
         state = self.optimizer.init_state(n)                          # [N]
-        pin = pin_host(spec.options, where) and self._cuda
+        pin = self.options.pin_host and self._cuda
         self.host_w = weight.pin_memory() if pin else weight
         self.host_s = state.pin_memory() if pin else state
         self.cache_w = torch.zeros(self.capacity, spec.dim, device=self.device)  # [C, D]
@@ -204,19 +224,12 @@ class LFUCacheStore(CacheStore):
 class FreqCacheStore(CacheStore):
     """ColossalAI's frequency-aware cache: dataset-ranked rows, warm start, static-rank or LFU eviction."""
 
-    option_names = CACHE_OPTIONS + ("warmup_ratio", "evict")
+    Options = FreqCacheOptions
     needs_frequencies = True
 
     def make_policy(self, spec: StoreSpec, where: str) -> tuple[Policy, np.ndarray]:
-        warmup = spec.options.get("warmup_ratio", 0.7)
-        if not is_real(warmup) or not 0 <= warmup <= 1:
-            raise ConfigError(f"{where}: warmup_ratio must be in [0, 1], got {warmup!r}")
-        evict = spec.options.get("evict", "static")
-        if evict not in ("static", "lfu"):
-            raise ConfigError(f"{where}: evict must be 'static' or 'lfu', got {evict!r}")
         freq = spec.frequencies
-        if freq is None or freq.numel() != spec.num_rows:
-            raise ConfigError(f"{where}: needs spec.frequencies, the access count of each of the "
-                              f"{spec.num_rows} rows")
-        name = "freqcache" if evict == "static" else "freqcache-lfu"
-        return cache_policy(name, spec.num_rows, self.capacity, freq.numpy(), float(warmup))
+        require(freq is not None and freq.numel() == spec.num_rows, where,
+                f"needs spec.frequencies, the access count of each of the {spec.num_rows} rows")
+        name = "freqcache" if self.options.evict == "static" else "freqcache-lfu"
+        return cache_policy(name, spec.num_rows, self.capacity, freq.numpy(), float(self.options.warmup_ratio))

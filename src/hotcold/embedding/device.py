@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 
 from hotcold.counters import all_resident
-from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, init_table, ship
+from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
+from hotcold.embedding.rows import Lookup, init_table, ship
 
 
 class DeviceStore(EmbeddingStore):

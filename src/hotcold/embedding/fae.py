@@ -43,15 +43,41 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 import numpy as np
 import torch
 
-from hotcold.config import ConfigError
+from hotcold.config import is_real, require
 from hotcold.counters import row_bytes
-from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, ship
+from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
 from hotcold.embedding.hybrid import HybridStore
+from hotcold.embedding.options import StoreOptions, budget_rows, check_budget
+from hotcold.embedding.rows import Lookup, ship
 from hotcold.trace.fae_schedule import (DEFAULT_BUDGET_RATIO, DEFAULT_SAMPLE_FRACTION, EPOCH, HotSetSync,
                                         check_run_length, fae_counters, plan, shuffle_schedule)
 
 if TYPE_CHECKING:
     from hotcold.data.format import Dataset
+
+
+@dataclass(frozen=True)
+class FAEOptions(StoreOptions):
+    """FAE's profile sample, device budget (bytes or a share of the rows) and hot/cold run length."""
+
+    sample_fraction: float = DEFAULT_SAMPLE_FRACTION  # share of the training inputs profiled
+    budget_bytes: int | None = None    # device bytes of hot weights: budget_bytes // (4 D) rows
+    budget_ratio: float | None = None  # or a share of all rows (default DEFAULT_BUDGET_RATIO)
+    run_length: int | str = EPOCH      # batches of one kind in a row, or "epoch"
+
+    def validate(self, where: str) -> None:
+        f = self.sample_fraction
+        require(is_real(f) and 0 < f <= 1, where, f"sample_fraction must be in (0, 1], got {f!r}")
+        check_budget(where, "budget_bytes", self.budget_bytes, "budget_ratio", self.budget_ratio, allow_zero=True)
+        check_run_length(self.run_length)
+
+    def hot_rows(self, num_rows: int, dim: int) -> int:
+        """Rows the device budget holds: ``budget_bytes // (4 D)`` or ``floor(ratio * N)``, at most N."""
+        return budget_rows(self.budget_bytes, self.budget_ratio, num_rows, default_ratio=DEFAULT_BUDGET_RATIO,
+                           unit_bytes=row_bytes(dim, 0), allow_zero=True)
+
+    def device_share(self) -> float | None:
+        return self.budget_ratio
 
 
 @dataclass(frozen=True)
@@ -70,32 +96,17 @@ class FAEProfile:
         return spec.prepared.get("fae")
 
 
-def fae_options(spec: StoreSpec) -> tuple[float, int, int | str]:
-    """Validated (sample_fraction, budget in rows, run_length) from ``spec.options``."""
-    opts = dict(spec.options)
-    unknown = sorted(set(opts) - set(FAEStore.option_names))
-    if unknown:
-        raise ConfigError(f"store FAEStore: unknown option(s) {unknown}; allowed: {list(FAEStore.option_names)}")
-    frac = opts.get("sample_fraction", DEFAULT_SAMPLE_FRACTION)
-    if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 < frac <= 1:
-        raise ConfigError(f"fae: sample_fraction must be in (0, 1], got {frac!r}")
-    rows = budget_rows(opts, "fae", spec.num_rows, rows_key="budget_bytes", ratio_key="budget_ratio",
-                       default_ratio=DEFAULT_BUDGET_RATIO, unit_bytes=4 * spec.dim, allow_zero=True)
-    return float(frac), min(rows, spec.num_rows), check_run_length(opts.get("run_length", EPOCH))
-
-
 class FAEStore(EmbeddingStore):
     """Hot rows (weights + optimizer state) in device memory, every row in host memory."""
 
-    option_names = ("sample_fraction", "budget_bytes", "budget_ratio", "run_length")
+    Options = FAEOptions
 
     def __init__(self, spec: StoreSpec) -> None:
         super().__init__(spec)
-        fae_options(spec)
         prof = FAEProfile.of(spec)
         self.profile = prof or FAEProfile(torch.zeros(0, dtype=torch.int64))
         # Cold path and the host copy of every row: the hybrid store on the same rows.
-        self.host = HybridStore(dataclasses.replace(spec, options={}))
+        self.host = HybridStore(dataclasses.replace(spec, options=HybridStore.Options()))
         self.hot_rows = torch.unique(self.profile.hot_rows.to(torch.int64))  # [H] ascending, CPU
         h = self.hot_rows.numel()
         self._slot_of = torch.full((spec.num_rows,), -1, dtype=torch.int32)  # [N] global row -> hot slot
@@ -130,15 +141,15 @@ class FAEStore(EmbeddingStore):
         The batch size is the default order's; the order has as many batches
         as the default one (so as many as ``train.steps``).
         """
-        frac, capacity, run_length = fae_options(spec)
-        p = plan(ds, spec.seed, frac, capacity)
+        opts = cls.Options.parse(spec.options, f"store {cls.__name__}")
+        p = plan(ds, spec.seed, opts.sample_fraction, opts.hot_rows(spec.num_rows, spec.dim))
         FAEProfile(torch.from_numpy(p.hot_rows), p.hot_fraction, p.sampled).attach(spec)
         it = iter(default)
         first = next(it, None)
         if first is None:
             return iter(())
         batches = shuffle_schedule(np.flatnonzero(p.is_hot), np.flatnonzero(~p.is_hot), len(first), spec.seed,
-                                   run_length)
+                                   opts.run_length)
         return (b for _, b in zip(chain([first], it), batches))
 
     def _hot_to_device(self) -> None:

@@ -48,16 +48,44 @@ measured differences). FBGEMM needs ``embedding_dim`` a multiple of 4.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
 
-from hotcold.config import ConfigError, InfeasibleError, is_real
+from hotcold.config import ConfigError, InfeasibleError, is_real, require
 from hotcold.counters import StepCounters, all_resident, row_bytes
-from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, init_table, ship
+from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
+from hotcold.embedding.cache import DEFAULT_CACHE_RATIO
+from hotcold.embedding.options import StoreOptions, budget_rows, check_budget, check_choice
+from hotcold.embedding.rows import Lookup, init_table, ship
 
 INSTALL_HINT = "pip install -e .[peers]"
 CACHES = ("lru", "lfu")
+
+
+@dataclass(frozen=True)
+class FbgemmOptions(StoreOptions):
+    """FBGEMM's placement: ``cache`` none (host or device), or its managed cache (lru, lfu) of a size."""
+
+    cache: str = "none"
+    cache_ratio: float | None = None   # with a cache: share of all rows (default DEFAULT_CACHE_RATIO)
+    cache_rows: int | None = None      # or rows
+
+    def validate(self, where: str) -> None:
+        check_choice(where, "cache", self.cache, ("none", *CACHES))
+        require(self.cache != "none" or (self.cache_ratio is None and self.cache_rows is None), where,
+                "cache_ratio and cache_rows need cache: lru or lfu")
+        check_budget(where, "cache_rows", self.cache_rows, "cache_ratio", self.cache_ratio)
+
+    def cache_share(self, num_rows: int) -> float | None:
+        """The managed cache's share of all rows; None without a cache."""
+        if self.cache == "none":
+            return None
+        return budget_rows(self.cache_rows, self.cache_ratio, num_rows, default_ratio=DEFAULT_CACHE_RATIO) / num_rows
+
+    def device_share(self) -> float | None:
+        return self.cache_ratio
 
 
 class PeerUnavailableError(ConfigError):
@@ -193,26 +221,12 @@ class FbgemmStore(EmbeddingStore):
     as the harness's caches. See the module docstring for the counters.
     """
 
-    option_names = ("cache", "cache_ratio", "cache_rows")
+    Options = FbgemmOptions
 
     def __init__(self, spec: StoreSpec) -> None:
         super().__init__(spec)
-        where = f"store {type(self).__name__}"
-        cache = spec.options.get("cache", "none")
-        if cache not in ("none", *CACHES):
-            raise ConfigError(f"{where}: cache must be one of {['none', *CACHES]}, got {cache!r}")
-        self.cache = None if cache == "none" else cache
-        n = spec.num_rows
-        if self.cache is None:
-            if "cache_ratio" in spec.options or "cache_rows" in spec.options:
-                raise ConfigError(f"{where}: cache_ratio and cache_rows need cache: lru or lfu")
-            ratio = None
-        else:
-            from hotcold.embedding.cache import DEFAULT_CACHE_RATIO
-
-            rows = budget_rows(spec.options, where, n, rows_key="cache_rows", ratio_key="cache_ratio",
-                               default_ratio=DEFAULT_CACHE_RATIO)
-            ratio = rows / n
+        self.cache = None if self.options.cache == "none" else self.options.cache
+        ratio = self.options.cache_share(spec.num_rows)
         tables = list(spec.column_tables) if spec.column_tables is not None else list(range(len(spec.table_sizes)))
         order = table_order(tables)
         # TBE's feature k is id column order[k]; None: the columns' own order

@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 
 from hotcold.counters import all_host
-from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, init_table
+from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
+from hotcold.embedding.rows import Lookup, init_table
 
 
 class HybridStore(EmbeddingStore):

@@ -30,11 +30,37 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from hotcold.config import ConfigError, InfeasibleError
+from hotcold.config import InfeasibleError, is_int, require
 from hotcold.counters import all_resident, row_bytes
-from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, StoreSpec, budget_rows, init_table, ship
+from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
+from hotcold.embedding.options import StoreOptions, budget_rows, check_budget
+from hotcold.embedding.rows import Lookup, init_table, ship
 from hotcold.embedding.scratchpipe_pipeline import MovePipeline
 from hotcold.trace.scratchpad import Admission, ScratchpadDirectory, working_set_peak
+
+
+@dataclass(frozen=True)
+class ScratchPipeOptions(StoreOptions):
+    """ScratchPipe's look-ahead window and scratchpad size (default: the window's largest working set)."""
+
+    window: int = 2                        # batches the scratchpad is filled ahead
+    scratchpad_rows: int | None = None     # scratchpad size in rows
+    scratchpad_ratio: float | None = None  # or as a share of all rows
+
+    def validate(self, where: str) -> None:
+        require(is_int(self.window) and self.window >= 0, where,
+                f"window must be a non-negative integer, got {self.window!r}")
+        check_budget(where, "scratchpad_rows", self.scratchpad_rows, "scratchpad_ratio", self.scratchpad_ratio)
+
+    def capacity(self, num_rows: int, minimum: int | None) -> int:
+        """Scratchpad slots: the given size, else ``minimum`` (the whole table when it is unknown), at most N."""
+        rows = budget_rows(self.scratchpad_rows, self.scratchpad_ratio, num_rows)
+        if rows is not None:
+            return rows
+        return minimum if minimum else num_rows
+
+    def device_share(self) -> float | None:
+        return self.scratchpad_ratio
 
 
 @dataclass
@@ -64,12 +90,12 @@ class ScratchPipeStore(EmbeddingStore):
     lazily, all of them by ``close``), wall times otherwise.
     """
 
-    option_names = ("window", "scratchpad_rows", "scratchpad_ratio")
+    Options = ScratchPipeOptions
     needs_batches = True
 
     def __init__(self, spec: StoreSpec) -> None:
         super().__init__(spec)
-        self.window = _window(spec.options.get("window", 2))
+        self.window = self.options.window
         self.lookahead = self.window
         n = spec.num_rows
         self.host_weight = init_table(spec.table_sizes, spec.dim, spec.seed)  # [N, D]
@@ -81,7 +107,7 @@ class ScratchPipeStore(EmbeddingStore):
         if spec.batches is not None:
             rows = (self.plan(ids).rows.numpy() for ids in spec.batches())
             self.min_capacity, start = working_set_peak(rows, n, self.window)
-        self.capacity = _capacity(spec.options, n, self.min_capacity)
+        self.capacity = self.options.capacity(n, self.min_capacity)
         if self.min_capacity is not None and self.capacity < self.min_capacity:
             m = self.min_capacity
             raise InfeasibleError(
@@ -207,16 +233,3 @@ class ScratchPipeStore(EmbeddingStore):
         return {"capacity": self.capacity, "min_capacity": self.min_capacity, "window": self.window,
                 "side_timer": "cuda" if self.device.type == "cuda" else "cpu", **self.pipeline.report()}
 
-
-def _window(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"scratchpipe: window must be a non-negative integer, got {value!r}")
-    return value
-
-
-def _capacity(options: dict[str, Any], num_rows: int, minimum: int | None) -> int:
-    """Scratchpad slots from the options (see ``ScratchPipeStore``), at most the table."""
-    rows = budget_rows(options, "scratchpipe", num_rows, rows_key="scratchpad_rows", ratio_key="scratchpad_ratio")
-    if rows is not None:
-        return rows
-    return minimum if minimum else num_rows

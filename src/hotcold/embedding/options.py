@@ -1,0 +1,99 @@
+"""Typed store options: one frozen dataclass per store, parsed and validated once.
+
+A store declares its options class (``EmbeddingStore.Options``); the method
+registry (``hotcold.methods``) reads it from there. ``parse`` turns the plain
+mapping of a config file into the typed object, naming an unknown or bad key
+in one line; the workflow schema's ``$defs.methods`` is pinned to these
+classes by a test. Device budgets are given either in rows (or bytes) or as a
+share of all rows, never both: ``check_budget`` and ``budget_rows``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, TypeVar
+
+from hotcold.config import ConfigError, is_int, is_real, require
+from hotcold.trace.policies import rows_for_share
+
+O = TypeVar("O", bound="StoreOptions")
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """A store's options. Subclasses add fields (None: not given) and ``validate``."""
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def parse(cls: type[O], data: StoreOptions | Mapping[str, Any] | None, where: str) -> O:
+        """The typed options from a mapping (an instance of ``cls`` is returned as it is).
+
+        Unknown keys fail naming the allowed ones; a null value fails (in a
+        config file a null removes an option before it reaches a store).
+        """
+        if isinstance(data, cls):
+            return data
+        if isinstance(data, StoreOptions):
+            raise ConfigError(f"{where}: got {type(data).__name__}, expected {cls.__name__}")
+        data = dict(data or {})
+        names = cls.names()
+        unknown = sorted(set(data) - set(names))
+        require(not unknown, where, f"unknown option(s) {unknown}; allowed: {names or 'none'}")
+        for key, value in data.items():
+            require(value is not None, where, f"{key} must not be null (give a value, or leave it out)")
+        opts = cls(**data)
+        opts.validate(where)
+        return opts
+
+    def validate(self, where: str) -> None:
+        """Raise ``ConfigError`` naming the first bad option."""
+
+    def given(self) -> dict[str, Any]:
+        """The options that are set (not None), as a plain mapping."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    def device_share(self) -> float | None:
+        """The share of all rows this variant keeps in device memory, where the options state one as a share."""
+        return None
+
+
+@dataclass(frozen=True)
+class NoOptions(StoreOptions):
+    """A store without options (``device``, ``hybrid``)."""
+
+
+def check_budget(where: str, rows_key: str, rows: Any, ratio_key: str, ratio: Any, allow_zero: bool = False) -> None:
+    """A device budget as an absolute ``rows_key`` or a share ``ratio_key`` of all rows, at most one given."""
+    require(rows is None or ratio is None, where, f"give {rows_key} or {ratio_key}, not both")
+    low = 0 if allow_zero else 1
+    if rows is not None:
+        require(is_int(rows) and rows >= low, where, f"{rows_key} must be an integer >= {low}, got {rows!r}")
+    if ratio is not None:
+        require(is_real(ratio) and math.isfinite(ratio) and (0 <= ratio if allow_zero else 0 < ratio) and ratio <= 1,
+                where, f"{ratio_key} must be in {'[' if allow_zero else '('}0, 1], got {ratio!r}")
+
+
+def check_choice(where: str, key: str, value: Any, choices: tuple[Any, ...]) -> None:
+    require(value in choices, where, f"{key} must be one of {list(choices)}, got {value!r}")
+
+
+def budget_rows(rows: int | None, ratio: float | None, num_rows: int, *, default_ratio: float | None = None,
+                unit_bytes: int = 1, allow_zero: bool = False) -> int | None:
+    """Rows of device memory a budget gives, at most ``num_rows`` (checked options, see ``check_budget``).
+
+    From ``rows`` (in rows, or in bytes with ``unit_bytes`` the bytes of one
+    row) or ``ratio`` (a share of all rows, ``floor(ratio * N)``), else
+    ``default_ratio``; None when there is none. Without ``allow_zero`` at
+    least one row.
+    """
+    if rows is not None:
+        n = int(rows) // unit_bytes
+    elif ratio is not None or default_ratio is not None:
+        n = rows_for_share(ratio if ratio is not None else default_ratio, num_rows)
+    else:
+        return None
+    return min(max(n, 0 if allow_zero else 1), num_rows)
