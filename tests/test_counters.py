@@ -1,4 +1,4 @@
-"""The one counter schema: every field documented, the README glossary generated from it."""
+"""The one counter schema: every field documented, the glossary in docs/outputs.md generated from it."""
 from __future__ import annotations
 
 import re
@@ -6,14 +6,14 @@ from pathlib import Path
 
 from hotcold.counters import FIELDS, StepCounters, all_host, all_resident, glossary_markdown
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+GLOSSARY = Path(__file__).resolve().parents[1] / "docs" / "outputs.md"
 
 
-def test_readme_glossary_is_generated_from_the_definition():
-    text = README.read_text()
+def test_docs_glossary_is_generated_from_the_definition():
+    text = GLOSSARY.read_text()
     block = re.search(r"<!-- counters:begin -->\n(.*?)<!-- counters:end -->", text, re.S)
-    assert block, "README lacks the counters block"
-    assert block.group(1) == glossary_markdown(), "regenerate the README glossary from hotcold.counters"
+    assert block, "docs/outputs.md lacks the counters block"
+    assert block.group(1) == glossary_markdown(), "regenerate the docs/outputs.md glossary from hotcold.counters"
     assert [f"`{f}`" for f in FIELDS] == re.findall(r"^\| (`\w+`) \|", block.group(1), re.M)
 
 

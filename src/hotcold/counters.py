@@ -114,7 +114,7 @@ def all_host(lookups: int, unique_rows: int, dim: int) -> StepCounters:
 
 
 def glossary_markdown() -> str:
-    """The README's counter glossary: one table row per field, from the field docs."""
+    """The counter glossary of docs/outputs.md: one table row per field, from the field docs."""
     lines = ["| counter | per step |", "|---|---|"]
     lines += [f"| `{f.name}` | {f.metadata['doc']} |" for f in dataclasses.fields(StepCounters)]
     return "\n".join(lines) + "\n"

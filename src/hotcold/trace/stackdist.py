@@ -1,84 +1,14 @@
 """Hit-rate curves over every cache size: LRU in one pass, LFU and freqcache on a grid of sizes.
 
-LRU is a stack algorithm at the harness's batch semantics
------------------------------------------------------------
-The harness's LRU (``hotcold.trace.policies``: ``CacheDirectory`` with
-``LRU``) serves a batch as one step: U = the batch's unique rows; the rows
-of U resident before the step hit; when the misses outnumber the free
-slots, the resident rows outside U with the smallest key (last step used,
-row id) are evicted; every miss is inserted. A capacity C below the largest
-``|U|`` is infeasible.
-
-Give every row seen so far the key (step of its last access, row id). Claim:
-after step t, a cache of C slots holds exactly the ``min(C, seen)`` seen rows
-with the largest keys. By induction: let S be the cache before step t, the
-top ``min(C, seen)`` keys. The rows of U get the keys (t, id), larger than
-every other key. ``S \\ U`` is the top of the seen rows outside U (a row
-outside U that beats a member of ``S \\ U`` would be in S), and the
-victims are its smallest keys, taken only as long as the cache is full; so
-afterwards the cache is U plus the largest keys outside U, ``min(C, seen)``
-rows in all, which are the top keys overall. The contents at C are
-therefore contained in the contents at C + 1 (a stack algorithm, Mattson et
-al. 1970), and a row is resident at C iff fewer than C seen rows have a
-larger key.
-
-So an access of row r at step t (once per unique row of a batch) whose
-previous access was at step s hits at capacity C iff its stack distance
-
-    d = #rows whose last access before t lies in steps s+1 .. t-1
-        + #rows of batch s with id > r not accessed in steps s+1 .. t-1
-
-is below C; a first access never hits. Counting d once for every unique
-access gives, for all C at once, ``hits(C)`` = the lookups of accesses with
-d < C and ``unique_hits(C)`` = their number (cumulative histograms). The
-other counters follow: every unique miss is one row fetched, and the cache
-ends holding ``min(C, distinct rows)``, so ``evictions(C) = unique_misses(C)
-- min(C, distinct)`` (no warm-up for LRU; each eviction writes one row back).
-
-How d is counted
-----------------
-Every unique access gets a position in (step, row id) order: the batches'
-unique rows are ascending, so positions run along the flattened trace. One
-bit per position marks the positions that are some row's *last* access; d of
-an access is the number of marked positions after its row's previous one
-(the queries of a step run before its updates, so d sees the state before
-the step). The bits sit in 64-bit words; a Fenwick tree over blocks of
-``BLOCK_WORDS`` words counts whole blocks, popcounts the rest. When the
-positions run out, the live ones are renumbered in order (compaction), so
-memory stays O(N) for N table rows: [N] last positions, an [N, 2]
-histogram, [L] rows per position, L/64 words and L/512 tree nodes, with
-L = 2 N (at most N positions are live and a batch adds at most N).
-
-The kernel is compiled with numba when it is installed (``pip install
-numba`` or the ``fast`` extra); without numba the same code runs as plain
-Python: exact, but about a hundred times slower (measured: ~17 us a unique
-access against 0.12-0.13 us compiled; ``KERNEL`` says which runs).
-
-What ``simulate --curves-out`` writes
-------------------------------------
-``LRUCurve`` holds the exact counters at every C from 0 to the distinct rows
-(``change_points`` lists where they step). The CSV writes them on a log grid
-of sizes (256 points from 1 row to all rows, neighbours 5-7% apart for
-0.1M-34M rows) plus, exactly, the sweep's sizes, the trained
-sizes (``--curve-ratios``), the smallest feasible size and the distinct
-rows: the curve is nondecreasing, so between two grid points it lies
-between their values, and every size a table or a run refers to is exact.
-All change points would be up to N rows of CSV.
-
-LFU and freqcache on a grid
----------------------------
-Their curves come from one simulation per size (``grid_curve``, i.e.
-``hotcold.trace.cachesim.simulate`` at each capacity of a grid). ``lfu`` is
-not a stack algorithm: it counts a row's lookups since its insertion, and
-when a row entered depends on C, so the contents at C need not be contained
-in those at C + 1 (``tests/test_stackdist.py`` pins a five-batch trace on
-which they are not), and no single pass over distances can give its curve.
-``freqcache`` evicts by a static rank and warms ``ceil(0.7 C)`` rows, nested
-in C; 6,000 random small traces (up to 11 rows, 11 batches) did not break
-inclusion for it at any size, so a one-pass
-priority-stack simulation (Mattson et al.) may exist, but its stack update
-is not the O(log N) distance count above and it is not implemented here: the
-grid is what this module offers for it.
+The harness's LRU, batch by batch, is a stack algorithm: a row is resident at
+capacity C iff fewer than C seen rows have a larger key (step of last access,
+row id). So one pass that counts each unique access's stack distance (a
+Fenwick tree over bit-packed access positions, O(rows) memory) gives hits,
+unique hits and evictions at every C at once. LFU is not a stack algorithm,
+and freqcache's warm start would need a different one-pass algorithm (not
+built), so their curves come from one simulation per size (``grid_curve``). The kernel is compiled with numba when installed
+(``KERNEL`` says which runs). The proof, the counting and what the CSV holds
+are in docs/design.md ("LRU hit-rate curves in one pass").
 """
 from __future__ import annotations
 
