@@ -350,7 +350,7 @@ def _summary_markdown(summary: pd.DataFrame, exact_rtol: float) -> str:
         f"`{REFERENCE_METHOD}` store. A peer method (`fbgemm`) runs its own kernels: the same update, rounded "
         "differently, and training amplifies rounding (Adagrad turns near-zero gradients into full steps), so "
         "beyond a few dozen steps its distance is far above the tolerance although its update is the same (the "
-        "README gives the measured growth). `auc_vs_hybrid`: AUC minus the `{BASELINE_METHOD}` run's. "
+        "docs/measurements.md gives the measured growth). `auc_vs_hybrid`: AUC minus the `{BASELINE_METHOD}` run's. "
         "`status` `infeasible`: the variant cannot run on this dataset (no numbers; see infeasible.md); "
         "`skipped`: a peer method whose optional package is not installed here (no numbers). "
         "`world` > 1: a scale-out run of `world` ranks, `ranks_per_node` per simulated node, under sharding "

@@ -19,13 +19,14 @@ Each rank trains on its slice of the global batch. Per step:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
 import numpy as np
 import torch
 
-from hotcold.config import is_positive_int, is_real, require
+from hotcold.config import is_int, is_positive_int, is_real, require
 from hotcold.counters import all_resident
 from hotcold.distributed.comm import Comm, Pending, ids_tensor
 from hotcold.distributed.flexshard import DEFAULT_INTER_GBPS, DEFAULT_INTRA_GBPS
@@ -38,7 +39,7 @@ from hotcold.embedding.rows import Lookup, RowGroups, init_table, sum_by_index
 
 
 def _check_headroom(where: str, headroom: Any) -> None:
-    require(is_real(headroom) and headroom >= 1.0, where,
+    require(is_real(headroom) and math.isfinite(headroom) and headroom >= 1.0, where,
             f"memory_headroom must be a number >= 1.0 (1.0: the row-wise shard), got {headroom!r}")
 
 
@@ -53,8 +54,12 @@ class ShardedOptions(StoreOptions):
     def validate(self, where: str) -> None:
         require(self.plan in PLANS, where, f"unknown plan {self.plan!r}; known: {list(PLANS)}")
         _check_headroom(where, self.memory_headroom)
-        require(self.table_ranks is None or isinstance(self.table_ranks, Mapping), where,
-                "table_ranks must map table indices to ranks")
+        pins = self.table_ranks
+        require(pins is None or isinstance(pins, Mapping), where, "table_ranks must map table indices to ranks")
+        for key, rank in (pins or {}).items():
+            require((is_int(key) and key >= 0) or (isinstance(key, str) and key.isdigit()), where,
+                    f"table_ranks: {key!r} is not a table index")
+            require(is_int(rank) and rank >= 0, where, f"table_ranks[{key}] must be a rank >= 0, got {rank!r}")
 
     def planner_options(self) -> dict[str, Any]:
         """What the planner takes besides the headroom (``PlanInputs.options``)."""
@@ -83,6 +88,10 @@ class FlexShardOptions(StoreOptions):
 
     def validate(self, where: str) -> None:
         _check_headroom(where, self.memory_headroom)
+        for key in ("intra_node_gbps", "inter_node_gbps"):
+            v = getattr(self, key)
+            require(is_real(v) and math.isfinite(v) and v > 0, where, f"{key} must be a positive number of GB/s, "
+                    f"got {v!r}")
 
     def planner_options(self) -> dict[str, Any]:
         return {"intra_node_gbps": self.intra_node_gbps, "inter_node_gbps": self.inter_node_gbps}

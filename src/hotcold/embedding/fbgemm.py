@@ -43,8 +43,8 @@ backward and update are ``emb_update``.
 Exactness: FBGEMM's SGD and row-wise Adagrad are the harness's
 (``RowOptimizer``): Adagrad adds the mean squared gradient of the row to its
 state and divides by ``sqrt(state) + eps``. The weights agree with the
-``device`` store up to float32 summation order (see the README for the
-measured differences). FBGEMM needs ``embedding_dim`` a multiple of 4.
+``device`` store up to float32 summation order (docs/methods.md, "Exactness", and
+docs/measurements.md for the measured differences). FBGEMM needs ``embedding_dim`` a multiple of 4.
 """
 from __future__ import annotations
 
