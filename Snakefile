@@ -29,6 +29,7 @@ include: "workflows/rules/costmodel.smk"
 localrules:
     all,
     download,
+    device_infeasible,
     dataset_stats,
     cache_sim,
     aggregate,

@@ -97,3 +97,16 @@ def pid_alive(pid: int) -> bool:
     except OverflowError:
         return False
     return True
+
+
+def tree_sha256(root: Path | str, pattern: str = "*.py") -> str:
+    """sha256 of the files matching ``pattern`` under ``root``, by relative path, contents only.
+
+    Of the package's source it says which code made a record (``records.source_sha256``), and it is a
+    parameter of the workflow's training rules, so that a code edit reruns them.
+    """
+    root = Path(root)
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob(pattern), key=lambda p: p.relative_to(root).as_posix()):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()

@@ -30,7 +30,7 @@ import torch
 import hotcold
 from hotcold.config import RunConfig
 from hotcold.data.format import Dataset
-from hotcold.files import atomic_write, atomic_write_json
+from hotcold.files import atomic_write, atomic_write_json, tree_sha256
 from hotcold.train import RunResult
 
 STATUS_OK = "ok"
@@ -106,17 +106,8 @@ def sketch_rel_diff(a: Iterable[float] | None, b: Iterable[float] | None) -> flo
 
 @lru_cache(maxsize=1)
 def source_sha256() -> str:
-    """sha256 of the package's source: every ``*.py`` under the package, by relative path, contents only.
-
-    The workflow computes the same hash (``workflows/rules/common.smk``) as a
-    parameter of its training rules, so a code change reruns them; the
-    record's copy says which code a run came from.
-    """
-    root = Path(hotcold.__file__).resolve().parent
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py"), key=lambda p: p.relative_to(root).as_posix()):
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
+    """sha256 of the package's source (``files.tree_sha256``): which code a run came from."""
+    return tree_sha256(Path(hotcold.__file__).resolve().parent)
 
 
 def _git(*args: str) -> str | None:
@@ -231,6 +222,13 @@ def trained_record(cfg: RunConfig, ds: Dataset, device: torch.device, summary: d
 def infeasible_record(cfg: RunConfig, ds: Dataset, device: torch.device, reason: str) -> dict[str, Any]:
     """The record of a variant that cannot run on this dataset: why, and no numbers."""
     return {**_run_header(cfg, ds, device, timer_kind(device), STATUS_INFEASIBLE), "reason": reason}
+
+
+def write_infeasible(run_config: dict[str, Any], dataset_dir: Path, out_dir: Path, device: str, reason: str) -> Path:
+    """Write the run directory of a variant known to be infeasible on ``device`` before training (no numbers)."""
+    cfg = RunConfig.from_dict(run_config)
+    record = infeasible_record(cfg, Dataset.open(dataset_dir), torch.device(device), reason)
+    return write_run(out_dir, record, steps_frame([], []))
 
 
 def skipped_record(cfg: RunConfig, ds: Dataset, device: torch.device, reason: str) -> dict[str, Any]:

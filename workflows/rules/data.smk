@@ -13,7 +13,7 @@ rule generate:
         spec=generator_spec,
         out=lambda wildcards, output: str(Path(output.manifest).parent),
     wildcard_constraints:
-        dataset=one_of(generated_datasets()),
+        dataset=one_of(MATRIX.generated()),
     log:
         "results/logs/generate/{dataset}.log",
     conda:
@@ -30,7 +30,7 @@ rule download:
         spec=source_spec,
         out=lambda wildcards, output: str(Path(output.source).parent),
     wildcard_constraints:
-        dataset=one_of(sourced_datasets()),
+        dataset=one_of(MATRIX.sourced()),
     log:
         "results/logs/download/{dataset}.log",
     conda:
@@ -51,7 +51,7 @@ rule preprocess:
         raw=lambda wildcards, input: str(Path(input.source).parent),
         out=lambda wildcards, output: str(Path(output.manifest).parent),
     wildcard_constraints:
-        dataset=one_of(sourced_datasets()),
+        dataset=one_of(MATRIX.sourced()),
     log:
         "results/logs/preprocess/{dataset}.log",
     conda:
@@ -75,7 +75,7 @@ rule profile:
         window=config["profile"]["window"],
         batches=config["profile"]["batches"],
         batch_size=batch_size,
-        seed=first_seed(),
+        seed=MATRIX.first_seed(),
     log:
         "results/logs/profile/{dataset}.log",
     conda:
@@ -125,8 +125,8 @@ rule shard_sim:
         dataset=lambda wildcards, input: str(Path(input.manifest).parent),
         run_config=shard_sim_config,
         plans=config["distributed"]["shard_sim"]["plans"],
-        scales=shard_sim_scales(),
-        headrooms=shard_sim_headrooms(),
+        scales=MATRIX.shard_sim_scales(),
+        headrooms=MATRIX.shard_sim_headrooms(),
     log:
         "results/logs/shard_sim/{dataset}.log",
     conda:

@@ -5,8 +5,32 @@
 # Every training rule takes the package's source hash as a parameter, so that with
 # rerun_on_code_change a code edit reruns it (Snakemake's "params changed"); the jobs of peer
 # methods also take the installed build of their optional package (`peers_param`).
+# A variant that cannot run on the trainer device (a GPU-only one on a CPU) gets its `infeasible`
+# record from `device_infeasible`, in Snakemake's own process: no job process starts for it.
+
+
+rule device_infeasible:
+    input:
+        manifest=lambda wildcards: f"results/data/{wildcards.infeasible_run.split('/')[0]}/manifest.json",
+    output:
+        record="results/runs/{infeasible_run}/record.json",
+        steps="results/runs/{infeasible_run}/steps.parquet",
+    params:
+        source=SOURCE_PARAM,
+    wildcard_constraints:
+        infeasible_run=one_of(device_infeasible_dirs()),
+    log:
+        "results/logs/train/{infeasible_run}.log",
+    run:
+        write_device_infeasible(wildcards.infeasible_run, input.manifest, output.record, log[0])
+
+
+ruleorder: device_infeasible > train_scaleout
+
 
 if not config["timing"]["interleave"]:
+
+    ruleorder: device_infeasible > train
 
     rule train:
         input:
@@ -34,8 +58,8 @@ if not config["timing"]["interleave"]:
             " --out {params.out:q} --threads {threads} --device {params.device} --no-progress > {log:q} 2>&1"
 
 else:
-    for _dataset in datasets():
-        if not interleaved_runs(_dataset):
+    for _dataset in MATRIX.datasets():
+        if not MATRIX.interleaved_runs(_dataset):
             continue
 
         rule:
@@ -52,7 +76,7 @@ else:
                 device=config["timing"]["device"],
                 dataset=lambda wildcards, input: str(Path(input.manifest).parent),
                 source=SOURCE_PARAM,
-                peers=peers_param([method for method, _ in interleaved_runs(_dataset)]),
+                peers=peers_param([method for method, _ in MATRIX.interleaved_runs(_dataset)]),
             threads: config["threads"]
             resources:
                 gpu=1 if config["timing"]["device"] == "cuda" else 0,
@@ -85,7 +109,7 @@ rule train_scaleout:
         out=lambda wildcards, output: str(Path(output.record).parent),
         source=SOURCE_PARAM,
     wildcard_constraints:
-        method=one_of(list(SCALE_OUT_METHODS)),
+        method=one_of(methods.names(spans_ranks=True)),
     threads: lambda wildcards: int(wildcards.world)
     resources:
         gpu=lambda wildcards: int(wildcards.world) if config["timing"]["device"] == "cuda" else 0,

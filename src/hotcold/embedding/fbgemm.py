@@ -87,6 +87,16 @@ class FbgemmOptions(StoreOptions):
     def device_share(self) -> float | None:
         return self.cache_ratio
 
+    def infeasible_on(self, device: str) -> str | None:
+        return managed_cache_infeasible(device) if self.cache != "none" else None
+
+
+def managed_cache_infeasible(device: str) -> str | None:
+    """FBGEMM's managed cache lives in UVM: only on a GPU."""
+    if device == "cuda":
+        return None
+    return f"FBGEMM's managed cache (MANAGED_CACHING, UVM) needs a GPU; this run is on {device}"
+
 
 class PeerUnavailableError(ConfigError):
     """A peer method whose optional package is not installed: its runs are skipped, not failed."""
@@ -129,9 +139,9 @@ def make_tbe(table_sizes: Sequence[int], dim: int, optimizer: Any, device: torch
     if cache is not None:
         if cache not in CACHES:
             raise ConfigError(f"fbgemm: cache must be one of {list(CACHES)} or none, got {cache!r}")
-        if device.type != "cuda":
-            raise InfeasibleError("FBGEMM's managed cache (MANAGED_CACHING, UVM) needs a GPU; this run is on "
-                                  f"{device.type}")
+        reason = managed_cache_infeasible(device.type)
+        if reason:
+            raise InfeasibleError(reason)
         if not (is_real(cache_ratio) and 0 < cache_ratio <= 1):
             raise ConfigError(f"fbgemm: cache_ratio must be in (0, 1], got {cache_ratio!r}")
     if dim % 4:

@@ -60,6 +60,14 @@ class StoreOptions:
         """The share of all rows this variant keeps in device memory, where the options state one as a share."""
         return None
 
+    def infeasible_on(self, device: str) -> str | None:
+        """Why these options cannot run on a trainer device of type ``device`` (``cpu``, ``cuda``); None: they can.
+
+        Known from the options alone, so the workflow writes such a run's
+        ``infeasible`` record without starting a process.
+        """
+        return None
+
 
 @dataclass(frozen=True)
 class NoOptions(StoreOptions):
@@ -68,7 +76,8 @@ class NoOptions(StoreOptions):
 
 def check_budget(where: str, rows_key: str, rows: Any, ratio_key: str, ratio: Any, allow_zero: bool = False) -> None:
     """A device budget as an absolute ``rows_key`` or a share ``ratio_key`` of all rows, at most one given."""
-    require(rows is None or ratio is None, where, f"give {rows_key} or {ratio_key}, not both")
+    require(rows is None or ratio is None, where, f"{ratio_key} and {rows_key} are alternatives; give one of them, "
+            "not both")
     low = 0 if allow_zero else 1
     if rows is not None:
         require(is_int(rows) and rows >= low, where, f"{rows_key} must be an integer >= {low}, got {rows!r}")

@@ -1,0 +1,284 @@
+"""The run matrix of a workflow config: which datasets, runs and simulations it asks for, and their configs.
+
+``workflows/rules/common.smk`` builds one ``Matrix`` from Snakemake's
+validated config and keeps only input functions and wildcard constraints;
+everything that decides what runs, and with which settings, is here and
+unit-tested. A dataset's settings are the global sections with its own
+overrides merged in (``merged``: mappings key by key, a null removes).
+One-process methods train once per (dataset, variant, seed); methods whose
+store spans ranks train at every ``distributed.scales`` entry. ``check``
+resolves every dataset and run with the package's typed configs, so a bad
+config fails before any job starts.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Mapping, NamedTuple
+
+from hotcold import methods
+from hotcold.config import ConfigError, RunConfig
+
+
+def merged(base: Mapping[str, Any], override: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``override`` merged into ``base``: mappings key by key, other values replace, None removes."""
+    out = dict(base)
+    for key, value in (override or {}).items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def without_nulls(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    """``mapping`` with None-valued keys removed at every level (a null in a merged file removes)."""
+    return {k: without_nulls(v) if isinstance(v, dict) else v for k, v in mapping.items() if v is not None}
+
+
+class Run(NamedTuple):
+    """One training job; world 1 is a one-process run."""
+
+    dataset: str
+    method: str
+    variant: str
+    seed: int
+    world: int = 1
+    ranks_per_node: int = 1
+
+    @property
+    def scale_out(self) -> bool:
+        return methods.get(self.method).spans_ranks
+
+    @property
+    def dir(self) -> str:
+        """results/runs/<dataset>/<method>/<variant>[/world~<P>-rpn~<G>]/seed~<n>."""
+        scale = [scale_dir(self.world, self.ranks_per_node)] if self.scale_out else []
+        return Path("results", "runs", self.dataset, self.method, self.variant, *scale, f"seed~{self.seed}").as_posix()
+
+
+def scale_dir(world: int, ranks_per_node: int) -> str:
+    """The path component of a scale-out run's scale: ``world~4-rpn~2`` (4 ranks, 2 per node)."""
+    return f"world~{world}-rpn~{ranks_per_node}"
+
+
+class Matrix:
+    """What a validated workflow config (Snakemake's ``config``) asks for."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.config = config
+
+    # -- datasets -----------------------------------------------------------------------------------
+    def datasets(self) -> list[str]:
+        """Names of the configured datasets (a null entry removes one)."""
+        return [name for name, spec in self.config["datasets"].items() if spec is not None]
+
+    def dataset_spec(self, name: str) -> dict[str, Any]:
+        return self.config["datasets"][name]
+
+    def source_of(self, name: str) -> dict[str, Any] | None:
+        """The dataset's ``source`` section (a real dataset), or None for a generated one."""
+        return self.dataset_spec(name).get("source")
+
+    def generated(self) -> list[str]:
+        return [name for name in self.datasets() if self.source_of(name) is None]
+
+    def sourced(self) -> list[str]:
+        return [name for name in self.datasets() if self.source_of(name) is not None]
+
+    def generator_spec(self, name: str) -> dict[str, Any]:
+        """``hotcold generate --spec``: the dataset's generator options plus its name."""
+        return {**self.dataset_spec(name)["generator"], "name": name}
+
+    def section(self, name: str, key: str) -> dict[str, Any]:
+        """The global ``train`` or ``model`` section with the dataset's overrides merged in."""
+        return merged(self.config[key], self.dataset_spec(name).get(key))
+
+    def methods_for(self, name: str) -> dict[str, dict[str, dict[str, Any]]]:
+        """Method -> variant -> store options for one dataset: the global methods, its overrides merged in."""
+        effective = without_nulls(merged(self.config["methods"], self.dataset_spec(name).get("methods")))
+        return {method: variants for method, variants in effective.items() if variants}
+
+    # -- runs ---------------------------------------------------------------------------------------
+    def trained_scales(self) -> list[tuple[int, int]]:
+        """(world, ranks_per_node) of every configured scale-out training scale."""
+        return [(s["world"], s["ranks_per_node"]) for s in self.config["distributed"]["scales"]]
+
+    @cached_property
+    def _runs(self) -> tuple[Run, ...]:
+        out = []
+        for dataset in self.datasets():
+            for method, variants in self.methods_for(dataset).items():
+                scales = self.trained_scales() if methods.get(method).spans_ranks else [(1, 1)]
+                out += [Run(dataset, method, variant, seed, world, rpn)
+                        for variant in variants for world, rpn in scales for seed in self.config["seeds"]]
+        return tuple(out)
+
+    def runs(self) -> list[Run]:
+        """Every run the config asks for: one-process methods once, scale-out methods at every trained scale."""
+        return list(self._runs)
+
+    def scale_out_train(self, name: str) -> dict[str, Any]:
+        """The dataset's train section with ``distributed.train`` (fewer steps, a smaller evaluation) merged in."""
+        return merged(self.section(name, "train"), self.config["distributed"]["train"])
+
+    def run_config(self, run: Run) -> dict[str, Any]:
+        """``hotcold train --run-config``: everything that determines one run."""
+        out = {
+            "dataset": run.dataset,
+            "method": run.method,
+            "variant": run.variant,
+            "seed": int(run.seed),
+            "store": self.methods_for(run.dataset)[run.method][run.variant],
+            "model": self.section(run.dataset, "model"),
+            "train": self.scale_out_train(run.dataset) if run.scale_out else self.section(run.dataset, "train"),
+            "timing": {k: v for k, v in self.config["timing"].items() if k != "interleave"},  # a layout of jobs
+        }
+        if run.scale_out:
+            out["distributed"] = {"world": int(run.world), "ranks_per_node": int(run.ranks_per_node)}
+        return out
+
+    def trainer_device(self) -> str:
+        """``cpu`` or ``cuda``: ``timing.device``, with ``auto`` resolved where this process runs."""
+        device = self.config["timing"]["device"]
+        if device != "auto":
+            return device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def infeasible_reason(self, run: Run) -> str | None:
+        """Why a run cannot run on the trainer device, known from its options alone (None: it can)."""
+        options = methods.get(run.method).parse_options(self.methods_for(run.dataset)[run.method][run.variant])
+        return options.infeasible_on(self.trainer_device())
+
+    @cached_property
+    def _device_infeasible(self) -> tuple[Run, ...]:
+        return tuple(run for run in self._runs if self.infeasible_reason(run) is not None)
+
+    def device_infeasible(self) -> list[Run]:
+        """The runs that cannot run on this trainer device (a GPU-only variant on a CPU): their records are
+        written without starting a process."""
+        return list(self._device_infeasible)
+
+    def write_infeasible(self, run: Run, dataset_dir: Path, out_dir: Path, log: Path) -> None:
+        """Write the ``infeasible`` record of a run of ``device_infeasible``, and its reason into ``log``."""
+        from hotcold.files import atomic_write_text
+        from hotcold.records import write_infeasible
+
+        reason = self.infeasible_reason(run)
+        write_infeasible(self.run_config(run), dataset_dir, out_dir, self.trainer_device(), reason)
+        atomic_write_text(log, f"wrote {out_dir / 'record.json'}: infeasible: {reason}\n")
+
+    def interleaved_runs(self, dataset: str) -> list[tuple[str, str]]:
+        """(method, variant) of the dataset's one-process runs that one ``hotcold train-group`` job trains per seed."""
+        skip = set(self._device_infeasible)
+        return list(dict.fromkeys((r.method, r.variant) for r in self._runs
+                                  if r.dataset == dataset and not r.scale_out and r not in skip))
+
+    def trained_ratios(self, dataset: str) -> list[float]:
+        """The device shares the dataset's runs state (``simulate --curve-ratios``), ascending."""
+        shares = {methods.get(method).parse_options(options).device_share()
+                  for method, variants in self.methods_for(dataset).items() for options in variants.values()}
+        return sorted(s for s in shares if s is not None)
+
+    # -- simulations --------------------------------------------------------------------------------
+    def first_seed(self) -> int:
+        """Profiles and simulations follow the batch order of the first seed."""
+        return self.config["seeds"][0]
+
+    def simulate_config(self, dataset: str) -> dict[str, Any]:
+        """``hotcold simulate --run-config``: the dataset's train section fixes the simulated batches."""
+        return {"seed": self.first_seed(), "train": self.section(dataset, "train")}
+
+    def shard_sim_config(self, dataset: str) -> dict[str, Any]:
+        """``hotcold shard-sim --run-config``: the batches (and model) of the dataset's scale-out runs."""
+        return {"seed": self.first_seed(), "train": self.scale_out_train(dataset),
+                "model": self.section(dataset, "model")}
+
+    def shard_sim_scales(self) -> list[str]:
+        """``hotcold shard-sim --scales``: the configured NODESxRANKS_PER_NODE, then the trained scales not among them."""
+        configured = list(self.config["distributed"]["shard_sim"]["scales"])
+        trained = [f"{world // rpn}x{rpn}" for world, rpn in self.trained_scales() if world % rpn == 0]
+        return list(dict.fromkeys(configured + trained))
+
+    def shard_sim_headrooms(self) -> list[float]:
+        """``hotcold shard-sim --headrooms``: the configured ones, then those the scale-out runs train at."""
+        trained = [methods.get(method).parse_options(options).memory_headroom
+                   for dataset in self.datasets() for method, variants in self.methods_for(dataset).items()
+                   if methods.get(method).spans_ranks for options in variants.values()]
+        return list(dict.fromkeys([*self.config["distributed"]["shard_sim"]["headrooms"], *trained]))
+
+    # -- checks -------------------------------------------------------------------------------------
+    def check(self) -> None:
+        """Resolve every dataset and run config with the typed configs; the first problem raises
+        ``ConfigError`` naming where it is."""
+        from hotcold.data.generators import GeneratorConfig
+        from hotcold.data.sources import locate_taobao
+        from hotcold.data.sources.prepare import SourceConfig
+
+        for name in self.datasets():
+            for method, variants in self.methods_for(name).items():
+                for variant, options in variants.items():
+                    methods.get(method).parse_options(
+                        options, f"invalid configuration for dataset {name}: methods.{method}.{variant}")
+        for world, rpn in self.trained_scales():
+            if world % rpn:
+                raise ConfigError(f"invalid configuration: distributed.scales: ranks_per_node {rpn} does not divide "
+                                  f"world {world} (a world is whole nodes of ranks_per_node ranks)")
+        profile = self.config["profile"]
+        if profile["window"] > profile["batches"]:
+            raise ConfigError(f"invalid configuration: profile.window={profile['window']} is more than "
+                              f"profile.batches={profile['batches']}")
+        checks: list[tuple[str, Any, Any]] = [
+            (f"dataset {name}", GeneratorConfig.from_dict, self.generator_spec(name)) for name in self.generated()]
+        for name in self.sourced():
+            source = self.source_of(name)
+            checks.append((f"dataset {name}", SourceConfig.from_dict, source))
+            if source["kind"] == "taobao" and not (source.get("path") or "").strip():
+                checks.append((f"dataset {name}", lambda _, n=name: locate_taobao(None, name=n), source))
+        for run in self._runs:
+            checks.append((f"run {run.dir}", RunConfig.from_dict, self.run_config(run)))
+            if run.scale_out:
+                checks.append((f"run {run.dir}", _check_batch_split, self.run_config(run)))
+        for where, build, data in checks:
+            try:
+                build(data)
+            except (ConfigError, FileNotFoundError) as e:
+                raise ConfigError(f"invalid configuration for {where}: {e}") from None
+
+
+def _check_batch_split(run_config: Mapping[str, Any]) -> None:
+    """A scale-out run splits every global batch evenly over its ranks."""
+    world, batch = run_config["distributed"]["world"], run_config["train"]["batch_size"]
+    if batch % world:
+        raise ConfigError(f"train.batch_size {batch} is not divisible by distributed.scales world {world}")
+
+
+def peer_state(src: Path) -> str:
+    """The installed builds of fbgemm_gpu (CPU or CUDA) with versions, and whether its TBE imports for the jobs'
+    interpreter, asked in a child process (so the caller never loads it): a training rule's parameter, so that
+    installing or repairing the peer's package reruns its jobs."""
+    from importlib import metadata
+
+    names = sorted(set(metadata.packages_distributions().get("fbgemm_gpu", [])))
+    builds = ", ".join(f"{name}=={metadata.version(name)}" for name in names) or "not installed"
+    probe = "from hotcold.embedding.fbgemm import available; print(available() or 'usable')"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])}
+    try:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300)
+        usable = out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout.strip() else "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        usable = "unknown"
+    return f"{builds}: {usable}"
+
+
+def to_json(data: Any) -> str:
+    """How a verb receives a config on its command line."""
+    return json.dumps(data, sort_keys=True)

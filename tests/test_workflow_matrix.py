@@ -1,0 +1,94 @@
+"""The workflow's run matrix (``hotcold.workflow``): which runs a config asks for, with which settings.
+
+The dry-run tests (tests/test_workflow.py) show that Snakemake applies it; these pin the matrix itself.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hotcold import methods
+from hotcold.config import ConfigError
+from hotcold.workflow import Matrix, Run, merged, without_nulls
+
+snakemake_utils = pytest.importorskip("snakemake.utils")
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT = yaml.safe_load((REPO / "workflows/config/default.yaml").read_text())
+SCHEMA = str(REPO / "workflows/schemas/config.schema.yaml")
+
+
+def matrix(**overrides) -> Matrix:
+    """The default config with ``overrides`` merged in, validated with the schema's defaults, as Snakemake does."""
+    config = merged(copy.deepcopy(DEFAULT), overrides)
+    snakemake_utils.validate(config, SCHEMA)
+    return Matrix(config)
+
+
+def test_merge_replaces_values_merges_mappings_and_a_null_removes():
+    base = {"a": 1, "b": {"x": 1, "y": 2}, "c": 3}
+    assert merged(base, {"a": 5, "b": {"y": None, "z": 3}, "c": None}) == {"a": 5, "b": {"x": 1, "z": 3}}
+    assert without_nulls({"a": None, "b": {"c": None, "d": 1}}) == {"b": {"d": 1}}
+
+
+def test_the_default_matrix():
+    m = matrix()
+    runs = m.runs()
+    one, scale_out = [r for r in runs if not r.scale_out], [r for r in runs if r.scale_out]
+    assert m.datasets() == ["kaggle", "terabyte", "taobao"] and m.config["seeds"] == [0]
+    # 14 variants of the seven harness methods and the peer's 5, on three datasets
+    assert len(one) == 3 * (14 + 5)
+    # 2 scales x (kaggle: 4 plans + proactive; taobao: + flexshard; terabyte: row)
+    assert len(scale_out) == 2 * (5 + 6 + 1)
+    assert {r.method for r in scale_out} == set(methods.names(spans_ranks=True))
+    assert Run("kaggle", "sharded", "row", 0, 4, 2).dir == "results/runs/kaggle/sharded/row/world~4-rpn~2/seed~0"
+    assert Run("kaggle", "lru", "1.5pct", 0).dir == "results/runs/kaggle/lru/1.5pct/seed~0"
+
+
+def test_run_configs_carry_the_dataset_overrides():
+    m = matrix(datasets={"taobao": {"methods": {"lru": {"1.5pct": {"cache_ratio": 0.07}}, "fae": None},
+                                    "train": {"batch_size": 128}}})
+    taobao = m.run_config(Run("taobao", "lru", "1.5pct", 0))
+    kaggle = m.run_config(Run("kaggle", "lru", "1.5pct", 0))
+    assert taobao["store"] == {"cache_ratio": 0.07} and taobao["train"]["batch_size"] == 128
+    assert kaggle["store"] == {"cache_ratio": 0.015} and kaggle["train"]["batch_size"] == 1024
+    assert not any(r.dataset == "taobao" and r.method == "fae" for r in m.runs())
+    four = m.run_config(Run("kaggle", "sharded", "row", 0, 4, 2))
+    assert four["distributed"] == {"world": 4, "ranks_per_node": 2} and four["train"]["steps"] == 40
+    assert "interleave" not in four["timing"]
+
+
+def test_gpu_only_variants_are_infeasible_on_a_cpu_without_a_job():
+    cpu, cuda = matrix(timing={"device": "cpu"}), matrix(timing={"device": "cuda"})
+    gone = cpu.device_infeasible()
+    assert {(r.method, r.variant) for r in gone} == {("fbgemm", v) for v in
+                                                      ("lru-1.5pct", "lru-5pct", "lfu-1.5pct", "lfu-5pct")}
+    assert len(gone) == 12 and cuda.device_infeasible() == []
+    assert "needs a GPU" in cpu.infeasible_reason(gone[0])
+    assert ("fbgemm", "lru-5pct") not in cpu.interleaved_runs("kaggle")
+    assert ("fbgemm", "lru-5pct") in cuda.interleaved_runs("kaggle") and ("fbgemm", "base") in cpu.interleaved_runs(
+        "kaggle")
+
+
+def test_simulations_follow_the_trained_sizes_scales_and_headrooms():
+    m = matrix(distributed={"scales": [{"world": 8, "ranks_per_node": 4}]})
+    assert m.trained_ratios("kaggle") == [0.015, 0.05, 0.062, 0.124, 0.248]
+    assert m.shard_sim_scales() == ["2x1", "2x2", "4x8", "16x8", "2x4"]
+    assert m.shard_sim_headrooms() == [1.0, 1.25, 1.5, 2.0]
+    roomy = matrix(methods={"sharded": {"row": {"memory_headroom": 3.0}}})
+    assert roomy.shard_sim_headrooms() == [1.0, 1.25, 1.5, 2.0, 3.0]
+
+
+def test_the_check_names_what_is_wrong_after_the_merge():
+    matrix().check()
+    bad = matrix(datasets={"taobao": {"methods": {"lru": {"1.5pct": {"cache_rows": 500}}}}})
+    with pytest.raises(ConfigError, match=r"invalid configuration for dataset taobao: methods\.lru\.1\.5pct: "
+                                          r"cache_ratio and cache_rows are alternatives"):
+        bad.check()
+    with pytest.raises(ConfigError, match="train.batch_size 1024 is not divisible by distributed.scales world 3"):
+        matrix(distributed={"scales": [{"world": 3, "ranks_per_node": 1}]}).check()
+    with pytest.raises(ConfigError, match="profile.window=20 is more than profile.batches=10"):
+        matrix(profile={"window": 20, "batches": 10}).check()
