@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from hotcold.config import ConfigError, InfeasibleError, is_int, is_real, require
+from hotcold.counters import FLOAT_BYTES, row_bytes
 from hotcold.distributed.topology import Topology
 
 SHARDED, NODE, ALL = 0, 1, 2
@@ -73,7 +74,7 @@ class Plan:
     def bytes_held(self, dim: int, state_width: int) -> np.ndarray:
         """int [P]: bytes of weights and optimizer state per rank (column-wise slices keep the whole row state)."""
         rows = np.array([self.owned(r).sum() for r in range(self.topology.world)], dtype=np.int64)
-        return rows * (dim // self.columns + state_width) * 4
+        return rows * (dim // self.columns + state_width) * FLOAT_BYTES
 
     def tier_rows(self) -> dict[str, int]:
         return {name: int((self.tier == t).sum()) for t, name in TIER_NAMES.items()}
@@ -116,7 +117,7 @@ class PlanInputs:
         return cls(list(table_sizes), counts, topology, dim, state_width, headroom, {**options, **per_step})
 
     def row_bytes(self) -> int:
-        return (self.dim + self.state_width) * 4
+        return row_bytes(self.dim, self.state_width)
 
     def rowwise_shard_rows(self) -> int:
         """Rows of the largest row-wise shard (TorchRec's RW: ``ceil(n/P)`` rows of each table)."""
