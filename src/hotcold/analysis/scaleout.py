@@ -33,7 +33,7 @@ import pandas as pd
 
 from hotcold.analysis.markdown import to_markdown
 from hotcold.analysis.tables import load_records, plan_of, scale_of
-from hotcold.distributed.plans import DEFAULT_HEADROOM
+from hotcold.distributed.plan_types import DEFAULT_HEADROOM
 from hotcold.distributed.traffic import COLLECTIVES
 from hotcold.files import atomic_write_text
 from hotcold.records import STATUS_OK, record_status

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from hotcold.config import is_positive_int, require
-from hotcold.distributed.plans import SHARDED
+from hotcold.distributed.plan_types import SHARDED
 from hotcold.distributed.sharded import Exchange, ShardedStore
 from hotcold.embedding.base import Marker, StoreSpec
 

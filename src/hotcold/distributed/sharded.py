@@ -27,7 +27,8 @@ import torch
 
 from hotcold.counters import all_resident
 from hotcold.distributed.comm import Comm, Pending, ids_tensor
-from hotcold.distributed.plans import ALL, DEFAULT_HEADROOM, NODE, SHARDED, PlanInputs, build_plan
+from hotcold.distributed.plan_types import ALL, DEFAULT_HEADROOM, NODE, SHARDED, PlanInputs
+from hotcold.distributed.plans import build_plan
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import Ledger
 from hotcold.embedding.base import EmbeddingStore, Lookup, Marker, RowGroups, StoreSpec, init_table, sum_by_index

@@ -19,7 +19,8 @@ from hotcold.counters import FLOAT_BYTES
 from hotcold.data.format import Dataset
 from hotcold.data.loader import batch_rows
 from hotcold.data.skew import row_counts
-from hotcold.distributed.plans import ALL, DEFAULT_HEADROOM, NODE, Plan, PlanInputs, build_plan
+from hotcold.distributed.plan_types import ALL, DEFAULT_HEADROOM, NODE, Plan, PlanInputs
+from hotcold.distributed.plans import build_plan
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import (
     COLLECTIVES,
