@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,8 +14,10 @@ from hotcold.analysis.costmodel_validation import summary_frame, validation_fram
 from hotcold.cli import main
 from hotcold.config import ConfigError
 from hotcold.costmodel import (
+    COLLECTIVES,
     HOST_RATES,
     PRICES,
+    STEP_ORDER,
     ModelShape,
     Prediction,
     Workload,
@@ -24,9 +27,13 @@ from hotcold.costmodel import (
     oversubscription,
     predict,
     predict_record,
+    price_device,
+    price_hybrid,
     profile_from_dict,
     slowest_rank_ms,
 )
+from hotcold.distributed.traffic import COLLECTIVES as TRAFFIC_COLLECTIVES
+from hotcold.embedding import PEER_METHODS, SCALE_OUT, STORES
 
 HARDWARE = Path(__file__).resolve().parents[1] / "workflows" / "config" / "hardware"
 UNITS = {**HOST_RATES}
@@ -310,6 +317,81 @@ def test_proactive_early_lookups_hide_behind_the_gradient_all_to_all():
     assert 0 < look < a2a
     assert early.terms_ms["grad_a2a.comm"] == pytest.approx(a2a - look)
     assert early.hidden_ms["proactive_early_lookup"] == pytest.approx(look)
+
+
+# -- every technique's pricing ---------------------------------------------------------------------------
+
+EVERY = {"lookups": 2000, "unique_rows": 300, "param_rows_h2d": 40, "param_rows_d2h": 30, "evictions": 30,
+         "hot_batch": 0.6, "served_lookups": 1800, "early_lookups": 500, "input_a2a_bytes": 4e3,
+         "output_a2a_bytes": 6e4, "grad_a2a_bytes": 6e4, "replica_allreduce_bytes": 2e3,
+         "dense_allreduce_bytes": 4e3, "intra_node_bytes": 7e4, "inter_node_bytes": 6e4}
+_EXCHANGE = ("data h2d dense_fwd_bwd input_a2a emb_fwd output_a2a grad_a2a emb_update replica_allreduce "
+             "dense_allreduce")
+_EARLY = _EXCHANGE.replace("grad_a2a", "early_lookup grad_a2a")
+#: (method, profile kind) -> (step ms, hidden ms, phases in order): the numbers of the cost model as one
+#: module, before it became a package; a change to the model changes them, a change of its code's home never
+PINNED = {
+    ("device", "cpu"): (0.5252753600000001, 0, "data h2d dense_fwd_bwd emb_fwd emb_update"),
+    ("fae", "cpu"): (0.47304536, 0, "data h2d dense_fwd_bwd emb_fwd emb_update d2h"),
+    ("flexshard", "cpu"): (0.53205768, 0, _EXCHANGE),
+    ("freqcache", "cpu"): (0.37912536, 0, "data h2d dense_fwd_bwd d2h emb_fwd emb_update"),
+    ("hybrid", "cpu"): (0.52327536, 0, "data h2d dense_fwd_bwd emb_fwd d2h emb_update"),
+    ("lfu", "cpu"): (0.37912536, 0, "data h2d dense_fwd_bwd d2h emb_fwd emb_update"),
+    ("lru", "cpu"): (0.37912536, 0, "data h2d dense_fwd_bwd d2h emb_fwd emb_update"),
+    ("proactive", "cpu"): (0.53205768, 0.01125, _EARLY),
+    ("scratchpipe", "cpu"): (0.36223536, 0.00589, "h2d emb_fwd emb_update data dense_fwd_bwd"),
+    ("sharded", "cpu"): (0.53205768, 0, _EXCHANGE),
+    ("device", "gpu"): (0.50792336, 0, "data h2d dense_fwd_bwd emb_fwd emb_update"),
+    ("fae", "gpu"): (0.79071376, 0, "data h2d dense_fwd_bwd emb_fwd emb_update d2h"),
+    ("flexshard", "gpu"): (0.49847884000000003, 0, _EXCHANGE),
+    ("freqcache", "gpu"): (0.67313296, 0, "data h2d dense_fwd_bwd d2h emb_fwd emb_update"),
+    ("hybrid", "gpu"): (0.84787536, 0, "data h2d dense_fwd_bwd emb_fwd d2h emb_update"),
+    ("lfu", "gpu"): (0.67313296, 0, "data h2d dense_fwd_bwd d2h emb_fwd emb_update"),
+    ("lru", "gpu"): (0.67313296, 0, "data h2d dense_fwd_bwd d2h emb_fwd emb_update"),
+    ("proactive", "gpu"): (0.49847884000000003, 0.01016, _EARLY),
+    ("scratchpipe", "gpu"): (0.51902336, 0.047909600000000004, "h2d emb_fwd emb_update data dense_fwd_bwd"),
+    ("sharded", "gpu"): (0.49847884000000003, 0, _EXCHANGE),
+}
+
+
+def _every(method: str) -> Workload:
+    """A step that does a bit of everything; a scale-out method's on 4 ranks of 2 nodes, sharing 2 cores."""
+    world = 4 if method in ("sharded", "proactive", "flexshard") else 1
+    return Workload(method, 40, EVERY, _shape(100_000), "adagrad", report={"capacity": 500, "hot_rows": 400,
+                    "window": 2}, world=world, ranks_per_node=2 if world > 1 else 1, cores=2)
+
+
+@pytest.mark.parametrize("method, kind", sorted(PINNED))
+def test_every_technique_prices_its_step_as_before(method, kind):
+    p = _predict(_every(method), _profile(kind, **NET, dense_flops=1000.0))
+    step, hidden, phases = PINNED[method, kind]
+    assert (p.step_ms, sum(p.hidden_ms.values()), " ".join(p.phases_ms)) == (step, hidden, phases)
+
+
+def test_pricing_reads_the_workload_never_the_method_name():
+    prof = _profile("gpu", **NET)
+    for method, price in PRICES.items():
+        w = _every(method)
+        assert predict(dataclasses.replace(w, method="renamed"), prof, price) == predict(w, prof, price), method
+
+
+def test_every_method_but_the_peers_has_a_pricing_function():
+    assert set(PRICES) == (set(STORES) | set(SCALE_OUT)) - set(PEER_METHODS)
+
+
+def test_a_record_is_priced_by_its_method_unless_told_and_a_peer_is_not_modelled():
+    prof = _profile()
+    rec = _fake_record("hybrid", {})
+    assert predict_record(rec, prof) == predict(Workload.from_record(rec), prof, price_hybrid)
+    assert predict_record(rec, prof, price=price_device) == predict(Workload.from_record(rec), prof, price_device)
+    for method in (*PEER_METHODS, "warp_drive"):
+        with pytest.raises(ConfigError, match=f"cost model: no model of method '{method}'"):
+            predict_record(_fake_record(method, {}), prof)
+
+
+def test_the_collectives_are_the_exchanges_and_a_step_reaches_each_once():
+    assert COLLECTIVES is TRAFFIC_COLLECTIVES
+    assert sorted(STEP_ORDER) == sorted(COLLECTIVES)
 
 
 # -- profiles ----------------------------------------------------------------------------------------------
