@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,8 +14,12 @@ from hotcold.analysis.costmodel_validation import summary_frame, validation_fram
 from hotcold.cli import main
 from hotcold.config import ConfigError
 from hotcold.costmodel import (
+    COLLECTIVES,
     HOST_RATES,
+    PRICES,
+    STEP_ORDER,
     ModelShape,
+    Prediction,
     Workload,
     collective_ms,
     comm_ms,
@@ -22,9 +27,13 @@ from hotcold.costmodel import (
     oversubscription,
     predict,
     predict_record,
+    price_device,
+    price_hybrid,
     profile_from_dict,
     slowest_rank_ms,
 )
+from hotcold.distributed.traffic import COLLECTIVES as TRAFFIC_COLLECTIVES
+from hotcold.embedding import PEER_METHODS, SCALE_OUT, STORES
 
 HARDWARE = Path(__file__).resolve().parents[1] / "workflows" / "config" / "hardware"
 UNITS = {**HOST_RATES}
@@ -54,6 +63,11 @@ def _profile(kind: str = "cpu", **override):
 SHAPE = ModelShape(num_dense=2, num_tables=100, dim=16, bottom_mlp=(16,), top_mlp=(1,))
 
 
+def _predict(w: Workload, profile) -> Prediction:
+    """``predict`` with the pricing of the workload's method, as ``predict_record`` picks it."""
+    return predict(w, profile, PRICES[w.method])
+
+
 def _workload(method: str, counters: dict, **kw) -> Workload:
     base = {"lookups": 1000, "unique_rows": 100}
     return Workload(method=method, batch_size=10, counters={**base, **counters}, shape=SHAPE,
@@ -71,7 +85,7 @@ def test_flops_of_a_tiny_dlrm_by_hand():
 
 def test_hybrid_terms_on_a_cpu_profile_by_hand():
     """1000 lookups of 100 rows, D=16 (64-byte vectors), SGD, at 1 GB/s = 1e6 bytes per ms."""
-    p = predict(_workload("hybrid", {}), _profile())
+    p = _predict(_workload("hybrid", {}), _profile())
     t = p.terms_ms
     assert t["emb_fwd.host_gather"] == pytest.approx(1000 * 10e-6 + 1000 * 64 / 1e6)          # 0.074
     assert t["emb_fwd.plan_ids"] == pytest.approx(1000 * 1e-6 + 4 * 1e-3)                    # 0.005
@@ -90,12 +104,12 @@ def test_hybrid_terms_on_a_cpu_profile_by_hand():
 
 
 def test_transfers_on_a_gpu_profile_by_hand():
-    p = predict(_workload("hybrid", {}), _profile("gpu"))
+    p = _predict(_workload("hybrid", {}), _profile("gpu"))
     moved = 1000 * 64
     kernel = 5e-3  # max(host op 1 us, kernel 5 us)
     assert p.terms_ms["h2d.vectors_h2d"] == pytest.approx(moved / 2e6 + 10e-3 + kernel)
     assert p.terms_ms["d2h.grads_d2h"] == pytest.approx(moved / 4e6 + 10e-3 + kernel)
-    dev = predict(_workload("device", {}), _profile("gpu"))
+    dev = _predict(_workload("device", {}), _profile("gpu"))
     # device gather: 1000 rows of 64 bytes at 100 GB/s x 0.5, plus two kernels
     assert dev.terms_ms["emb_fwd.device_gather"] == pytest.approx(moved / (100 * 0.5 * 1e6) + 2 * kernel)
 
@@ -104,26 +118,26 @@ def test_cache_moves_rows_with_their_state():
     """A miss is a host gather + copy + device scatter of weights and (Adagrad) state; a CPU has no copy."""
     w = _workload("lru", {"param_rows_h2d": 50, "param_rows_d2h": 0}, row_optimizer="adagrad",
                   report={"capacity": 500})
-    t = predict(w, _profile()).terms_ms
+    t = _predict(w, _profile()).terms_ms
     # a gather from the host table (size unknown: large), a scatter into 500 slots (fits: cached rate)
     per = lambda b: 50 * 10e-6 + 50 * b / 1e6 + 50 * 7e-6 + 3e-3  # noqa: E731
     assert t["h2d.fetch"] == pytest.approx(per(64) + per(4))
     assert t["d2h.write_back"] == 0
     assert t["h2d.directory"] == pytest.approx(100 * 3e-6)  # no evictions: no slot scan
     evicting = _workload("lru", {"evictions": 5}, report={"capacity": 500})
-    assert predict(evicting, _profile()).terms_ms["h2d.directory"] == pytest.approx(100 * 3e-6 + 500 * 4e-6)
+    assert _predict(evicting, _profile()).terms_ms["h2d.directory"] == pytest.approx(100 * 3e-6 + 500 * 4e-6)
 
 
 def test_dominant_is_the_largest_term():
-    p = predict(_workload("hybrid", {}), _profile(dense_flops=1e-3))
+    p = _predict(_workload("hybrid", {}), _profile(dense_flops=1e-3))
     assert p.dominant == "dense_fwd_bwd.dense_compute" == max(p.terms_ms, key=p.terms_ms.get)
-    q = predict(_workload("hybrid", {"lookups": 1e7}), _profile())
+    q = _predict(_workload("hybrid", {"lookups": 1e7}), _profile())
     assert q.dominant == max(q.terms_ms, key=q.terms_ms.get) == "emb_fwd.host_gather"
 
 
 def test_data_phase_by_hand():
     """10 samples of 2 dense floats, 100 int32 ids and a label (412 bytes): 100 ns each plus their bytes."""
-    p = predict(_workload("device", {}), _profile())
+    p = _predict(_workload("device", {}), _profile())
     assert SHAPE.sample_bytes == (2 + 100 + 1) * 4
     assert p.terms_ms["data.read_batch"] == pytest.approx(10 * 100e-6 + 10 * 412 / 1e6)
     assert p.phases_ms["data"] == pytest.approx(p.terms_ms["data.read_batch"])
@@ -137,17 +151,17 @@ def test_the_table_size_rule_picks_the_cached_rate_for_tables_that_fit():
     """1 MiB of cache: 1000 rows of 64 bytes (64 kB) fit, 100000 (6.4 MB) do not."""
     small = Workload("device", 10, {"lookups": 1000, "unique_rows": 100}, _shape(1000), "sgd")
     large = Workload("device", 10, {"lookups": 1000, "unique_rows": 100}, _shape(100_000), "sgd")
-    assert predict(small, _profile()).terms_ms["emb_fwd.device_gather"] == pytest.approx(1000 * 5e-6 + 2e-3)
-    assert predict(large, _profile()).terms_ms["emb_fwd.device_gather"] == \
+    assert _predict(small, _profile()).terms_ms["emb_fwd.device_gather"] == pytest.approx(1000 * 5e-6 + 2e-3)
+    assert _predict(large, _profile()).terms_ms["emb_fwd.device_gather"] == \
         pytest.approx(1000 * (10e-6 + 64 / 1e6) + 2e-3)
     # a cache's slots (500 of 64 bytes) fit although the table (size from the report: 500 / 0.005) does not
     lru = _workload("lru", {}, report={"capacity": 500, "cache_ratio": 0.005})
     assert Workload.table_rows(lru) == pytest.approx(100_000)
-    assert predict(lru, _profile()).terms_ms["emb_fwd.device_gather"] == pytest.approx(1000 * 5e-6 + 2e-3)
+    assert _predict(lru, _profile()).terms_ms["emb_fwd.device_gather"] == pytest.approx(1000 * 5e-6 + 2e-3)
     # a GPU's device gather has one rate whatever the table's size
     gpu = _profile("gpu")
-    assert predict(small, gpu).terms_ms["emb_fwd.device_gather"] == \
-        pytest.approx(predict(large, gpu).terms_ms["emb_fwd.device_gather"])
+    assert _predict(small, gpu).terms_ms["emb_fwd.device_gather"] == \
+        pytest.approx(_predict(large, gpu).terms_ms["emb_fwd.device_gather"])
 
 
 NET = {"collective_latency_us": 10.0, "intra_node_bw": 1.0, "inter_node_bw": 1.0}
@@ -159,7 +173,7 @@ def test_ranks_on_one_machine_share_its_cache():
     def gather(rows):
         w = Workload("sharded", 10, {"lookups": 1000, "unique_rows": 100, "served_lookups": 1000}, _shape(rows),
                      "sgd", world=2, ranks_per_node=1)
-        return predict(w, _profile(**NET)).terms_ms["emb_fwd.owner_gather"]
+        return _predict(w, _profile(**NET)).terms_ms["emb_fwd.owner_gather"]
     assert gather(10_000) == pytest.approx(500 * 5e-6 + 2e-3)
     assert gather(20_000) == pytest.approx(500 * (10e-6 + 64 / 1e6) + 2e-3)
 
@@ -174,8 +188,8 @@ def _four_ranks(**kw) -> Workload:
 def test_four_ranks_on_two_cores_wait_for_their_peers():
     """P t / C = 4 / 2: transfers take twice as long, and before each collective a rank waits as long
     as the compute it did since the previous one; the step is twice the work of one rank."""
-    alone = predict(_four_ranks(), _profile(**NET, host_cores=4))
-    shared = predict(_four_ranks(), _profile(**NET, host_cores=2))
+    alone = _predict(_four_ranks(), _profile(**NET, host_cores=4))
+    shared = _predict(_four_ranks(), _profile(**NET, host_cores=2))
     assert not any(k.endswith("wait_for_peers") for k in alone.terms_ms)
     comm = {k: v for k, v in alone.terms_ms.items() if k.endswith(".comm")}
     compute = {k: v for k, v in alone.terms_ms.items() if not k.endswith(".comm")}
@@ -200,8 +214,8 @@ def test_cores_busy_side_by_side_run_at_the_calibrated_efficiency():
         return Workload(w.method, w.batch_size, w.counters, w.shape, w.row_optimizer, world=world,
                         ranks_per_node=world // 2)
     for world in (2, 4):
-        base = predict(ranks(world), _profile(**NET, host_cores=2 * world))        # a core each, alone
-        half = predict(ranks(world), _profile(**NET, host_cores=2, host_parallel_efficiency=0.5))
+        base = _predict(ranks(world), _profile(**NET, host_cores=2 * world))        # a core each, alone
+        half = _predict(ranks(world), _profile(**NET, host_cores=2, host_parallel_efficiency=0.5))
         compute = {k: v for k, v in base.terms_ms.items() if not k.endswith(".comm")}
         for k, v in compute.items():
             assert half.terms_ms[k] == pytest.approx(2 * v)
@@ -215,19 +229,19 @@ def test_cores_busy_side_by_side_run_at_the_calibrated_efficiency():
 
 
 def test_the_core_count_comes_from_the_profile_else_the_record():
-    with_cores = predict(_four_ranks(cores=2), _profile(**NET))
+    with_cores = _predict(_four_ranks(cores=2), _profile(**NET))
     assert any(k.endswith("wait_for_peers") for k in with_cores.terms_ms)
     assert not any("cores unknown" in a for a in with_cores.assumptions)
-    unknown = predict(_four_ranks(), _profile(**NET))
+    unknown = _predict(_four_ranks(), _profile(**NET))
     assert not any(k.endswith("wait_for_peers") for k in unknown.terms_ms)
     assert any("cores unknown" in a for a in unknown.assumptions)
-    one = predict(_workload("device", {}), _profile(host_cores=1))
+    one = _predict(_workload("device", {}), _profile(host_cores=1))
     assert not one.assumptions and not any(k.endswith("wait_for_peers") for k in one.terms_ms)
 
 
 def test_a_rank_reads_the_global_batch_and_computes_on_its_slice():
-    one = predict(Workload("device", 40, {"lookups": 1000, "unique_rows": 100}, _shape(100_000), "sgd"), _profile())
-    four = predict(_four_ranks(), _profile(**NET, host_cores=4))
+    one = _predict(Workload("device", 40, {"lookups": 1000, "unique_rows": 100}, _shape(100_000), "sgd"), _profile())
+    four = _predict(_four_ranks(), _profile(**NET, host_cores=4))
     assert four.terms_ms["data.read_batch"] == pytest.approx(one.terms_ms["data.read_batch"])
     dense = "dense_fwd_bwd.dense_compute"
     assert four.terms_ms[dense] == pytest.approx(one.terms_ms[dense] / 4)
@@ -241,7 +255,7 @@ def _scratchpipe(rows: float) -> Workload:
 
 
 def test_scratchpipe_side_work_below_the_overlap_adds_nothing():
-    p = predict(_scratchpipe(10), _profile())
+    p = _predict(_scratchpipe(10), _profile())
     side = 10 * 10e-6 + 10 * 64 / 1e6 + 10 * 20e-6 + 10 * 64 / 1e6  # gather + scatter of 10 rows
     assert p.terms_ms["h2d.side_wait"] == 0
     assert sum(p.hidden_ms.values()) == pytest.approx(side)
@@ -250,7 +264,7 @@ def test_scratchpipe_side_work_below_the_overlap_adds_nothing():
 def test_scratchpipe_side_work_above_the_overlap_adds_its_excess():
     """On a GPU all four stages are side work (on a CPU the copies are inline and as large as the rest)."""
     rows = 1e6
-    p = predict(_scratchpipe(rows), _profile("gpu"))
+    p = _predict(_scratchpipe(rows), _profile("gpu"))
     gather, scatter = rows * (10e-6 + 64 / 1e6), rows * (20e-6 + 64 / 1e6)
     copy_out = rows * 64 / (100 * 0.5 * 1e6) + rows * 64 / 4e6 + 10e-3
     copy_in = rows * 64 / 2e6 + 10e-3 + rows * 128 / (100 * 0.5 * 1e6)
@@ -295,14 +309,89 @@ def test_a_run_report_gives_each_rank_its_own_bytes():
 
 def test_proactive_early_lookups_hide_behind_the_gradient_all_to_all():
     counters = {"served_lookups": 1000, "grad_a2a_bytes": 2e6, "inter_node_bytes": 2e6}
-    plain = predict(_workload("sharded", counters, world=2, ranks_per_node=1), _profile("gpu"))
-    early = predict(_workload("proactive", {**counters, "early_lookups": 600}, world=2, ranks_per_node=1),
+    plain = _predict(_workload("sharded", counters, world=2, ranks_per_node=1), _profile("gpu"))
+    early = _predict(_workload("proactive", {**counters, "early_lookups": 600}, world=2, ranks_per_node=1),
                     _profile("gpu"))
     a2a = plain.terms_ms["grad_a2a.comm"]
     look = early.terms_ms["early_lookup.early_gather"]
     assert 0 < look < a2a
     assert early.terms_ms["grad_a2a.comm"] == pytest.approx(a2a - look)
     assert early.hidden_ms["proactive_early_lookup"] == pytest.approx(look)
+
+
+# -- every technique's pricing ---------------------------------------------------------------------------
+
+EVERY = {"lookups": 2000, "unique_rows": 300, "param_rows_h2d": 40, "param_rows_d2h": 30, "evictions": 30,
+         "hot_batch": 0.6, "served_lookups": 1800, "early_lookups": 500, "input_a2a_bytes": 4e3,
+         "output_a2a_bytes": 6e4, "grad_a2a_bytes": 6e4, "replica_allreduce_bytes": 2e3,
+         "dense_allreduce_bytes": 4e3, "intra_node_bytes": 7e4, "inter_node_bytes": 6e4}
+_EXCHANGE = ("data h2d dense_fwd_bwd input_a2a emb_fwd output_a2a grad_a2a emb_update replica_allreduce "
+             "dense_allreduce")
+_EARLY = _EXCHANGE.replace("grad_a2a", "early_lookup grad_a2a")
+#: (method, profile kind) -> (step ms, hidden ms, phases in order): the numbers of the cost model as one
+#: module, before it became a package; a change to the model changes them, a change of its code's home never
+PINNED = {
+    ("device", "cpu"): (0.5252753600000001, 0, "data h2d dense_fwd_bwd emb_fwd emb_update"),
+    ("fae", "cpu"): (0.47304536, 0, "data h2d dense_fwd_bwd emb_fwd emb_update d2h"),
+    ("flexshard", "cpu"): (0.53205768, 0, _EXCHANGE),
+    ("freqcache", "cpu"): (0.37912536, 0, "data h2d dense_fwd_bwd d2h emb_fwd emb_update"),
+    ("hybrid", "cpu"): (0.52327536, 0, "data h2d dense_fwd_bwd emb_fwd d2h emb_update"),
+    ("lfu", "cpu"): (0.37912536, 0, "data h2d dense_fwd_bwd d2h emb_fwd emb_update"),
+    ("lru", "cpu"): (0.37912536, 0, "data h2d dense_fwd_bwd d2h emb_fwd emb_update"),
+    ("proactive", "cpu"): (0.53205768, 0.01125, _EARLY),
+    ("scratchpipe", "cpu"): (0.36223536, 0.00589, "h2d emb_fwd emb_update data dense_fwd_bwd"),
+    ("sharded", "cpu"): (0.53205768, 0, _EXCHANGE),
+    ("device", "gpu"): (0.50792336, 0, "data h2d dense_fwd_bwd emb_fwd emb_update"),
+    ("fae", "gpu"): (0.79071376, 0, "data h2d dense_fwd_bwd emb_fwd emb_update d2h"),
+    ("flexshard", "gpu"): (0.49847884000000003, 0, _EXCHANGE),
+    ("freqcache", "gpu"): (0.67313296, 0, "data h2d dense_fwd_bwd d2h emb_fwd emb_update"),
+    ("hybrid", "gpu"): (0.84787536, 0, "data h2d dense_fwd_bwd emb_fwd d2h emb_update"),
+    ("lfu", "gpu"): (0.67313296, 0, "data h2d dense_fwd_bwd d2h emb_fwd emb_update"),
+    ("lru", "gpu"): (0.67313296, 0, "data h2d dense_fwd_bwd d2h emb_fwd emb_update"),
+    ("proactive", "gpu"): (0.49847884000000003, 0.01016, _EARLY),
+    ("scratchpipe", "gpu"): (0.51902336, 0.047909600000000004, "h2d emb_fwd emb_update data dense_fwd_bwd"),
+    ("sharded", "gpu"): (0.49847884000000003, 0, _EXCHANGE),
+}
+
+
+def _every(method: str) -> Workload:
+    """A step that does a bit of everything; a scale-out method's on 4 ranks of 2 nodes, sharing 2 cores."""
+    world = 4 if method in ("sharded", "proactive", "flexshard") else 1
+    return Workload(method, 40, EVERY, _shape(100_000), "adagrad", report={"capacity": 500, "hot_rows": 400,
+                    "window": 2}, world=world, ranks_per_node=2 if world > 1 else 1, cores=2)
+
+
+@pytest.mark.parametrize("method, kind", sorted(PINNED))
+def test_every_technique_prices_its_step_as_before(method, kind):
+    p = _predict(_every(method), _profile(kind, **NET, dense_flops=1000.0))
+    step, hidden, phases = PINNED[method, kind]
+    assert (p.step_ms, sum(p.hidden_ms.values()), " ".join(p.phases_ms)) == (step, hidden, phases)
+
+
+def test_pricing_reads_the_workload_never_the_method_name():
+    prof = _profile("gpu", **NET)
+    for method, price in PRICES.items():
+        w = _every(method)
+        assert predict(dataclasses.replace(w, method="renamed"), prof, price) == predict(w, prof, price), method
+
+
+def test_every_method_but_the_peers_has_a_pricing_function():
+    assert set(PRICES) == (set(STORES) | set(SCALE_OUT)) - set(PEER_METHODS)
+
+
+def test_a_record_is_priced_by_its_method_unless_told_and_a_peer_is_not_modelled():
+    prof = _profile()
+    rec = _fake_record("hybrid", {})
+    assert predict_record(rec, prof) == predict(Workload.from_record(rec), prof, price_hybrid)
+    assert predict_record(rec, prof, price=price_device) == predict(Workload.from_record(rec), prof, price_device)
+    for method in (*PEER_METHODS, "warp_drive"):
+        with pytest.raises(ConfigError, match=f"cost model: no model of method '{method}'"):
+            predict_record(_fake_record(method, {}), prof)
+
+
+def test_the_collectives_are_the_exchanges_and_a_step_reaches_each_once():
+    assert COLLECTIVES is TRAFFIC_COLLECTIVES
+    assert sorted(STEP_ORDER) == sorted(COLLECTIVES)
 
 
 # -- profiles ----------------------------------------------------------------------------------------------
@@ -403,7 +492,7 @@ def _fake_record(method: str, phases: dict[str, float], stable: bool = True, see
 
 def test_validation_error_arithmetic_and_the_five_percent_filter(tmp_path):
     prof = _profile(dense_flops=1000.0)
-    modelled = predict(Workload.from_record(_fake_record("hybrid", {})), prof).phases_ms
+    modelled = _predict(Workload.from_record(_fake_record("hybrid", {})), prof).phases_ms
     # measured: emb_fwd twice the model, dense exactly the model, d2h tiny (< 5% of the step)
     phases = {"emb_fwd": 2 * modelled["emb_fwd"], "dense_fwd_bwd": modelled["dense_fwd_bwd"], "d2h": 1e-9}
     rows = validation_frame([_fake_record("hybrid", phases)], prof)

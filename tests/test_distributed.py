@@ -21,7 +21,8 @@ from test_stores import rel_diff, run_cfg
 
 from hotcold.config import ConfigError, InfeasibleError
 from hotcold.data.skew import row_counts
-from hotcold.distributed.plans import PlanInputs, build_plan, row_wise
+from hotcold.distributed.plan_types import PlanInputs
+from hotcold.distributed.plans import build_plan, row_wise
 from hotcold.distributed.shardsim import dense_parameters, global_batches, simulate_plan, step_matrices
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.world import World

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from hotcold.config import ConfigError
-from hotcold.distributed.plans import ALL, NODE, SHARDED, Plan, PlanInputs, build_plan, row_wise
+from hotcold.distributed.plan_types import ALL, NODE, SHARDED, Plan, PlanInputs
+from hotcold.distributed.plans import build_plan, row_wise
 from hotcold.distributed.recshard import balance
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import ring_allreduce_matrix

@@ -28,7 +28,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-_F = 4  # bytes of a float32
+#: bytes of a float32: an embedding element, an optimizer state element, a looked-up vector's or gradient's element
+FLOAT_BYTES = 4
 
 
 def _c(doc: str, default: int = 0) -> Any:
@@ -93,12 +94,12 @@ FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(StepCounters)
 
 def row_bytes(dim: int, state_width: int) -> int:
     """Bytes of one parameter row: its weights and its optimizer state."""
-    return (dim + state_width) * _F
+    return (dim + state_width) * FLOAT_BYTES
 
 
 def vector_bytes(dim: int) -> int:
     """Bytes of one looked-up vector (or its gradient)."""
-    return dim * _F
+    return dim * FLOAT_BYTES
 
 
 def all_resident(lookups: int, unique_rows: int) -> StepCounters:

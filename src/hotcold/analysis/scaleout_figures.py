@@ -21,7 +21,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import PercentFormatter
 
 from hotcold.analysis.plotting import PANEL_H, PANEL_W, disturbed, disturbed_handle, empty_panel, grid, grouped_bars
-from hotcold.distributed.plans import DEFAULT_HEADROOM
+from hotcold.distributed.plan_types import DEFAULT_HEADROOM
 
 PLAN_ORDER = ("row", "table", "column", "recshard", "flexshard")
 PROACTIVE_METHOD = "proactive"  # the method whose runs ``proactive.csv`` lists

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from hotcold.distributed.topology import Topology
-from hotcold.distributed.traffic import FLOAT_BYTES, ID_BYTES, SPLIT_BYTES, Ledger, a2a_matrix, ring_allreduce_matrix
+from hotcold.distributed.traffic import ID_BYTES, SPLIT_BYTES, Ledger, a2a_matrix, ring_allreduce_matrix
 
 TIMEOUT_S = 300  # a rank that stops answering fails the others after this long
 
@@ -148,4 +148,4 @@ def init_process_group(device: torch.device) -> tuple[int, int]:
     return rank, world
 
 
-__all__ = ["Comm", "Pending", "FLOAT_BYTES", "ID_BYTES", "ids_tensor", "init_process_group", "launched"]
+__all__ = ["Comm", "Pending", "ID_BYTES", "ids_tensor", "init_process_group", "launched"]

@@ -57,10 +57,11 @@ from typing import Any
 import numpy as np
 
 from hotcold.config import is_real, require
-from hotcold.distributed.plans import ALL, NODE, SHARDED, Plan, PlanInputs
+from hotcold.counters import FLOAT_BYTES
+from hotcold.distributed.plan_types import ALL, NODE, SHARDED, Plan, PlanInputs
 from hotcold.distributed.recshard import balance, descending, imbalance
 from hotcold.distributed.topology import Topology
-from hotcold.distributed.traffic import FLOAT_BYTES, ID_BYTES, REDUCE_BYTES
+from hotcold.distributed.traffic import ID_BYTES, REDUCE_BYTES
 
 DEFAULT_INTRA_GBPS = 300.0   # GB/s per GPU, NVLink-class
 DEFAULT_INTER_GBPS = 25.0    # GB/s per GPU, a 200 Gb/s NIC

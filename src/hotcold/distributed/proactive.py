@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from hotcold.distributed.plans import SHARDED
+from hotcold.distributed.plan_types import SHARDED
 from hotcold.distributed.sharded import Exchange, ProactiveOptions, ShardedStore
 from hotcold.embedding.base import Marker, StoreSpec
 

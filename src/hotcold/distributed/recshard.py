@@ -25,7 +25,7 @@ import heapq
 
 import numpy as np
 
-from hotcold.distributed.plans import Plan, PlanInputs, sharded_plan
+from hotcold.distributed.plan_types import Plan, PlanInputs, sharded_plan
 
 #: rows placed one by one by the exact greedy before the tail is dealt in snake order
 HEAD_ROWS = 8192

@@ -30,7 +30,8 @@ from hotcold.config import is_int, is_positive_int, is_real, require
 from hotcold.counters import all_resident
 from hotcold.distributed.comm import Comm, Pending, ids_tensor
 from hotcold.distributed.flexshard import DEFAULT_INTER_GBPS, DEFAULT_INTRA_GBPS
-from hotcold.distributed.plans import ALL, DEFAULT_HEADROOM, NODE, PLANS, SHARDED, PlanInputs, build_plan
+from hotcold.distributed.plan_types import ALL, DEFAULT_HEADROOM, NODE, SHARDED, PlanInputs
+from hotcold.distributed.plans import PLANS, build_plan
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import Ledger
 from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec

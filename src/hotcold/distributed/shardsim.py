@@ -15,14 +15,15 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from hotcold.config import InfeasibleError, RunConfig
+from hotcold.counters import FLOAT_BYTES
 from hotcold.data.format import Dataset
 from hotcold.data.loader import batch_rows
 from hotcold.data.skew import row_counts
-from hotcold.distributed.plans import ALL, DEFAULT_HEADROOM, NODE, Plan, PlanInputs, build_plan
+from hotcold.distributed.plan_types import ALL, DEFAULT_HEADROOM, NODE, Plan, PlanInputs
+from hotcold.distributed.plans import build_plan
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import (
     COLLECTIVES,
-    FLOAT_BYTES,
     ID_BYTES,
     REDUCE_BYTES,
     SPLIT_BYTES,

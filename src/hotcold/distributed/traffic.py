@@ -25,7 +25,6 @@ from hotcold.distributed.topology import Topology
 COLLECTIVES = ("input_a2a", "output_a2a", "grad_a2a", "replica_allreduce", "column_allreduce", "dense_allreduce")
 ID_BYTES = 8       # int64 row ids
 SPLIT_BYTES = 8    # one int64 count per peer in the size exchange before an uneven all-to-all
-FLOAT_BYTES = 4   # a looked-up vector's or a gradient's element in an all-to-all
 REDUCE_BYTES = 8  # an all-reduced element: runs over ranks reduce in float64, so that sums are order-independent
 
 

@@ -1,0 +1,136 @@
+"""Plan types: where every embedding row lives, and what a planner sees (the planners are in ``plans.py``).
+
+A plan places every global row in one of three tiers (FlexShard's names):
+
+- ``SHARDED`` (0): one copy, on rank ``slot[row]``; every lookup goes there;
+- ``NODE`` (1): one copy per node, on the rank with index ``slot[row]``
+  inside the node; lookups stay inside the requester's node, and the copies
+  reduce their gradients across nodes;
+- ``ALL`` (2): a copy on every rank; lookups are local, and the copies
+  reduce their gradients over all ranks.
+
+Column-wise is the one plan that splits rows (``Plan.columns`` > 1): every
+rank holds a slice of every row. Every plan has the same per-rank memory
+budget, ``PlanInputs.budget_bytes``: ``headroom`` times the row-wise shard.
+
+The types live apart from the planning algorithms (as torchrec's
+``planner/types.py`` does): every planner imports them, and ``plans.py``
+imports every planner.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from hotcold import counters
+from hotcold.distributed.topology import Topology
+
+SHARDED, NODE, ALL = 0, 1, 2
+TIER_NAMES = {SHARDED: "sharded", NODE: "node", ALL: "all"}
+DEFAULT_HEADROOM = 1.25
+
+
+@dataclass
+class Plan:
+    """Where every row lives. ``tier`` and ``slot`` are [N] arrays over the global rows."""
+
+    name: str
+    topology: Topology
+    table_sizes: list[int]
+    tier: np.ndarray            # int8 [N]
+    slot: np.ndarray            # int32 [N]: owner rank (SHARDED), index in the node (NODE), -1 (ALL)
+    columns: int = 1            # > 1: column-wise, every rank holds 1/columns of every row
+    details: dict[str, Any] = field(default_factory=dict)  # plan-specific numbers for the record
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.tier.size)
+
+    def serving_rank(self, requester: int, rows: np.ndarray) -> np.ndarray:
+        """int64 [L]: the rank that serves each of ``requester``'s lookups (row plans)."""
+        tier = self.tier[rows]
+        slot = self.slot[rows].astype(np.int64)
+        g = self.topology.ranks_per_node
+        return np.where(tier == SHARDED, slot,
+                        np.where(tier == NODE, self.topology.node(requester) * g + slot, requester))
+
+    def owned(self, rank: int) -> np.ndarray:
+        """bool [N]: the rows (or, column-wise, the row slices) ``rank`` holds."""
+        if self.columns > 1:
+            return np.ones(self.num_rows, dtype=bool)
+        local = self.topology.local(rank)
+        return (((self.tier == SHARDED) & (self.slot == rank)) | ((self.tier == NODE) & (self.slot == local))
+                | (self.tier == ALL))
+
+    def rows_held(self) -> np.ndarray:
+        """float [P]: rows each rank holds (a column-wise slice counts ``1/columns`` of a row's weights)."""
+        return np.array([self.owned(r).sum() / self.columns for r in range(self.topology.world)])
+
+    def bytes_held(self, dim: int, state_width: int) -> np.ndarray:
+        """int [P]: bytes of weights and optimizer state per rank (column-wise slices keep the whole row state)."""
+        rows = np.array([self.owned(r).sum() for r in range(self.topology.world)], dtype=np.int64)
+        return rows * (dim // self.columns + state_width) * counters.FLOAT_BYTES
+
+    def tier_rows(self) -> dict[str, int]:
+        return {name: int((self.tier == t).sum()) for t, name in TIER_NAMES.items()}
+
+    def describe(self, dim: int, state_width: int, budget: int) -> dict[str, Any]:
+        """The plan's numbers for the run record."""
+        held = self.bytes_held(dim, state_width)
+        return {"plan": self.name, "world": self.topology.world, "ranks_per_node": self.topology.ranks_per_node,
+                "columns": self.columns, "tier_rows": self.tier_rows(), "memory_bytes_per_rank": held.tolist(),
+                "memory_budget_bytes": int(budget), "memory_used_share": float(held.max() / budget),
+                **self.details}
+
+
+@dataclass
+class PlanInputs:
+    """What a planner sees: the tables, their access counts and the topology."""
+
+    table_sizes: list[int]
+    counts: np.ndarray          # int64 [N] training-split lookups of every row
+    topology: Topology
+    dim: int
+    state_width: int
+    headroom: float = DEFAULT_HEADROOM
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_rows(self) -> int:
+        return int(sum(self.table_sizes))
+
+    @property
+    def bounds(self) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(self.table_sizes)]).astype(np.int64)
+
+    @classmethod
+    def for_training(cls, table_sizes: Sequence[int], counts: np.ndarray, topology: Topology, dim: int,
+                     state_width: int, headroom: float, options: Mapping[str, Any], batch_share: float) -> "PlanInputs":
+        """Inputs whose counts cover the training split, of which one step reads ``batch_share``:
+        planners that model a step's traffic get ``lookups_per_step``."""
+        per_step = {"lookups_per_step": float(np.sum(counts)) * batch_share}
+        return cls(list(table_sizes), counts, topology, dim, state_width, headroom, {**options, **per_step})
+
+    def row_bytes(self) -> int:
+        return counters.row_bytes(self.dim, self.state_width)
+
+    def rowwise_shard_rows(self) -> int:
+        """Rows of the largest row-wise shard (TorchRec's RW: ``ceil(n/P)`` rows of each table)."""
+        p = self.topology.world
+        return int(sum(math.ceil(n / p) for n in self.table_sizes))
+
+    def budget_bytes(self) -> int:
+        """The per-rank memory every plan gets: ``headroom`` x the row-wise shard."""
+        return int(self.headroom * self.rowwise_shard_rows() * self.row_bytes())
+
+    def budget_rows(self) -> int:
+        return self.budget_bytes() // self.row_bytes()
+
+
+def sharded_plan(name: str, inputs: PlanInputs, owner: np.ndarray, **details: Any) -> Plan:
+    """A plan of the sharded tier only: row ``i`` on rank ``owner[i]``."""
+    return Plan(name, inputs.topology, list(inputs.table_sizes), np.zeros(inputs.num_rows, dtype=np.int8),
+                owner.astype(np.int32), details=dict(details))
