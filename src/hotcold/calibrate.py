@@ -398,11 +398,15 @@ def _powerlaw_ids(batch: int, columns: int, rows: int, seed: int, exponent: floa
 
 
 def calibrate(device: str = "cpu", dim: int = 16, batch_size: int = 1024, lookups: int | None = None,
-              repeats: int = 15, table_mib: int = 64, name: str | None = None, network: bool = True) -> dict[str, Any]:
+              repeats: int = 15, table_mib: int = 64, name: str | None = None, network: bool = True,
+              threads: int | None = None) -> dict[str, Any]:
     """Measure the rates; the profile as a mapping (validated by ``costmodel.profile_from_dict``).
 
     ``network``: on a CPU, also time loopback gloo collectives (two spawned processes, a few seconds).
+    ``threads``: torch's intra-op threads for the benchmarks, as the training jobs set them (None: as they are).
     """
+    if threads is not None:
+        torch.set_num_threads(max(1, threads))
     if device not in ("cpu", "cuda"):
         raise ConfigError(f"calibrate: device must be cpu or cuda, got {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
