@@ -25,7 +25,9 @@ uniform ids over the big table, and uniform ids over a table that fits in
 the last-level cache.
 
 Defaults are a capped Criteo-Kaggle step: 26 tables of at most 200k rows,
-dim 16, batch 2048, Zipf(1.2) ids, 1 thread.
+dim 16, batch 2048, Zipf(1.2) ids, 1 thread. The ids are drawn as the
+generators draw theirs (``data.powerlaw``), each sample is timed by
+``timing.time_ms`` and the cache size comes from ``hotcold.machine``.
 """
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ planted tables and default holdout (its last day of 24, halved into val and
 test).
 
 Samples are produced in chunks, table by table, with one random stream per
-table, so the output is byte-identical for a given config and independent of
-the chunk size.
+table (ranks drawn by ``data.powerlaw``), so the output is byte-identical for
+a given config and independent of the chunk size.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ are negatives whose target is another item, as in TBSM.
 
 The model behind the clicks:
 
-- Items: popularity ``∝ rank^-exponent`` with ranks mapped to scattered ids;
+- Items: popularity ``∝ rank^-exponent`` (``data.powerlaw``) with ranks mapped to scattered ids;
   the hot ranks drift between ``drift_segments`` time segments as in the
   Criteo kinds. Every item belongs to one category; category sizes (items)
   are ``∝ rank^-CATEGORY_EXPONENT``, every category has at least one item.
