@@ -35,7 +35,7 @@ class Sweep:
     from_step: int              # the trained runs' first timed step (``train.warmup_steps``)
 
 
-def state_width(row_optimizer: str) -> int:
+def _state_width(row_optimizer: str) -> int:
     """Floats of optimizer state a row: one for row-wise Adagrad, none for SGD.
 
     As ``embedding.base.RowOptimizer.state_width``; the trace layer sits below
@@ -54,7 +54,7 @@ def placement_sweep(ds: Dataset, cfg: RunConfig, ratios: Sequence[float], polici
     trace model.
     """
     t = cfg.train
-    sizes = RowSizes(cfg.model.embedding_dim, state_width(t.row_optimizer))
+    sizes = RowSizes(cfg.model.embedding_dim, _state_width(t.row_optimizer))
     trace = dataset_trace(ds, t.batch_size, t.steps, cfg.seed, t.shuffle)
     freq = row_counts(ds, "train")
     frames = [sweep(trace, ratios, policies or POLICIES, freq, windows=windows, sizes=sizes)]
