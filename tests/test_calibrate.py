@@ -9,6 +9,7 @@ from hotcold.calibrate import SMALL_TABLE_MIB, calibrate, fit_latency_bandwidth
 from hotcold.cli import main
 from hotcold.config import ConfigError
 from hotcold.costmodel import HOST_RATES, load_profile
+from hotcold.machine import last_level_cache_bytes
 
 NETWORK = ("collective_latency_us", "intra_node_bw", "inter_node_bw")
 
@@ -86,3 +87,18 @@ def test_a_cuda_calibration_names_the_gpu(tmp_path):
     out = tmp_path / "gpu.yaml"
     out.write_text(yaml.safe_dump(profile))
     assert load_profile(out).value("device_memory_bw") > 0
+
+
+def test_the_last_level_cache_is_the_largest_data_or_unified_one(tmp_path):
+    """sysfs cache entries: instruction caches and unreadable sizes are left out; K, M, G and bare bytes read."""
+    for i, (kind, size) in enumerate([("Data", "32K"), ("Instruction", "64M"), ("Unified", "1024K"),
+                                      ("Unified", "32M"), ("Unified", "12x")]):
+        (tmp_path / f"index{i}").mkdir()
+        (tmp_path / f"index{i}" / "type").write_text(kind + "\n")
+        (tmp_path / f"index{i}" / "size").write_text(size + "\n")
+    assert last_level_cache_bytes(tmp_path) == 32 << 20
+    (tmp_path / "index5").mkdir()
+    (tmp_path / "index5" / "type").write_text("Unified")
+    (tmp_path / "index5" / "size").write_text(str(40 << 20))
+    assert last_level_cache_bytes(tmp_path) == 40 << 20
+    assert last_level_cache_bytes(tmp_path / "missing") is None

@@ -16,7 +16,6 @@ from hotcold.config import ConfigError
 from hotcold.costmodel import (
     COLLECTIVES,
     HOST_RATES,
-    PRICES,
     STEP_ORDER,
     ModelShape,
     Prediction,
@@ -33,7 +32,7 @@ from hotcold.costmodel import (
     slowest_rank_ms,
 )
 from hotcold.distributed.traffic import COLLECTIVES as TRAFFIC_COLLECTIVES
-from hotcold.embedding import PEER_METHODS, SCALE_OUT, STORES
+from hotcold import methods
 
 HARDWARE = Path(__file__).resolve().parents[1] / "workflows" / "config" / "hardware"
 UNITS = {**HOST_RATES}
@@ -64,8 +63,8 @@ SHAPE = ModelShape(num_dense=2, num_tables=100, dim=16, bottom_mlp=(16,), top_ml
 
 
 def _predict(w: Workload, profile) -> Prediction:
-    """``predict`` with the pricing of the workload's method, as ``predict_record`` picks it."""
-    return predict(w, profile, PRICES[w.method])
+    """``predict`` with the pricing of the workload's method (the registry's)."""
+    return predict(w, profile, methods.price(w.method))
 
 
 def _workload(method: str, counters: dict, **kw) -> Workload:
@@ -370,23 +369,24 @@ def test_every_technique_prices_its_step_as_before(method, kind):
 
 def test_pricing_reads_the_workload_never_the_method_name():
     prof = _profile("gpu", **NET)
-    for method, price in PRICES.items():
-        w = _every(method)
+    for method in methods.names(peer=False):
+        w, price = _every(method), methods.price(method)
         assert predict(dataclasses.replace(w, method="renamed"), prof, price) == predict(w, prof, price), method
 
 
 def test_every_method_but_the_peers_has_a_pricing_function():
-    assert set(PRICES) == (set(STORES) | set(SCALE_OUT)) - set(PEER_METHODS)
+    assert [m.name for m in methods.METHODS.values() if m.cost is not None] == methods.names(peer=False)
 
 
-def test_a_record_is_priced_by_its_method_unless_told_and_a_peer_is_not_modelled():
+def test_a_record_is_priced_by_its_method_and_a_peer_is_not_modelled():
     prof = _profile()
     rec = _fake_record("hybrid", {})
-    assert predict_record(rec, prof) == predict(Workload.from_record(rec), prof, price_hybrid)
-    assert predict_record(rec, prof, price=price_device) == predict(Workload.from_record(rec), prof, price_device)
-    for method in (*PEER_METHODS, "warp_drive"):
+    assert methods.price("hybrid") is price_hybrid
+    assert predict_record(rec, prof, price_hybrid) == predict(Workload.from_record(rec), prof, price_hybrid)
+    assert predict_record(rec, prof, price_device) == predict(Workload.from_record(rec), prof, price_device)
+    for method in (*methods.names(peer=True), "warp_drive"):
         with pytest.raises(ConfigError, match=f"cost model: no model of method '{method}'"):
-            predict_record(_fake_record(method, {}), prof)
+            methods.price(method)
 
 
 def test_the_collectives_are_the_exchanges_and_a_step_reaches_each_once():
@@ -472,7 +472,7 @@ def test_every_measured_phase_gets_a_modelled_value(records, small_dataset):
     shape = ModelShape.of(small_dataset, ModelConfig(8, (8,), (8, 1)))
     for rec in records:
         for prof in (_profile(), load_profile(HARDWARE / "a100-dgx.yaml")):
-            p = predict_record(rec, prof, shape)
+            p = predict_record(rec, prof, methods.price(rec["method"]), shape)
             measured = rec["summary"]["phase_ms_mean"]
             assert set(measured) <= set(p.phases_ms), rec["method"]
             assert p.step_ms > 0 and p.step_ms == pytest.approx(sum(p.phases_ms.values()))

@@ -11,6 +11,7 @@ from hotcold.data.format import Dataset
 from hotcold.data.generators import KINDS, GeneratorConfig, generate
 from hotcold.data.generators.config import (CRITEO_KAGGLE_CARDINALITIES, CRITEO_TERABYTE_CARDINALITIES,
                                             TAOBAO_CARDINALITIES)
+from hotcold.data.powerlaw import draw_ranks, powerlaw_cdf
 from hotcold.data.skew import count_lookups, coverage_curve, coverage_from_counts, coverage_stats
 from hotcold.metrics import roc_auc
 
@@ -379,3 +380,18 @@ def test_kind_defaults_and_roundtrip() -> None:
 def test_bad_kind_config_raises(bad: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         GeneratorConfig.from_dict(bad)
+
+
+def test_power_law_draws_invert_the_cdf_from_one_uniform_each() -> None:
+    """A rank is the first whose cumulative weight exceeds the uniform; a prefix of a CDF is the smaller table's."""
+    big, small = powerlaw_cdf(1000, 1.3), powerlaw_cdf(50, 1.3)
+    assert np.array_equal(big[:50], small)
+    u = np.random.default_rng(5).random(4000)
+    ranks = draw_ranks(np.random.default_rng(5), 4000, big, 50)
+    assert np.array_equal(ranks, draw_ranks(np.random.default_rng(5), 4000, small))
+    expected = [min(int(np.sum(small <= x * small[-1])), 49) for x in u]
+    assert ranks.tolist() == expected and ranks.dtype == np.int64
+    counts = np.bincount(ranks, minlength=50)
+    assert counts[0] > counts[5] > counts[40]  # rank 0 the most popular
+    shaped = draw_ranks(np.random.default_rng(5), (8, 3), small)
+    assert shaped.shape == (8, 3) and shaped.reshape(-1).tolist() == expected[:24]

@@ -14,6 +14,7 @@ from hotcold.cli import main
 from hotcold.config import ConfigError, RunConfig
 from hotcold.records import read_steps, source_sha256
 from hotcold.repeats import Job, RepeatMismatchError, run_group
+from hotcold.runner import outcome, train_run
 
 RUN = {"dataset": "small", "seed": 0, "model": {"embedding_dim": 8, "bottom_mlp": [8], "top_mlp": [8, 1]},
        "train": {"steps": 8, "warmup_steps": 2, "batch_size": 64, "eval_batch_size": 512, "eval_samples": 512}}
@@ -142,3 +143,13 @@ def test_a_group_is_one_process_runs_of_one_dataset(tmp_path, small_dataset, sec
             Job(RunConfig.from_dict({**first, **second}), tmp_path / ("a" if "variant" in second else "b"))]
     with pytest.raises(ConfigError, match=message):
         run_group(jobs, small_dataset.path, progress=False)
+
+
+def test_the_runner_refuses_one_process_methods_over_ranks_before_launching(tmp_path, small_dataset):
+    """``runner.train_run`` (``hotcold train``): the check comes first, so nothing is launched or written."""
+    cfg = RunConfig.from_dict(run_config("lru", 1))
+    with pytest.raises(ConfigError, match="'lru' runs in one process; over 2 ranks use sharded"):
+        train_run(cfg, small_dataset.path, tmp_path / "run", nproc=2, progress=False)
+    assert not (tmp_path / "run").exists()
+    assert outcome({"status": "infeasible", "reason": "the cache is smaller than a batch"}) == \
+        "infeasible: the cache is smaller than a batch"

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from hotcold.timing import MAX_REPEAT_SPREAD, PhaseTimer, TimedPart, summarize, summarize_repeats
+from hotcold.timing import MAX_REPEAT_SPREAD, PhaseTimer, TimedPart, median_ms, summarize, summarize_repeats, time_ms
 
 
 class FakeClock:
@@ -63,6 +63,22 @@ def test_summary_needs_timed_steps():
     run_steps(timer, 3, ["data"])
     with pytest.raises(ValueError, match="no timed steps"):
         summarize(timer.steps, [], batch_size=1, timer="cpu")
+
+
+def test_time_ms_times_one_call_and_median_ms_warms_up_first():
+    import time
+
+    calls = []
+    assert time_ms(lambda: time.sleep(0.02)) >= 19.0
+    assert median_ms(lambda: calls.append(1), 5) >= 0 and len(calls) == 6  # one warm-up call, then 5 timed
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA-event back end needs a GPU")
+def test_time_ms_on_a_gpu_counts_the_kernels_it_waits_for():
+    x = torch.randn(2048, 2048, device="cuda")
+    one = median_ms(lambda: x @ x, 3, torch.device("cuda"))
+    ten = median_ms(lambda: [x @ x for _ in range(10)], 3, "cuda")
+    assert 0 < one < ten
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA-event back end needs a GPU")

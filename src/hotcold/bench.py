@@ -25,27 +25,32 @@ uniform ids over the big table, and uniform ids over a table that fits in
 the last-level cache.
 
 Defaults are a capped Criteo-Kaggle step: 26 tables of at most 200k rows,
-dim 16, batch 2048, Zipf(1.2) ids, 1 thread.
+dim 16, batch 2048, Zipf(1.2) ids, 1 thread. The ids are drawn as the
+generators draw theirs (``data.powerlaw``), each sample is timed by
+``timing.time_ms`` and the cache size comes from ``hotcold.machine``.
 """
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 
 from hotcold.config import ConfigError
 from hotcold.data.generators.config import CRITEO_KAGGLE_CARDINALITIES
+from hotcold.data.powerlaw import draw_ranks, powerlaw_cdf
 from hotcold.embedding.base import NullMarker, StoreSpec
 from hotcold.embedding.rows import init_table
 from hotcold.embedding.update import RowOptimizer, update_rows
 from hotcold.embedding.device import DeviceStore
+from hotcold.machine import last_level_cache_bytes
+from hotcold.timing import time_ms
 
 OPTIMIZERS = ("sgd", "adagrad")
 
@@ -96,12 +101,8 @@ class BenchConfig:
 def zipf_batches(sizes: Sequence[int], batch: int, exponent: float, count: int, seed: int) -> list[torch.Tensor]:
     """``count`` id matrices int64 [batch, len(sizes)]: column t holds ids of table t, P(id = i) ~ (i + 1)^-exponent."""
     rng = np.random.default_rng(seed)
-    cols = []
-    for n in sizes:
-        cdf = np.cumsum(np.arange(1, n + 1, dtype=np.float64) ** -exponent)
-        u = rng.random(count * batch) * cdf[-1]
-        cols.append(np.minimum(np.searchsorted(cdf, u, side="right"), n - 1))
-    ids = np.stack(cols, 1).reshape(count, batch, len(sizes))
+    cdf = powerlaw_cdf(max(sizes), exponent)
+    ids = np.stack([draw_ranks(rng, count * batch, cdf, n) for n in sizes], 1).reshape(count, batch, len(sizes))
     return [torch.from_numpy(np.ascontiguousarray(b)) for b in ids]
 
 
@@ -213,26 +214,6 @@ def peer_class(device: torch.device, dim: int) -> tuple[type, str | None]:
 # -- timing --------------------------------------------------------------------------------------------------
 
 
-def _timer(device: torch.device) -> Callable[[Callable[[], None]], float]:
-    """A function running ``fn`` once and returning its milliseconds: CUDA events on a GPU, the clock on a CPU."""
-    if device.type == "cuda":
-        def cuda_ms(fn: Callable[[], None]) -> float:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda.synchronize(device)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            return float(start.elapsed_time(end))
-        return cuda_ms
-
-    def cpu_ms(fn: Callable[[], None]) -> float:
-        t0 = time.perf_counter_ns()
-        fn()
-        return (time.perf_counter_ns() - t0) / 1e6
-    return cpu_ms
-
-
 def _run_steps(side: Any, prepared: list[Any], steps: int, start: int) -> None:
     for i in range(steps):
         side.step(prepared[(start + i) % len(prepared)])
@@ -246,7 +227,7 @@ def time_step(cfg: BenchConfig, optimizer: str, batches: list[torch.Tensor], gra
     ours, peer = HarnessSide(sizes, cfg, optimizer, device), peer_cls(sizes, cfg, optimizer, device)
     ours_in = [ours.prepare(b, g) for b, g in zip(batches, grads)]
     peer_in = [peer.prepare(b, g) for b, g in zip(batches, grads)]
-    measure = _timer(device)
+    measure = functools.partial(time_ms, device=device)  # CUDA events on a GPU, the clock on a CPU
     _run_steps(ours, ours_in, max(cfg.warmup, 2), 0)   # the compile (when on) happens here, untimed
     _run_steps(peer, peer_in, max(cfg.warmup, 2), 0)
     ours_ms, peer_ms = [], []
@@ -308,7 +289,7 @@ def gather_bandwidth(cfg: BenchConfig, ids: torch.Tensor, device: torch.device) 
     }
     src = torch.randn(count, cfg.dim, device=device)
     dst = torch.empty_like(src)
-    measure = _timer(device)
+    measure = functools.partial(time_ms, device=device)
     out = []
     for case, (rows, n) in cases.items():
         rows = rows.to(device)
@@ -324,22 +305,6 @@ def gather_bandwidth(cfg: BenchConfig, ids: torch.Tensor, device: torch.device) 
                     "bytes": nbytes, "gather_gbs": nbytes / g / 1e6, "memcpy_gbs": nbytes / c / 1e6,
                     "share": c / g})
     return out
-
-
-def last_level_cache_bytes() -> int | None:
-    """The largest CPU cache's size from sysfs (Linux), or None."""
-    best = None
-    base = Path("/sys/devices/system/cpu/cpu0/cache")
-    for entry in sorted(base.glob("index*")) if base.is_dir() else []:
-        try:
-            text = (entry / "size").read_text().strip()
-        except OSError:
-            continue
-        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        digits = text.rstrip("KMG")
-        if digits.isdigit():
-            best = max(best or 0, int(digits) * unit)
-    return best
 
 
 # -- the verb --------------------------------------------------------------------------------------------------

@@ -3,10 +3,12 @@
 Each benchmark times the operation the stores really run (``index_select``
 gathers, ``index_copy_`` scatters, ``to_global`` and ``RowGroups.of`` id
 planning, the cache directory's planning, the DLRM dense step), repeats it
-and keeps the median. Tables are larger than the last-level cache and ids are
-drawn per table with the Criteo-style generator's power law, so gathers see
-the runs' repeats and cached hot rows (uniform ids over a table beyond the
-cache cost some 20x more a row here).
+and keeps the median (``timing.median_ms``). Tables are larger than the
+last-level cache and ids are drawn per table with the Criteo-style
+generator's power law (``data.powerlaw``), so gathers see the runs' repeats
+and cached hot rows (uniform ids over a table beyond the cache cost some 20x
+more a row here). The machine's facts (CPU, cores, cache) come from
+``hotcold.machine``.
 
 Gathers and scatters are also timed on a table of ``SMALL_TABLE_MIB`` that
 fits in the last-level cache (the cost model uses those rates for tables that
@@ -30,12 +32,9 @@ from __future__ import annotations
 
 import datetime as dt
 import multiprocessing
-import os
-import platform
 import socket
 import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -44,39 +43,15 @@ import torch
 
 from hotcold.config import ConfigError, ModelConfig
 from hotcold.costmodel import ALL_RATES, ModelShape, profile_from_dict
+from hotcold.data.powerlaw import draw_ranks, powerlaw_cdf
 from hotcold.files import atomic_write_text
+from hotcold.machine import CACHE_SOURCE, cores, cpu_name, last_level_cache_bytes
+from hotcold.timing import median_ms, time_ms
 
 MiB = 1 << 20
 SMALL_TABLE_MIB = 2          # a table that fits in any server's last-level cache
 DATA_BATCHES = 200           # the calibration dataset's rows, in batches (the default runs' split: ~220)
 GLOO_BYTES = (1 << 10, 16 << 10, 128 << 10, 512 << 10, 2 << 20)  # bytes each rank sends its peer
-
-
-def _median_ms(fn: Callable[[], Any], repeats: int, sync: Callable[[], None] = lambda: None) -> float:
-    """Median wall ms of ``fn`` over ``repeats`` calls, after one warm-up call."""
-    fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter_ns()
-        fn()
-        sync()
-        times.append((time.perf_counter_ns() - t0) / 1e6)
-    return statistics.median(times)
-
-
-def _cuda_ms(fn: Callable[[], Any], repeats: int) -> float:
-    """Median ms of ``fn`` by CUDA events."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
 
 
 class Calibration:
@@ -87,7 +62,7 @@ class Calibration:
         self.rows = table_mib * MiB // (4 * dim)
         self.rates: dict[str, dict[str, Any]] = {}
         self.when = dt.date.today().isoformat()
-        self.cpu = _cpu_name()
+        self.cpu = f"{cpu_name()} ({torch.get_num_threads()} threads)"
         self.gen = torch.Generator().manual_seed(0)
 
     def put(self, key: str, value: float, how: str, on: str | None = None) -> None:
@@ -153,9 +128,8 @@ class Calibration:
                  f"BatchLoader reading a batch of {self.batch} sorted random rows of a memory-mapped dataset of "
                  f"{DATA_BATCHES} batches (13 float32 dense, {k} int32 ids, a float32 label: {sample} bytes a "
                  "sample; pages touched before), per sample, less its bytes at host_memory_bw")
-        cache_mib, where = _last_level_cache_mib()
-        self.put("host_cache_mib", cache_mib, where)
-        self.put("host_cores", _cores(), "the cores this process may run on (os.sched_getaffinity)")
+        self.put("host_cache_mib", *_last_level_cache_mib())
+        self.put("host_cores", cores(), "the cores this process may run on (os.sched_getaffinity)")
         self.put("host_id_plan_ns", ms["plan"] * 1e6 / col.size, f"to_global of a [{self.batch}, {k}] id batch, per id")
         self.put("host_unique_ns", ms["unique"] * 1e6 / self.lookups,
                  f"RowGroups.of (the stores' one stable sort grouping lookups by row) of those {ids.numel()} ids, per id")
@@ -176,11 +150,7 @@ class Calibration:
             batches = [np.unique(rng.integers(0, n, size=u)) for _ in range(fill + self.repeats)]
             for b in batches[:fill]:
                 d.access(b, np.ones_like(b))
-            times = []
-            for b in batches[fill:]:
-                t0 = time.perf_counter_ns()
-                d.access(b, np.ones_like(b))
-                times.append((time.perf_counter_ns() - t0) / 1e6)
+            times = [time_ms(lambda: d.access(b, np.ones_like(b))) for b in batches[fill:]]
             per_cap[cap] = (statistics.median(times), float(np.mean([b.size for b in batches[fill:]])))
         (c1, (t1, u1)), (c2, (t2, _)) = sorted(per_cap.items())
         slot_ns = max((t2 - t1) * 1e6 / (c2 - c1), 1e-3)
@@ -227,10 +197,8 @@ class Calibration:
             loss_fn(model(dense, emb), labels).backward()
             opt.step()
 
-        if device.type == "cuda":
-            ms = _cuda_ms(step, self.repeats)
-        else:
-            ms = _median_ms(step, self.repeats)
+        ms = median_ms(step, self.repeats, device)
+        if device.type != "cuda":
             self._parallel(step)
         flops = shape.flops_per_sample() * self.batch
         compute_ms = max(ms - shape.dense_ops() * op_us * 1e-3, ms * 0.05)
@@ -242,13 +210,13 @@ class Calibration:
     def _parallel(self, step: Callable[[], None]) -> None:
         """How well this machine's cores run one-thread processes side by side (the scale-out ranks):
         the dense step alone in one forked process, then in one per core at once."""
-        cores = min(_cores(), 8)
-        if cores < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        procs = min(cores(), 8)
+        if procs < 2 or "fork" not in multiprocessing.get_all_start_methods():
             return
         alone = _concurrent_ms(step, 1, self.repeats)[0]
-        together = statistics.median(_concurrent_ms(step, cores, self.repeats))
+        together = statistics.median(_concurrent_ms(step, procs, self.repeats))
         self.put("host_parallel_efficiency", min(1.0, alone / together),
-                 f"the dense step (one thread) alone in a process, then in {cores} processes at once, one per core: "
+                 f"the dense step (one thread) alone in a process, then in {procs} processes at once, one per core: "
                  "median time alone / median time together")
 
     # -- CUDA ---------------------------------------------------------------------------------------
@@ -260,28 +228,28 @@ class Calibration:
         n = 256 * MiB // 4
         host = torch.rand(n).pin_memory()
         gpu = torch.empty(n, device=dev)
-        ms = _cuda_ms(lambda: gpu.copy_(host, non_blocking=True), r)
+        ms = median_ms(lambda: gpu.copy_(host, non_blocking=True), r, dev)
         self.put("pcie_h2d_bw", n * 4 / (ms * 1e6), "pinned 256 MiB host-to-device copy, CUDA events", name)
-        ms = _cuda_ms(lambda: host.copy_(gpu, non_blocking=True), r)
+        ms = median_ms(lambda: host.copy_(gpu, non_blocking=True), r, dev)
         self.put("pcie_d2h_bw", n * 4 / (ms * 1e6), "pinned 256 MiB device-to-host copy, CUDA events", name)
         small = torch.rand(16).pin_memory()
         tiny = torch.empty(16, device=dev)
-        ms = _cuda_ms(lambda: [tiny.copy_(small, non_blocking=True) for _ in range(100)], r)
+        ms = median_ms(lambda: [tiny.copy_(small, non_blocking=True) for _ in range(100)], r, dev)
         self.put("pcie_latency_us", ms * 10, "100 pinned 64-byte host-to-device copies, per copy", name)
         other = torch.empty_like(gpu)
-        ms = _cuda_ms(lambda: other.copy_(gpu), r)
+        ms = median_ms(lambda: other.copy_(gpu), r, dev)
         bw = 2 * n * 4 / (ms * 1e6)
         self.put("device_memory_bw", bw, "device copy of 256 MiB, bytes read + written / time", name)
         rows = 1024 * MiB // (4 * self.dim)
         table = torch.rand(rows, self.dim, device=dev)
         ids = torch.randint(0, rows, (self.lookups * 16,), device=dev)
-        ms = _cuda_ms(lambda: table.index_select(0, ids), r)
+        ms = median_ms(lambda: table.index_select(0, ids), r, dev)
         moved = 2 * ids.numel() * 4 * self.dim  # read + write
         self.put("device_gather_efficiency", min(1.0, moved / (ms * 1e6) / bw),
                  f"index_select of {ids.numel()} uniform rows of {self.dim} floats from a 1 GiB table: "
                  "bytes read + written / time, as a share of device_memory_bw", name)
         a = torch.ones(1, device=dev)
-        ms = _cuda_ms(lambda: [a.add_(1) for _ in range(1000)], r)
+        ms = median_ms(lambda: [a.add_(1) for _ in range(1000)], r, dev)
         self.put("device_kernel_us", ms, "1000 one-element additions back to back, per kernel (CUDA events)", name)
         return name
 
@@ -296,7 +264,7 @@ def _concurrent_ms(fn: Callable[[], Any], procs: int, repeats: int) -> list[floa
     def child(path: str) -> None:
         torch.set_num_threads(1)
         barrier.wait()
-        atomic_write_text(Path(path), json.dumps(_median_ms(fn, repeats)))
+        atomic_write_text(Path(path), json.dumps(median_ms(fn, repeats)))
 
     with tempfile.TemporaryDirectory(prefix="hotcold-parallel-") as tmp:
         paths = [str(Path(tmp) / f"{i}.json") for i in range(procs)]
@@ -333,10 +301,9 @@ def _gloo_worker(rank: int, world: int, port: int, sizes: tuple[int, ...], repea
             times = []
             for r in range(repeats + 1):
                 dist.barrier()
-                t0 = time.perf_counter_ns()
-                dist.all_to_all_single(dst, src)
+                ms = time_ms(lambda: dist.all_to_all_single(dst, src))
                 if r:
-                    times.append((time.perf_counter_ns() - t0) / 1e6)
+                    times.append(ms)
             result[str(nbytes)] = statistics.median(times)
         if rank == 0:
             atomic_write_text(Path(out), json.dumps(result))
@@ -400,29 +367,11 @@ def _data_batches(root: Path, batch: int, columns: int, count: int) -> Any:
 
 def _last_level_cache_mib() -> tuple[float, str]:
     """(MiB, how it was found) of the largest data or unified CPU cache the kernel reports."""
-    best = 0.0
-    base = Path("/sys/devices/system/cpu/cpu0/cache")
-    for index in sorted(base.glob("index*")) if base.is_dir() else []:
-        try:
-            if (index / "type").read_text().strip() not in ("Data", "Unified"):
-                continue
-            size = (index / "size").read_text().strip()
-        except OSError:
-            continue
-        scale = {"K": 1 / 1024, "M": 1.0, "G": 1024.0}.get(size[-1:].upper())
-        if scale and size[:-1].isdigit():
-            best = max(best, int(size[:-1]) * scale)
+    best = last_level_cache_bytes()
     if best:
-        return best, "the largest data/unified cache of cpu0 the Linux kernel reports (sysfs cpu cache index)"
+        return best / MiB, CACHE_SOURCE
     return float(SMALL_TABLE_MIB), (f"not reported by the system: the {SMALL_TABLE_MIB} MiB table of the cached-row "
                                     "benchmarks is the largest known to fit")
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def _interleaved(benchmarks: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
@@ -431,10 +380,9 @@ def _interleaved(benchmarks: dict[str, Callable[[], Any]], repeats: int) -> dict
     times: dict[str, list[float]] = {k: [] for k in benchmarks}
     for r in range(repeats + 1):
         for name, fn in benchmarks.items():
-            t0 = time.perf_counter_ns()
-            fn()
+            ms = time_ms(fn)
             if r:
-                times[name].append((time.perf_counter_ns() - t0) / 1e6)
+                times[name].append(ms)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -444,28 +392,21 @@ def _powerlaw_ids(batch: int, columns: int, rows: int, seed: int, exponent: floa
     and ranks scattered over the table by a fixed permutation."""
     rng = np.random.default_rng(seed)
     per = max(1, rows // columns)
-    cdf = np.cumsum(np.arange(1, per + 1, dtype=np.float64) ** -exponent)
-    ranks = np.searchsorted(cdf, rng.random((batch, columns)) * cdf[-1])
-    ids = rng.permutation(per)[np.minimum(ranks, per - 1)]
+    ranks = draw_ranks(rng, (batch, columns), powerlaw_cdf(per, exponent))
+    ids = rng.permutation(per)[ranks]
     return (ids + np.arange(columns) * per).reshape(-1).astype(np.int64)
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({torch.get_num_threads()} threads)"
-    except OSError:
-        pass
-    return f"{platform.processor() or platform.machine()} ({torch.get_num_threads()} threads)"
-
-
 def calibrate(device: str = "cpu", dim: int = 16, batch_size: int = 1024, lookups: int | None = None,
-              repeats: int = 15, table_mib: int = 64, name: str | None = None, network: bool = True) -> dict[str, Any]:
+              repeats: int = 15, table_mib: int = 64, name: str | None = None, network: bool = True,
+              threads: int | None = None) -> dict[str, Any]:
     """Measure the rates; the profile as a mapping (validated by ``costmodel.profile_from_dict``).
 
     ``network``: on a CPU, also time loopback gloo collectives (two spawned processes, a few seconds).
+    ``threads``: torch's intra-op threads for the benchmarks, as the training jobs set them (None: as they are).
     """
+    if threads is not None:
+        torch.set_num_threads(max(1, threads))
     if device not in ("cpu", "cuda"):
         raise ConfigError(f"calibrate: device must be cpu or cuda, got {device!r}")
     if device == "cuda" and not torch.cuda.is_available():

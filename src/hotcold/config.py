@@ -100,6 +100,11 @@ class ModelConfig:
 
 
 ROW_OPTIMIZERS = ("sgd", "adagrad")
+
+
+def row_state_width(row_optimizer: str) -> int:
+    """Floats of optimizer state each embedding row keeps: one for row-wise Adagrad, none for SGD."""
+    return 1 if row_optimizer == "adagrad" else 0
 DENSE_OPTIMIZERS = ("sgd", "adagrad")
 SHUFFLES = ("global", "none")
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from hotcold.config import ConfigError
+from hotcold.costmodel.techniques import (PriceFn, price_cache, price_device, price_fae, price_hybrid,
+                                          price_proactive, price_scratchpipe, price_sharded)
 from hotcold.distributed.proactive import ProactiveStore
 from hotcold.distributed.sharded import FlexShardStore, ShardedStore
 from hotcold.embedding.base import EmbeddingStore, StoreSpec
@@ -32,8 +34,9 @@ class Method:
 
     name: str
     store: type[EmbeddingStore]
-    summary: str            # one line: what it is
-    peer: bool = False      # another project's kernel through the same loop (an optional extra)
+    summary: str                  # one line: what it is
+    cost: PriceFn | None = None   # its step in the cost model (``hotcold.costmodel.techniques``)
+    peer: bool = False            # another project's kernel through the same loop: measured, never modelled
 
     @property
     def options(self) -> type[StoreOptions]:
@@ -54,16 +57,20 @@ class Method:
 
 
 METHODS: dict[str, Method] = {m.name: m for m in (
-    Method("device", DeviceStore, "every row in device memory: the upper bound and the exactness reference"),
-    Method("hybrid", HybridStore, "every row in host memory, lookups and updates on the CPU: the baseline"),
-    Method("fae", FAEStore, "FAE: hot rows on the device, hot and cold mini-batches"),
-    Method("lru", LRUCacheStore, "a software cache evicting the least recently used rows"),
-    Method("lfu", LFUCacheStore, "a software cache evicting the least frequently used rows"),
-    Method("freqcache", FreqCacheStore, "ColossalAI's frequency-aware cache: ranked rows, warm start"),
-    Method("scratchpipe", ScratchPipeStore, "ScratchPipe: a scratchpad filled by looking ahead, always hit"),
-    Method("sharded", ShardedStore, "the hybrid-parallel exchange under a sharding plan"),
-    Method("proactive", ProactiveStore, "Proactive Embedding: next steps' rows looked up during communication"),
-    Method("flexshard", FlexShardStore, "FlexShard: per-row replicated, node-local and sharded tiers"),
+    Method("device", DeviceStore, "every row in device memory: the upper bound and the exactness reference",
+           price_device),
+    Method("hybrid", HybridStore, "every row in host memory, lookups and updates on the CPU: the baseline",
+           price_hybrid),
+    Method("fae", FAEStore, "FAE: hot rows on the device, hot and cold mini-batches", price_fae),
+    Method("lru", LRUCacheStore, "a software cache evicting the least recently used rows", price_cache),
+    Method("lfu", LFUCacheStore, "a software cache evicting the least frequently used rows", price_cache),
+    Method("freqcache", FreqCacheStore, "ColossalAI's frequency-aware cache: ranked rows, warm start", price_cache),
+    Method("scratchpipe", ScratchPipeStore, "ScratchPipe: a scratchpad filled by looking ahead, always hit",
+           price_scratchpipe),
+    Method("sharded", ShardedStore, "the hybrid-parallel exchange under a sharding plan", price_sharded),
+    Method("proactive", ProactiveStore, "Proactive Embedding: next steps' rows looked up during communication",
+           price_proactive),
+    Method("flexshard", FlexShardStore, "FlexShard: per-row replicated, node-local and sharded tiers", price_sharded),
     Method("fbgemm", FbgemmStore, "FBGEMM's table-batched embedding, the kernel under TorchRec", peer=True),
 )}
 
@@ -74,6 +81,14 @@ def get(name: str) -> Method:
         return METHODS[name]
     except KeyError:
         raise ConfigError(f"unknown method {name!r}; known: {sorted(METHODS)}") from None
+
+
+def price(name: str) -> PriceFn:
+    """The cost model's pricing of method ``name``; a peer or an unknown method has none."""
+    method = METHODS.get(name)
+    if method is None or method.cost is None:
+        raise ConfigError(f"cost model: no model of method {name!r}")
+    return method.cost
 
 
 def names(*, spans_ranks: bool | None = None, peer: bool | None = None) -> list[str]:

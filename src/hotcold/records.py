@@ -31,6 +31,7 @@ import hotcold
 from hotcold.config import RunConfig
 from hotcold.data.format import Dataset
 from hotcold.files import atomic_write, atomic_write_json, tree_sha256
+from hotcold.machine import cpu_name
 from hotcold.train import RunResult
 
 STATUS_OK = "ok"
@@ -119,16 +120,6 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _nvidia_driver() -> str | None:
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
@@ -145,7 +136,7 @@ def provenance(device: torch.device, timer: str) -> dict[str, Any]:
     return {
         "device": torch.cuda.get_device_name(device) if cuda else "cpu",
         "device_type": device.type,
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         "driver": _nvidia_driver() if cuda else None,
         "cuda": torch.version.cuda if cuda else None,
         "torch": torch.__version__,

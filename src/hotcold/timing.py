@@ -14,12 +14,17 @@ hybrid store's gather and update, a cache's planning) shows in event time
 only where the GPU had to wait for it. The CUDA back end therefore also reads
 the host clock at every mark: ``host_steps`` holds those durations (on the
 CPU back end they are ``steps``).
+
+``time_ms`` and ``median_ms`` time one callable the same two ways (CUDA
+events on a GPU, ``perf_counter_ns`` on a CPU) for the micro-benchmarks of
+``hotcold calibrate`` and ``hotcold bench``.
 """
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -30,6 +35,35 @@ MIN_CPU_SHARE = 0.5
 MAX_STEP_SPREAD = 3.0
 #: ... or when its repeats' throughputs spread wider than this (max / min; quiet identical runs here differ ~20%)
 MAX_REPEAT_SPREAD = 1.5
+
+
+def time_ms(fn: Callable[[], Any], device: Any = "cpu") -> float:
+    """Run ``fn`` once and return its milliseconds.
+
+    On a CUDA ``device`` (a ``torch.device`` or its type's name): between two
+    CUDA events recorded on the current stream around the call, after a
+    synchronisation (earlier work is not counted), waiting for the end event.
+    Anywhere else: ``perf_counter_ns`` around the call.
+    """
+    if getattr(device, "type", device) == "cuda":
+        import torch
+
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize(device)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end))
+    t0 = time.perf_counter_ns()
+    fn()
+    return (time.perf_counter_ns() - t0) / 1e6
+
+
+def median_ms(fn: Callable[[], Any], repeats: int, device: Any = "cpu") -> float:
+    """Median ``time_ms`` of ``fn`` over ``repeats`` calls, after one untimed warm-up call."""
+    fn()
+    return statistics.median(time_ms(fn, device) for _ in range(repeats))
 
 
 class PhaseTimer:

@@ -309,9 +309,10 @@ def claims_table(records: list[dict[str, Any]], comm: pd.DataFrame, profiles: di
                  claims: Sequence[Claim] = CLAIMS) -> pd.DataFrame:
     """One row per claim (``CLAIM_COLUMNS``); ``profiles`` maps profile names to loaded hardware profiles."""
     if predict is None or comm_model is None:
-        from hotcold import costmodel
+        from hotcold import costmodel, methods
 
-        predict, comm_model = predict or costmodel.predict_record, comm_model or costmodel.comm_ms
+        predict = predict or (lambda rec, profile: costmodel.predict_record(rec, profile, methods.price(rec["method"])))
+        comm_model = comm_model or costmodel.comm_ms
     rows = []
     for claim in claims:
         row = _row(claim)

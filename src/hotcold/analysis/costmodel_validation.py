@@ -71,7 +71,7 @@ def validation_frame(records: Sequence[dict[str, Any]], profile: HardwareProfile
     """Rows of every record ``validated`` keeps (``shape_of``: each record's dense model sizes, when known)."""
     rows = []
     for rec in validated(records, profile):
-        rows += validation_rows(rec, predict_record(rec, profile, shape_of(rec)))
+        rows += validation_rows(rec, predict_record(rec, profile, methods.price(rec["method"]), shape_of(rec)))
     return pd.DataFrame(rows, columns=ROW_COLUMNS)
 
 

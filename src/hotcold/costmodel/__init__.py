@@ -28,7 +28,6 @@ from hotcold.costmodel.profile import (
     required_rates,
 )
 from hotcold.costmodel.techniques import (
-    PRICES,
     PriceFn,
     price_cache,
     price_device,
@@ -40,7 +39,7 @@ from hotcold.costmodel.techniques import (
 )
 from hotcold.costmodel.workload import ModelShape, Workload
 
-__all__ = ["ALL_RATES", "COLLECTIVES", "COMM_RATES", "DEVICE_RATES", "HOST_RATES", "KINDS", "PRICES", "SHARED_RATES",
+__all__ = ["ALL_RATES", "COLLECTIVES", "COMM_RATES", "DEVICE_RATES", "HOST_RATES", "KINDS", "SHARED_RATES",
            "STEP_ORDER", "Costs", "HardwareProfile", "ModelShape", "Prediction", "PriceFn", "Rate", "Terms", "Workload",
            "collective_ms", "comm_ms", "comm_rates", "load_profile", "oversubscription", "predict", "predict_record",
            "price_cache", "price_device", "price_fae", "price_hybrid", "price_proactive", "price_scratchpipe",

@@ -20,10 +20,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from hotcold.config import ConfigError
 from hotcold.costmodel.pricing import Costs, Terms, batch_terms
 from hotcold.costmodel.profile import HardwareProfile
-from hotcold.costmodel.techniques import PRICES, PriceFn
+from hotcold.costmodel.techniques import PriceFn
 from hotcold.costmodel.workload import ModelShape, Workload
 
 
@@ -116,13 +115,8 @@ def oversubscription(w: Workload, profile: HardwareProfile) -> tuple[float, floa
     return compute, max(1.0, demand / cores), notes
 
 
-def predict_record(record: Mapping[str, Any], profile: HardwareProfile, shape: ModelShape | None = None,
-                   price: PriceFn | None = None) -> Prediction:
-    """``predict`` on a run's record (``Workload.from_record``); ``price``: the technique's pricing, by
-    default its method's."""
-    w = Workload.from_record(record, shape)
-    if price is None:
-        if w.method not in PRICES:
-            raise ConfigError(f"cost model: no model of method {w.method!r}")
-        price = PRICES[w.method]
-    return predict(w, profile, price)
+def predict_record(record: Mapping[str, Any], profile: HardwareProfile, price: PriceFn,
+                   shape: ModelShape | None = None) -> Prediction:
+    """``predict`` on a run's record (``Workload.from_record``) with its technique's pricing ``price``
+    (``hotcold.methods.price``)."""
+    return predict(Workload.from_record(record, shape), profile, price)

@@ -196,18 +196,3 @@ def price_proactive(t: Terms, c: Costs, w: Workload) -> None:
     t.hidden["proactive_early_lookup"] = min(early_ms, a2a)
     _update(t, c, w, x)
 
-
-#: method -> its pricing function. Temporary: the method registry (``hotcold.methods``) replaces this
-#: table, each method's entry naming its pricing function. Peers (``fbgemm``) have none: measured, never modelled.
-PRICES: dict[str, PriceFn] = {
-    "device": price_device,
-    "hybrid": price_hybrid,
-    "lru": price_cache,
-    "lfu": price_cache,
-    "freqcache": price_cache,
-    "fae": price_fae,
-    "scratchpipe": price_scratchpipe,
-    "sharded": price_sharded,
-    "proactive": price_proactive,
-    "flexshard": price_sharded,
-}

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from hotcold.config import ConfigError
+from hotcold.config import ConfigError, row_state_width
 from hotcold.embedding.rows import RowGroups, bag_sums, sum_by_index
 
 
@@ -108,7 +108,7 @@ class RowOptimizer:
     @property
     def state_width(self) -> int:
         """Floats of optimizer state per row."""
-        return 1 if self.kind == "adagrad" else 0
+        return row_state_width(self.kind)
 
     @property
     def compiled(self) -> bool:

@@ -9,8 +9,8 @@ planted tables and default holdout (its last day of 24, halved into val and
 test).
 
 Samples are produced in chunks, table by table, with one random stream per
-table, so the output is byte-identical for a given config and independent of
-the chunk size.
+table (ranks drawn by ``data.powerlaw``), so the output is byte-identical for
+a given config and independent of the chunk size.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from tqdm import tqdm
 from hotcold.data.format import write_dataset
 from hotcold.data.generators.config import GeneratorConfig, split_ranges
 from hotcold.data.generators.drift import HOT_FRACTION, drift
+from hotcold.data.powerlaw import draw_ranks, powerlaw_cdf
 from hotcold.data.skew import coverage_stats
 from hotcold.metrics import roc_auc
 
@@ -103,7 +104,7 @@ def generate_criteo(cfg: GeneratorConfig, out: Path, progress: bool = True,
 
     # Unnormalised power-law CDF over ranks, shared by all tables: table t samples
     # rank r with P ∝ (r+1)^-exponent by inverting cdf[:n_t].
-    cdf = np.cumsum(np.arange(1, max(cards) + 1, dtype=np.float64) ** -cfg.exponent)
+    cdf = powerlaw_cdf(max(cards), cfg.exponent)
     perms = [rng.permutation(n).astype(np.int32) for rng, n in zip(table_rngs, cards)]  # rank -> id
     hots = [max(1, math.ceil(HOT_FRACTION * n)) for n in cards]
 
@@ -124,9 +125,7 @@ def generate_criteo(cfg: GeneratorConfig, out: Path, progress: bool = True,
             for lo in range(bounds[seg], bounds[seg + 1], chunk_rows):
                 hi = min(lo + chunk_rows, bounds[seg + 1])
                 for t, n in enumerate(cards):
-                    u = table_rngs[t].random(hi - lo) * cdf[n - 1]
-                    ranks = np.minimum(np.searchsorted(cdf[:n], u, side="right"), n - 1)
-                    sparse[lo:hi, t] = perms[t][ranks]
+                    sparse[lo:hi, t] = perms[t][draw_ranks(table_rngs[t], hi - lo, cdf, n)]
                 dense[lo:hi] = _dense_chunk(hi - lo, dense_rngs)
                 dense_logit[lo:hi] = dense[lo:hi].astype(np.float64) @ w_dense
                 bar.update(hi - lo)

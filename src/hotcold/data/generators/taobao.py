@@ -9,7 +9,7 @@ are negatives whose target is another item, as in TBSM.
 
 The model behind the clicks:
 
-- Items: popularity ``∝ rank^-exponent`` with ranks mapped to scattered ids;
+- Items: popularity ``∝ rank^-exponent`` (``data.powerlaw``) with ranks mapped to scattered ids;
   the hot ranks drift between ``drift_segments`` time segments as in the
   Criteo kinds. Every item belongs to one category; category sizes (items)
   are ``∝ rank^-CATEGORY_EXPONENT``, every category has at least one item.
@@ -47,6 +47,7 @@ from hotcold.config import ConfigError
 from hotcold.data.format import write_dataset
 from hotcold.data.generators.config import GeneratorConfig
 from hotcold.data.generators.drift import HOT_FRACTION, drift
+from hotcold.data.powerlaw import draw_ranks, invert_cdf, powerlaw_cdf, powerlaw_weights
 from hotcold.data.skew import coverage_from_counts
 from hotcold.metrics import roc_auc
 
@@ -73,8 +74,7 @@ class _Popularity:
     def items(self, u: np.ndarray, cats: np.ndarray | None = None) -> np.ndarray:
         """Item ids for uniforms ``u`` in [0, 1): by popularity, within ``cats`` if given."""
         if cats is None:
-            pos = np.searchsorted(self.cum, u * self.cum[-1], side="right")
-            pos = np.minimum(pos, self.cum.size - 1)
+            pos = invert_cdf(self.cum, u)
         else:
             pos = np.searchsorted(self.cum, self.cat_lo[cats] + u * self.cat_mass[cats], side="right")
             pos = np.clip(pos, self.cat_first[cats], self.cat_last[cats])
@@ -82,16 +82,14 @@ class _Popularity:
 
     def categories(self, u: np.ndarray) -> np.ndarray:
         """Category ids for uniforms ``u`` in [0, 1), by category popularity."""
-        pos = np.searchsorted(self.cat_cum, u * self.cat_cum[-1], side="right")
-        return np.minimum(pos, self.cat_cum.size - 1)
+        return invert_cdf(self.cat_cum, u)
 
 
 def _assign_categories(n_items: int, n_cats: int, rng: np.random.Generator) -> np.ndarray:
     """int64 [I] category of each item: one item per category first, the rest by power-law size."""
     cat_perm = rng.permutation(n_cats)                           # size rank -> category id
     first = min(n_items, n_cats)
-    cdf = np.cumsum(np.arange(1, n_cats + 1, dtype=np.float64) ** -CATEGORY_EXPONENT)
-    rest = np.minimum(np.searchsorted(cdf, rng.random(n_items - first) * cdf[-1], side="right"), n_cats - 1)
+    rest = draw_ranks(rng, n_items - first, powerlaw_cdf(n_cats, CATEGORY_EXPONENT))
     ranks = np.concatenate([np.arange(first), rest])
     return cat_perm[ranks][rng.permutation(n_items)]
 
@@ -165,7 +163,7 @@ def generate_taobao(cfg: GeneratorConfig, out: Path, progress: bool = True) -> d
     cat_of_item = _assign_categories(n_items, n_cats, r_cat)             # [I]
     by_cat = np.argsort(cat_of_item, kind="stable")                      # [I]
     cat_bounds = np.searchsorted(cat_of_item[by_cat], np.arange(n_cats + 1))  # [C+1]
-    rank_w = np.arange(1, n_items + 1, dtype=np.float64) ** -cfg.exponent
+    rank_w = powerlaw_weights(n_items, cfg.exponent)
     perm = r_item.permutation(n_items)                                   # rank -> item id
     hot = max(1, int(np.ceil(HOT_FRACTION * n_items)))
     pops = []

@@ -1,0 +1,65 @@
+"""Verbs that measure this machine: ``calibrate`` (a hardware profile for the cost model) and ``bench``."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from hotcold.config import TrainConfig
+
+TRAIN = TrainConfig()
+
+
+def add_calibrate(sub: argparse._SubParsersAction) -> None:
+    cal = sub.add_parser("calibrate", help="measure this machine's rates with micro-benchmarks; write a "
+                                           "hardware profile for the cost model")
+    cal.add_argument("--out", required=True, help="profile YAML to write")
+    cal.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                     help="auto: the GPU when there is one, as the training jobs")
+    cal.add_argument("--dim", type=int, default=16, help="embedding dimension of the row benchmarks")
+    cal.add_argument("--batch-size", type=int, default=TRAIN.batch_size)
+    cal.add_argument("--repeats", type=int, default=15, help="repeats per benchmark (the median is kept)")
+    cal.add_argument("--threads", type=int, default=1, help="torch threads, as the training jobs'")
+    cal.add_argument("--name", help="the profile's name (default: calibrated-<device>)")
+    cal.set_defaults(func=cmd_calibrate)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> None:
+    from hotcold.calibrate import calibrate, write_profile
+    from hotcold.train import resolve_device
+
+    profile = calibrate(resolve_device(args.device).type, dim=args.dim, batch_size=args.batch_size,
+                        repeats=args.repeats, name=args.name, threads=args.threads)
+    write_profile(profile, Path(args.out))
+    print(f"wrote {args.out}: {len(profile['rates'])} rates of {profile['description']}")
+
+
+def add_bench(sub: argparse._SubParsersAction) -> None:
+    be = sub.add_parser("bench", help="benchmarks: `bench embedding` times the core embedding step against "
+                                      "FBGEMM's TBE and measures gather bandwidth")
+    be.add_argument("what", choices=["embedding"])
+    be.add_argument("--threads", type=int, default=1, help="torch threads")
+    be.add_argument("--batch", type=int, default=2048, help="samples per batch")
+    be.add_argument("--dim", type=int, default=16, help="embedding dimension")
+    be.add_argument("--cap", type=int, default=200_000, help="rows per table at most (Criteo Kaggle's 26 tables)")
+    be.add_argument("--zipf", type=float, default=1.2, help="Zipf exponent of the ids")
+    be.add_argument("--steps", type=int, default=40, help="timed steps of each side per repeat")
+    be.add_argument("--repeats", type=int, default=7, help="interleaved repeats (medians are reported)")
+    be.add_argument("--check-steps", type=int, default=20, help="steps of the weight-agreement check (0: skip)")
+    be.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    be.add_argument("--optimizers", nargs="+", choices=["sgd", "adagrad"], default=["sgd", "adagrad"])
+    be.add_argument("--no-compile", action="store_true",
+                    help="run the harness's backward + update (sparse_step) plainly, not compiled")
+    be.add_argument("--out", help="write the result as JSON (.json) or CSV (.csv)")
+    be.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> None:
+    from hotcold.bench import BenchConfig, render, run, write
+
+    result = run(BenchConfig(threads=args.threads, batch=args.batch, dim=args.dim, cap=args.cap, zipf=args.zipf,
+                             steps=args.steps, repeats=args.repeats, check_steps=args.check_steps,
+                             device=args.device, optimizers=tuple(args.optimizers), compile=not args.no_compile))
+    print(render(result))
+    if args.out:
+        write(result, Path(args.out))
+        print(f"wrote {args.out}")

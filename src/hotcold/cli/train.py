@@ -1,0 +1,55 @@
+"""Verbs that train: ``train`` (one run, over ranks if its config says so) and ``train-group`` (runs interleaved).
+
+The work is ``hotcold.runner``'s; these read the arguments and say where the
+records went.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from hotcold.cli.args import load_mapping, load_runs
+
+
+def add_train(sub: argparse._SubParsersAction) -> None:
+    t = sub.add_parser("train", help="train one method on one dataset and write its run record")
+    t.add_argument("--dataset", required=True, help="dataset directory (with manifest.json)")
+    t.add_argument("--run-config", required=True, help="run config: JSON object or a YAML/JSON file")
+    t.add_argument("--out", required=True, help="run directory for record.json and steps.parquet")
+    t.add_argument("--threads", type=int, default=1, help="threads of the job, shared by its ranks")
+    t.add_argument("--nproc", type=int, help="ranks to launch with torchrun (default: the config's distributed.world)")
+    t.add_argument("--device", choices=["auto", "cpu", "cuda"], help="override timing.device")
+    t.add_argument("--no-progress", action="store_true")
+    t.set_defaults(func=cmd_train)
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from hotcold.config import RunConfig
+    from hotcold.runner import outcome, train_run
+
+    record = train_run(RunConfig.from_dict(load_mapping(args.run_config)), args.dataset, args.out,
+                       threads=args.threads, nproc=args.nproc, device=args.device, progress=not args.no_progress)
+    if record is not None:
+        print(f"wrote {Path(args.out) / 'record.json'} ({record['provenance']['device']}): {outcome(record)}",
+              file=sys.stderr)
+
+
+def add_train_group(sub: argparse._SubParsersAction) -> None:
+    tg = sub.add_parser("train-group", help="train several one-process runs of one dataset interleaved by repeat "
+                                            "(repeat 1 of each, then repeat 2 of each, ...) and write their records")
+    tg.add_argument("--dataset", required=True, help="dataset directory (with manifest.json)")
+    tg.add_argument("--runs", required=True,
+                    help='[{"run_config": {...}, "out": RUN_DIR}, ...]: a JSON list, or a JSON/YAML file holding it')
+    tg.add_argument("--threads", type=int, default=1, help="threads of the job")
+    tg.add_argument("--device", choices=["auto", "cpu", "cuda"], help="override timing.device")
+    tg.add_argument("--no-progress", action="store_true")
+    tg.set_defaults(func=cmd_train_group)
+
+
+def cmd_train_group(args: argparse.Namespace) -> None:
+    from hotcold.runner import outcome, train_group
+
+    for job, record in train_group(load_runs(args.runs), args.dataset, threads=args.threads, device=args.device,
+                                   progress=not args.no_progress):
+        print(f"wrote {job.out_dir / 'record.json'}: {outcome(record)}", file=sys.stderr)

@@ -1,0 +1,104 @@
+"""Run one configured training run as a job: on this process, or over ranks it launches; and groups of runs.
+
+``hotcold train`` and ``hotcold train-group`` are these functions. A job
+says where the run trains (``device`` overrides ``timing.device``), over how
+many ranks (``nproc`` overrides ``distributed.world``) and with how many
+threads, shared by its ranks. A run over P ranks started by hand launches
+P ranks with torchrun, each running ``hotcold train`` on the resolved
+config, and each of those joins the process group and trains its slice
+(``repeats.run_and_record``). Status lines go to stderr, as progress does.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from hotcold.config import ConfigError, RunConfig
+from hotcold.distributed.comm import launched
+from hotcold.distributed.launch import launch_ranks
+from hotcold import methods
+from hotcold.repeats import Job, run_and_record, run_group
+from hotcold.train import resolve_device
+
+
+def with_device(cfg: RunConfig, device: str | None) -> RunConfig:
+    """``cfg`` with ``timing.device`` set to ``device`` (unchanged when None)."""
+    if not device:
+        return cfg
+    return dataclasses.replace(cfg, timing=dataclasses.replace(cfg.timing, device=device))
+
+
+def train_run(cfg: RunConfig, dataset_dir: str | Path, out_dir: str | Path, threads: int = 1,
+              nproc: int | None = None, device: str | None = None, progress: bool = True) -> dict[str, Any] | None:
+    """Train one run and write its run directory; the record (None where another process writes it).
+
+    One-process methods cannot run over several ranks (``ConfigError``). Not
+    launched yet, a run over several ranks launches them and returns None
+    once they are done (a failed rank: ``ChildProcessError``, no record). A
+    rank joins the process group and trains with ``threads // world``
+    threads; rank 0 returns the record.
+    """
+    cfg = with_device(cfg, device)
+    if nproc is not None:
+        cfg = dataclasses.replace(cfg, distributed=dataclasses.replace(cfg.distributed, world=nproc))
+        cfg.distributed.validate("--nproc")
+    world_size = cfg.distributed.world
+    if world_size > 1 and not methods.get(cfg.method).spans_ranks:
+        raise ConfigError(f"method {cfg.method!r} runs in one process; over {world_size} ranks use "
+                          f"{', '.join(methods.names(spans_ranks=True))}")
+    if world_size > 1 and not launched():
+        _launch(cfg, dataset_dir, out_dir, threads, progress)
+        return None
+    world = None
+    dev = resolve_device(cfg.timing.device)
+    if launched():
+        from hotcold.distributed.world import World
+
+        world = World.join(cfg.distributed.ranks_per_node, world_size, dev)
+    torch.set_num_threads(max(1, threads // world_size))
+    if world is None or world.is_main:
+        print(f"run {cfg.dataset}/{cfg.method}/{cfg.variant}/seed~{cfg.seed} ({threads} threads, "
+              f"{world_size} rank(s))", file=sys.stderr)
+    try:
+        return run_and_record(cfg, Path(dataset_dir), Path(out_dir), progress=progress, world=world, device=dev)
+    finally:
+        if world is not None:
+            world.close()
+
+
+def _launch(cfg: RunConfig, dataset_dir: str | Path, out_dir: str | Path, threads: int, progress: bool) -> None:
+    """Start the config's ranks, each running ``hotcold train`` on the resolved config; a failed rank fails the job."""
+    (Path(out_dir) / "record.json").unlink(missing_ok=True)
+    verb = ["train", "--dataset", str(dataset_dir), "--run-config", json.dumps(cfg.to_dict()), "--out", str(out_dir),
+            "--threads", str(threads)] + ([] if progress else ["--no-progress"])
+    rc = launch_ranks(cfg.distributed.world, verb)
+    if rc != 0:
+        raise ChildProcessError(f"torchrun exited with status {rc}: a rank failed, no record was written")
+
+
+def train_group(runs: Sequence[tuple[Mapping[str, Any], str | Path]], dataset_dir: str | Path, threads: int = 1,
+                device: str | None = None, progress: bool = True) -> list[tuple[Job, dict[str, Any] | None]]:
+    """Train one-process runs of one dataset interleaved by repeat (``repeats.run_group``); each job and its record.
+
+    ``runs``: (run config mapping, run directory) pairs.
+    """
+    jobs = [Job(with_device(RunConfig.from_dict(config), device), Path(out)) for config, out in runs]
+    torch.set_num_threads(max(1, threads))
+    print(f"train {len(jobs)} run(s) of {jobs[0].cfg.dataset} interleaved by repeat ({threads} threads)",
+          file=sys.stderr)
+    return list(zip(jobs, run_group(jobs, Path(dataset_dir), progress=progress)))
+
+
+def outcome(record: Mapping[str, Any]) -> str:
+    """One line on how a run ended: its throughput and AUC, or why it could not run."""
+    if record["status"] != "ok":
+        return f"{record['status']}: {record['reason']}"
+    s, m = record["summary"], record["metrics"]
+    repeats = f" (median of {s['repeats']} repeats, spread {s['repeat_spread']:.2f})" if s.get("repeats", 1) > 1 else ""
+    return (f"{s['samples_per_s']:.0f} samples/s{repeats}, step p50 {s['step_ms_p50']:.2f} ms, AUC {m['auc']:.4f}"
+            + ("" if s.get("stable", True) else f", unstable: {s['unstable_reason']}"))
