@@ -11,7 +11,7 @@ CONFIG ?=
 SNAKEMAKE := $(BIN)/snakemake --cores $(CORES) --show-failed-logs --rerun-incomplete $(if $(CONFIG),--configfile $(CONFIG),)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup reproduce figures report test bench lint clean
+.PHONY: setup reproduce figures report test test-all bench lint clean
 
 setup: $(STAMP)
 
@@ -46,8 +46,12 @@ report: $(STAMP)
 	$(SNAKEMAKE) --report results/report.html
 	@echo "Report: results/report.html"
 
+# The default tier (pyproject.toml: not `slow`); test-all runs every test.
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -m ""
 
 bench: $(STAMP)
 	$(BIN)/python -m pytest tests/benchmarks --benchmark-only

@@ -29,7 +29,6 @@ include: "workflows/rules/costmodel.smk"
 localrules:
     all,
     download,
-    device_infeasible,
     dataset_stats,
     cache_sim,
     aggregate,

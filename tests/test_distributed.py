@@ -93,7 +93,8 @@ def all_cases(datasets, world: int, ranks_per_node: int) -> list[dict]:
     return cases
 
 
-@pytest.fixture(scope="module", params=[(2, 1), (4, 2)], ids=["2x1", "4x2"])
+#: the 4-rank world (2 nodes of 2: intra- and inter-node links) runs by default, 2 ranks in the slow tier
+@pytest.fixture(scope="module", params=[pytest.param((2, 1), marks=pytest.mark.slow), (4, 2)], ids=["2x1", "4x2"])
 def multi_rank(request, small_dataset, sequence_dataset, tmp_path_factory):
     world, rpn = request.param
     cases = all_cases([small_dataset, sequence_dataset], world, rpn)
@@ -230,6 +231,7 @@ if os.environ.get("RANK") == "1":  # a torchrun rank, not the launcher: die in t
 """
 
 
+@pytest.mark.slow
 def test_dead_rank_leaves_no_record(small_dataset, tmp_path):
     out = tmp_path / "run"
     out.mkdir()
@@ -247,6 +249,7 @@ def test_dead_rank_leaves_no_record(small_dataset, tmp_path):
     assert not (out / "record.json").exists()
 
 
+@pytest.mark.slow  # the tiny workflow launches ranks through the CLI too
 def test_two_ranks_through_the_cli_write_one_record(small_dataset, tmp_path):
     out = tmp_path / "run"
     cfg = case_cfg("proactive", "row", {}, "adagrad", world=2).to_dict()

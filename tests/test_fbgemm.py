@@ -81,6 +81,22 @@ def test_managed_cache_on_a_cpu_is_infeasible(cache):
         methods.get("fbgemm").build(_spec("adagrad", cache=cache, cache_ratio=0.05))
 
 
+def test_a_managed_cache_on_a_cpu_gets_its_record_without_training(tmp_path, small_dataset, capsys):
+    """`hotcold infeasible` (the workflow's one job for such runs): the same record a training job would write."""
+    lru = {**RUN, "variant": "lru", "store": {"cache": "lru", "cache_ratio": 0.05}}
+    assert methods.get("fbgemm").parse_options(lru["store"]).infeasible_on("cuda") is None
+    runs = [{"run_config": lru, "out": str(tmp_path / "lru")}]
+    assert main(["infeasible", "--runs", json.dumps(runs), "--data", str(small_dataset.path.parent),
+                 "--device", "cpu"]) == 0
+    rec = json.loads((tmp_path / "lru" / "record.json").read_text())
+    assert rec["status"] == "infeasible" and "needs a GPU; this run is on cpu" in rec["reason"]
+    assert rec["dataset_manifest_sha256"] == small_dataset.manifest_sha256 and (tmp_path / "lru/steps.parquet").is_file()
+    host = [{"run_config": RUN, "out": str(tmp_path / "host")}]
+    assert main(["infeasible", "--runs", json.dumps(host), "--data", str(small_dataset.path.parent),
+                 "--device", "cpu"]) == 2
+    assert "can run on cpu; train it instead" in capsys.readouterr().err and not (tmp_path / "host").exists()
+
+
 def test_missing_extra_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(fbgemm, "available", lambda: "fbgemm_gpu is not installed; install it with "
                         f"`{fbgemm.INSTALL_HINT}`")

@@ -130,6 +130,7 @@ def test_step_is_the_documented_formula(kind):
     assert torch.allclose(state.double(), s, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # compiles with torch.compile: seconds
 def test_compiled_step_matches_plain():
     """The one test that compiles (seconds; ~15 s with a cold compiler cache): ``HOTCOLD_COMPILE=1``'s step."""
     plain_w, plain_s, _, _ = _step_case("adagrad", compile=False)

@@ -117,6 +117,7 @@ def test_a_quiet_run_is_stable(small_dataset: Dataset, one_thread: None) -> None
     assert quiet["cpu_share"] >= MIN_CPU_SHARE
 
 
+@pytest.mark.slow  # busy processes beside a run
 def test_competing_processes_make_a_run_unstable(small_dataset: Dataset, one_thread: None) -> None:
     alone = train(run_cfg(QUIET_STEPS), small_dataset, CPU, progress=False).summary
     procs = competitors(max(4, COMPETITORS_PER_CORE * (os.cpu_count() or 1)))

@@ -19,6 +19,10 @@ CPU = torch.device("cpu")
 MISSING = {"fbgemm": fbgemm_available()}
 #: FBGEMM's TBE needs the embedding dimension a multiple of 4
 SPEC_DIM = {"fbgemm": 4}
+#: a peer's kernels round its (same) update their own way, and Adagrad grows the difference step by step:
+#: FBGEMM's row-wise Adagrad on the small fixture after 50 steps, 8.2e-7 on one CPU and 1.19e-6 on an AVX-512 one
+#: (1.7e-7 after 10 steps, 5.7e-7 after 20); its SGD stays below 1e-9 (docs/measurements.md)
+PEER_RTOL = 5e-6
 
 
 def skip_missing(method: str) -> None:
@@ -59,7 +63,7 @@ def test_store_trains_same_model_as_device(request, data, method, row_optimizer,
     ref = train(run_cfg("device", row_optimizer), ds, device, progress=False, order=got.order)
     before = init_table(ds.cardinalities, 8, 0)
     assert not torch.equal(ref.store.export(), before), "training must change the rows"
-    assert rel_diff(got.named_parameters(), ref.named_parameters()) <= 1e-6
+    assert rel_diff(got.named_parameters(), ref.named_parameters()) <= (PEER_RTOL if methods.get(method).peer else 1e-6)
 
 
 def test_sequence_model_learns(sequence_dataset):

@@ -109,6 +109,7 @@ def test_lint_is_clean(tmp_path: Path) -> None:
     assert "Lints for" not in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("yaml", "expected"),
     [
@@ -139,6 +140,7 @@ def test_bad_config_fails_naming_the_key(tmp_path: Path, yaml: str, expected: st
     assert expected in out, out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("yaml", "expected"),
     [
@@ -167,6 +169,7 @@ def test_bad_values_fail_at_dry_run(tmp_path: Path, yaml: str, expected: str) ->
     assert "invalid configuration" in out and expected in out, out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("yaml", "expected"),
     [
@@ -192,6 +195,7 @@ def test_bad_store_options_fail_at_dry_run(tmp_path: Path, yaml: str, expected: 
     assert "Error validating config file" in out and expected in out, out
 
 
+@pytest.mark.slow
 def test_paper_config_plans(tmp_path: Path) -> None:
     """paper.yaml's nulls (variants it removes, options it replaces) pass the store-option checks."""
     csv = tmp_path / "UserBehavior.csv"
@@ -212,6 +216,7 @@ def test_store_options_are_checked_after_the_dataset_overrides_merge(tmp_path: P
     assert "cache_ratio and cache_rows are alternatives" in out, out
 
 
+@pytest.mark.slow
 def test_a_null_removes_a_store_option(tmp_path: Path) -> None:
     yaml = ("methods:\n  lru:\n    1.5pct: {cache_ratio: null, cache_rows: 500, pin_host: true}\n"
             "  fae:\n    12.4pct: {budget_ratio: null, budget_bytes: 1048576, run_length: epoch}\n")
@@ -222,6 +227,7 @@ def test_a_null_removes_a_store_option(tmp_path: Path) -> None:
     assert '"store": {"cache_rows": 500, "pin_host": true}' in lru[0]
 
 
+@pytest.mark.slow
 def test_taobao_without_a_path_fails_at_dry_run(tmp_path: Path) -> None:
     proc = dry_run(tmp_path, "datasets:\n  taobao:\n    generator: null\n    source: {kind: taobao}\n")
     out = proc.stdout + proc.stderr
@@ -229,6 +235,7 @@ def test_taobao_without_a_path_fails_at_dry_run(tmp_path: Path) -> None:
     assert "datasets.taobao.source.path" in out and "tianchi.aliyun.com" in out, out
 
 
+@pytest.mark.slow
 def test_dry_run_plans_scale_out_runs_and_shard_sims(tmp_path: Path) -> None:
     """Scale-out methods train at every scale under their own path; one-process paths are unchanged."""
     proc = dry_run(tmp_path, "seeds: [0]\n", "-p", "--cores", "2")  # a 4-rank job gets at most the 2 cores
@@ -236,12 +243,12 @@ def test_dry_run_plans_scale_out_runs_and_shard_sims(tmp_path: Path) -> None:
     assert proc.returncode == 0, out
     lines = out.splitlines()
     trains = [ln for ln in lines if "-m hotcold train --nproc" in ln]
-    assert len(trains) == 2 * (5 + 6 + 1)  # 2 scales x (kaggle: 4 plans + proactive; taobao: + flexshard; terabyte: row)
+    assert len(trains) == 5 + 6 + 1  # kaggle: 4 plans + proactive; taobao: + flexshard; terabyte: row
     four = [ln for ln in trains if "runs/kaggle/sharded/row/world~4-rpn~2/seed~0" in ln]
     assert len(four) == 1 and "--nproc 4" in four[0] and "--threads 2" in four[0]
     assert '"distributed": {"ranks_per_node": 2, "world": 4}' in four[0] and '"steps": 40' in four[0]
     assert not any("runs/kaggle/flexshard" in ln for ln in trains)
-    assert any("runs/taobao/flexshard/base/world~2-rpn~1/seed~0" in ln for ln in trains)
+    assert any("runs/taobao/flexshard/base/world~4-rpn~2/seed~0" in ln for ln in trains)
     assert any("--out 'results/runs/kaggle/lru/1.5pct/seed~0'" in ln and "--nproc" not in ln for ln in lines)
     sims = [ln for ln in lines if "hotcold shard-sim" in ln]
     assert len(sims) == 3
@@ -249,6 +256,7 @@ def test_dry_run_plans_scale_out_runs_and_shard_sims(tmp_path: Path) -> None:
     assert all("--plans table row column recshard flexshard" in ln for ln in sims)
 
 
+@pytest.mark.slow
 def test_dry_run_plans_real_and_generated_datasets_with_overrides(tmp_path: Path) -> None:
     csv = tmp_path / "UserBehavior.csv"
     csv.write_text("1,2,3,pv,1511000000\n")
@@ -289,6 +297,7 @@ def training_jobs(out: str) -> tuple[Counter, set[str]]:
     return jobs, files
 
 
+@pytest.mark.slow
 def test_interleave_plans_one_group_job_per_dataset_and_seed(tmp_path: Path) -> None:
     """The same record paths as one job per run; one-process runs in one job per (dataset, seed)."""
     separate = dry_run(tmp_path, "seeds: [0, 1]\n")
@@ -299,10 +308,9 @@ def test_interleave_plans_one_group_job_per_dataset_and_seed(tmp_path: Path) -> 
     group_jobs, group_files = training_jobs(interleaved.stdout)
     assert group_files == files and any(f.endswith("kaggle/lru/1.5pct/seed~1/record.json") for f in files)
     # the default's 42 one-process runs and the fbgemm peer's 15 (5 variants x 3 datasets), 2 seeds; on a CPU
-    # its 12 managed-cache runs get their infeasible records from one rule, without a training job
+    # its 12 managed-cache runs a seed get their infeasible records from one job, without training
     assert jobs["train"] == 2 * (42 + 3) and "train" not in group_jobs
-    assert separate.stdout.count("rule device_infeasible:") == interleaved.stdout.count("rule device_infeasible:") \
-        == 2 * 12
+    assert separate.stdout.count("rule device_infeasible:") == interleaved.stdout.count("rule device_infeasible:") == 1
     assert {r: n for r, n in group_jobs.items() if r != "train_scaleout"} == \
         {f"train_group_{d}": 2 for d in DATASETS}
     assert group_jobs["train_scaleout"] == jobs["train_scaleout"]
@@ -313,6 +321,7 @@ def test_interleave_plans_one_group_job_per_dataset_and_seed(tmp_path: Path) -> 
     assert all("interleave" not in r["run_config"]["timing"] for r in runs)  # a layout of jobs, not of a run
 
 
+@pytest.mark.slow
 def test_a_code_change_reruns_the_training_jobs(tmp_path: Path) -> None:
     """The package's source hash is a parameter of the training rules: editing a .py file reruns them."""
     work = tmp_path / "copy"

@@ -18,10 +18,10 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from hotcold import methods
 from hotcold.config import ConfigError, RunConfig
 from hotcold.distributed.comm import launched
 from hotcold.distributed.launch import launch_ranks
-from hotcold import methods
 from hotcold.repeats import Job, run_and_record, run_group
 from hotcold.train import resolve_device
 
@@ -92,6 +92,26 @@ def train_group(runs: Sequence[tuple[Mapping[str, Any], str | Path]], dataset_di
     print(f"train {len(jobs)} run(s) of {jobs[0].cfg.dataset} interleaved by repeat ({threads} threads)",
           file=sys.stderr)
     return list(zip(jobs, run_group(jobs, Path(dataset_dir), progress=progress)))
+
+
+def write_infeasible_runs(runs: Sequence[tuple[Mapping[str, Any], str | Path]], data_dir: str | Path,
+                          device: str) -> list[tuple[Path, str]]:
+    """The ``infeasible`` records of runs whose options cannot run on ``device`` (``cpu``/``cuda``), without training.
+
+    Each run's dataset is ``data_dir/<dataset>``. A run that can run there
+    fails (``ConfigError``): it is to be trained. Returns (run directory, reason).
+    """
+    from hotcold.records import write_infeasible
+
+    written = []
+    for config, out in runs:
+        cfg = RunConfig.from_dict(config)
+        reason = methods.get(cfg.method).parse_options(cfg.store).infeasible_on(device)
+        if reason is None:
+            raise ConfigError(f"run {out}: {cfg.method}/{cfg.variant} can run on {device}; train it instead")
+        write_infeasible(cfg.to_dict(), Path(data_dir) / cfg.dataset, Path(out), device, reason)
+        written.append((Path(out), reason))
+    return written
 
 
 def outcome(record: Mapping[str, Any]) -> str:

@@ -167,15 +167,6 @@ class Matrix:
         written without starting a process."""
         return list(self._device_infeasible)
 
-    def write_infeasible(self, run: Run, dataset_dir: Path, out_dir: Path, log: Path) -> None:
-        """Write the ``infeasible`` record of a run of ``device_infeasible``, and its reason into ``log``."""
-        from hotcold.files import atomic_write_text
-        from hotcold.records import write_infeasible
-
-        reason = self.infeasible_reason(run)
-        write_infeasible(self.run_config(run), dataset_dir, out_dir, self.trainer_device(), reason)
-        atomic_write_text(log, f"wrote {out_dir / 'record.json'}: infeasible: {reason}\n")
-
     def interleaved_runs(self, dataset: str) -> list[tuple[str, str]]:
         """(method, variant) of the dataset's one-process runs that one ``hotcold train-group`` job trains per seed."""
         skip = set(self._device_infeasible)

@@ -127,17 +127,6 @@ def group_runs(dataset: str):
     return runs_json
 
 
-def device_infeasible_dirs() -> list[str]:
-    """Run directories (under results/runs/) of the runs that cannot run on this trainer device."""
-    return [run.dir.removeprefix("results/runs/") for run in MATRIX.device_infeasible()]
-
-
-def write_device_infeasible(run_dir: str, manifest: str, record: str, log: str) -> None:
-    """The device_infeasible job: the infeasible record of the run in results/runs/``run_dir``, its reason in ``log``."""
-    run = next(run for run in MATRIX.device_infeasible() if run.dir == f"results/runs/{run_dir}")
-    MATRIX.write_infeasible(run, Path(manifest).parent, Path(record).parent, Path(log))
-
-
 def shard_sim_config(wildcards) -> str:
     return to_json(MATRIX.shard_sim_config(wildcards.dataset))
 

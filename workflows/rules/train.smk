@@ -5,32 +5,42 @@
 # Every training rule takes the package's source hash as a parameter, so that with
 # rerun_on_code_change a code edit reruns it (Snakemake's "params changed"); the jobs of peer
 # methods also take the installed build of their optional package (`peers_param`).
-# A variant that cannot run on the trainer device (a GPU-only one on a CPU) gets its `infeasible`
-# record from `device_infeasible`, in Snakemake's own process: no job process starts for it.
+# The variants that cannot run on the trainer device (GPU-only ones on a CPU, known from their
+# options) get their `infeasible` records from one job, `hotcold infeasible`, instead of a job each.
+
+if MATRIX.device_infeasible():
+
+    rule device_infeasible:
+        localrule: True
+        input:
+            manifests=sorted({f"results/data/{run.dataset}/manifest.json" for run in MATRIX.device_infeasible()}),
+        output:
+            records=[f"{run.dir}/record.json" for run in MATRIX.device_infeasible()],
+            steps=[f"{run.dir}/steps.parquet" for run in MATRIX.device_infeasible()],
+        params:
+            cli=HOTCOLD,
+            runs=lambda wildcards: to_json([{"run_config": MATRIX.run_config(run), "out": run.dir}
+                                            for run in MATRIX.device_infeasible()]),
+            data=lambda wildcards, input: str(Path(input.manifests[0]).parent.parent),
+            device=MATRIX.trainer_device(),
+            source=SOURCE_PARAM,
+        log:
+            "results/logs/train/device_infeasible.log",
+        conda:
+            "../../envs/hotcold.yaml"
+        shell:
+            "{params.cli} infeasible --runs {params.runs:q} --data {params.data:q} --device {params.device}"
+            " > {log:q} 2>&1"
+
+    ruleorder: device_infeasible > train_scaleout
 
 
-rule device_infeasible:
-    input:
-        manifest=lambda wildcards: f"results/data/{wildcards.infeasible_run.split('/')[0]}/manifest.json",
-    output:
-        record="results/runs/{infeasible_run}/record.json",
-        steps="results/runs/{infeasible_run}/steps.parquet",
-    params:
-        source=SOURCE_PARAM,
-    wildcard_constraints:
-        infeasible_run=one_of(device_infeasible_dirs()),
-    log:
-        "results/logs/train/{infeasible_run}.log",
-    run:
-        write_device_infeasible(wildcards.infeasible_run, input.manifest, output.record, log[0])
+if MATRIX.device_infeasible() and not config["timing"]["interleave"]:
 
-
-ruleorder: device_infeasible > train_scaleout
+    ruleorder: device_infeasible > train
 
 
 if not config["timing"]["interleave"]:
-
-    ruleorder: device_infeasible > train
 
     rule train:
         input:

@@ -1,4 +1,5 @@
-"""Verbs that train: ``train`` (one run, over ranks if its config says so) and ``train-group`` (runs interleaved).
+"""Verbs that train: ``train`` (one run, over ranks if its config says so), ``train-group`` (runs interleaved),
+and ``infeasible`` (the records of runs that cannot run on this device, without training).
 
 The work is ``hotcold.runner``'s; these read the arguments and say where the
 records went.
@@ -53,3 +54,20 @@ def cmd_train_group(args: argparse.Namespace) -> None:
     for job, record in train_group(load_runs(args.runs), args.dataset, threads=args.threads, device=args.device,
                                    progress=not args.no_progress):
         print(f"wrote {job.out_dir / 'record.json'}: {outcome(record)}", file=sys.stderr)
+
+
+def add_infeasible(sub: argparse._SubParsersAction) -> None:
+    inf = sub.add_parser("infeasible", help="write the infeasible records of runs whose options cannot run on this "
+                                            "trainer device (a GPU-only variant on a CPU), without training")
+    inf.add_argument("--runs", required=True,
+                     help='[{"run_config": {...}, "out": RUN_DIR}, ...]: a JSON list, or a JSON/YAML file holding it')
+    inf.add_argument("--data", default="results/data", help="datasets directory (each run's dataset lies in it)")
+    inf.add_argument("--device", choices=["cpu", "cuda"], required=True, help="the trainer device")
+    inf.set_defaults(func=cmd_infeasible)
+
+
+def cmd_infeasible(args: argparse.Namespace) -> None:
+    from hotcold.runner import write_infeasible_runs
+
+    for out, reason in write_infeasible_runs(load_runs(args.runs), args.data, args.device):
+        print(f"wrote {out / 'record.json'}: infeasible: {reason}", file=sys.stderr)
