@@ -1,4 +1,4 @@
-"""Software caches (``lru``, ``lfu``, ``freqcache``): same model as ``device``, counters, failures."""
+"""Software caches (``lru``, ``lfu``, ``freqcache``, ``belady``): same model as ``device``, counters, failures."""
 from __future__ import annotations
 
 import numpy as np
@@ -194,3 +194,18 @@ def test_export_is_a_copy_with_resident_rows_overlaid():
     assert not torch.equal(out[0], init_table([10], 2, 1)[0])  # the updated cached row, not the stale host row
     out.zero_()
     assert store.export().abs().sum() > 0
+
+
+@pytest.mark.parametrize("data", ["small_dataset", "sequence_dataset"])
+def test_belady_hits_at_least_as_much_as_any_cache_of_its_size(request, data):
+    """Belady's cache (an oracle) never hits fewer lookups than LRU or LFU of its size on the same batches (all three
+    start empty and admit every miss), and it gives the same model as ``device``."""
+    ds = request.getfixturevalue(data)
+    capacity = dataset_trace(ds, 128, STEPS).max_unique + 5
+    hits = {}
+    for method in ("belady", "lru", "lfu"):
+        res = train(run_cfg(method, "adagrad", {"cache_rows": capacity}), ds, CPU, progress=False)
+        hits[method] = sum(c["hits"] for _, c in res.counters)
+        if method == "belady":
+            assert rel_diff(res.named_parameters(), _device_run(ds, "adagrad").named_parameters()) <= 1e-6
+    assert hits["belady"] >= max(hits["lru"], hits["lfu"]) > 0, hits

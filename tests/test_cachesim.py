@@ -227,6 +227,7 @@ def _run_cfg(method: str, store: dict) -> RunConfig:
     ("lru", "lru", {}), ("lfu", "lfu", {}), ("freqcache", "freqcache", {"warmup_ratio": 0.5}),
     ("freqcache", "freqcache-lfu", {"evict": "lfu"}),
     ("scratchpipe", "scratchpipe-1", {"window": 1}), ("scratchpipe", "scratchpipe-2", {"window": 2}),
+    ("belady", "belady", {}),
 ])
 def test_simulator_counts_equal_training_counters(small_dataset, method, policy, options):
     """Every field of every step, trained vs simulated, for every policy with a store."""

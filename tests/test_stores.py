@@ -32,8 +32,10 @@ def skip_missing(method: str) -> None:
 
 # Budgets large enough for the small fixtures' batches, small enough to evict.
 OPTIONS = {"lru": {"cache_ratio": 0.4}, "lfu": {"cache_ratio": 0.4}, "freqcache": {"cache_ratio": 0.4},
+           "belady": {"cache_ratio": 0.4},
            "fae": {"budget_ratio": 0.05, "sample_fraction": 0.2}}
-SPEC_OPTIONS = {"lru": {"cache_rows": 12}, "lfu": {"cache_rows": 12}, "freqcache": {"cache_rows": 12}}
+SPEC_OPTIONS = {"lru": {"cache_rows": 12}, "lfu": {"cache_rows": 12}, "freqcache": {"cache_rows": 12},
+                "belady": {"cache_rows": 12}}
 
 
 def run_cfg(method: str, row_optimizer: str = "adagrad", steps: int = 50, seed: int = 0, **train_kw) -> RunConfig:
@@ -87,27 +89,31 @@ def test_same_seed_gives_identical_parameters(small_dataset):
 
 
 def _spec(optimizer: str, sizes=(5, 9, 4), dim: int | None = None, method: str = "",
-          device: torch.device = CPU) -> StoreSpec:
+          device: torch.device = CPU, batches: list[torch.Tensor] | None = None) -> StoreSpec:
+    """A store's spec by hand; ``batches``: the ids [B, K] it will train on, for stores that plan ahead."""
     skip_missing(method)
     dim = dim if dim is not None else SPEC_DIM.get(method, 3)
     return StoreSpec(table_sizes=list(sizes), dim=dim, optimizer=RowOptimizer(optimizer, lr=0.1),
                      device=device, seed=1, options=dict(SPEC_OPTIONS.get(method, {})),
-                     frequencies=torch.arange(sum(sizes), 0, -1))
+                     frequencies=torch.arange(sum(sizes), 0, -1),
+                     batches=None if batches is None else (lambda: iter(batches)))
 
 
 @pytest.mark.parametrize("method", methods.names(spans_ranks=False))
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
 def test_sparse_update_matches_dense_reference(method, optimizer, device):
     """Two steps of the store against a dense autograd computation of the same update."""
-    spec = _spec(optimizer, method=method, device=device)
+    gen = torch.Generator().manual_seed(0)
+    sizes = (5, 9, 4)
+    steps = [(torch.stack([torch.randint(0, n, (6,), generator=gen) for n in sizes], 1),  # ids [6, 3]
+              torch.randn(6, 3, SPEC_DIM.get(method, 3), generator=gen)) for _ in range(2)]
+    spec = _spec(optimizer, sizes, method=method, device=device, batches=[ids for ids, _ in steps])
     store = methods.get(method).build(spec)
     weight = init_table(spec.table_sizes, spec.dim, spec.seed).double()
     state = torch.zeros(weight.shape[0], dtype=torch.float64)
     offsets = torch.tensor([0, 5, 14])
-    gen = torch.Generator().manual_seed(0)
-    for _ in range(2):
-        ids = torch.stack([torch.randint(0, n, (6,), generator=gen) for n in spec.table_sizes], 1)  # [6, 3]
-        grad = torch.randn(6, 3, spec.dim, generator=gen).to(device)
+    for ids, grad in steps:
+        grad = grad.to(device)
         out = store.forward(ids, NullMarker())
         assert out.device.type == device.type
         torch.testing.assert_close(out.double().cpu(), weight[ids + offsets], rtol=0, atol=1e-6)
@@ -127,11 +133,11 @@ def test_sparse_update_matches_dense_reference(method, optimizer, device):
 
 @pytest.mark.parametrize("method", methods.names(spans_ranks=False))
 def test_padding_is_not_looked_up_or_updated(method, device):
-    spec = _spec("sgd", method=method, device=device)
+    ids = torch.tensor([[0, 3, -1, 1], [4, -1, -1, 0]])  # [B=2, K=4], -1 = padding
+    spec = _spec("sgd", method=method, device=device, batches=[ids])
     spec.column_tables = [0, 1, 1, 2]  # a history column shares table 1
     store = methods.get(method).build(spec)
     before = store.export()
-    ids = torch.tensor([[0, 3, -1, 1], [4, -1, -1, 0]])  # [B=2, K=4], -1 = padding
     out = store.forward(ids, NullMarker()).cpu()
     assert out.shape == (2, 4, spec.dim)
     assert (out[0, 2] == 0).all() and (out[1, 1:3] == 0).all()
@@ -144,9 +150,9 @@ def test_padding_is_not_looked_up_or_updated(method, device):
 
 @pytest.mark.parametrize("method", methods.names(spans_ranks=False))
 def test_counters_match_independent_count(method, device):
-    spec = _spec("sgd", method=method, device=device)
-    store = methods.get(method).build(spec)
     ids = torch.tensor([[0, 1, 2], [0, 8, 2], [4, 1, 3], [0, 1, 2]])  # [B=4, T=3]
+    spec = _spec("sgd", method=method, device=device, batches=[ids])
+    store = methods.get(method).build(spec)
     store.backward(store.forward(ids, NullMarker()), NullMarker())
     c = store.step_counters()
     pairs = {(t, int(i)) for row in ids for t, i in enumerate(row)}
@@ -182,9 +188,9 @@ def test_unknown_method_and_option_fail_clearly():
 def test_update_plans_unique_rows_on_the_host(monkeypatch, method, device):
     """No ``torch.unique`` inside ``backward`` of a store updating device memory: on a GPU it would
     synchronise the timed update (``hybrid`` and FAE's cold batches coalesce on the host)."""
-    spec = _spec("adagrad", method=method, device=device)
-    store = methods.get(method).build(spec)
     ids = torch.tensor([[0, 1, 2], [0, 8, 2], [4, 1, 3]])
+    spec = _spec("adagrad", method=method, device=device, batches=[ids])
+    store = methods.get(method).build(spec)
     out = store.forward(ids, NullMarker())
 
     def forbidden(*args, **kwargs):

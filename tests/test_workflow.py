@@ -238,7 +238,7 @@ def test_taobao_without_a_path_fails_at_dry_run(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_dry_run_plans_scale_out_runs_and_shard_sims(tmp_path: Path) -> None:
     """Scale-out methods train at every scale under their own path; one-process paths are unchanged."""
-    proc = dry_run(tmp_path, "seeds: [0]\n", "-p", "--cores", "2")  # a 4-rank job gets at most the 2 cores
+    proc = dry_run(tmp_path, "seeds: [0]\ntiming: {interleave: false}\n", "-p", "--cores", "2")  # 4 ranks, 2 cores
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     lines = out.splitlines()
@@ -300,7 +300,7 @@ def training_jobs(out: str) -> tuple[Counter, set[str]]:
 @pytest.mark.slow
 def test_interleave_plans_one_group_job_per_dataset_and_seed(tmp_path: Path) -> None:
     """The same record paths as one job per run; one-process runs in one job per (dataset, seed)."""
-    separate = dry_run(tmp_path, "seeds: [0, 1]\n")
+    separate = dry_run(tmp_path, "seeds: [0, 1]\ntiming: {interleave: false}\n")
     interleaved = dry_run(tmp_path, "seeds: [0, 1]\ntiming: {interleave: true, repeats: 3}\n", "-p")
     for proc in (separate, interleaved):
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -330,7 +330,7 @@ def test_a_code_change_reruns_the_training_jobs(tmp_path: Path) -> None:
     for name in ("workflows", "envs"):
         shutil.copytree(REPO / name, work / name)
     shutil.copytree(REPO / "src" / "hotcold", work / "src" / "hotcold", ignore=shutil.ignore_patterns("__pycache__"))
-    (work / "one.yaml").write_text("seeds: [0]\ndatasets: {terabyte: null, taobao: null}\n")
+    (work / "one.yaml").write_text("seeds: [0]\ndatasets: {terabyte: null, taobao: null}\ntiming: {interleave: false}\n")
     run_dir = work / "results/runs/kaggle/device/base/seed~0"
     run_dir.mkdir(parents=True)
     for name in ("record.json", "steps.parquet"):
@@ -429,7 +429,8 @@ def test_tiny_workflow_end_to_end(tmp_path: Path) -> None:
     rows_moved = rows_moved[rows_moved.method != "fbgemm"]
     assert len(rows_moved) == len(DATASETS) * len(METHODS) - 1
     assert INFEASIBLE not in set(zip(rows_moved.dataset, rows_moved.method))
-    assert (tmp_path / "results" / "benchmarks" / "taobao" / "fae" / "12.4pct" / "seed~0.tsv").is_file()
+    # default.yaml's layout (timing.interleave): one job per dataset and seed trains its one-process runs
+    assert (tmp_path / "results" / "benchmarks" / "taobao" / "train_group" / "seed~0.tsv").is_file()
     claims = pd.read_csv(tables / "claims.csv")
     assert list(claims.claim_id) == [c.claim_id for c in CLAIMS]   # every claim keeps its row, run or not
     assert claims.status.str.startswith(("ok", "not run", "no hotcold method")).all()

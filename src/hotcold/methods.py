@@ -19,6 +19,7 @@ from hotcold.costmodel.techniques import (PriceFn, price_cache, price_device, pr
 from hotcold.distributed.proactive import ProactiveStore
 from hotcold.distributed.sharded import FlexShardStore, ShardedStore
 from hotcold.embedding.base import EmbeddingStore, StoreSpec
+from hotcold.embedding.belady import BeladyCacheStore
 from hotcold.embedding.cache import FreqCacheStore, LFUCacheStore, LRUCacheStore
 from hotcold.embedding.device import DeviceStore
 from hotcold.embedding.fae import FAEStore
@@ -65,6 +66,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("lru", LRUCacheStore, "a software cache evicting the least recently used rows", price_cache),
     Method("lfu", LFUCacheStore, "a software cache evicting the least frequently used rows", price_cache),
     Method("freqcache", FreqCacheStore, "ColossalAI's frequency-aware cache: ranked rows, warm start", price_cache),
+    Method("belady", BeladyCacheStore, "Belady's optimal cache (an oracle): the caches' hit-rate ceiling", price_cache),
     Method("scratchpipe", ScratchPipeStore, "ScratchPipe: a scratchpad filled by looking ahead, always hit",
            price_scratchpipe),
     Method("sharded", ShardedStore, "the hybrid-parallel exchange under a sharding plan", price_sharded),

@@ -52,10 +52,6 @@ class StoreOptions:
     def validate(self, where: str) -> None:
         """Raise ``ConfigError`` naming the first bad option."""
 
-    def given(self) -> dict[str, Any]:
-        """The options that are set (not None), as a plain mapping."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
-
     def device_share(self) -> float | None:
         """The share of all rows this variant keeps in device memory, where the options state one as a share."""
         return None
