@@ -163,8 +163,8 @@ class Matrix:
         return tuple(run for run in self._runs if self.infeasible_reason(run) is not None)
 
     def device_infeasible(self) -> list[Run]:
-        """The runs that cannot run on this trainer device (a GPU-only variant on a CPU): their records are
-        written without starting a process."""
+        """The runs that cannot run on this trainer device (a GPU-only variant on a CPU): one job writes their
+        records (``hotcold infeasible``) instead of a job each."""
         return list(self._device_infeasible)
 
     def interleaved_runs(self, dataset: str) -> list[tuple[str, str]]:
