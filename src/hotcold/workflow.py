@@ -254,8 +254,9 @@ def _check_batch_split(run_config: Mapping[str, Any]) -> None:
 
 def peer_state(src: Path) -> str:
     """The installed builds of fbgemm_gpu (CPU or CUDA) with versions, and whether its TBE imports for the jobs'
-    interpreter, asked in a child process (so the caller never loads it): a training rule's parameter, so that
-    installing or repairing the peer's package reruns its jobs."""
+    interpreter, asked in a child process (so the caller never loads it: importing fbgemm_gpu configures the root
+    logger, and Snakemake's log lines would then come out twice): a training rule's parameter, so that installing
+    or repairing the peer's package reruns its jobs."""
     from importlib import metadata
 
     names = sorted(set(metadata.packages_distributions().get("fbgemm_gpu", [])))
