@@ -134,8 +134,9 @@ def generate_taobao(cfg: GeneratorConfig, out: Path, progress: bool = True) -> d
       Criteo kinds. Every item belongs to one category; category sizes (items)
       are ``∝ rank^-CATEGORY_EXPONENT``, every category has at least one item.
     - Users: activity weights are lognormal(0, USER_SIGMA); the ceil(rows / 2)
-      sample clicks are spread over users by a multinomial. Each active user first makes a warm-up of 1..L clicks (uniform)
-      that only serve as history, so histories are 1..L events long, mostly full.
+      sample clicks are spread over users by a multinomial. Each active user
+      first makes a warm-up of 1..L clicks (uniform) that only serve as
+      history, so histories are 1..L events long, mostly full.
       A user's clicks happen at uniform random times in [0, 1).
     - Clicks: with probability EXPLORE a click takes an item by global
       popularity; otherwise it follows one of the user's INTERESTS favourite
@@ -148,8 +149,9 @@ def generate_taobao(cfg: GeneratorConfig, out: Path, progress: bool = True) -> d
       is an item drawn by popularity (DIEN and TBSM sample negatives from the
       click log), never the clicked one, with its category: exactly 50%
       negatives, as the real preprocessor (``hotcold.data.sources.taobao``) gives with
-      ``negative_ratio`` 1 (an odd ``rows`` drops the last negative). Positives thus mostly share their category with the
-      history and negatives mostly do not; the manifest records the test AUC of
+      ``negative_ratio`` 1 (an odd ``rows`` drops the last negative). Positives
+      thus mostly share their category with the history and negatives mostly
+      do not; the manifest records the test AUC of
       that single feature as a reference (``label_model.category_match_auc_test``).
     - Splits by user, like TBSM and ``hotcold.data.sources.taobao``: the users with the
       latest last click are held out until they hold ``holdout_fraction`` of the
