@@ -2,7 +2,7 @@
 
 ``aggregate`` reads run records (one-process and scale-out) and writes the
 summary, per-phase and counter tables, the comparison tables of
-``hotcold.analysis.comparisons`` and ``infeasible.md``. A run that could not
+``hotcold.analysis.comparisons`` and ``infeasible.md``. A variant that could not
 run keeps its summary row, so the tables show what is missing instead of the
 workflow stopping; speed-ups and exactness compare only runs that compare
 (same timer kind, one process, byte-identical datasets: ``summary_frame``).

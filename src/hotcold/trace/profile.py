@@ -3,9 +3,8 @@
 A profile counts how often each embedding row is looked up in the training
 split, the way FAE profiles its input before training (optionally from a
 random sample of the training rows, FAE uses 5%), and summarises the counts
-(``profile_dataset``). Frequency-aware techniques read the counts, so a
-profile directory is written atomically and is complete once it has its
-``profile.json`` (``save_profile``).
+(``profile_dataset``). Frequency-aware techniques read its counts; a profile
+directory is complete once it has its ``profile.json`` (``save_profile``).
 """
 from __future__ import annotations
 
