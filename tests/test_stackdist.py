@@ -160,7 +160,7 @@ def _contents(trace: Trace, policy: str, capacity: int) -> list[set[int]]:
 
 
 def test_lfu_is_not_a_stack_algorithm_and_lru_is() -> None:
-    """The docstring's counterexample: LFU at 2 slots holds a row that LFU at 3 slots has evicted."""
+    """The counterexample of docs/design.md: LFU at 2 slots holds a row that LFU at 3 slots has evicted."""
     trace = Trace.from_batches([np.array([0]), np.array([1]), np.array([0, 3]), np.array([2, 1]), np.array([3])], 4)
     lfu2, lfu3 = _contents(trace, "lfu", 2), _contents(trace, "lfu", 3)
     assert any(not small <= big for small, big in zip(lfu2, lfu3))

@@ -1,33 +1,13 @@
 """``hotcold bench embedding``: the harness's core embedding step against FBGEMM's TBE, and gather bandwidth.
 
-The step is what the ``device`` store does per training step, driven through
-``forward`` and ``backward`` as the loop drives it: host planning of the
-batch's rows and distinct rows, the lookup into [B, K, D], the gradient sum
-per distinct row and the row optimizer's sparse update. The peer is FBGEMM's
-table-batched embedding (``SplitTableBatchedEmbeddingBagsCodegen``, host
-placement on a CPU, device placement on a GPU) when ``fbgemm_gpu`` imports,
-otherwise ``torch.nn.EmbeddingBag`` (sum mode, sparse gradient) with the same
-row-wise update done in plain torch. Its inputs are built before the timed
-region (its best case); the harness's step includes its own planning.
-
-Both run on the same batches, interleaved in one process (on a CPU step by
-step, alternating which goes first; on a GPU a block of ``steps`` steps of
-each per repeat, timed with CUDA events), and the result is
-the median over repeats of ms/step and of the per-repeat throughput ratio
-(peer ms / harness ms; > 1: the harness is faster), with the ratios' range.
-After timing, both are rebuilt from the same weights, trained ``check_steps``
-steps on the same batches, and their weights compared (max abs difference).
-
-Gather bandwidth: bytes per second of a batch-sized ``index_select`` (B*K
-rows of D floats) from the store's table against a copy of a contiguous
-tensor of the same bytes in the same run, for the benchmark's Zipf ids,
-uniform ids over the big table, and uniform ids over a table that fits in
-the last-level cache.
-
-Defaults are a capped Criteo-Kaggle step: 26 tables of at most 200k rows,
-dim 16, batch 2048, Zipf(1.2) ids, 1 thread. The ids are drawn as the
-generators draw theirs (``data.powerlaw``), each sample is timed by
-``timing.time_ms`` and the cache size comes from ``hotcold.machine``.
+The step is what the ``device`` store does per training step (host planning
+of the batch's rows and distinct rows, the lookup into [B, K, D], the
+gradient sum per distinct row and the row optimizer's sparse update), driven
+through ``forward`` and ``backward`` as the loop drives it. The peer is
+FBGEMM's table-batched embedding when ``fbgemm_gpu`` imports, otherwise
+``torch.nn.EmbeddingBag`` with the same row-wise update; both run interleaved
+on the same batches in one process (``time_step``). Defaults (a capped
+Criteo-Kaggle step) and what it prints: docs/benchmarks.md.
 """
 from __future__ import annotations
 
@@ -57,7 +37,11 @@ OPTIMIZERS = ("sgd", "adagrad")
 
 @dataclass
 class BenchConfig:
-    """What ``hotcold bench embedding`` measures."""
+    """What ``hotcold bench embedding`` measures.
+
+    Defaults are a capped Criteo-Kaggle step: 26 tables of at most 200k rows,
+    dim 16, batch 2048, Zipf(1.2) ids, 1 thread.
+    """
 
     threads: int = 1
     batch: int = 2048
@@ -99,7 +83,10 @@ class BenchConfig:
 
 
 def zipf_batches(sizes: Sequence[int], batch: int, exponent: float, count: int, seed: int) -> list[torch.Tensor]:
-    """``count`` id matrices int64 [batch, len(sizes)]: column t holds ids of table t, P(id = i) ~ (i + 1)^-exponent."""
+    """``count`` id matrices int64 [batch, len(sizes)]: column t holds ids of table t, P(id = i) ~ (i + 1)^-exponent.
+
+    Drawn as the generators draw theirs (``data.powerlaw``).
+    """
     rng = np.random.default_rng(seed)
     cdf = powerlaw_cdf(max(sizes), exponent)
     ids = np.stack([draw_ranks(rng, count * batch, cdf, n) for n in sizes], 1).reshape(count, batch, len(sizes))
@@ -221,7 +208,24 @@ def _run_steps(side: Any, prepared: list[Any], steps: int, start: int) -> None:
 
 def time_step(cfg: BenchConfig, optimizer: str, batches: list[torch.Tensor], grads: list[torch.Tensor],
               device: torch.device) -> dict[str, Any]:
-    """ms/step of the harness and the peer, interleaved by repeat; their ratio; their weights' agreement."""
+    """ms/step of the harness and the peer, interleaved by repeat; their ratio; their weights' agreement.
+
+    The peer is FBGEMM's table-batched embedding
+    (``SplitTableBatchedEmbeddingBagsCodegen``, host placement on a CPU, device
+    placement on a GPU) when ``fbgemm_gpu`` imports, otherwise
+    ``torch.nn.EmbeddingBag`` (sum mode, sparse gradient) with the same
+    row-wise update done in plain torch. Its inputs are built before the timed
+    region (its best case); the harness's step includes its own planning.
+
+    Both run on the same batches, interleaved in one process (on a CPU step by
+    step, alternating which goes first; on a GPU a block of ``steps`` steps of
+    each per repeat, timed with CUDA events), each sample timed by
+    ``timing.time_ms``, and the result is the median over repeats of ms/step
+    and of the per-repeat throughput ratio (peer ms / harness ms; > 1: the
+    harness is faster), with the ratios' range. After timing, both are rebuilt
+    from the same weights, trained ``check_steps`` steps on the same batches,
+    and their weights compared (max abs difference).
+    """
     sizes = cfg.sizes()
     peer_cls, why = peer_class(device, cfg.dim)
     ours, peer = HarnessSide(sizes, cfg, optimizer, device), peer_cls(sizes, cfg, optimizer, device)
@@ -271,6 +275,8 @@ def gather_bandwidth(cfg: BenchConfig, ids: torch.Tensor, device: torch.device) 
     Cases: the benchmark's Zipf batch from the big table; uniform ids over the
     big table; uniform ids over a table of a quarter of the last-level cache
     (the CPU's; a GPU's L2), or 1 MiB when it is unknown. Median of ``repeats`` x 20 calls each.
+    A batch-sized gather is B*K rows of D floats from the store's table; the
+    CPU's cache size comes from ``hotcold.machine``.
     """
     sizes = cfg.sizes()
     table = init_table(sizes, cfg.dim, cfg.seed).to(device)                   # [N, D]

@@ -1,32 +1,12 @@
 """``hotcold calibrate``: measure this machine's rates with micro-benchmarks and write a hardware profile.
 
-Each benchmark times the operation the stores really run (``index_select``
-gathers, ``index_copy_`` scatters, ``to_global`` and ``RowGroups.of`` id
-planning, the cache directory's planning, the DLRM dense step), repeats it
-and keeps the median (``timing.median_ms``). Tables are larger than the
-last-level cache and ids are drawn per table with the Criteo-style
-generator's power law (``data.powerlaw``), so gathers see the runs' repeats
-and cached hot rows (uniform ids over a table beyond the cache cost some 20x
-more a row here). The machine's facts (CPU, cores, cache) come from
-``hotcold.machine``.
-
-Gathers and scatters are also timed on a table of ``SMALL_TABLE_MIB`` that
-fits in the last-level cache (the cost model uses those rates for tables that
-fit: cache slots, scratchpads, per-batch buffers), and the data phase is timed
-as the loader runs it: memory-mapped reads of a batch of sorted rows of a
-dataset written in the real format.
-
-On a CPU the trainer device is host memory and ``.to(cpu)`` is a no-op, so
-the profile is of kind ``cpu`` with host rates, the core count, how fast
-one-thread processes run side by side (the dense step alone, then one per core
-at once), and the network rates of the scale-out runs here: P gloo processes on this machine,
-whose "nodes" are simulated, so intra- and inter-node traffic both go over
-loopback; two processes of one thread each time ``all_to_all_single`` at a few
-sizes and a line ``latency + bytes / bandwidth`` is fitted. With
-``device="cuda"`` it adds pinned H2D/D2H bandwidth, device bandwidth, a device
-row gather's share of it and the kernel latency, timed with CUDA events, and
-the dense rate on the GPU; NCCL collectives need two GPUs, so a CUDA profile
-has no network rates.
+The cost model prices counters with a profile's rates; this verb measures
+them here, so that modelled and measured times can be compared on the
+machine that ran the runs. Each benchmark times the operation the stores
+really run, on tables and ids shaped like the runs' (``Calibration``); on a
+CPU the profile is of kind ``cpu`` (host memory is the trainer device),
+with ``--device cuda`` it adds the GPU's rates (``calibrate``). The rates:
+docs/costmodel.md, "Hardware profiles" and "Calibration".
 """
 from __future__ import annotations
 
@@ -55,7 +35,18 @@ GLOO_BYTES = (1 << 10, 16 << 10, 128 << 10, 512 << 10, 2 << 20)  # bytes each ra
 
 
 class Calibration:
-    """The measured rates, each with a source naming its benchmark, the processor and the date."""
+    """The measured rates, each with a source naming its benchmark, the processor and the date.
+
+    Each benchmark times the operation the stores really run (``index_select``
+    gathers, ``index_copy_`` scatters, ``to_global`` and ``RowGroups.of`` id
+    planning, the cache directory's planning, the DLRM dense step), repeats it
+    and keeps the median (``timing.median_ms``). Tables are larger than the
+    last-level cache and ids are drawn per table with the Criteo-style
+    generator's power law (``data.powerlaw``), so gathers see the runs' repeats
+    and cached hot rows (uniform ids over a table beyond the cache cost some 20x
+    more a row here). The machine's facts (CPU, cores, cache) come from
+    ``hotcold.machine``.
+    """
 
     def __init__(self, dim: int, batch_size: int, lookups: int, repeats: int, table_mib: int) -> None:
         self.dim, self.batch, self.lookups, self.repeats = dim, batch_size, lookups, repeats
@@ -73,7 +64,13 @@ class Calibration:
 
     def host(self) -> None:
         """Host rates; the benchmarks run interleaved, round by round, so a slow spell of a shared
-        machine lands on all of them a little rather than on one of them wholly."""
+        machine lands on all of them a little rather than on one of them wholly.
+
+        Gathers and scatters are also timed on a table of ``SMALL_TABLE_MIB`` that
+        fits in the last-level cache (the cost model uses those rates for tables that
+        fit: cache slots, scratchpads, per-batch buffers), and the data phase is timed
+        as the loader runs it: memory-mapped reads of a batch of sorted rows of a
+        dataset written in the real format."""
         from hotcold.data.format import to_global
         from hotcold.embedding.rows import RowGroups
 
@@ -404,6 +401,18 @@ def calibrate(device: str = "cpu", dim: int = 16, batch_size: int = 1024, lookup
 
     ``network``: on a CPU, also time loopback gloo collectives (two spawned processes, a few seconds).
     ``threads``: torch's intra-op threads for the benchmarks, as the training jobs set them (None: as they are).
+
+    On a CPU the trainer device is host memory and ``.to(cpu)`` is a no-op, so
+    the profile is of kind ``cpu`` with host rates, the core count, how fast
+    one-thread processes run side by side (the dense step alone, then one per core
+    at once), and the network rates of the scale-out runs here: P gloo processes on this machine,
+    whose "nodes" are simulated, so intra- and inter-node traffic both go over
+    loopback; two processes of one thread each time ``all_to_all_single`` at a few
+    sizes and a line ``latency + bytes / bandwidth`` is fitted. With
+    ``device="cuda"`` it adds pinned H2D/D2H bandwidth, device bandwidth, a device
+    row gather's share of it and the kernel latency, timed with CUDA events, and
+    the dense rate on the GPU; NCCL collectives need two GPUs, so a CUDA profile
+    has no network rates.
     """
     if threads is not None:
         torch.set_num_threads(max(1, threads))

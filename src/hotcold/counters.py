@@ -3,24 +3,9 @@
 Counters depend only on the data and the technique, never on the hardware.
 Every store's ``step_counters`` and every row of a simulation carries all of
 ``FIELDS``, zeros where a technique does nothing of the kind, so a trained
-run and a simulated one compare column by column.
-
-Two kinds of traffic are kept apart, and comparisons of traffic use bytes:
-
-- *parameter traffic*: embedding rows with their optimizer state (weights +
-  state, ``(D + state) * 4`` bytes a row) copied between host and device
-  memory: cache fills and write-backs, scratchpad fetches, FAE's hot-set
-  synchronisations;
-- *activation traffic*: looked-up vectors sent to the device and their
-  gradients sent back (``D * 4`` bytes each), as in the CPU-GPU hybrid.
-
-Scale-out runs add the bytes each rank sends in every collective (per
-collective, and split into intra- and inter-node); a run's record sums them
-over ranks.
-
-A transfer is booked at the step during which it happens: a look-ahead
-store's fetch for batch i+W is step i's traffic, and ``prefetch_batch`` says
-which batch it serves.
+run and a simulated one compare column by column. The kinds of traffic and
+when a transfer is booked: ``StepCounters``; the glossary: docs/outputs.md,
+"Counters".
 """
 from __future__ import annotations
 
@@ -38,7 +23,25 @@ def _c(doc: str, default: int = 0) -> Any:
 
 @dataclass
 class StepCounters:
-    """What one training step looked up and moved."""
+    """What one training step looked up and moved.
+
+    Two kinds of traffic are kept apart, and comparisons of traffic use bytes:
+
+    - *parameter traffic*: embedding rows with their optimizer state (weights +
+      state, ``(D + state) * 4`` bytes a row) copied between host and device
+      memory: cache fills and write-backs, scratchpad fetches, FAE's hot-set
+      synchronisations;
+    - *activation traffic*: looked-up vectors sent to the device and their
+      gradients sent back (``D * 4`` bytes each), as in the CPU-GPU hybrid.
+
+    Scale-out runs add the bytes each rank sends in every collective (per
+    collective, and split into intra- and inter-node); a run's record sums them
+    over ranks.
+
+    A transfer is booked at the step during which it happens: a look-ahead
+    store's fetch for batch i+W is step i's traffic, and ``prefetch_batch`` says
+    which batch it serves.
+    """
 
     lookups: int = _c("non-padding lookups of the batch trained this step")
     unique_rows: int = _c("distinct rows among those lookups")

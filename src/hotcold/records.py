@@ -2,17 +2,9 @@
 
 A run directory holds ``steps.parquet`` (per-step phases and counters of
 every repeat, long format) and ``record.json``. ``record.json`` is written last and by rename,
-so its presence means the run is complete.
-
-A record's ``status`` is ``ok`` (a trained run: summary, metrics, parameter
-fingerprint, store report), ``infeasible`` (the variant cannot run on this
-dataset, e.g. a cache smaller than a batch's unique rows: the ``reason``,
-the config, provenance and dataset hash, no numbers, and an empty
-``steps.parquet``) or ``skipped`` (a peer method whose optional package is
-not installed here, e.g. ``fbgemm`` without ``pip install -e .[peers]``: the
-same fields as ``infeasible``; installing the package and rerunning trains it). A record without ``status`` (older) counts as ok. So one
-variant that cannot run still ends its job with a complete run directory,
-and the tables list it instead of the workflow stopping.
+so its presence means the run is complete. A variant that cannot run still
+ends its job with a complete run directory whose ``status`` says why
+(``record_status``), and the tables list it instead of the workflow stopping.
 """
 from __future__ import annotations
 
@@ -167,7 +159,17 @@ def read_steps(path: Path) -> pd.DataFrame:
 
 
 def record_status(record: dict[str, Any]) -> str:
-    """``ok``, ``infeasible`` or ``skipped``; a record from before statuses existed is ok."""
+    """``ok``, ``infeasible`` or ``skipped``; a record from before statuses existed is ok.
+
+    A record's ``status`` is ``ok`` (a trained run: summary, metrics, parameter
+    fingerprint, store report), ``infeasible`` (the variant cannot run on this
+    dataset, e.g. a cache smaller than a batch's unique rows: the ``reason``,
+    the config, provenance and dataset hash, no numbers, and an empty
+    ``steps.parquet``) or ``skipped`` (a peer method whose optional package is
+    not installed here, e.g. ``fbgemm`` without ``pip install -e .[peers]``: the
+    same fields as ``infeasible``; installing the package and rerunning trains it).
+    A record without ``status`` (older) counts as ok.
+    """
     return record.get("status", STATUS_OK)
 
 

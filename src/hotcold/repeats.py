@@ -1,21 +1,11 @@
 """Training jobs: runs with repeats, alone or interleaved with other runs of one dataset, written as run directories.
 
-With ``timing.repeats`` R, a run trains its timed part R times, each time
-from the same initial state on the same batches (``train.train`` builds the
-model and the store afresh from the seed), so every repeat must end with the
-same parameters, and that is checked. The first repeat is evaluated (AUC);
-the ``device`` reference replay, where a run has one, runs once after the
-last. The record's summary pools the timed steps of all repeats
-(``timing.summarize_repeats``) and says in which order they ran.
-
-``run_group`` trains several one-process runs of one dataset round-robin by
-repeat (repeat 1 of every run, then repeat 2 of every run, ...), so that a
-slow period of the machine does not land on one method only. Each run's
-directory is written as soon as its last repeat is done, exactly as a run
-trained alone would be; a run that cannot run on the dataset ends as an
-``infeasible`` record (a peer method whose optional package is missing, as a ``skipped`` one), and any
-other error propagates before the records
-of the runs still training are written.
+With ``timing.repeats`` R, a run trains its timed part R times from the same
+initial state on the same batches (``RepeatedRun``), so repeats must agree
+and their times can be pooled. ``run_group`` trains several one-process runs
+of one dataset round-robin by repeat, so that a slow period of the machine
+does not land on one method only. What the settings do: docs/configuration.md,
+"Repeats and interleaved runs".
 """
 from __future__ import annotations
 
@@ -59,7 +49,16 @@ class Job:
 
 
 class RepeatedRun:
-    """One run across its repeats. Keeps each repeat's samples and parameter fingerprint, never its model."""
+    """One run across its repeats. Keeps each repeat's samples and parameter fingerprint, never its model.
+
+    With ``timing.repeats`` R, a run trains its timed part R times, each time
+    from the same initial state on the same batches (``train.train`` builds the
+    model and the store afresh from the seed), so every repeat must end with the
+    same parameters, and that is checked. The first repeat is evaluated (AUC);
+    the ``device`` reference replay, where a run has one, runs once after the
+    last. The record's summary pools the timed steps of all repeats
+    (``timing.summarize_repeats``) and says in which order they ran.
+    """
 
     def __init__(self, job: Job, ds: Dataset, device: torch.device, world: World, progress: bool,
                  group_runs: int = 1) -> None:
@@ -159,6 +158,14 @@ def run_group(jobs: Sequence[Job], dataset_dir: Path, progress: bool = True, wor
     Returns the records in the order of ``jobs`` (None on ranks other than
     0). Several runs in one group must be one-process runs of one dataset
     with distinct run directories.
+
+    Round-robin by repeat: repeat 1 of every run, then repeat 2 of every run,
+    ..., so that a slow period of the machine does not land on one method only.
+    Each run's directory is written as soon as its last repeat is done, exactly
+    as a run trained alone would be; a run that cannot run on the dataset ends
+    as an ``infeasible`` record (a peer method whose optional package is
+    missing, as a ``skipped`` one), and any other error propagates before the
+    records of the runs still training are written.
     """
     world = world or World.single()
     if not jobs:

@@ -1,23 +1,12 @@
 """Per-phase step timing (CUDA events or the CPU clock) and step summaries.
 
-A step is cut into consecutive phases by ``mark(phase)`` calls: each mark
-closes the interval that began at the previous boundary, so the phases of a
-step always add up to the step. A phase may be marked several times in one
-step (the hybrid store moves data host-to-device twice); its intervals add.
-
-The CUDA back end records events allocated up front and synchronises once per
-window of steps; the CPU back end reads ``perf_counter_ns`` (or an injected
-clock, for tests). Warm-up steps are dropped from the results.
-
-Events sit on the training stream, so a phase that runs only on the CPU (the
-hybrid store's gather and update, a cache's planning) shows in event time
-only where the GPU had to wait for it. The CUDA back end therefore also reads
-the host clock at every mark: ``host_steps`` holds those durations (on the
-CPU back end they are ``steps``).
-
-``time_ms`` and ``median_ms`` time one callable the same two ways (CUDA
-events on a GPU, ``perf_counter_ns`` on a CPU) for the micro-benchmarks of
-``hotcold calibrate`` and ``hotcold bench``.
+``PhaseTimer`` cuts each step into consecutive phases that add up to the
+step, with CUDA events on a GPU and the CPU clock elsewhere, so that a
+technique's time is charged to the phase that spent it. ``time_ms`` and
+``median_ms`` time one callable the same two ways (CUDA events on a GPU,
+``perf_counter_ns`` on a CPU) for the micro-benchmarks of ``hotcold
+calibrate`` and ``hotcold bench``; the summaries and the stability mark
+follow.
 """
 from __future__ import annotations
 
@@ -67,7 +56,23 @@ def median_ms(fn: Callable[[], Any], repeats: int, device: Any = "cpu") -> float
 
 
 class PhaseTimer:
-    """Collects per-step phase durations in milliseconds."""
+    """Collects per-step phase durations in milliseconds.
+
+    A step is cut into consecutive phases by ``mark(phase)`` calls: each mark
+    closes the interval that began at the previous boundary, so the phases of a
+    step always add up to the step. A phase may be marked several times in one
+    step (the hybrid store moves data host-to-device twice); its intervals add.
+
+    The CUDA back end records events allocated up front and synchronises once per
+    window of steps; the CPU back end reads ``perf_counter_ns`` (or an injected
+    clock, for tests). Warm-up steps are dropped from the results.
+
+    Events sit on the training stream, so a phase that runs only on the CPU (the
+    hybrid store's gather and update, a cache's planning) shows in event time
+    only where the GPU had to wait for it. The CUDA back end therefore also reads
+    the host clock at every mark: ``host_steps`` holds those durations (on the
+    CPU back end they are ``steps``).
+    """
 
     def __init__(
         self,

@@ -6,12 +6,7 @@ stability of the runs behind it, and the value the cost model gives for the
 same runs under a named hardware profile (always labelled ``modelled``).
 A claim whose runs are not in this reproduction keeps its row with a
 ``status`` saying so; a claim hotcold has no method for says that.
-
-Measured speed ratios are samples/s of one run over another's (mean over
-seeds, same timer kind), modelled ones the same ratio of
-``costmodel.predict_record`` on the same records. Traffic claims are counted
-(``hotcold shard-sim``): they do not depend on the hardware, so their
-measured and modelled values are one number.
+The claims and the columns: docs/costmodel.md, "The claims table".
 """
 from __future__ import annotations
 
@@ -307,7 +302,14 @@ def _why(row: dict[str, Any], claim: Claim) -> str:
 def claims_table(records: list[dict[str, Any]], comm: pd.DataFrame, profiles: dict[str, Any],
                  predict: Predict | None = None, comm_model: CommModel | None = None,
                  claims: Sequence[Claim] = CLAIMS) -> pd.DataFrame:
-    """One row per claim (``CLAIM_COLUMNS``); ``profiles`` maps profile names to loaded hardware profiles."""
+    """One row per claim (``CLAIM_COLUMNS``); ``profiles`` maps profile names to loaded hardware profiles.
+
+    Measured speed ratios are samples/s of one run over another's (mean over
+    seeds, same timer kind), modelled ones the same ratio of
+    ``costmodel.predict_record`` on the same records. Traffic claims are counted
+    (``hotcold shard-sim``): they do not depend on the hardware, so their
+    measured and modelled values are one number.
+    """
     if predict is None or comm_model is None:
         from hotcold import costmodel, methods
 

@@ -1,16 +1,9 @@
 """The comparison tables: speed-up per method, cache hit rates, FAE's hot inputs, traffic.
 
-- ``speedup_table``: mean over seeds of each (dataset, timer, method,
-  variant) of the summary: samples/s, speed-up over ``hybrid`` (same timer
-  kind only), AUC and its difference to ``hybrid``, and whether every seed
-  was exact.
-- ``cache_sim_table``: the per-dataset ``hotcold simulate`` CSVs in one frame
-  (hit rate per policy and cache size, ColossalAI's curve).
-- ``fae_table``: per run whose store reports a hot-input fraction (FAE): its
-  budget, the hot rows on the device and the share of training inputs and
-  batches that were hot.
-- ``traffic_table``: bytes moved per training step, parameter traffic and
-  activation traffic apart, from the counters (hardware-independent).
+One function per table (``speedup_table``, ``cache_sim_table``,
+``fae_table``, ``traffic_table``), each from the summary, the records, the
+counters or the ``hotcold simulate`` CSVs; its docstring says what a row
+holds, and docs/outputs.md what each table's columns mean.
 """
 from __future__ import annotations
 
@@ -34,7 +27,12 @@ def _all_true(values: pd.Series) -> Any:
 
 
 def speedup_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Mean (and sd) over seeds per dataset, timer kind, method and variant."""
+    """Mean (and sd) over seeds per dataset, timer kind, method and variant.
+
+    Of the summary: samples/s, speed-up over ``hybrid`` (same timer kind
+    only), AUC and its difference to ``hybrid``, and whether every seed was
+    exact.
+    """
     cols = [*SPEEDUP_KEYS, "options", "seeds", "samples_per_s", "samples_per_s_sd", "speedup_vs_hybrid",
             "speedup_sd", "auc", "auc_vs_hybrid", "exact", "stable"]
     if summary.empty:
@@ -82,7 +80,10 @@ def speedup_markdown(speedup: pd.DataFrame, note: str = "") -> str:
 
 
 def cache_sim_table(paths: Sequence[Path]) -> pd.DataFrame:
-    """The simulation CSVs of ``hotcold simulate`` in one frame, sorted by dataset, policy and size."""
+    """The simulation CSVs of ``hotcold simulate`` in one frame, sorted by dataset, policy and size.
+
+    One CSV per dataset: hit rate per policy and cache size, ColossalAI's curve.
+    """
     if not paths:
         raise FileNotFoundError("no simulation CSVs given; run `hotcold simulate` first")
     frames = []

@@ -1,18 +1,10 @@
 """Paper figures from the aggregated tables in ``results/tables``.
 
-``make_figures`` draws the timing figures here (``step_phases``,
-``throughput``) and the comparisons of ``hotcold.analysis.comparison_figures``
-(``speedup``, ``rows_moved``, ``fae_hot_fraction``, ``hit_rate``). Timed
-figures get one panel per (dataset, timer kind): bars from different timers
-never share an axis. Counter figures need no such split (counters do not
-depend on the hardware). Runs the summary marks infeasible (no numbers)
-are left out of every figure. These figures show one-process runs; the
-scale-out runs (world > 1, fewer steps, ranks sharing the cores) have their
-own figures in ``hotcold.analysis.scaleout_figures`` (``inter_node_bytes``,
-``proactive_hidden``, ``flexshard_headroom``). Timed bars of disturbed runs
-(summary ``stable`` false) are hatched, with a legend entry saying so;
-throughput and step-time bars carry whiskers from each run's step-time
-distribution (p10 to p90).
+``make_figures`` draws the timing figures here and the comparison and
+scale-out figures of ``hotcold.analysis.comparison_figures`` and
+``hotcold.analysis.scaleout_figures``. Timers are never mixed on one axis
+and disturbed runs are hatched, so that a reader sees which bars to
+trust. What each figure shows: docs/outputs.md, "Figures".
 """
 from __future__ import annotations
 
@@ -177,6 +169,20 @@ def make_figures(tables_dir: Path, out_dir: Path) -> list[Path]:
     ``hotcold scaleout-tables``). The summary's ``stable`` marks the timed
     bars: phases and Proactive's runs get it joined on their run ids, the
     speed-up bars take ``speedup.csv``'s where it is there.
+
+    It draws the timing figures of this module (``step_phases``,
+    ``throughput``) and the comparisons of ``hotcold.analysis.comparison_figures``
+    (``speedup``, ``rows_moved``, ``fae_hot_fraction``, ``hit_rate``). Timed
+    figures get one panel per (dataset, timer kind): bars from different timers
+    never share an axis. Counter figures need no such split (counters do not
+    depend on the hardware). Runs the summary marks infeasible (no numbers)
+    are left out of every figure. These figures show one-process runs; the
+    scale-out runs (world > 1, fewer steps, ranks sharing the cores) have their
+    own figures in ``hotcold.analysis.scaleout_figures`` (``inter_node_bytes``,
+    ``proactive_hidden``, ``flexshard_headroom``). Timed bars of disturbed runs
+    (summary ``stable`` false) are hatched, with a legend entry saying so;
+    throughput and step-time bars carry whiskers from each run's step-time
+    distribution (p10 to p90).
     """
     tables_dir, out_dir = Path(tables_dir), Path(out_dir)
     runs = trained_runs(read_table(tables_dir / "summary.csv"))

@@ -1,27 +1,10 @@
 """Scale-out tables: collective traffic per plan and scale, FlexShard over memory headroom, Proactive.
 
-- ``comm_traffic_table``: one row per trained scale-out run (``source``
-  ``trained``, from its record) and per ``hotcold shard-sim`` row
-  (``simulated``): mean bytes per training step of every collective, all of
-  them intra- and inter-node, the inter-node all-to-all bytes (input, output
-  and gradient exchanges), and how much fewer of those a plan sends than the
-  row-wise plan (``inter_a2a_reduction_vs_row``) and the table-wise plan
-  (``..._vs_table``) at the same dataset, source, scale, memory headroom (and
-  seed): ``1 - bytes / reference bytes``, so 0.3 means 30% fewer bytes, a
-  negative value more. A trained run's bytes per step are its whole run's
-  (warm-up included) divided by its steps, which is what shard-sim reports
-  for the same batches, so the two sources compare row by row.
-- ``flexshard_headroom_table``: from the simulations, FlexShard's, row-wise's
-  and table-wise's inter-node all-to-all bytes at every memory headroom and
-  simulated scale, and FlexShard's reduction against the two (the curve
-  over headroom 1.0-2.0).
-- ``proactive_table``: per Proactive run, the share of its served lookups
-  done early (while an earlier step's collectives ran) and the share of its
-  lookup time hidden behind communication.
-
-Infeasible plans (a plan that does not fit its memory budget, trained or
-simulated) stay in ``comm_traffic`` with their ``status`` and ``reason``
-and no bytes.
+Trained scale-out runs and ``hotcold shard-sim`` rows land in one traffic
+table with the same bytes per step, so the two compare row by row where
+both exist and the simulation carries a plan to scales no machine here
+trains. One function per table (``comm_traffic_table``,
+``flexshard_headroom_table``, ``proactive_table``); columns: docs/outputs.md.
 """
 from __future__ import annotations
 
@@ -144,7 +127,24 @@ def reduction(values: pd.Series, reference: float) -> pd.Series:
 
 
 def comm_traffic_table(records: list[dict[str, Any]], sims: pd.DataFrame) -> pd.DataFrame:
-    """Trained and simulated bytes per step per collective, with the reductions against row- and table-wise."""
+    """Trained and simulated bytes per step per collective, with the reductions against row- and table-wise.
+
+    One row per trained scale-out run (``source`` ``trained``, from its
+    record) and per ``hotcold shard-sim`` row (``simulated``): mean bytes per
+    training step of every collective, all of them intra- and inter-node, the
+    inter-node all-to-all bytes (input, output and gradient exchanges), and
+    how much fewer of those a plan sends than the row-wise plan
+    (``inter_a2a_reduction_vs_row``) and the table-wise plan (``..._vs_table``)
+    at the same dataset, source, scale, memory headroom (and seed):
+    ``1 - bytes / reference bytes``, so 0.3 means 30% fewer bytes, a negative
+    value more. A trained run's bytes per step are its whole run's (warm-up
+    included) divided by its steps, which is what shard-sim reports for the
+    same batches, so the two sources compare row by row.
+
+    Infeasible plans (a plan that does not fit its memory budget, trained or
+    simulated) stay in the table with their ``status`` and ``reason`` and no
+    bytes.
+    """
     parts = [p for p in (trained_rows(records), simulated_rows(sims)) if not p.empty]
     if not parts:
         return pd.DataFrame(columns=COMM_COLUMNS)
@@ -170,7 +170,12 @@ def _plan_key(col: pd.Series) -> pd.Series:
 
 
 def flexshard_headroom_table(sims: pd.DataFrame) -> pd.DataFrame:
-    """Per dataset, simulated scale and headroom: inter-node all-to-all bytes of flexshard, row and table."""
+    """Per dataset, simulated scale and headroom: inter-node all-to-all bytes of flexshard, row and table.
+
+    From the simulations, FlexShard's, row-wise's and table-wise's inter-node
+    all-to-all bytes at every memory headroom and simulated scale, and
+    FlexShard's reduction against the two (the curve over headroom 1.0-2.0).
+    """
     sims = sims[sims["plan"].isin(HEADROOM_PLANS)] if not sims.empty else sims
     if sims.empty:
         return pd.DataFrame(columns=HEADROOM_COLUMNS)
@@ -192,7 +197,12 @@ def flexshard_headroom_table(sims: pd.DataFrame) -> pd.DataFrame:
 
 
 def proactive_table(records: list[dict[str, Any]]) -> pd.DataFrame:
-    """One row per trained Proactive run: early and hidden lookup shares, next to the plain sharded run's step time."""
+    """One row per trained Proactive run: early and hidden lookup shares, next to the plain sharded run's step time.
+
+    The early share is the share of its served lookups done early (while an
+    earlier step's collectives ran), the hidden share the share of its lookup
+    time hidden behind communication.
+    """
     step_ms = {}
     for rec in records:
         if rec.get("method") == "sharded" and record_status(rec) == STATUS_OK:

@@ -1,32 +1,12 @@
 """Tidy tables from run records: summary, per-phase times, counters and the comparisons.
 
-``aggregate`` reads the given ``<dataset>/<method>/<variant>/seed~<n>/record.json``
-files, and those of scale-out runs under ``<variant>/world~<P>-rpn~<G>/seed~<n>/``
-(the workflow passes the runs its config asks for; by hand, ``find_records``
-lists all under a runs directory) and writes ``summary.csv``/``summary.md``,
-``phases.csv``, ``counters.csv``/``counters.md`` and the comparison tables of
-``hotcold.analysis.comparisons`` (``speedup``, ``fae_hot_fraction``, ``rows_moved``),
-and ``infeasible.md``: the runs whose variant could not run on their dataset
-(record status ``infeasible``) with the reason, and the runs of peer methods
-skipped because their optional package is not installed (status ``skipped``;
-the summary says which, above its table). Such runs stay in the summary
-as rows with their ``status`` and ``reason`` and no numbers; every other table
-is built from the ``ok`` runs only.
-Speed-ups are computed only between runs timed by the same kind of timer, and only
-between one-process runs: a scale-out run trains fewer steps with P processes
-sharing the machine's cores, so its samples/s and AUC are not comparable with
-``hybrid``'s; its ``speedup_vs_hybrid`` and ``auc_vs_hybrid`` stay empty, it
-is left out of ``speedup`` and ``rows_moved`` (no host-device traffic), and its
-numbers are in the scale-out tables (``hotcold.analysis.scaleout``).
-Every run is identified by ``RUN_ID``: dataset, method, variant, ``world``,
-``ranks_per_node`` and seed (a one-process run has world 1 and 1 rank per node).
-The ``exact`` column checks the invariant from the records' parameter
-sketches: against the record's own ``reference`` when it has one (a store
-with its own batch order, e.g. FAE, carries the ``device`` store replayed on
-that order), else against the ``device`` run of the same dataset and seed.
-Comparisons between runs use only runs on byte-identical datasets (same
-manifest hash), so stale runs of another scale under the same name never
-serve as a reference.
+``aggregate`` reads run records (one-process and scale-out) and writes the
+summary, per-phase and counter tables, the comparison tables of
+``hotcold.analysis.comparisons`` and ``infeasible.md``. A variant that could not
+run keeps its summary row, so the tables show what is missing instead of the
+workflow stopping; speed-ups and exactness compare only runs that compare
+(same timer kind, one process, byte-identical datasets: ``summary_frame``).
+Columns: docs/outputs.md, "Tables".
 """
 from __future__ import annotations
 
@@ -257,7 +237,24 @@ def _auc_vs_hybrid(frame: pd.DataFrame) -> pd.Series:
 
 
 def summary_frame(records: list[dict[str, Any]], exact_rtol: float = EXACT_RTOL) -> pd.DataFrame:
-    """One row per run, sorted by dataset, method, variant, world, ranks per node, seed."""
+    """One row per run, sorted by dataset, method, variant, world, ranks per node, seed.
+
+    Every run is identified by ``RUN_ID``: dataset, method, variant, ``world``,
+    ``ranks_per_node`` and seed (a one-process run has world 1 and 1 rank per node).
+    Speed-ups are computed only between runs timed by the same kind of timer, and only
+    between one-process runs: a scale-out run trains fewer steps with P processes
+    sharing the machine's cores, so its samples/s and AUC are not comparable with
+    ``hybrid``'s; its ``speedup_vs_hybrid`` and ``auc_vs_hybrid`` stay empty, it
+    is left out of ``speedup`` and ``rows_moved`` (no host-device traffic), and its
+    numbers are in the scale-out tables (``hotcold.analysis.scaleout``).
+    The ``exact`` column checks the invariant from the records' parameter
+    sketches: against the record's own ``reference`` when it has one (a store
+    with its own batch order, e.g. FAE, carries the ``device`` store replayed on
+    that order), else against the ``device`` run of the same dataset and seed.
+    Comparisons between runs use only runs on byte-identical datasets (same
+    manifest hash), so stale runs of another scale under the same name never
+    serve as a reference.
+    """
     frame = pd.DataFrame([_row(r) for r in records])
     frame["seed"] = frame["seed"].astype("int64")
     frame["speedup_vs_hybrid"] = _speedups(frame)
@@ -404,6 +401,19 @@ def aggregate(records: Sequence[Path], out_dir: Path, exact_rtol: float = EXACT_
 
     The summary and ``infeasible.md`` list every run; the other tables hold
     the runs that trained.
+
+    ``records`` are ``<dataset>/<method>/<variant>/seed~<n>/record.json``
+    files, and those of scale-out runs under ``<variant>/world~<P>-rpn~<G>/seed~<n>/``
+    (the workflow passes the runs its config asks for; by hand, ``find_records``
+    lists all under a runs directory). Written: ``summary.csv``/``summary.md``,
+    ``phases.csv``, ``counters.csv``/``counters.md`` and the comparison tables of
+    ``hotcold.analysis.comparisons`` (``speedup``, ``fae_hot_fraction``, ``rows_moved``),
+    and ``infeasible.md``: the runs whose variant could not run on their dataset
+    (record status ``infeasible``) with the reason, and the runs of peer methods
+    skipped because their optional package is not installed (status ``skipped``;
+    the summary says which, above its table). Such runs stay in the summary
+    as rows with their ``status`` and ``reason`` and no numbers; every other table
+    is built from the ``ok`` runs only.
     """
     out_dir = Path(out_dir)
     loaded = load_records(records)

@@ -3,16 +3,7 @@
 ``predict`` prices the loop's own work (``batch_terms``) and the technique's
 (its pricing function, ``techniques.py``), adjusts for ranks that share a
 machine's cores, and sums the terms by phase; a prediction says which term
-dominates.
-
-Shared cores (a ``cpu`` profile, P ranks of t threads on C = ``host_cores``
-cores, the record's core count when the profile has none): at P t > C the
-ranks take turns. A rank waiting in a gloo collective sleeps, so its compute
-phases run at full speed; before each collective it waits ``(P t / C - 1)``
-times the compute it did since the previous collective (the peers' turns:
-``<collective>.wait_for_peers``), and loopback transfers, CPU work, take
-``P t / C`` times longer. A GPU profile gives each rank its own GPU: no sharing.
-A rank's dense step and the batch it ships are its 1/P slice of the global batch.
+dominates. Shared cores: ``predict`` and docs/costmodel.md, "Shared cores".
 """
 from __future__ import annotations
 
@@ -41,7 +32,17 @@ class Prediction:
 
 
 def predict(workload: Workload, profile: HardwareProfile, price: PriceFn) -> Prediction:
-    """Modelled per-phase times of one step of ``workload`` on ``profile``; ``price``: the technique's pricing."""
+    """Modelled per-phase times of one step of ``workload`` on ``profile``; ``price``: the technique's pricing.
+
+    Shared cores (a ``cpu`` profile, P ranks of t threads on C = ``host_cores``
+    cores, the record's core count when the profile has none): at P t > C the
+    ranks take turns. A rank waiting in a gloo collective sleeps, so its compute
+    phases run at full speed; before each collective it waits ``(P t / C - 1)``
+    times the compute it did since the previous collective (the peers' turns:
+    ``<collective>.wait_for_peers``), and loopback transfers, CPU work, take
+    ``P t / C`` times longer. A GPU profile gives each rank its own GPU: no sharing.
+    A rank's dense step and the batch it ships are its 1/P slice of the global batch.
+    """
     w, t = workload, Terms()
     c = Costs(profile, sharers=w.world if profile.kind == "cpu" else w.ranks_per_node)
     batch_terms(t, c, w)

@@ -1,24 +1,10 @@
 """Pricing: the primitive costs (ms) of a step's work on a profile, and the blocks the techniques share.
 
-A step is priced as named terms ``(phase, term, ms)`` (``Terms``) in the phases the runs measure
-(``timing.PHASES`` and the scale-out phases). The primitive costs (``Costs``):
-
-- a host row gather or scatter of n rows of b bytes: ``n * row_ns + n * b / host_memory_bw`` from a table
-  larger than the last-level cache, ``n * cached_row_ns`` from one that fits: ``sharers x its bytes <=
-  host_cache_mib``, sharers being the processes on one machine (a ``cpu`` profile: the run's P ranks; a
-  ``gpu`` profile: a node's ranks). A table of unknown size is taken to be large;
-- the loader's read of B samples: ``B * host_data_sample_ns + B * sample_bytes / host_memory_bw``;
-- an element-wise pass over b bytes: ``b / memory_bw``; id planning: ``ids * host_id_plan_ns`` (global rows
-  from column ids) and ``ids * host_unique_ns`` (``RowGroups.of``);
-- a cache's or scratchpad's directory: ``unique_rows * host_directory_row_ns + slots_scanned *
-  host_directory_slot_ns``;
-- an op: ``host_op_us`` of dispatch (on a GPU ``max(host_op_us, device_kernel_us)``);
-- a device gather or scatter of n rows: ``n * b / (device_memory_bw * device_gather_efficiency)``; a copy
-  over PCIe: ``bytes / pcie_bw + pcie_latency_us``;
-- the dense forward, backward and optimizer: ``dense_ops * op latency + flops / dense_flops``.
-
-On a ``cpu`` profile the trainer device is host memory: ``.to(device)`` is a no-op, so activations cost
-no transfer, and a cache's fetch or write-back is a host gather plus a host scatter.
+A step is priced as named terms ``(phase, term, ms)`` (``Terms``) in the
+phases the runs measure, so that a prediction compares phase by phase with a
+measured run. ``Costs`` turns a profile's rates into primitive costs (each
+formula in its docstring and in docs/costmodel.md, "Primitive costs"); the
+functions below price the blocks several techniques share.
 """
 from __future__ import annotations
 
@@ -32,7 +18,24 @@ MiB = 1 << 20
 
 
 class Costs:
-    """Primitive costs in ms on one profile (the module docstring says each formula).
+    """Primitive costs in ms on one profile.
+
+    - a host row gather or scatter of n rows of b bytes: ``n * row_ns + n * b / host_memory_bw`` from a table
+      larger than the last-level cache, ``n * cached_row_ns`` from one that fits: ``sharers x its bytes <=
+      host_cache_mib``, sharers being the processes on one machine (a ``cpu`` profile: the run's P ranks; a
+      ``gpu`` profile: a node's ranks). A table of unknown size is taken to be large;
+    - the loader's read of B samples: ``B * host_data_sample_ns + B * sample_bytes / host_memory_bw``;
+    - an element-wise pass over b bytes: ``b / memory_bw``; id planning: ``ids * host_id_plan_ns`` (global rows
+      from column ids) and ``ids * host_unique_ns`` (``RowGroups.of``);
+    - a cache's or scratchpad's directory: ``unique_rows * host_directory_row_ns + slots_scanned *
+      host_directory_slot_ns``;
+    - an op: ``host_op_us`` of dispatch (on a GPU ``max(host_op_us, device_kernel_us)``);
+    - a device gather or scatter of n rows: ``n * b / (device_memory_bw * device_gather_efficiency)``; a copy
+      over PCIe: ``bytes / pcie_bw + pcie_latency_us``;
+    - the dense forward, backward and optimizer: ``dense_ops * op latency + flops / dense_flops``.
+
+    On a ``cpu`` profile the trainer device is host memory: ``.to(device)`` is a no-op, so activations cost
+    no transfer, and a cache's fetch or write-back is a host gather plus a host scatter.
 
     ``sharers``: the processes whose tables share the host's last-level cache (a run's ranks on one
     machine): a table fits when ``sharers`` tables of its size do.
@@ -106,7 +109,10 @@ class Costs:
 
 
 class Terms:
-    """One step's named terms ``(phase, term, ms)`` in the order priced, and the side work hidden from it."""
+    """One step's named terms ``(phase, term, ms)`` in the order priced, and the side work hidden from it.
+
+    The phases are those the runs measure (``timing.PHASES`` and the scale-out phases).
+    """
 
     def __init__(self) -> None:
         self.items: list[tuple[str, str, float]] = []

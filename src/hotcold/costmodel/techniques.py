@@ -3,25 +3,10 @@
 Every function has one signature (``PriceFn``): it adds its technique's
 terms to ``t``, which arrives holding the loop's own (``batch_terms``: the
 batch's read, its shipping, the dense step). No function tests a method's
-name: a method's entry names its function.
-
-Overlap (what the techniques claim, as the code implements it):
-
-- ScratchPipe: the gather of missing rows and the scatter of evicted rows
-  (the ``gather``/``scatter`` stages of ``MovePipeline``) run on worker
-  threads (on a GPU with the copies on a side stream) while the W batches
-  ahead of them train. They are assumed to run on resources the training
-  path does not use; only their excess over W steps of training shows in the
-  step (``h2d.side_wait``, where training waits for them). The copy-out and,
-  on a CPU, the copy-in run on the training thread and are in the step.
-- Proactive: the early lookups run while the gradient all-to-all is in
-  flight; ``early_lookup`` is their time, and ``grad_a2a`` is what remains of
-  the collective after them (``max(0, a2a - early)``).
-- Nothing else overlaps: the timer's phases are sequential on the training path.
-
-Counters of a run over P ranks are sums over ranks: per-rank lookup work is
-taken to be the total / P times the run's ``load_imbalance`` (max / mean
-lookups served), or 1 when the record has none.
+name: a method's entry names its function. Only the overlap the techniques
+claim is modelled, as the code implements it (``price_scratchpipe``,
+``price_proactive``; docs/costmodel.md, "Overlap"); nothing else overlaps:
+the timer's phases are sequential on the training path.
 """
 from __future__ import annotations
 
@@ -85,7 +70,15 @@ def price_fae(t: Terms, c: Costs, w: Workload) -> None:
 
 def price_scratchpipe(t: Terms, c: Costs, w: Workload) -> None:
     """ScratchPipe: admission of batch i+W on the training thread, the scratchpad lookup, and the side
-    work (see the module docstring) of which only the excess over W steps of training is in the step.
+    work of which only the excess over W steps of training is in the step.
+
+    Overlap: the gather of missing rows and the scatter of evicted rows
+    (the ``gather``/``scatter`` stages of ``MovePipeline``) run on worker
+    threads (on a GPU with the copies on a side stream) while the W batches
+    ahead of them train. They are assumed to run on resources the training
+    path does not use; only their excess over W steps of training shows in the
+    step (``h2d.side_wait``, where training waits for them). The copy-out and,
+    on a CPU, the copy-in run on the training thread and are in the step.
 
     The loop's terms already in ``t`` are the step without ScratchPipe's own work; its terms are listed
     before them (the order in which the step's sums have always been taken)."""
@@ -129,7 +122,12 @@ def price_scratchpipe(t: Terms, c: Costs, w: Workload) -> None:
 # -- scale-out: the hybrid-parallel exchange ------------------------------------------------------------
 
 def _per_rank(w: Workload, total: float) -> float:
-    """A per-rank share of a counter summed over ranks, at the run's load imbalance."""
+    """A per-rank share of a counter summed over ranks, at the run's load imbalance.
+
+    Counters of a run over P ranks are sums over ranks: per-rank lookup work is
+    taken to be the total / P times the run's ``load_imbalance`` (max / mean
+    lookups served), or 1 when the record has none.
+    """
     imbalance = float(w.report.get("load_imbalance", 1.0) or 1.0)
     if not math.isfinite(imbalance):
         imbalance = 1.0
@@ -186,7 +184,12 @@ def price_sharded(t: Terms, c: Costs, w: Workload) -> None:
 
 
 def price_proactive(t: Terms, c: Costs, w: Workload) -> None:
-    """The exchange with Proactive's early lookups hidden behind the gradient all-to-all."""
+    """The exchange with Proactive's early lookups hidden behind the gradient all-to-all.
+
+    The early lookups run while the gradient all-to-all is in flight;
+    ``early_lookup`` is their time, and ``grad_a2a`` is what remains of the
+    collective after them (``max(0, a2a - early)``).
+    """
     x = _Exchange.of(c, w)
     _forward(t, c, w, x)
     early_ms = c.dev_gather(x.early, w.vector_bytes, w.table_bytes(x.shard_rows)) + (c.ops(2) if x.early else 0.0)

@@ -1,26 +1,10 @@
 """Putting a finished dataset directory in place: leftovers of killed runs, an atomic swap, fsync.
 
-A dataset is built in ``.<name>.tmp-<host>-<pid>`` beside its final name
-(``temp_dir``). A run killed with SIGKILL cannot clean up after itself, so
-every writer first removes the leftovers of runs on this machine whose
-process is gone (``remove_stale``; another machine's leftovers on a shared
-disk are left alone, their process may be running there).
-
-The swap (``swap_in``) must never leave the name without a complete
-dataset, since other jobs may open it at any time. On Linux the new and the
-old directory trade names in one ``renameat2(RENAME_EXCHANGE)`` call: one
-atomic step, after which the old dataset is deleted under the temporary
-name. Where that call is missing (another OS, libc before 2.28, a file
-system that refuses the flag) the old directory is renamed aside to
-``.<name>.old-<host>-<pid>`` and the new one renamed in: a window of two
-renames in which the name is absent, and if the process dies inside it,
-the next writer (``remove_stale``) renames the complete old dataset (it has
-its manifest) back. Rename-aside alone was not chosen as the main path
-because even its short window is visible to readers; the exchange is not.
-
-Before any rename the column files, the manifest and the directory are
-fsynced, and the parent directory after, so a power loss cannot leave a
-complete-looking name over unwritten data.
+A dataset is built in a temporary sibling of its final name (``temp_dir``)
+and swapped in only when complete (``swap_in``), because other jobs may open
+the name at any time: it must never be without a complete dataset. A run
+killed with SIGKILL cannot clean up after itself, so every writer first
+removes the leftovers of dead runs on this machine (``remove_stale``).
 """
 from __future__ import annotations
 
@@ -39,7 +23,7 @@ _UNSUPPORTED = {errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, err
 
 
 def temp_dir(out: Path) -> Path:
-    """Where the dataset ``out`` is built by this process."""
+    """Where the dataset ``out`` is built by this process: ``.<name>.tmp-<host>-<pid>`` beside its final name."""
     return out.parent / f".{out.name}.tmp-{host_tag()}"
 
 
@@ -56,7 +40,13 @@ def _leftover(out: Path, sibling: Path) -> tuple[str, int] | None:
 
 
 def remove_stale(out: Path) -> list[Path]:
-    """Delete the leftovers of dead runs on this machine (restoring a set-aside dataset whose swap died)."""
+    """Delete the leftovers of dead runs on this machine (restoring a set-aside dataset whose swap died).
+
+    A run killed with SIGKILL cannot clean up after itself, so every writer
+    first removes the leftovers of runs on this machine whose process is gone;
+    another machine's leftovers on a shared disk are left alone, their process
+    may be running there.
+    """
     if not out.parent.is_dir():
         return []
     removed = []
@@ -96,7 +86,24 @@ def _exchange(a: Path, b: Path) -> bool:
 
 
 def swap_in(tmp: Path, out: Path) -> None:
-    """Make the complete directory ``tmp`` the dataset ``out``, replacing any old one (see the module doc)."""
+    """Make the complete directory ``tmp`` the dataset ``out``, replacing any old one.
+
+    The swap must never leave the name without a complete dataset, since
+    other jobs may open it at any time. On Linux the new and the old directory
+    trade names in one ``renameat2(RENAME_EXCHANGE)`` call: one atomic step,
+    after which the old dataset is deleted under the temporary name. Where that
+    call is missing (another OS, libc before 2.28, a file system that refuses
+    the flag) the old directory is renamed aside to
+    ``.<name>.old-<host>-<pid>`` and the new one renamed in: a window of two
+    renames in which the name is absent, and if the process dies inside it,
+    the next writer (``remove_stale``) renames the complete old dataset (it has
+    its manifest) back. Rename-aside alone was not chosen as the main path
+    because even its short window is visible to readers; the exchange is not.
+
+    Before any rename the column files, the manifest and the directory are
+    fsynced, and the parent directory after, so a power loss cannot leave a
+    complete-looking name over unwritten data.
+    """
     _fsync_tree(tmp)
     if not out.exists():
         os.rename(tmp, out)

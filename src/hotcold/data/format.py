@@ -1,31 +1,11 @@
 """On-disk dataset format: ``manifest.json`` plus memory-mapped column files.
 
-A dataset directory holds
-
-- ``dense.npy``   float32 [N, num_dense]   dense features, already transformed
-- ``sparse.npy``  int32   [N, num_tables]  one id per table, in [0, cardinality)
-- ``labels.npy``  float32 [N]              click labels in {0, 1}
-- ``manifest.json`` schema, cardinalities, splits (row ranges), sha256 of each
-  column file, the generator or source parameters and measured skew.
-
-Sequence datasets (Taobao) add per-sample histories as values + offsets:
-
-- ``history.npy``          int32 [H, S]  S ids per past event (e.g. item, category)
-- ``history_offsets.npy``  int64 [N+1]   sample n owns history rows [off[n], off[n+1])
-
-with ``sequence: {"tables": [...], "max_length": L}`` in the manifest: column
-s of a history row is an id of table ``tables[s]`` (histories share their
-tables with the target), oldest event first, at most L events per sample.
-
-A batch's ids are one int64 [B, K] matrix (``Dataset.batch_ids``): the K
-``sparse`` columns, then, for sequence datasets, L events of S ids each,
-most recent last and left-padded with -1. ``Dataset.column_tables`` gives the
-table of each of the K columns, ``Dataset.column_offsets`` the global row of
-its id 0 (tables share one row space in table order), and
-``Dataset.global_rows`` the global rows of a batch's non-padding lookups.
-
-``write_dataset`` writes into a temporary sibling directory and swaps it in
-(``dirswap``), so the name always holds a complete dataset with its manifest.
+Every dataset, generated or preprocessed from the real files, is one
+directory in this one format, so everything downstream reads it the same
+way. The files are listed in ``Dataset``, a batch's id matrix is described
+in ``Dataset.batch_ids``. ``write_dataset`` writes into a temporary sibling
+directory and swaps it in (``dirswap``), so the name always holds a complete
+dataset with its manifest.
 """
 from __future__ import annotations
 
@@ -223,7 +203,25 @@ def _check_splits(splits: dict[str, tuple[int, int]], n: int) -> None:
 
 @dataclass(frozen=True)
 class Dataset:
-    """A dataset directory opened read-only with memory-mapped columns."""
+    """A dataset directory opened read-only with memory-mapped columns.
+
+    A dataset directory holds
+
+    - ``dense.npy``   float32 [N, num_dense]   dense features, already transformed
+    - ``sparse.npy``  int32   [N, num_tables]  one id per table, in [0, cardinality)
+    - ``labels.npy``  float32 [N]              click labels in {0, 1}
+    - ``manifest.json`` schema, cardinalities, splits (row ranges), sha256 of each
+      column file, the generator or source parameters and measured skew.
+
+    Sequence datasets (Taobao) add per-sample histories as values + offsets:
+
+    - ``history.npy``          int32 [H, S]  S ids per past event (e.g. item, category)
+    - ``history_offsets.npy``  int64 [N+1]   sample n owns history rows [off[n], off[n+1])
+
+    with ``sequence: {"tables": [...], "max_length": L}`` in the manifest: column
+    s of a history row is an id of table ``tables[s]`` (histories share their
+    tables with the target), oldest event first, at most L events per sample.
+    """
 
     path: Path
     manifest: dict[str, Any]
@@ -319,7 +317,15 @@ class Dataset:
         return g[g >= 0]
 
     def batch_ids(self, rows: np.ndarray) -> np.ndarray:
-        """int64 [B, K] ids of the samples at ``rows`` (see the module docstring)."""
+        """int64 [B, K] ids of the samples at ``rows``.
+
+        A batch's ids are one int64 [B, K] matrix: the K ``sparse`` columns,
+        then, for sequence datasets, L events of S ids each, most recent last
+        and left-padded with -1. ``column_tables`` gives the table of each of
+        the K columns, ``column_offsets`` the global row of its id 0 (tables
+        share one row space in table order), and ``global_rows`` the global
+        rows of a batch's non-padding lookups.
+        """
         ids = np.asarray(self.sparse[rows]).astype(np.int64)
         if not self.sequence:
             return ids

@@ -5,48 +5,9 @@ replicated on every rank (``ALL``: lookups are local, gradients all-reduced
 over all P ranks every step), the next ``w`` once per node (``NODE``: spread
 over the node's G ranks, lookups stay inside the node, gradients all-reduced
 across the nodes), and the cold rest is sharded over all ranks (``SHARDED``:
-a lookup leaves its node with probability (P - G) / P).
-
-The cost model
---------------
-Per training step, with every rank equally likely to request any lookup
-(ranks train on equal slices of one global batch) and the store's protocol
-(``sharded.py``): every lookup moves an 8-byte id to its server, a ``4 D``
-byte vector back and a ``4 D`` byte gradient to the server again; sends to
-self are free. Replicated tiers all-reduce ``8 D`` bytes per row per step (float64)
-as a ring in ascending rank order (``traffic.py``), whose links are counted
-intra- or inter-node from the topology. Row ``i``'s expected lookups per
-step are ``counts[i] / sum(counts) * lookups_per_step``; ``lookups_per_step``
-(one global batch's lookups) comes from the options, else
-``sum(counts) / steps`` with ``steps`` from the options (default 1: then the
-counts themselves are the step, which makes replication look cheap; pass
-one of the two for a meaningful trade-off).
-
-Modelled time per step = the average rank's intra-node bytes over
-``intra_node_gbps`` + its inter-node bytes over ``inter_node_gbps``
-(GB/s per rank, one link of each kind per GPU as in a DGX-class node).
-Defaults: 300 GB/s (NVLink-class) and 25 GB/s (one 200 Gb/s NIC per GPU);
-modelled figures, not measurements.
-
-The solver
-----------
-With ``F(k)`` the expected lookups of the hottest ``k`` rows and
-``k = h + w``, the time is ``const - (a_S - a_N) F(k) + r_N k
-- a_N F(h) + (r_A - r_N) h`` (``a``: time per lookup of a tier, ``r``: ring
-time per replicated row). For a fixed ``h`` this is convex in ``k``
-(``F`` is concave because rows are sorted hottest first), so the best ``k``
-is "every row whose lookups save more than its ring costs", clipped to what
-the memory budget allows. Every ``h`` from 0 to its largest feasible value
-is then evaluated at once with prefix sums, so the search is exact: it can
-never do worse than the simplest tiering (no ``ALL`` rows, the largest
-``NODE`` tier that fits) or than pure sharding, and more memory headroom can
-never raise the modelled time.
-
-Memory: a rank holds the ``h`` ALL rows, the NODE rows of its local index
-(at most ``ceil(w / G)``) and its sharded rows. With ``B`` budget rows and
-``S = P B - N`` spare rows over all ranks, a tiering fits iff
-``(P - 1) h + (M - 1) w <= S`` (each extra copy spends spare rows) and
-``h + ceil(w / G) <= B`` (M = number of nodes).
+a lookup leaves its node with probability (P - G) / P). The bytes per step
+(``unit_bytes``, ``expected_lookups``) are priced on the links
+(``Bandwidths``), and ``Solver`` finds the exact best (h, w) under the memory budget.
 """
 from __future__ import annotations
 
@@ -87,7 +48,16 @@ def ring_links(members: list[int], topo: Topology) -> tuple[int, int]:
 
 
 def unit_bytes(topo: Topology, dim: int) -> UnitBytes:
-    """The per-lookup and per-replicated-row bytes of the store's protocol on ``topo``."""
+    """The per-lookup and per-replicated-row bytes of the store's protocol on ``topo``.
+
+    Per training step, with every rank equally likely to request any lookup
+    (ranks train on equal slices of one global batch) and the store's protocol
+    (``sharded.py``): every lookup moves an 8-byte id to its server, a ``4 D``
+    byte vector back and a ``4 D`` byte gradient to the server again; sends to
+    self are free. Replicated tiers all-reduce ``8 D`` bytes per row per step (float64)
+    as a ring in ascending rank order (``traffic.py``), whose links are counted
+    intra- or inter-node from the topology.
+    """
     p, g = topo.world, topo.ranks_per_node
     per_lookup = ID_BYTES + 2 * dim * FLOAT_BYTES          # id out, vector back, gradient out
     row = dim * REDUCE_BYTES                                # a replicated row's all-reduced gradient
@@ -106,7 +76,14 @@ def unit_bytes(topo: Topology, dim: int) -> UnitBytes:
 
 @dataclass(frozen=True)
 class Bandwidths:
-    """Per-rank link bandwidths in bytes per second."""
+    """Per-rank link bandwidths in bytes per second.
+
+    Modelled time per step = the average rank's intra-node bytes over
+    ``intra_node_gbps`` + its inter-node bytes over ``inter_node_gbps``
+    (GB/s per rank, one link of each kind per GPU as in a DGX-class node).
+    Defaults: 300 GB/s (NVLink-class) and 25 GB/s (one 200 Gb/s NIC per GPU);
+    modelled figures, not measurements.
+    """
 
     intra: float
     inter: float
@@ -127,7 +104,14 @@ class Bandwidths:
 
 
 def expected_lookups(inputs: PlanInputs) -> np.ndarray:
-    """float [N]: each row's expected lookups in one global step (see the module docstring)."""
+    """float [N]: each row's expected lookups in one global step.
+
+    Row ``i``'s expected lookups per step are ``counts[i] / sum(counts) *
+    lookups_per_step``; ``lookups_per_step`` (one global batch's lookups) comes
+    from the options, else ``sum(counts) / steps`` with ``steps`` from the
+    options (default 1: then the counts themselves are the step, which makes
+    replication look cheap; pass one of the two for a meaningful trade-off).
+    """
     counts = np.asarray(inputs.counts, dtype=np.float64)
     total = float(counts.sum())
     opts = inputs.options
@@ -164,7 +148,26 @@ class Tiering:
 
 
 class Solver:
-    """Prefix sums over the sorted expected lookups: the modelled time of any (h, w) in O(1)."""
+    """Prefix sums over the sorted expected lookups: the modelled time of any (h, w) in O(1).
+
+    With ``F(k)`` the expected lookups of the hottest ``k`` rows and
+    ``k = h + w``, the time is ``const - (a_S - a_N) F(k) + r_N k
+    - a_N F(h) + (r_A - r_N) h`` (``a``: time per lookup of a tier, ``r``: ring
+    time per replicated row). For a fixed ``h`` this is convex in ``k``
+    (``F`` is concave because rows are sorted hottest first), so the best ``k``
+    is "every row whose lookups save more than its ring costs", clipped to what
+    the memory budget allows. Every ``h`` from 0 to its largest feasible value
+    is then evaluated at once with prefix sums, so the search is exact: it can
+    never do worse than the simplest tiering (no ``ALL`` rows, the largest
+    ``NODE`` tier that fits) or than pure sharding, and more memory headroom can
+    never raise the modelled time.
+
+    Memory: a rank holds the ``h`` ALL rows, the NODE rows of its local index
+    (at most ``ceil(w / G)``) and its sharded rows. With ``B`` budget rows and
+    ``S = P B - N`` spare rows over all ranks, a tiering fits iff
+    ``(P - 1) h + (M - 1) w <= S`` (each extra copy spends spare rows) and
+    ``h + ceil(w / G) <= B`` (M = number of nodes).
+    """
 
     def __init__(self, sorted_lookups: np.ndarray, topo: Topology, dim: int, budget_rows: int,
                  bw: Bandwidths) -> None:

@@ -1,21 +1,10 @@
 """Plan types: where every embedding row lives, and what a planner sees (the planners are in ``plans.py``).
 
-A plan places every global row in one of three tiers (FlexShard's names):
-
-- ``SHARDED`` (0): one copy, on rank ``slot[row]``; every lookup goes there;
-- ``NODE`` (1): one copy per node, on the rank with index ``slot[row]``
-  inside the node; lookups stay inside the requester's node, and the copies
-  reduce their gradients across nodes;
-- ``ALL`` (2): a copy on every rank; lookups are local, and the copies
-  reduce their gradients over all ranks.
-
-Column-wise is the one plan that splits rows (``Plan.columns`` > 1): every
-rank holds a slice of every row. Every plan has the same per-rank memory
-budget, ``PlanInputs.budget_bytes``: ``headroom`` times the row-wise shard.
-
-The types live apart from the planning algorithms (as torchrec's
-``planner/types.py`` does): every planner imports them, and ``plans.py``
-imports every planner.
+A plan places every global row in one of three tiers (FlexShard's names:
+``SHARDED``, ``NODE``, ``ALL``; see ``Plan``), and every plan gets the same
+per-rank memory budget (``PlanInputs.budget_bytes``). The types live apart
+from the planning algorithms (as torchrec's ``planner/types.py`` does):
+every planner imports them, and ``plans.py`` imports every planner.
 """
 from __future__ import annotations
 
@@ -35,7 +24,20 @@ DEFAULT_HEADROOM = 1.25
 
 @dataclass
 class Plan:
-    """Where every row lives. ``tier`` and ``slot`` are [N] arrays over the global rows."""
+    """Where every row lives. ``tier`` and ``slot`` are [N] arrays over the global rows.
+
+    A plan places every global row in one of three tiers (FlexShard's names):
+
+    - ``SHARDED`` (0): one copy, on rank ``slot[row]``; every lookup goes there;
+    - ``NODE`` (1): one copy per node, on the rank with index ``slot[row]``
+      inside the node; lookups stay inside the requester's node, and the copies
+      reduce their gradients across nodes;
+    - ``ALL`` (2): a copy on every rank; lookups are local, and the copies
+      reduce their gradients over all ranks.
+
+    Column-wise is the one plan that splits rows (``columns`` > 1): every
+    rank holds a slice of every row.
+    """
 
     name: str
     topology: Topology
@@ -123,7 +125,7 @@ class PlanInputs:
         return int(sum(math.ceil(n / p) for n in self.table_sizes))
 
     def budget_bytes(self) -> int:
-        """The per-rank memory every plan gets: ``headroom`` x the row-wise shard."""
+        """The per-rank memory every plan gets, the same for every plan: ``headroom`` x the row-wise shard."""
         return int(self.headroom * self.rowwise_shard_rows() * self.row_bytes())
 
     def budget_rows(self) -> int:

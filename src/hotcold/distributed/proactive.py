@@ -7,14 +7,7 @@ it that no step from ``i`` to ``i + k - 1`` updates (rows only this owner
 writes: the sharded tier, or column slices), and keeps those vectors.
 After step ``i + k - 1``'s update only the remaining rows are looked up.
 No early row can change before it is used, so training is exact by
-construction.
-
-Reported: the share of served lookups done early, and the share of lookup
-time hidden behind communication: the early lookups run in chunks, and a
-chunk counts as hidden when the collective was still in flight after it.
-On gloo the all-to-all runs on gloo's own thread; on NCCL on NCCL's stream,
-while the early lookups run on the training stream (each chunk is waited
-for, so its host time is its GPU time).
+construction. What is reported: ``ProactiveStore._look_ahead``.
 """
 from __future__ import annotations
 
@@ -91,7 +84,15 @@ class ProactiveStore(ShardedStore):
         self._step += 1
 
     def _look_ahead(self, pending: Any) -> None:
-        """Look up step i+k's rows that steps i..i+k-1 leave alone, while ``pending`` is in flight."""
+        """Look up step i+k's rows that steps i..i+k-1 leave alone, while ``pending`` is in flight.
+
+        Reported: the share of served lookups done early, and the share of lookup
+        time hidden behind communication: the early lookups run in chunks, and a
+        chunk counts as hidden when the collective was still in flight after it.
+        On gloo the all-to-all runs on gloo's own thread; on NCCL on NCCL's stream,
+        while the early lookups run on the training stream (each chunk is waited
+        for, so its host time is its GPU time).
+        """
         target = self._step + self.depth
         ex = self._routes.get(target)
         if ex is None:

@@ -5,19 +5,9 @@ count from training data and solves where each row should live so that the
 hot rows sit where lookups are cheap (HBM) and every GPU does the same work.
 Here every rank is equal (one memory tier per rank, the plan budget), so the
 "cheap place" part has nothing to choose between and what remains is the
-balancing: rows in descending expected lookups, each to the rank with the
-fewest expected lookups so far that still has room under the budget
-(longest-processing-time-first greedy with capacities). Rows never looked up
-carry no load and are spread to fill every rank's memory evenly.
-
-The greedy is exact for the hottest rows (a heap), where one row can tip the
-balance. The long tail of small counts is placed in a few vectorised
-passes: every rank gets an even share of the tail's rows (memory); ranks the
-head already loaded above the water level take the lightest rows; the
-others catch up with one another in contiguous blocks of the heaviest tail
-rows, then share the rest in snake order (lightest rank first, direction
-reversed every round). Lookups per rank end within about one tail row of the
-greedy's, and a million rows plan in a fraction of a second.
+balancing (``balance``): rows in descending expected lookups, each to the
+rank with the fewest expected lookups so far that still has room under the
+budget (longest-processing-time-first greedy with capacities).
 """
 from __future__ import annotations
 
@@ -143,7 +133,17 @@ def balance(loads: np.ndarray, room: np.ndarray, initial: np.ndarray | None = No
     """Bin [n] of each item (``loads`` sorted descending) so bin loads are even and bin b gets <= ``room[b]`` items.
 
     ``initial`` [B] is load the bins already carry (FlexShard's replicated
-    tiers). Items with zero load only fill memory, evenly.
+    tiers). Items with zero load only fill memory, evenly: rows never looked up
+    carry no load and are spread to fill every rank's memory evenly.
+
+    The greedy is exact for the hottest rows (a heap), where one row can tip the
+    balance. The long tail of small counts is placed in a few vectorised
+    passes: every rank gets an even share of the tail's rows (memory); ranks the
+    head already loaded above the water level take the lightest rows; the
+    others catch up with one another in contiguous blocks of the heaviest tail
+    rows, then share the rest in snake order (lightest rank first, direction
+    reversed every round). Lookups per rank end within about one tail row of the
+    greedy's, and a million rows plan in a fraction of a second.
     """
     loads = np.asarray(loads, dtype=np.float64)
     room = np.asarray(room, dtype=np.int64)

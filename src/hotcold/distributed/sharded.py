@@ -1,21 +1,10 @@
 """``sharded`` and ``flexshard``: hybrid-parallel embedding rows, owned per a sharding plan.
 
-Each rank trains on its slice of the global batch. Per step:
-
-1. *input all-to-all*: the rank's lookups (every one, not deduplicated, so a
-   history of L events costs L ids) go to the ranks that serve their rows;
-2. the owners look the rows up;
-3. *output all-to-all*: the vectors go back, unpooled;
-4. after the dense backward, *gradient all-to-all*: each lookup's gradient
-   (scaled by ``1/P`` in ``World.sync_dense``: every rank's loss is the mean
-   over its slice) goes to the serving rank, which sums the gradients of its rows;
-5. replicated rows reduce their gradients in their replica group (every
-   rank for the ``ALL`` tier, one rank per node for the ``NODE`` tier);
-   column-wise shards reduce each row's squared-gradient sum for row-wise
-   Adagrad;
-6. the owners apply ``RowOptimizer``, the same update as the ``device`` store.
-
-``flexshard`` is this store with FlexShard's tiered plan.
+Each rank trains on its slice of the global batch; its lookups go to the
+ranks that serve their rows and the vectors and gradients come back through
+counted all-to-alls, the owners applying the same ``RowOptimizer`` as the
+``device`` store (the steps of one batch: ``ShardedStore``). ``flexshard``
+is this store with FlexShard's tiered plan.
 """
 from __future__ import annotations
 
@@ -110,6 +99,24 @@ class Exchange:
 
 
 class ShardedStore(EmbeddingStore):
+    """Rows owned per a sharding plan, served to the other ranks by all-to-alls.
+
+    Each rank trains on its slice of the global batch. Per step:
+
+    1. *input all-to-all*: the rank's lookups (every one, not deduplicated, so a
+       history of L events costs L ids) go to the ranks that serve their rows;
+    2. the owners look the rows up;
+    3. *output all-to-all*: the vectors go back, unpooled;
+    4. after the dense backward, *gradient all-to-all*: each lookup's gradient
+       (scaled by ``1/P`` in ``World.sync_dense``: every rank's loss is the mean
+       over its slice) goes to the serving rank, which sums the gradients of its rows;
+    5. replicated rows reduce their gradients in their replica group (every
+       rank for the ``ALL`` tier, one rank per node for the ``NODE`` tier);
+       column-wise shards reduce each row's squared-gradient sum for row-wise
+       Adagrad;
+    6. the owners apply ``RowOptimizer``, the same update as the ``device`` store.
+    """
+
     Options = ShardedOptions
     needs_frequencies = True
     spans_ranks = True

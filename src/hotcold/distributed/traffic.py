@@ -1,17 +1,10 @@
 """Byte accounting of the collectives, shared by the training store and ``shard-sim``.
 
 Every collective's bytes are a [P, P] matrix: entry (s, d) is what rank s
-sends to rank d. A rank's sends to itself cross no link and count zero.
-
-- an all-to-all sends each destination exactly its split;
-- an all-reduce of ``n`` bytes over a group of ``g`` ranks is counted as a
-  ring (reduce-scatter then all-gather, ranks in ascending order): each
-  member sends ``2 (g - 1) n / g`` bytes (rounded down) to its successor.
-
-These are the bytes of the algorithm, not what a particular library chose
-to send (gloo and NCCL may pick a tree); the README says so. All-reduces
-carry float64 (``REDUCE_BYTES``; see ``hotcold.distributed.world``): twice
-what a production float32 reduction sends.
+sends to rank d. A rank's sends to itself cross no link and count zero. One
+accounting serves both, so a simulated plan and a trained run count the same
+bytes. An all-to-all sends each destination exactly its split; an all-reduce
+is counted as a ring (``ring_allreduce_matrix``).
 """
 from __future__ import annotations
 
@@ -37,7 +30,16 @@ def a2a_matrix(rank: int, send_bytes: np.ndarray, world: int) -> np.ndarray:
 
 
 def ring_allreduce_matrix(group: Iterable[int], nbytes: int, world: int) -> np.ndarray:
-    """[P, P] bytes of a ring all-reduce of ``nbytes`` over ``group`` (every member's sends)."""
+    """[P, P] bytes of a ring all-reduce of ``nbytes`` over ``group`` (every member's sends).
+
+    An all-reduce of ``n`` bytes over a group of ``g`` ranks is counted as a
+    ring (reduce-scatter then all-gather, ranks in ascending order): each
+    member sends ``2 (g - 1) n / g`` bytes (rounded down) to its successor.
+    These are the bytes of the algorithm, not what a particular library chose
+    to send (gloo and NCCL may pick a tree); docs/scale-out.md says so. All-reduces
+    carry float64 (``REDUCE_BYTES``; see ``hotcold.distributed.world``): twice
+    what a production float32 reduction sends.
+    """
     members = sorted(group)
     g = len(members)
     m = np.zeros((world, world), dtype=np.int64)

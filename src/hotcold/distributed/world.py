@@ -3,19 +3,9 @@
 One process is a world of one: every method trains there unchanged. Under
 ``torchrun`` each rank trains on a contiguous slice of every global batch;
 the dense layers are data-parallel, and the embedding stores exchange rows
-through the same counted ``Comm``.
-
-The global batch's gradient is the mean of the P slices' mean-loss
-gradients. Dense gradients are summed over ranks in float64: a sum of P
-float32 values is then (almost always) exact, so it does not depend on the
-order in which the all-reduce adds them, and rounding back to float32 gives
-the same bits whatever that order. (In float32, P data-parallel ranks differ
-from one process in the last bits, and per-element Adagrad on the dense
-layers amplifies that to about 1e-2 of the parameters within 40 steps.)
-``World.replay(P)`` computes the same gradient in one process, slice by
-slice: the ``device`` store trained that way is the exact reference of a
-run over P ranks. Embedding gradients are scaled by ``1/P`` here too, so a
-store sums the same values whether its rows came from one process or many.
+through the same counted ``Comm``. Dense gradients are summed in float64 so
+that a run over P ranks is exact against ``World.replay(P)``, its reference
+in one process (``World.sync_dense``).
 """
 from __future__ import annotations
 
@@ -111,7 +101,19 @@ class World:
 
     def sync_dense(self, model: nn.Module, emb: torch.Tensor, timer: Any) -> None:
         """The global batch's gradient: dense gradients summed over slices in float64 and divided by P
-        (one counted all-reduce across ranks); embedding gradients scaled by 1/P. One process: nothing."""
+        (one counted all-reduce across ranks); embedding gradients scaled by 1/P. One process: nothing.
+
+        The global batch's gradient is the mean of the P slices' mean-loss
+        gradients. Dense gradients are summed over ranks in float64: a sum of P
+        float32 values is then (almost always) exact, so it does not depend on the
+        order in which the all-reduce adds them, and rounding back to float32 gives
+        the same bits whatever that order. (In float32, P data-parallel ranks differ
+        from one process in the last bits, and per-element Adagrad on the dense
+        layers amplifies that to about 1e-2 of the parameters within 40 steps.)
+        ``World.replay(P)`` computes the same gradient in one process, slice by
+        slice: the ``device`` store trained that way is the exact reference of a
+        run over P ranks. Embedding gradients are scaled by ``1/P`` here too, so a
+        store sums the same values whether its rows came from one process or many."""
         p = self.data_parallel
         if p == 1:
             return

@@ -1,24 +1,12 @@
 """Software embedding caches: ``lru``, ``lfu`` and ``freqcache``.
 
-Every row and its optimizer state live in host memory (pinned on a GPU only
-with ``pin_host: true``; copies go through pinned staging buffers); the
-device holds a cache of C slots (weights [C, D], state [C]). Before each
-forward the host plans the batch with ``hotcold.trace.policies.CacheDirectory``
-(the trace simulator's own directory, so its counts are the stores'): hits
-stay, victims outside the batch are written back (weights and state), misses
-are fetched. Lookups and the sparse update then run on the cached slots.
-
-Budget: ``cache_ratio`` (share of all rows, default 0.015, ColossalAI's 1.5%
-headline setting) or ``cache_rows``; C = ``max(1, floor(ratio * N))``, at
-most N. A batch with more unique rows than C fails with the capacity it
-needs. ``freqcache`` also takes ``warmup_ratio`` (default 0.7) and ``evict``
-(``"static"``: worst dataset rank first; ``"lfu"``: ColossalAI's LFU). Its
-warm fill happens at construction, is no training step and is reported as
-the ``warm_rows`` attribute, not in step counters. Policies and their tie
-rules are documented in ``hotcold.trace.policies``.
-
-Phases: planning and fetch are ``h2d``, write-back is ``d2h``, the gather is
-``emb_fwd``, the update ``emb_update``.
+Every row and its optimizer state live in host memory; the device holds a
+cache of C slots (weights [C, D], state [C]). Before each forward the host
+plans the batch with ``hotcold.trace.policies.CacheDirectory`` (the trace
+simulator's own directory, so its counts are the stores'): hits stay,
+victims outside the batch are written back (weights and state), misses are
+fetched. Lookups and the sparse update then run on the cached slots. Budget
+and options: ``CacheOptions``, ``FreqCacheOptions`` and docs/methods.md.
 """
 from __future__ import annotations
 
@@ -40,7 +28,13 @@ DEFAULT_CACHE_RATIO = 0.015
 
 @dataclass(frozen=True)
 class CacheOptions(StoreOptions):
-    """``lru`` and ``lfu``: the cache's size, and whether to pin the host table."""
+    """``lru`` and ``lfu``: the cache's size, and whether to pin the host table.
+
+    Budget: ``cache_ratio`` (share of all rows, default 0.015, ColossalAI's 1.5%
+    headline setting) or ``cache_rows``; C = ``max(1, floor(ratio * N))``, at
+    most N. A batch with more unique rows than C fails with the capacity it
+    needs.
+    """
 
     cache_ratio: float | None = None   # share of all rows (default DEFAULT_CACHE_RATIO)
     cache_rows: int | None = None      # or a number of rows
@@ -62,7 +56,14 @@ class CacheOptions(StoreOptions):
 
 @dataclass(frozen=True)
 class FreqCacheOptions(CacheOptions):
-    """``freqcache``: a cache's options, the share preloaded with the most frequent rows, and the eviction."""
+    """``freqcache``: a cache's options, the share preloaded with the most frequent rows, and the eviction.
+
+    ``warmup_ratio`` (default 0.7) and ``evict`` (``"static"``: worst dataset
+    rank first; ``"lfu"``: ColossalAI's LFU). Its warm fill happens at
+    construction, is no training step and is reported as the ``warm_rows``
+    attribute, not in step counters. Policies and their tie rules are
+    documented in ``hotcold.trace.policies``.
+    """
 
     warmup_ratio: float = 0.7   # ColossalAI warms 70%
     evict: str = "static"       # static: worst dataset rank first; lfu: ColossalAI's LFU
@@ -75,7 +76,12 @@ class FreqCacheOptions(CacheOptions):
 
 
 class CacheStore(EmbeddingStore):
-    """A host table with a device cache of C slots; subclasses choose the policy."""
+    """A host table with a device cache of C slots; subclasses choose the policy.
+
+    The host table is pinned on a GPU only with ``pin_host: true``; copies go
+    through pinned staging buffers. Phases: planning and fetch are ``h2d``,
+    write-back is ``d2h``, the gather is ``emb_fwd``, the update ``emb_update``.
+    """
 
     Options = CacheOptions
     policy_name = ""

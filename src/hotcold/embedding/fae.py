@@ -6,32 +6,8 @@ row lives in host memory; the hot rows (weights and optimizer state) also
 live in device memory. A hot batch runs entirely on the device like
 ``device``; a cold batch takes the CPU-GPU ``hybrid`` path on the host rows.
 A cold batch also reads and updates hot rows, so when the kind of batch
-switches the whole hot set is copied across (hot -> cold: device to host
-before the cold batch; cold -> hot: host to device before the hot batch) and
-no copy is ever read stale. ``run_length`` (default ``"epoch"``: an epoch's
-cold batches, then its hot ones, as the authors' loop) sets how often that
-happens. FAE always shuffles; ``train.shuffle`` does not apply. With a budget
-of 0 rows the order is exactly the loader's and the run is ``hybrid``'s.
-
-Budget. As FAE's profiler counts it: ``budget_bytes`` of device memory holds
-``budget_bytes // (4 * D)`` rows of float32 weights. Row-wise Adagrad's
-state (one float a row) lives beside the hot rows and is not charged to the
-budget; it is moved with them and counted in the sync bytes.
-``budget_ratio`` is the same knob as a share of all rows, which is how it
-scales with the dataset: FAE's 128, 256 and 512 MiB on full Criteo Kaggle
-(33.76M rows, D=16, 64 B a row, 2061 MiB of weights) are ratios 0.062, 0.124
-and 0.248. The default is 0.124 (FAE's middle budget). The hot set fills the
-budget: the rows with the highest sampled counts, ties by row index.
-
-Counters (``hotcold.counters``). A hot batch hits every lookup; a cold batch
-moves its looked-up vectors and their gradients as ``hybrid`` does. A
-synchronisation is parameter traffic of the H hot rows with their state
-(``param_*_h2d`` before a hot batch, ``param_*_d2h`` before a cold one),
-also reported as ``sync_rows``/``sync_bytes`` with ``switches`` = 1.
-
-The hot set reaches the store through the spec: ``schedule`` attaches an
-``FAEProfile`` to it. A store built without one (no ``schedule`` call, e.g.
-when replaying a given order) has no hot rows and behaves as ``hybrid``.
+switches the whole hot set is copied across (``FAEStore``). Budget and run
+length: ``FAEOptions``.
 """
 from __future__ import annotations
 
@@ -58,7 +34,21 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class FAEOptions(StoreOptions):
-    """FAE's profile sample, device budget (bytes or a share of the rows) and hot/cold run length."""
+    """FAE's profile sample, device budget (bytes or a share of the rows) and hot/cold run length.
+
+    Budget. As FAE's profiler counts it: ``budget_bytes`` of device memory holds
+    ``budget_bytes // (4 * D)`` rows of float32 weights. Row-wise Adagrad's
+    state (one float a row) lives beside the hot rows and is not charged to the
+    budget; it is moved with them and counted in the sync bytes.
+    ``budget_ratio`` is the same knob as a share of all rows, which is how it
+    scales with the dataset: FAE's 128, 256 and 512 MiB on full Criteo Kaggle
+    (33.76M rows, D=16, 64 B a row, 2061 MiB of weights) are ratios 0.062, 0.124
+    and 0.248. The default is 0.124 (FAE's middle budget). The hot set fills the
+    budget: the rows with the highest sampled counts, ties by row index.
+
+    ``run_length`` (default ``"epoch"``: an epoch's cold batches, then its hot
+    ones, as the authors' loop) sets how often the hot set is copied across.
+    """
 
     sample_fraction: float = DEFAULT_SAMPLE_FRACTION  # share of the training inputs profiled
     budget_bytes: int | None = None    # device bytes of hot weights: budget_bytes // (4 D) rows
@@ -82,7 +72,13 @@ class FAEOptions(StoreOptions):
 
 @dataclass(frozen=True)
 class FAEProfile:
-    """What FAE's profiling decided: the hot rows and the hot share of the inputs."""
+    """What FAE's profiling decided: the hot rows and the hot share of the inputs.
+
+    The hot set reaches the store through the spec: ``FAEStore.schedule``
+    attaches an ``FAEProfile`` to it. A store built without one (no
+    ``schedule`` call, e.g. when replaying a given order) has no hot rows and
+    behaves as ``hybrid``.
+    """
 
     hot_rows: torch.Tensor      # int64 [H] global rows, ascending
     hot_fraction: float = 0.0   # hot training inputs / training inputs
@@ -97,7 +93,18 @@ class FAEProfile:
 
 
 class FAEStore(EmbeddingStore):
-    """Hot rows (weights + optimizer state) in device memory, every row in host memory."""
+    """Hot rows (weights + optimizer state) in device memory, every row in host memory.
+
+    When the kind of batch switches the whole hot set is copied across (hot ->
+    cold: device to host before the cold batch; cold -> hot: host to device
+    before the hot batch) and no copy is ever read stale.
+
+    Counters (``hotcold.counters``). A hot batch hits every lookup; a cold batch
+    moves its looked-up vectors and their gradients as ``hybrid`` does. A
+    synchronisation is parameter traffic of the H hot rows with their state
+    (``param_*_h2d`` before a hot batch, ``param_*_d2h`` before a cold one),
+    also reported as ``sync_rows``/``sync_bytes`` with ``switches`` = 1.
+    """
 
     Options = FAEOptions
 
@@ -139,7 +146,9 @@ class FAEStore(EmbeddingStore):
         """Profile, pick the hot rows, classify every training input, and return FAE's batch order.
 
         The batch size is the default order's; the order has as many batches
-        as the default one (so as many as ``train.steps``).
+        as the default one (so as many as ``train.steps``). FAE always
+        shuffles; ``train.shuffle`` does not apply. With a budget of 0 rows the
+        order is exactly the loader's and the run is ``hybrid``'s.
         """
         opts = cls.Options.parse(spec.options, f"store {cls.__name__}")
         p = plan(ds, spec.seed, opts.sample_fraction, opts.hot_rows(spec.num_rows, spec.dim))

@@ -6,45 +6,8 @@ An optional extra (``pip install -e .[peers]``): this module imports without
 id (one bag per sample and id column, empty for padding), so its output is
 the [B, K, D] lookup every store returns, and FBGEMM's optimizer fused into
 its backward (``EXACT_SGD`` or ``EXACT_ROWWISE_ADAGRAD``) is the sparse update.
-
-Placement: on a CPU, HOST (FBGEMM's CPU kernels); on a GPU, DEVICE, or
-MANAGED_CACHING (the UVM cache of TorchRec's sharded tables) with
-``cache: lru`` or ``cache: lfu`` at ``cache_ratio`` (or ``cache_rows``) of
-all rows, as the harness's caches. FBGEMM's cache is set-associative
-(32 ways on CUDA): it holds ``ceil(ratio * N / 32)`` sets, and a row can
-only go into its own set, so it may miss where a fully associative cache
-of the same size would hit. A managed cache on a CPU is ``infeasible``.
-
-Counters (``StepCounters``):
-
-- HOST and DEVICE placement hold every row where the lookup runs:
-  ``lookups``, ``unique_rows``, all hits (``all_resident``), nothing moved.
-  Unique rows are counted on the host after the timed step.
-- MANAGED_CACHING: hits and misses come from FBGEMM's own cache state. Before
-  the step's forward (which is where FBGEMM fills its cache), the batch's
-  unique rows are looked up in the cache directory with FBGEMM's
-  ``lxu_cache_lookup``: ``unique_misses`` are those not resident, ``misses``
-  their lookups. After the forward the same lookup finds the rows FBGEMM
-  could not admit (every way of their set taken by the batch); the others
-  were fetched, ``param_rows_h2d`` (weights only: row-wise Adagrad's state
-  stays in device memory under MANAGED_CACHING). ``evictions``: fetched rows
-  that did not land in a free slot (slot occupancy from the cache state);
-  FBGEMM writes every evicted row back to host memory, ``param_rows_d2h``.
-  Not exposed by FBGEMM and left at zero: the traffic of rows it could not
-  admit, which its kernels read and update in place in UVM (they count as
-  misses only). These lookups run in the ``h2d`` phase; the counts are read
-  after the timed step.
-
-Phases: the TBE's inputs (and, with a managed cache, the batch's unique
-rows and the first cache probe) are ``h2d``; the TBE's forward is
-``emb_fwd``, including the cache fill FBGEMM does inside it; its fused
-backward and update are ``emb_update``.
-
-Exactness: FBGEMM's SGD and row-wise Adagrad are the harness's
-(``RowOptimizer``): Adagrad adds the mean squared gradient of the row to its
-state and divides by ``sqrt(state) + eps``. The weights agree with the
-``device`` store up to float32 summation order (docs/methods.md, "Exactness", and
-docs/measurements.md for the measured differences). FBGEMM needs ``embedding_dim`` a multiple of 4.
+Placement and phases: ``FbgemmStore``; counters: ``FbgemmStore._count``;
+exactness and limits: docs/methods.md, "Peers: FBGEMM and TorchRec".
 """
 from __future__ import annotations
 
@@ -228,7 +191,25 @@ class FbgemmStore(EmbeddingStore):
 
     Options: ``cache`` (``none``, the default; ``lru``; ``lfu``) and, with a
     cache, ``cache_ratio`` (share of all rows, default 0.015) or ``cache_rows``,
-    as the harness's caches. See the module docstring for the counters.
+    as the harness's caches. Counters: ``_count``.
+
+    Placement: on a CPU, HOST (FBGEMM's CPU kernels); on a GPU, DEVICE, or
+    MANAGED_CACHING (the UVM cache of TorchRec's sharded tables) with
+    ``cache: lru`` or ``cache: lfu``. FBGEMM's cache is set-associative
+    (32 ways on CUDA): it holds ``ceil(ratio * N / 32)`` sets, and a row can
+    only go into its own set, so it may miss where a fully associative cache
+    of the same size would hit. A managed cache on a CPU is ``infeasible``.
+
+    Phases: the TBE's inputs (and, with a managed cache, the batch's unique
+    rows and the first cache probe) are ``h2d``; the TBE's forward is
+    ``emb_fwd``, including the cache fill FBGEMM does inside it; its fused
+    backward and update are ``emb_update``.
+
+    Exactness: FBGEMM's SGD and row-wise Adagrad are the harness's
+    (``RowOptimizer``): Adagrad adds the mean squared gradient of the row to its
+    state and divides by ``sqrt(state) + eps``. The weights agree with the
+    ``device`` store up to float32 summation order (docs/methods.md, "Exactness", and
+    docs/measurements.md for the measured differences). FBGEMM needs ``embedding_dim`` a multiple of 4.
     """
 
     Options = FbgemmOptions
@@ -312,7 +293,26 @@ class FbgemmStore(EmbeddingStore):
     # --- counting -----------------------------------------------------------------------------------------
 
     def _count(self) -> StepCounters:
-        """The last step's counters: unique rows on the host; cache events from the device-side probes."""
+        """The last step's counters: unique rows on the host; cache events from the device-side probes.
+
+        - HOST and DEVICE placement hold every row where the lookup runs:
+          ``lookups``, ``unique_rows``, all hits (``all_resident``), nothing moved.
+          Unique rows are counted on the host after the timed step.
+        - MANAGED_CACHING: hits and misses come from FBGEMM's own cache state. Before
+          the step's forward (which is where FBGEMM fills its cache), the batch's
+          unique rows are looked up in the cache directory with FBGEMM's
+          ``lxu_cache_lookup``: ``unique_misses`` are those not resident, ``misses``
+          their lookups. After the forward the same lookup finds the rows FBGEMM
+          could not admit (every way of their set taken by the batch); the others
+          were fetched, ``param_rows_h2d`` (weights only: row-wise Adagrad's state
+          stays in device memory under MANAGED_CACHING). ``evictions``: fetched rows
+          that did not land in a free slot (slot occupancy from the cache state);
+          FBGEMM writes every evicted row back to host memory, ``param_rows_d2h``.
+          Not exposed by FBGEMM and left at zero: the traffic of rows it could not
+          admit, which its kernels read and update in place in UVM (they count as
+          misses only). These lookups run in the ``h2d`` phase; the counts are read
+          after the timed step.
+        """
         lk = self.plan(self._ids) if self.cache is None else self._lk
         if self.cache is None:  # counted on the host after the step, off the timed path
             return all_resident(lk.size, lk.groups().size)

@@ -5,20 +5,8 @@ device holds a scratchpad of C slots. Training data is known ahead, so when
 batch i+W becomes visible (``prefetch``) its missing rows are fetched into
 free or evicted slots while batches i..i+W-1 train; by the time a batch
 trains, every row it needs is in the scratchpad and forward and backward run
-at device-memory speed. Rows needed by a batch in flight (i..i+W) are held
-and never evicted; among the rest the least recently needed go first, and
-their (trained) values are written back to the host.
-
-Data movement runs off the training path as a staged pipeline
-(``hotcold.embedding.scratchpipe_pipeline``): at admission the evicted slots
-are copied out and the missing rows' host gather starts at once (a row whose
-eviction is still on its way to the host is taken from that staging); the
-write-back into the host table and the copy into the slots follow, each
-stage timed. A fetched slot is read only after it landed: ``forward`` of
-batch j joins the jobs up to j and charges the wait to ``h2d``.
-
-Bookkeeping (row->slot maps, holds, LRU stamps) is done synchronously on the
-training thread, so counters and results are deterministic.
+at device-memory speed. Eviction, the movement pipeline and the
+bookkeeping: ``ScratchPipeStore``.
 """
 from __future__ import annotations
 
@@ -78,6 +66,21 @@ class _Admitted:
 
 class ScratchPipeStore(EmbeddingStore):
     """Host table plus a device scratchpad filled W batches ahead.
+
+    Rows needed by a batch in flight (i..i+W) are held and never evicted;
+    among the rest the least recently needed go first, and their (trained)
+    values are written back to the host.
+
+    Data movement runs off the training path as a staged pipeline
+    (``hotcold.embedding.scratchpipe_pipeline``): at admission the evicted slots
+    are copied out and the missing rows' host gather starts at once (a row whose
+    eviction is still on its way to the host is taken from that staging); the
+    write-back into the host table and the copy into the slots follow, each
+    stage timed. A fetched slot is read only after it landed: ``forward`` of
+    batch j joins the jobs up to j and charges the wait to ``h2d``.
+
+    Bookkeeping (row->slot maps, holds, LRU stamps) is done synchronously on the
+    training thread, so counters and results are deterministic.
 
     Options: ``window`` W (batches of look-ahead, default 2), and the
     scratchpad size as ``scratchpad_rows`` or ``scratchpad_ratio`` (fraction

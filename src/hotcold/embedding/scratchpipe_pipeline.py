@@ -1,28 +1,9 @@
 """ScratchPipe's data movement: a staged pipeline between the host table and the scratchpad.
 
-Each admission is a job of four stages, each timed on its own:
-
-1. *copy-out*: the evicted slots (weights and state) into a staging buffer,
-   at admission. On a GPU a D2H copy on the side stream, after an event the
-   training stream records at admission (the slots were not held, so their
-   last use is already enqueued); on a CPU an inline copy on the training
-   thread.
-2. *gather*: the missing rows from the host table into a staging buffer, on
-   the gather worker, started at admission. A missing row whose earlier
-   eviction has not reached the host table yet is taken from that job's
-   copy-out staging (on a GPU after that D2H finished), so a gather never
-   waits for an earlier job's scatter and never reads a stale row.
-3. *scatter*: the evicted rows from staging into the host table, on the
-   scatter worker, in admission order (a row evicted twice lands in order).
-4. *copy-in*: the gathered rows into their slots. On a GPU an H2D copy on
-   the side stream (issued by the gather worker) that the training stream
-   waits for before reading the slots; on a CPU a copy on the training
-   thread when the batch is about to train.
-
-``side`` work is all four stages on both back ends (CUDA-event time for the
-two copies on a GPU, wall time otherwise); ``waited`` is what the training
-path spent on it: on a GPU the training stream's stall (event time around
-the join), on a CPU the inline copies and the join's wall time.
+Each admission is a job of four stages (copy-out, gather, scatter, copy-in),
+each timed on its own, so that the work moved off the training path and the
+part of it the training path waited for are measured apart. The stages, on
+a GPU and on a CPU, and what ``side`` and ``waited`` hold: ``MovePipeline``.
 """
 from __future__ import annotations
 
@@ -70,7 +51,32 @@ def _ms(t0: int) -> float:
 
 
 class MovePipeline:
-    """Moves rows between a host table and device slots off the training path (see module docstring)."""
+    """Moves rows between a host table and device slots off the training path.
+
+    Each admission is a job of four stages, each timed on its own:
+
+    1. *copy-out*: the evicted slots (weights and state) into a staging buffer,
+       at admission. On a GPU a D2H copy on the side stream, after an event the
+       training stream records at admission (the slots were not held, so their
+       last use is already enqueued); on a CPU an inline copy on the training
+       thread.
+    2. *gather*: the missing rows from the host table into a staging buffer, on
+       the gather worker, started at admission. A missing row whose earlier
+       eviction has not reached the host table yet is taken from that job's
+       copy-out staging (on a GPU after that D2H finished), so a gather never
+       waits for an earlier job's scatter and never reads a stale row.
+    3. *scatter*: the evicted rows from staging into the host table, on the
+       scatter worker, in admission order (a row evicted twice lands in order).
+    4. *copy-in*: the gathered rows into their slots. On a GPU an H2D copy on
+       the side stream (issued by the gather worker) that the training stream
+       waits for before reading the slots; on a CPU a copy on the training
+       thread when the batch is about to train.
+
+    ``side`` work is all four stages on both back ends (CUDA-event time for the
+    two copies on a GPU, wall time otherwise); ``waited`` is what the training
+    path spent on it: on a GPU the training stream's stall (event time around
+    the join), on a CPU the inline copies and the join's wall time.
+    """
 
     def __init__(self, host: tuple[torch.Tensor, torch.Tensor], slots: tuple[torch.Tensor, torch.Tensor],
                  with_state: bool, device: torch.device) -> None:

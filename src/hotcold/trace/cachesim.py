@@ -3,24 +3,7 @@
 A trace is the sequence of training batches as global rows (int64 arrays,
 padding removed). Every policy fills the same per-step ``StepCounters``
 (``hotcold.counters``) that the stores report when training, so a simulated
-run and a trained one compare column by column:
-
-- demand caches ``lru``, ``lfu``, ``freqcache``, ``freqcache-lfu`` and
-  ``belady`` run on ``hotcold.trace.policies``' ``CacheDirectory``, the one
-  the cache stores use. ``belady`` is optimal only among caches that must
-  admit every missed row; a placement that may bypass (``static-topk``) can
-  beat it;
-- ``static-topk``: the C most frequent rows pinned in device memory, misses
-  served from the host per lookup (their vectors sent to the device and the
-  gradients back, as ``hybrid``), never inserted. This is static top-k
-  placement, not FAE, which routes whole inputs (see ``fae-R`` in
-  ``hotcold.trace.faesim``);
-- ``scratchpipe-W``: the ``scratchpipe`` store's own scratchpad directory
-  (``hotcold.trace.scratchpad``) at a capacity, look-ahead window W: every
-  lookup of the trained batch hits; a step books the fetch and write-back
-  of the batch it admits. Its ``capacity_needed`` is the window's largest
-  working set.
-
+run and a trained one compare column by column. The policies: ``simulate``.
 Initial warm-up fills are not a training step: they are reported as
 ``warm_rows``. Byte counters take the row sizes of a model (``RowSizes``).
 """
@@ -175,6 +158,22 @@ def simulate(trace: Trace, policy: str, capacity: int = 0, frequencies: np.ndarr
     capacity that cannot serve the trace raises ``InfeasibleError`` (any
     capacity serves ``static-topk``; ``scratchpipe-W`` at capacity 0 takes
     its minimum).
+
+    - demand caches ``lru``, ``lfu``, ``freqcache``, ``freqcache-lfu`` and
+      ``belady`` run on ``hotcold.trace.policies``' ``CacheDirectory``, the one
+      the cache stores use. ``belady`` is optimal only among caches that must
+      admit every missed row; a placement that may bypass (``static-topk``) can
+      beat it;
+    - ``static-topk``: the C most frequent rows pinned in device memory, misses
+      served from the host per lookup (their vectors sent to the device and the
+      gradients back, as ``hybrid``), never inserted. This is static top-k
+      placement, not FAE, which routes whole inputs (see ``fae-R`` in
+      ``hotcold.trace.faesim``);
+    - ``scratchpipe-W``: the ``scratchpipe`` store's own scratchpad directory
+      (``hotcold.trace.scratchpad``) at a capacity, look-ahead window W: every
+      lookup of the trained batch hits; a step books the fetch and write-back
+      of the batch it admits. Its ``capacity_needed`` is the window's largest
+      working set.
     """
     t0 = time.perf_counter()
     if policy.startswith(SCRATCHPIPE):

@@ -5,17 +5,8 @@ training inputs, keeps the hottest rows that fit a device budget on the
 device, calls an input *hot* when every one of its lookups is a hot row, and
 trains hot-only and cold mini-batches. A cold batch also reads and updates
 hot rows on the host, so every switch of batch kind copies the whole hot set
-(with its optimizer state) to where the next batch runs.
-
-Schedule. Each epoch shuffles the hot and the cold samples (the loader's
-permutation, ``default_rng([seed, epoch])``) and cuts each into batches
-(dropping each kind's last partial batch). ``run_length`` sets how often the
-kind may switch: ``"epoch"`` (the default) trains the epoch's cold batches,
-then its hot ones, as the authors' training loop does, so the hot set is
-synchronised about twice an epoch; an integer groups the batches of each
-kind into runs of that many and puts the runs in random order, so the two
-kinds are interleaved more finely at the price of more synchronisations
-(``run_length: 1`` interleaves per batch).
+(with its optimizer state) to where the next batch runs. The batch order:
+``shuffle_schedule``.
 """
 from __future__ import annotations
 
@@ -98,11 +89,21 @@ def plan(ds: "Dataset", seed: int, fraction: float, capacity: int) -> FAEPlan:
 
 def shuffle_schedule(hot: np.ndarray, cold: np.ndarray, batch_size: int, seed: int,
                      run_length: int | str = EPOCH) -> Iterator[np.ndarray]:
-    """Endless FAE batches, epoch after epoch (see the module docstring).
+    """Endless FAE batches, epoch after epoch.
 
     hot, cold: train-relative sample indices of each kind. Each batch is
     sorted (the loader's convention); every sample appears at most once an
     epoch.
+
+    Each epoch shuffles the hot and the cold samples (the loader's
+    permutation, ``default_rng([seed, epoch])``) and cuts each into batches
+    (dropping each kind's last partial batch). ``run_length`` sets how often the
+    kind may switch: ``"epoch"`` (the default) trains the epoch's cold batches,
+    then its hot ones, as the authors' training loop does, so the hot set is
+    synchronised about twice an epoch; an integer groups the batches of each
+    kind into runs of that many and puts the runs in random order, so the two
+    kinds are interleaved more finely at the price of more synchronisations
+    (``run_length: 1`` interleaves per batch).
     """
     n = {True: len(hot) // batch_size, False: len(cold) // batch_size}
     if n[True] + n[False] == 0:

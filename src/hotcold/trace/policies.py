@@ -3,33 +3,8 @@
 One ``CacheDirectory`` (which row sits in which of C slots) serves both the
 trace simulator (``hotcold.trace.cachesim``) and the ``lru``/``lfu``/
 ``freqcache`` stores of ``hotcold.embedding.cache``, so the simulator's
-counts equal the stores' training-time counters. Per batch:
-
-1. U = the batch's unique rows; hits are rows resident before this step;
-2. when the misses outnumber the free slots, the lacking number of victims
-   is evicted among resident rows NOT in U (a row of the current batch is
-   never evicted), smallest policy key first, and written back;
-3. the misses are fetched into the free slots (every miss is inserted).
-
-Policies (keys, evicted smallest first; ties broken as listed, so every
-choice is deterministic):
-
-- ``lru``: last step used, then row id.
-- ``lfu``: lookups since the row entered the cache (ColossalAI's LFU: the
-  count restarts at 0 on insertion and adds the row's lookups each step),
-  then last step used, then row id.
-- ``freqcache``: ColossalAI's frequency-aware cache (arXiv 2208.05321): rows
-  ranked by dataset frequency (descending, ties by row id); the cache starts
-  warm with the top ``ceil(C * warmup_ratio)`` rows; victims are the
-  resident rows of worst rank. ``freqcache-lfu`` warms the same way and
-  evicts by LFU, warm rows starting at their dataset count (as ColossalAI).
-- ``belady``: the next step that uses the row, farthest first (never again
-  = infinity), then row id. Optimal only among caches that must admit every
-  missed row (demand fetch); a placement that may bypass can beat it.
-
-Initial warm-up fills are not a training step (``warm``). Write-back is
-unconditional (every evicted row, as ColossalAI), so ``rows_d2h ==
-evictions``.
+counts equal the stores' training-time counters. How a batch is served:
+``CacheDirectory``; the policies' keys and tie rules: ``cache_policy``.
 """
 from __future__ import annotations
 
@@ -204,6 +179,18 @@ class CacheDirectory:
 
     Slots fill from 0 upwards; a slot freed by an eviction is refilled in the
     same step, so slots ``[0, used)`` are always the occupied ones.
+
+    Per batch:
+
+    1. U = the batch's unique rows; hits are rows resident before this step;
+    2. when the misses outnumber the free slots, the lacking number of victims
+       is evicted among resident rows NOT in U (a row of the current batch is
+       never evicted), smallest policy key first, and written back;
+    3. the misses are fetched into the free slots (every miss is inserted).
+
+    Initial warm-up fills are not a training step (``warm``). Write-back is
+    unconditional (every evicted row, as ColossalAI), so ``rows_d2h ==
+    evictions``.
     """
 
     def __init__(self, num_rows: int, capacity: int, policy: Policy) -> None:
@@ -261,7 +248,24 @@ class CacheDirectory:
 def cache_policy(name: str, num_rows: int, capacity: int, frequencies: np.ndarray | None = None,
                  warmup_ratio: float = 0.7, next_use: Sequence[np.ndarray] | None = None
                  ) -> tuple[Policy, np.ndarray]:
-    """The policy ``name`` and the rows to preload (int64, empty but for ``freqcache*``)."""
+    """The policy ``name`` and the rows to preload (int64, empty but for ``freqcache*``).
+
+    Policies (keys, evicted smallest first; ties broken as listed, so every
+    choice is deterministic):
+
+    - ``lru``: last step used, then row id.
+    - ``lfu``: lookups since the row entered the cache (ColossalAI's LFU: the
+      count restarts at 0 on insertion and adds the row's lookups each step),
+      then last step used, then row id.
+    - ``freqcache``: ColossalAI's frequency-aware cache (arXiv 2208.05321): rows
+      ranked by dataset frequency (descending, ties by row id); the cache starts
+      warm with the top ``ceil(C * warmup_ratio)`` rows; victims are the
+      resident rows of worst rank. ``freqcache-lfu`` warms the same way and
+      evicts by LFU, warm rows starting at their dataset count (as ColossalAI).
+    - ``belady``: the next step that uses the row, farthest first (never again
+      = infinity), then row id. Optimal only among caches that must admit every
+      missed row (demand fetch); a placement that may bypass can beat it.
+    """
     none = np.empty(0, dtype=np.int64)
     if name == "lru":
         return LRU(), none

@@ -2,23 +2,9 @@
 
 A profile counts how often each embedding row is looked up in the training
 split, the way FAE profiles its input before training (optionally from a
-random sample of the training rows, FAE uses 5%), and summarises the counts:
-
-- coverage curves: share of lookups covered by the top x of rows, x on a log
-  grid from 0.01% to 100%, per table and over all tables together;
-- a fitted power-law exponent per table: least squares of log count on log
-  rank over the ranks with at least ``MIN_FIT_COUNT`` lookups, at log-spaced
-  ranks (``hotcold.data.skew.powerlaw_exponent``);
-- distinct rows per training batch and per window of W consecutive batches
-  (non-overlapping windows), in the loader's ``shuffle="global"`` order — the
-  working set a cache or a look-ahead store sees.
-
-All lookups of ``Dataset.batch_ids`` count (sequence histories included,
-padding skipped); ``Dataset.column_tables`` maps columns to tables. A profile
-directory holds ``counts.npz`` (int64 array ``table_<t>`` per table, in table
-order), which frequency-aware techniques read, and ``profile.json`` with
-everything else; both are written atomically, the JSON last and carrying the
-counts' sha256, so a directory with a ``profile.json`` is complete.
+random sample of the training rows, FAE uses 5%), and summarises the counts
+(``profile_dataset``). Frequency-aware techniques read its counts; a profile
+directory is complete once it has its ``profile.json`` (``save_profile``).
 """
 from __future__ import annotations
 
@@ -79,7 +65,19 @@ def _unique_per_table(ids: np.ndarray, bounds: np.ndarray) -> np.ndarray:
 
 def profile_dataset(ds: Dataset, *, sample_fraction: float = 1.0, batch_size: int, window: int,
                     batches: int, seed: int) -> Profile:
-    """Profile the training split of ``ds`` (see the module docstring).
+    """Profile the training split of ``ds``: row counts and their summaries.
+
+    - coverage curves: share of lookups covered by the top x of rows, x on a log
+      grid from 0.01% to 100%, per table and over all tables together;
+    - a fitted power-law exponent per table: least squares of log count on log
+      rank over the ranks with at least ``MIN_FIT_COUNT`` lookups, at log-spaced
+      ranks (``hotcold.data.skew.powerlaw_exponent``);
+    - distinct rows per training batch and per window of W consecutive batches
+      (non-overlapping windows), in the loader's ``shuffle="global"`` order — the
+      working set a cache or a look-ahead store sees.
+
+    All lookups of ``Dataset.batch_ids`` count (sequence histories included,
+    padding skipped); ``Dataset.column_tables`` maps columns to tables.
 
     Counts come from a random ``sample_fraction`` of the training rows: each
     row is kept with that probability (drawn with ``seed``), so the sample
@@ -155,7 +153,13 @@ def _mean(a: np.ndarray) -> list[float | None]:
 
 
 def save_profile(profile: Profile, out_dir: Path) -> list[Path]:
-    """Write ``counts.npz`` then ``profile.json`` into ``out_dir``, each atomically; return both paths."""
+    """Write ``counts.npz`` then ``profile.json`` into ``out_dir``, each atomically; return both paths.
+
+    A profile directory holds ``counts.npz`` (int64 array ``table_<t>`` per table, in table
+    order), which frequency-aware techniques read, and ``profile.json`` with
+    everything else; both are written atomically, the JSON last and carrying the
+    counts' sha256, so a directory with a ``profile.json`` is complete.
+    """
     out_dir = Path(out_dir)
     arrays = {f"table_{t}": np.asarray(c, dtype=np.int64) for t, c in enumerate(profile.counts)}
     counts_path = atomic_write(out_dir / "counts.npz", lambda f: np.savez(f, **arrays))

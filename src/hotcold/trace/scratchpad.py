@@ -6,13 +6,8 @@ scratchpad are held, its missing rows get slots, free ones first, then the
 least recently needed unheld ones (whose rows are evicted and written back).
 A batch holds its slots from admission until it has trained, so the
 scratchpad must hold the rows of W+1 consecutive batches at once
-(``working_set_peak``). Evicted rows stay resident until their slot is
-needed, unlike a window that drops rows as soon as no batch in it needs them.
-
-Admission order: the first step admits batches 0..W in order; step i >= 1
-admits batch i+W (when there is one); batch i's holds are released after it
-trains. One directory serves the store and the simulator, so their counters
-agree by construction.
+(``working_set_peak``). One directory serves the store and the simulator, so
+their counters agree by construction.
 """
 from __future__ import annotations
 
@@ -72,7 +67,15 @@ class Admission:
 
 
 class ScratchpadDirectory:
-    """Which row sits in which of C slots, which slots are held, and when each was last needed."""
+    """Which row sits in which of C slots, which slots are held, and when each was last needed.
+
+    Evicted rows stay resident until their slot is needed, unlike a window
+    that drops rows as soon as no batch in it needs them.
+
+    Admission order: the first step admits batches 0..W in order; step i >= 1
+    admits batch i+W (when there is one); batch i's holds are released after it
+    trains.
+    """
 
     def __init__(self, num_rows: int, capacity: int) -> None:
         self.capacity = capacity

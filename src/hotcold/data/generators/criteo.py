@@ -7,10 +7,6 @@ planted logistic model so that a trained DLRM has a known ceiling (the Bayes
 AUC, recorded in the manifest). Terabyte differs only in its table sizes,
 planted tables and default holdout (its last day of 24, halved into val and
 test).
-
-Samples are produced in chunks, table by table, with one random stream per
-table (ranks drawn by ``data.powerlaw``), so the output is byte-identical for
-a given config and independent of the chunk size.
 """
 from __future__ import annotations
 
@@ -93,6 +89,10 @@ def generate_criteo(cfg: GeneratorConfig, out: Path, progress: bool = True,
     """Write a Criteo-style dataset for ``cfg`` (either Criteo kind) to ``out``; return its manifest.
 
     ``chunk_rows`` bounds the samples drawn per step; it does not change the output.
+
+    Samples are produced in chunks, table by table, with one random stream per
+    table (ranks drawn by ``data.powerlaw``), so the output is byte-identical for
+    a given config and independent of the chunk size.
     """
     n_rows, cards = cfg.rows, cfg.cardinalities
     n_tables = len(cards)

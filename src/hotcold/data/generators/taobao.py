@@ -7,34 +7,7 @@ clicks, oldest first, as a history of at most ``max_length`` events
 (``sequence = {"tables": [1, 2], "max_length": L}``). Half the samples
 are negatives whose target is another item, as in TBSM.
 
-The model behind the clicks:
-
-- Items: popularity ``∝ rank^-exponent`` (``data.powerlaw``) with ranks mapped to scattered ids;
-  the hot ranks drift between ``drift_segments`` time segments as in the
-  Criteo kinds. Every item belongs to one category; category sizes (items)
-  are ``∝ rank^-CATEGORY_EXPONENT``, every category has at least one item.
-- Users: activity weights are lognormal(0, USER_SIGMA); the ceil(rows / 2)
-  sample clicks are spread over users by a multinomial. Each active user first makes a warm-up of 1..L clicks (uniform)
-  that only serve as history, so histories are 1..L events long, mostly full.
-  A user's clicks happen at uniform random times in [0, 1).
-- Clicks: with probability EXPLORE a click takes an item by global
-  popularity; otherwise it follows one of the user's INTERESTS favourite
-  categories (slot chosen uniformly) and takes an item of that category by
-  popularity. A slot gets its category, drawn by category popularity (the
-  summed popularity of its items), at its first click and again, with
-  probability ``interest_drift``, at any later click: interests drift slowly.
-- Samples: every non-warm-up click gives a positive (label 1, the click as
-  target) followed by a negative with the same user and history whose target
-  is an item drawn by popularity (DIEN and TBSM sample negatives from the
-  click log), never the clicked one, with its category: exactly 50%
-  negatives, as the real preprocessor (``hotcold.data.sources.taobao``) gives with
-  ``negative_ratio`` 1 (an odd ``rows`` drops the last negative). Positives thus mostly share their category with the
-  history and negatives mostly do not; the manifest records the test AUC of
-  that single feature as a reference (``label_model.category_match_auc_test``).
-- Splits by user, like TBSM and ``hotcold.data.sources.taobao``: the users with the
-  latest last click are held out until they hold ``holdout_fraction`` of the
-  samples, and halved (by samples, in order of last click) into val then
-  test. Rows are train, val, then test samples, each in time order.
+The model behind the clicks: ``generate_taobao``.
 """
 from __future__ import annotations
 
@@ -152,7 +125,39 @@ def _negatives(clicked: np.ndarray, segment: np.ndarray, pops: list[_Popularity]
 
 
 def generate_taobao(cfg: GeneratorConfig, out: Path, progress: bool = True) -> dict[str, Any]:
-    """Write a Taobao-style dataset for ``cfg`` to ``out``; return its manifest (``progress`` is unused)."""
+    """Write a Taobao-style dataset for ``cfg`` to ``out``; return its manifest (``progress`` is unused).
+
+    The model behind the clicks:
+
+    - Items: popularity ``∝ rank^-exponent`` (``data.powerlaw``) with ranks mapped to scattered ids;
+      the hot ranks drift between ``drift_segments`` time segments as in the
+      Criteo kinds. Every item belongs to one category; category sizes (items)
+      are ``∝ rank^-CATEGORY_EXPONENT``, every category has at least one item.
+    - Users: activity weights are lognormal(0, USER_SIGMA); the ceil(rows / 2)
+      sample clicks are spread over users by a multinomial. Each active user
+      first makes a warm-up of 1..L clicks (uniform) that only serve as
+      history, so histories are 1..L events long, mostly full.
+      A user's clicks happen at uniform random times in [0, 1).
+    - Clicks: with probability EXPLORE a click takes an item by global
+      popularity; otherwise it follows one of the user's INTERESTS favourite
+      categories (slot chosen uniformly) and takes an item of that category by
+      popularity. A slot gets its category, drawn by category popularity (the
+      summed popularity of its items), at its first click and again, with
+      probability ``interest_drift``, at any later click: interests drift slowly.
+    - Samples: every non-warm-up click gives a positive (label 1, the click as
+      target) followed by a negative with the same user and history whose target
+      is an item drawn by popularity (DIEN and TBSM sample negatives from the
+      click log), never the clicked one, with its category: exactly 50%
+      negatives, as the real preprocessor (``hotcold.data.sources.taobao``) gives with
+      ``negative_ratio`` 1 (an odd ``rows`` drops the last negative). Positives
+      thus mostly share their category with the history and negatives mostly
+      do not; the manifest records the test AUC of
+      that single feature as a reference (``label_model.category_match_auc_test``).
+    - Splits by user, like TBSM and ``hotcold.data.sources.taobao``: the users with the
+      latest last click are held out until they hold ``holdout_fraction`` of the
+      samples, and halved (by samples, in order of last click) into val then
+      test. Rows are train, val, then test samples, each in time order.
+    """
     n_rows, L, S = cfg.rows, cfg.max_length, cfg.drift_segments
     cards = cfg.cardinalities
     n_users, n_items, n_cats = cards

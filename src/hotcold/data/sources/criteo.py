@@ -5,30 +5,8 @@ Kaggle ``train.txt`` or Terabyte ``day_N`` files (plain or ``.gz``, read as a
 gzip stream). Lines are parsed in chunks of ``chunk_lines`` with vectorised
 numpy (no Python loop per field; ``hotcold.data.sources.textparse``), so memory is
 bounded by the chunk and the id vocabulary, never by the number of lines.
-
-Two passes over the inputs: pass 1 validates every line, counts the good ones
-and counts each (table, id) of the train split; pass 2 encodes and writes the
-columns chunk by chunk into ``DatasetWriter`` memmaps. The id counts take
-16 bytes per distinct (table, raw id) in the train split (~0.5 GB for Kaggle,
-~2.5 GB while merging) with ``frequency`` encoding, and one int64 per (table,
-row) with ``modulo`` (26 * 8 * max_ind_range bytes of address space, resident
-only where ids occur).
-
-Conventions (also recorded in the manifest):
-
-- dense: ``log(1 + max(x, 0))`` as float32; a missing integer is 0.
-- ``frequency`` encoding: per table, ids seen at least ``min_frequency`` times
-  in the train split get 1..n by descending train count (ties: ascending raw
-  value); 0 is the shared bucket of missing, rare and unseen (val/test) ids.
-  Cardinality n + 1.
-- ``modulo`` encoding (torchrec/DLRM hashing): ``int(hex, 16) % max_ind_range``,
-  a missing id is read as ``"0"`` (id 0) as the DLRM reference does.
-  Cardinality ``max_ind_range`` for every table.
-- splits: Kaggle's lines are cut into 7 "days" as DLRM does (``divmod(lines,
-  7)``, the first ``lines % 7`` days one line longer); days 0-5 are train.
-  Terabyte: all but the last given day file are train. The last day is halved
-  into val then test with ``np.array_split`` rounding (val gets the odd line).
-  Boundaries are on raw line numbers; skipped bad lines do not shift them.
+Two passes over the inputs (``preprocess_criteo``); the conventions, also
+recorded in the manifest: ``CriteoConfig``.
 """
 from __future__ import annotations
 
@@ -62,7 +40,24 @@ REASONS = {"fields": "wrong number of fields", "label": "label is not 0 or 1",
 
 @dataclass(frozen=True)
 class CriteoConfig:
-    """How to preprocess Criteo; validated on construction."""
+    """How to preprocess Criteo; validated on construction.
+
+    Conventions (also recorded in the manifest):
+
+    - dense: ``log(1 + max(x, 0))`` as float32; a missing integer is 0.
+    - ``frequency`` encoding: per table, ids seen at least ``min_frequency`` times
+      in the train split get 1..n by descending train count (ties: ascending raw
+      value); 0 is the shared bucket of missing, rare and unseen (val/test) ids.
+      Cardinality n + 1.
+    - ``modulo`` encoding (torchrec/DLRM hashing): ``int(hex, 16) % max_ind_range``,
+      a missing id is read as ``"0"`` (id 0) as the DLRM reference does.
+      Cardinality ``max_ind_range`` for every table.
+    - splits: Kaggle's lines are cut into 7 "days" as DLRM does (``divmod(lines,
+      7)``, the first ``lines % 7`` days one line longer); days 0-5 are train.
+      Terabyte: all but the last given day file are train. The last day is halved
+      into val then test with ``np.array_split`` rounding (val gets the odd line).
+      Boundaries are on raw line numbers; skipped bad lines do not shift them.
+    """
 
     kind: str                       # criteo-kaggle | criteo-terabyte
     encoding: str = "frequency"     # frequency | modulo
@@ -254,6 +249,14 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
     of each input as read (pass 1; pass 2 must read the same bytes);
     ``provenance`` adds fields (url, sha256 at fetch...) per input file name,
     ``expected_sha256`` configured checksums the inputs must match.
+
+    Two passes over the inputs: pass 1 validates every line, counts the good ones
+    and counts each (table, id) of the train split; pass 2 encodes and writes the
+    columns chunk by chunk into ``DatasetWriter`` memmaps. The id counts take
+    16 bytes per distinct (table, raw id) in the train split (~0.5 GB for Kaggle,
+    ~2.5 GB while merging) with ``frequency`` encoding, and one int64 per (table,
+    row) with ``modulo`` (26 * 8 * max_ind_range bytes of address space, resident
+    only where ids occur).
     """
     inputs = [Path(p) for p in inputs]
     kaggle = cfg.kind == "criteo-kaggle"

@@ -4,14 +4,8 @@ The file is written to ``<dest>.part`` and takes its final name only once
 verified: against its sha256 (and size) when known, and always, when a
 format is given (``formats``), as a complete file of that format (an error
 page served with status 200 or a reply cut short without a length fails).
-So a file under its final name is a finished download. Verification is
-recorded in ``<dest>.verified`` (size, mtime, sha256), sparing a re-read of
-a multi-GB file that has not changed since.
-
-Nothing the user may want is deleted: a file that does not match its
-configured sha256 stays where it is, or, fresh from the network, is kept as
-``<dest>.sha256-<first 12 hex digits>``; the error gives both hashes, and
-once the configured sha256 names a kept file it is used without a download.
+So a file under its final name is a finished download, and nothing the user
+may want is deleted (``download``).
 """
 from __future__ import annotations
 
@@ -293,6 +287,13 @@ def download(url: str, dest: Path, *, sha256: str | None = None, size: int | Non
     fetched again. A fresh download that fails its checksum is kept as
     ``<dest>.sha256-<hex>`` and raises; when it resumed an older ``.part`` it
     is first fetched once more from scratch.
+
+    Nothing the user may want is deleted: a file that does not match its
+    configured sha256 stays where it is, or, fresh from the network, is kept as
+    ``<dest>.sha256-<first 12 hex digits>``; the error gives both hashes, and
+    once the configured sha256 names a kept file it is used without a download.
+    Verification is recorded in ``<dest>.verified`` (size, mtime, sha256), sparing
+    a re-read of a multi-GB file that has not changed since.
     """
     dest = Path(dest)
     part = _part_path(dest)

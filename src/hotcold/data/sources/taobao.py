@@ -6,36 +6,7 @@ that repeats an earlier one exactly is dropped and counted (manifest
 ``bad_lines.duplicates``): it would put the target item into its own
 history. As the TBSM preprocessing does, every event (any behaviour) joins
 its user's time-ordered history, and samples are taken at positions of that
-history:
-
-- target: the event's (item, category), label 1; history: the previous up to
-  ``max_length`` events' (item, category), oldest first. Positions with fewer
-  than ``min_history`` earlier events are not samples; of the others each user
-  gives at most ``samples_per_user``, the most recent ones.
-- negatives: each positive is followed by ``floor(negative_ratio)`` negatives
-  (plus one with probability ``frac(negative_ratio)``) with the same user and
-  history and a uniformly drawn other item (never the target) with its
-  category; ratio 1.0 gives exactly 50% negatives.
-- split by user: users whose last event is later than the ``holdout_quantile``
-  quantile of all users' last-event times are held out; held-out users ordered
-  by (last event, user) are halved into val then test (val gets the odd user).
-  Rows are train users (by user id), then val, then test users; per user,
-  positions oldest first, each positive followed by its negatives.
-- ids: users, items and categories are each renumbered 0..n-1 by descending
-  event count over the whole file (ties by raw id). An item's category (for
-  negatives) is the category of its first event in the file.
-
-Output: ``sparse`` [N, 3] (user, item, category), ``dense`` [N, 0],
-``labels``, ``history`` [H, 2] (item, category) with ``history_offsets``,
-``sequence={"tables": [1, 2], "max_length": L}``.
-
-Memory: the CSV is streamed in chunks, but all events are kept in memory as
-numpy columns, preallocated from a line count: 4 int64 raw columns plus the
-behaviour byte, 33 bytes per line (~3.3 GB for the ~100M lines of the real
-file), with ~2.5 GB of temporaries while renumbering and sorting (and a
-compacted copy of the columns when duplicate lines are dropped), then 8 bytes
-per event (item, category) plus ~30 bytes per sample while writing. Histories
-(up to 8 * max_length bytes per sample) go straight to the memmapped columns.
+history (``preprocess_taobao``).
 """
 from __future__ import annotations
 
@@ -157,6 +128,37 @@ def preprocess_taobao(csv: Path, out: Path, cfg: TaobaoConfig, *, name: str,
     ``source`` records the size and sha256 of the bytes read; ``provenance``
     adds fields (path, sha256 when located...), ``expected_sha256`` is a
     configured checksum the file must match.
+
+    Samples are taken at positions of each user's time-ordered history:
+
+    - target: the event's (item, category), label 1; history: the previous up to
+      ``max_length`` events' (item, category), oldest first. Positions with fewer
+      than ``min_history`` earlier events are not samples; of the others each user
+      gives at most ``samples_per_user``, the most recent ones.
+    - negatives: each positive is followed by ``floor(negative_ratio)`` negatives
+      (plus one with probability ``frac(negative_ratio)``) with the same user and
+      history and a uniformly drawn other item (never the target) with its
+      category; ratio 1.0 gives exactly 50% negatives.
+    - split by user: users whose last event is later than the ``holdout_quantile``
+      quantile of all users' last-event times are held out; held-out users ordered
+      by (last event, user) are halved into val then test (val gets the odd user).
+      Rows are train users (by user id), then val, then test users; per user,
+      positions oldest first, each positive followed by its negatives.
+    - ids: users, items and categories are each renumbered 0..n-1 by descending
+      event count over the whole file (ties by raw id). An item's category (for
+      negatives) is the category of its first event in the file.
+
+    Output: ``sparse`` [N, 3] (user, item, category), ``dense`` [N, 0],
+    ``labels``, ``history`` [H, 2] (item, category) with ``history_offsets``,
+    ``sequence={"tables": [1, 2], "max_length": L}``.
+
+    Memory: the CSV is streamed in chunks, but all events are kept in memory as
+    numpy columns, preallocated from a line count: 4 int64 raw columns plus the
+    behaviour byte, 33 bytes per line (~3.3 GB for the ~100M lines of the real
+    file), with ~2.5 GB of temporaries while renumbering and sorting (and a
+    compacted copy of the columns when duplicate lines are dropped), then 8 bytes
+    per event (item, category) plus ~30 bytes per sample while writing. Histories
+    (up to 8 * max_length bytes per sample) go straight to the memmapped columns.
     """
     csv = Path(csv)
     if not csv.is_file():
