@@ -8,9 +8,8 @@ import torch
 from hotcold.counters import FIELDS
 
 from hotcold.config import ConfigError, RunConfig
-from hotcold.embedding.base import StoreSpec
+from hotcold.embedding.base import NullMarker, StoreSpec
 from hotcold.embedding.update import RowOptimizer
-from hotcold.embedding.base import NullMarker
 from hotcold.embedding.rows import init_table
 from hotcold.embedding.cache import CacheStore, FreqCacheStore, LFUCacheStore, LRUCacheStore
 from hotcold.embedding.device import DeviceStore

@@ -14,9 +14,6 @@ from hotcold.data.loader import batch_rows
 from hotcold.embedding.base import StoreSpec
 from hotcold.embedding.update import RowOptimizer
 from hotcold.counters import FIELDS
-from hotcold.embedding.cache import FreqCacheStore, LFUCacheStore, LRUCacheStore
-from hotcold.embedding.fae import FAEStore
-from hotcold.embedding.scratchpipe import ScratchPipeStore
 from hotcold.data.skew import row_counts
 from hotcold.trace.cachesim import RowSizes, Trace, dataset_trace, simulate, sweep
 from hotcold.trace.faesim import fae_sweep, simulate_fae

@@ -9,9 +9,8 @@ import pytest
 import torch
 
 from hotcold.config import ConfigError, RunConfig
-from hotcold.embedding.base import StoreSpec
+from hotcold.embedding.base import NullMarker, StoreSpec
 from hotcold.embedding.update import RowOptimizer
-from hotcold.embedding.base import NullMarker
 from hotcold.embedding.device import DeviceStore
 from hotcold.embedding.fae import FAEOptions, FAEProfile, FAEStore
 from hotcold.trace.fae_schedule import classify_samples, hottest_rows, profile_counts

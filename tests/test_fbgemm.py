@@ -11,10 +11,9 @@ from hotcold.cli import main
 from hotcold.config import ConfigError, InfeasibleError
 from hotcold import methods
 from hotcold.embedding import fbgemm
-from hotcold.embedding.base import StoreSpec
+from hotcold.embedding.base import NullMarker, StoreSpec
 from hotcold.embedding.fbgemm import PeerUnavailableError
 from hotcold.embedding.update import RowOptimizer
-from hotcold.embedding.base import NullMarker
 from hotcold.embedding.rows import init_table
 
 CPU = torch.device("cpu")

@@ -8,9 +8,8 @@ import pytest
 import torch
 
 from hotcold.config import ConfigError, RunConfig
-from hotcold.embedding.base import StoreSpec
+from hotcold.embedding.base import NullMarker, StoreSpec
 from hotcold.embedding.update import RowOptimizer
-from hotcold.embedding.base import NullMarker
 from hotcold.embedding.device import DeviceStore
 from hotcold.embedding.scratchpipe import ScratchPipeStore
 from hotcold.embedding.scratchpipe_pipeline import MovePipeline

@@ -7,9 +7,8 @@ import torch
 from hotcold.config import ConfigError, RunConfig
 from hotcold.counters import FIELDS
 from hotcold import methods
-from hotcold.embedding.base import StoreSpec
+from hotcold.embedding.base import NullMarker, StoreSpec
 from hotcold.embedding.update import RowOptimizer
-from hotcold.embedding.base import NullMarker
 from hotcold.embedding.rows import init_table
 from hotcold.embedding.fbgemm import available as fbgemm_available
 from hotcold.train import train

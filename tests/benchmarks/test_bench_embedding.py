@@ -9,9 +9,8 @@ import pytest
 import torch
 
 from hotcold import methods
-from hotcold.embedding.base import StoreSpec
+from hotcold.embedding.base import NullMarker, StoreSpec
 from hotcold.embedding.update import RowOptimizer
-from hotcold.embedding.base import NullMarker
 from hotcold.embedding.fbgemm import available as fbgemm_available
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
