@@ -18,7 +18,7 @@ from hotcold.analysis.claims import CLAIMS
 from hotcold.embedding.fbgemm import available as fbgemm_available
 from hotcold.records import source_sha256
 
-pytest.importorskip("snakemake")
+pytest.importorskip("snakemake", reason="Snakemake runs the workflow; `make` installs it (envs/requirements.txt)")
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "Snakefile"

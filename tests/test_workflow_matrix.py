@@ -14,7 +14,8 @@ from hotcold import methods
 from hotcold.config import ConfigError
 from hotcold.workflow import Matrix, Run, merged, without_nulls
 
-snakemake_utils = pytest.importorskip("snakemake.utils")
+snakemake_utils = pytest.importorskip(
+    "snakemake.utils", reason="configs are validated as Snakemake validates them; `make` installs it (envs/requirements.txt)")
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = yaml.safe_load((REPO / "workflows/config/default.yaml").read_text())

@@ -57,8 +57,8 @@ def require(cond: bool, where: str, msg: str) -> None:
         raise ConfigError(f"{where}: {msg}")
 
 
-def from_mapping(cls: type[T], data: Mapping[str, Any] | None, where: str) -> T:
-    """Build dataclass ``cls`` from a plain mapping, rejecting unknown keys by name.
+def from_mapping(cls: type[T], data: Mapping[str, Any] | None, where: str, what: str = "key") -> T:
+    """Build dataclass ``cls`` from a plain mapping, rejecting unknown keys (``what``: what to call them) by name.
 
     A class with a ``validate(where)`` method is validated after construction
     (others validate themselves in ``__post_init__``).
@@ -66,7 +66,7 @@ def from_mapping(cls: type[T], data: Mapping[str, Any] | None, where: str) -> T:
     data = dict(data or {})
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(data) - set(names))
-    require(not unknown, where, f"unknown key(s) {unknown}; allowed: {sorted(names)}")
+    require(not unknown, where, f"unknown {what}(s) {unknown}; allowed: {sorted(names) or 'none'}")
     try:
         obj = cls(**data)
     except TypeError as e:

@@ -217,9 +217,8 @@ def infeasible_record(cfg: RunConfig, ds: Dataset, device: torch.device, reason:
     return {**_run_header(cfg, ds, device, timer_kind(device), STATUS_INFEASIBLE), "reason": reason}
 
 
-def write_infeasible(run_config: dict[str, Any], dataset_dir: Path, out_dir: Path, device: str, reason: str) -> Path:
+def write_infeasible(cfg: RunConfig, dataset_dir: Path, out_dir: Path, device: str, reason: str) -> Path:
     """Write the run directory of a variant known to be infeasible on ``device`` before training (no numbers)."""
-    cfg = RunConfig.from_dict(run_config)
     record = infeasible_record(cfg, Dataset.open(dataset_dir), torch.device(device), reason)
     return write_run(out_dir, record, steps_frame([], []))
 

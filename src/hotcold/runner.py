@@ -109,7 +109,7 @@ def write_infeasible_runs(runs: Sequence[tuple[Mapping[str, Any], str | Path]], 
         reason = methods.get(cfg.method).parse_options(cfg.store).infeasible_on(device)
         if reason is None:
             raise ConfigError(f"run {out}: {cfg.method}/{cfg.variant} can run on {device}; train it instead")
-        write_infeasible(cfg.to_dict(), Path(data_dir) / cfg.dataset, Path(out), device, reason)
+        write_infeasible(cfg, Path(data_dir) / cfg.dataset, Path(out), device, reason)
         written.append((Path(out), reason))
     return written
 

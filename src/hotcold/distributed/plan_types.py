@@ -67,10 +67,6 @@ class Plan:
         return (((self.tier == SHARDED) & (self.slot == rank)) | ((self.tier == NODE) & (self.slot == local))
                 | (self.tier == ALL))
 
-    def rows_held(self) -> np.ndarray:
-        """float [P]: rows each rank holds (a column-wise slice counts ``1/columns`` of a row's weights)."""
-        return np.array([self.owned(r).sum() / self.columns for r in range(self.topology.world)])
-
     def bytes_held(self, dim: int, state_width: int) -> np.ndarray:
         """int [P]: bytes of weights and optimizer state per rank (column-wise slices keep the whole row state)."""
         rows = np.array([self.owned(r).sum() for r in range(self.topology.world)], dtype=np.int64)

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, TypeVar
 
-from hotcold.config import ConfigError, is_int, is_real, require
+from hotcold.config import ConfigError, from_mapping, is_int, is_real, require
 from hotcold.trace.policies import rows_for_share
 
 O = TypeVar("O", bound="StoreOptions")
@@ -39,15 +39,9 @@ class StoreOptions:
             return data
         if isinstance(data, StoreOptions):
             raise ConfigError(f"{where}: got {type(data).__name__}, expected {cls.__name__}")
-        data = dict(data or {})
-        names = cls.names()
-        unknown = sorted(set(data) - set(names))
-        require(not unknown, where, f"unknown option(s) {unknown}; allowed: {names or 'none'}")
-        for key, value in data.items():
+        for key, value in (data or {}).items():
             require(value is not None, where, f"{key} must not be null (give a value, or leave it out)")
-        opts = cls(**data)
-        opts.validate(where)
-        return opts
+        return from_mapping(cls, data, where, "option")
 
     def validate(self, where: str) -> None:
         """Raise ``ConfigError`` naming the first bad option."""
