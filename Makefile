@@ -16,11 +16,14 @@ export PATH := $(BIN):$(PATH)
 setup: $(STAMP)
 
 # The optional peers (envs/peers.txt) stay only if they install beside the pinned packages and import.
+# --no-compile: Python compiles the modules a run imports on first use, not every file of torch at install
+# (half of the set-up's time).
+PIP := $(BIN)/python -m pip install --quiet --no-compile
 $(STAMP): envs/requirements.txt envs/peers.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -r envs/requirements.txt
-	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
-	@if $(BIN)/python -m pip install --quiet -r envs/peers.txt -c envs/requirements.txt \
+	$(PIP) -r envs/requirements.txt
+	$(PIP) --no-deps --no-build-isolation -e .
+	@if $(PIP) -r envs/peers.txt -c envs/requirements.txt \
 		&& $(BIN)/python -c 'import sys; from hotcold.embedding.fbgemm import available; r = available(); r and print(r); sys.exit(r is not None)'; \
 	then echo "peers: fbgemm installed (envs/peers.txt); the fbgemm runs train"; \
 	else $(BIN)/python -m pip uninstall --quiet --yes fbgemm-gpu-cpu >/dev/null 2>&1 || true; \
