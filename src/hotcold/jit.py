@@ -1,0 +1,34 @@
+"""Compiled kernels when numba is installed (the optional ``fast`` extra), the same code as plain Python otherwise.
+
+``jit(fn)`` compiles ``fn`` with numba (``nogil``) or returns it unchanged;
+``KERNEL`` says which runs. A compiled kernel keeps its Python source as
+``kernel.py_func``, so tests can check the two agree on small inputs. The
+one-pass LRU curve (``trace.stackdist``) keeps its own switch: its test
+re-imports it with numba hidden.
+"""
+from __future__ import annotations
+
+from typing import Callable, TypeVar
+
+try:
+    import numba
+except ImportError:  # optional: the same kernels run as plain Python
+    numba = None
+
+#: "numba" when kernels are compiled, "python" when they run interpreted
+KERNEL = "numba" if numba is not None else "python"
+
+F = TypeVar("F", bound=Callable)
+
+
+def jit(fn: F) -> F:
+    """``fn`` compiled in nopython mode without the GIL when numba is installed, else ``fn`` itself."""
+    return numba.njit(nogil=True)(fn) if numba is not None else fn
+
+
+def python(fn: Callable) -> Callable:
+    """The plain-Python body of a kernel made by ``jit`` (itself when numba is absent)."""
+    return getattr(fn, "py_func", fn)
+
+
+__all__ = ["KERNEL", "jit", "python"]
