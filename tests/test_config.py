@@ -98,11 +98,12 @@ def test_typed_defaults_are_the_schemas(section):
 def test_shard_sim_defaults_are_the_schemas():
     """distributed.shard_sim in the schema and ShardSimConfig (the CLI's defaults) agree."""
     props = yaml.safe_load(SCHEMA.read_text())["properties"]["distributed"]["properties"]["shard_sim"]["properties"]
-    schema = {key: tuple(spec["default"]) for key, spec in props.items()}
+    schema = {key: tuple(spec["default"]) if isinstance(spec["default"], list) else spec["default"]
+              for key, spec in props.items()}
     assert schema == dataclasses.asdict(ShardSimConfig())
     shard_sim = parser().parse_args(["shard-sim", "--dataset", "d", "--out", "o"])
-    assert (tuple(shard_sim.plans), tuple(shard_sim.scales), tuple(shard_sim.headrooms)) == \
-        dataclasses.astuple(ShardSimConfig())
+    assert (tuple(shard_sim.plans), tuple(shard_sim.scales), tuple(shard_sim.headrooms), shard_sim.batch_per_rank,
+            shard_sim.fixed_batch) == dataclasses.astuple(ShardSimConfig())
 
 
 def test_trained_scales_are_valid_distributed_configs():
