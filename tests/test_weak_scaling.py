@@ -1,4 +1,4 @@
-"""Weak scaling in ``hotcold shard-sim``: each row's batch, the per-rank and fixed sweeps, and a batch too big."""
+"""Weak scaling: shard-sim rows state their batch (per-rank and fixed sweeps, a batch too big); a trained run at a per-rank batch."""
 from __future__ import annotations
 
 import json
@@ -57,3 +57,20 @@ def test_the_cli_rejects_a_bad_per_rank_batch(tmp_path: Path, small_dataset, cap
         main(["shard-sim", "--dataset", str(small_dataset.path), "--out", str(tmp_path / "s.csv"),
               "--batch-per-rank", "0"])
     assert "--batch-per-rank must be a positive integer or 'none', got '0'" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # a torchrun launch of 2 ranks: ~30 s on 2 loaded cores
+def test_a_trained_run_at_a_per_rank_batch_records_both_batches(tmp_path: Path, small_dataset):
+    """--nproc 2 of a run config at 16 samples per rank (stated for world 4): 32 samples a step, in config and summary."""
+    run_config = {"dataset": "small", "method": "sharded", "variant": "row", "store": {"plan": "row"},
+                  "train": {"steps": 3, "warmup_steps": 0, "eval_samples": 64},
+                  "distributed": {"world": 4, "ranks_per_node": 2, "batch_per_rank": 16}}
+    out = tmp_path / "run"
+    code = main(["train", "--dataset", str(small_dataset.path), "--run-config", json.dumps(run_config),
+                 "--out", str(out), "--nproc", "2", "--threads", "2", "--device", "cpu", "--no-progress"])
+    assert code == 0
+    rec = json.loads((out / "record.json").read_text())
+    assert rec["status"] == "ok"
+    assert (rec["config"]["train"]["batch_size"], rec["config"]["distributed"]) == \
+        (32, {"world": 2, "ranks_per_node": 2, "batch_per_rank": 16})
+    assert (rec["summary"]["batch_size"], rec["summary"]["batch_per_rank"], rec["summary"]["world"]) == (32, 16, 2)
