@@ -1,4 +1,5 @@
-"""Weak scaling: shard-sim rows state their batch (per-rank and fixed sweeps, a batch too big); a trained run at a per-rank batch."""
+"""Weak scaling: shard-sim rows state their batch (per-rank and fixed sweeps, a batch too big); a trained run at a
+per-rank batch records both batches."""
 from __future__ import annotations
 
 import json
@@ -61,7 +62,7 @@ def test_the_cli_rejects_a_bad_per_rank_batch(tmp_path: Path, small_dataset, cap
 
 @pytest.mark.slow  # a torchrun launch of 2 ranks: ~30 s on 2 loaded cores
 def test_a_trained_run_at_a_per_rank_batch_records_both_batches(tmp_path: Path, small_dataset):
-    """--nproc 2 of a run config at 16 samples per rank (stated for world 4): 32 samples a step, in config and summary."""
+    """--nproc 2 of a config at 16 samples per rank (stated for world 4): 32 samples a step, in config and summary."""
     run_config = {"dataset": "small", "method": "sharded", "variant": "row", "store": {"plan": "row"},
                   "train": {"steps": 3, "warmup_steps": 0, "eval_samples": 64},
                   "distributed": {"world": 4, "ranks_per_node": 2, "batch_per_rank": 16}}
