@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from hotcold.analysis.figures import make_figures
-from hotcold.analysis.scaleout import (comm_traffic_table, flexshard_headroom_table, proactive_table,
+from hotcold.analysis.scaleout import (batch_label, comm_traffic_markdown, comm_traffic_table,
+                                       flexshard_headroom_markdown, flexshard_headroom_table, proactive_table,
                                        read_shard_sims, ShardSimError)
 from hotcold.analysis.tables import RecordError, aggregate, find_records
 from hotcold.cli import main
@@ -241,3 +242,79 @@ def test_proactive_hidden_share_of_a_disturbed_run_is_hatched(tmp_path: Path, dr
     assert [round(p.get_height(), 6) for p in hidden.patches] == [0.6, 0.25]  # scale 2x1 (2), then 2x2 (4)
     assert [bool(p.get_hatch()) for p in hidden.patches] == [False, True]
     assert not any(p.get_hatch() for p in early.patches)  # a counter share: never marked
+
+
+# --- which batch each row used ------------------------------------------------------------------------------------
+
+def md_cells(md: str) -> list[list[str]]:
+    """The rows of a markdown table's cells (header first, the rule left out)."""
+    rows = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in md.splitlines() if ln.startswith("|")]
+    return [r for r in rows if not set("".join(r)) <= set("-: ")]
+
+
+def batched(row: dict, batching: str, batch_size: int) -> dict:
+    return {**row, "batching": batching, "batch_size": batch_size, "batch_per_rank": batch_size // row["world"]}
+
+
+def test_rows_state_their_batch_and_compare_only_at_the_same_global_batch(records: list[dict]) -> None:
+    """A weak-scaled and a fixed-batch simulation of one scale: each its own reductions, both in the table."""
+    sims = pd.DataFrame([
+        batched(sim_row("row", 1.25, 1000.0), "per-rank", 2048),
+        batched(sim_row("flexshard", 1.25, 300.0), "per-rank", 2048),
+        batched(sim_row("row", 1.25, 100.0), "global", 1024),
+        batched(sim_row("flexshard", 1.25, 80.0), "global", 1024),
+    ])
+    for rec in records:
+        rec["config"]["train"]["batch_size"] = 1024
+    table = comm_traffic_table(records, sims)
+    sim = table[table.source == "simulated"]
+    weak, fixed = one(sim, plan="flexshard", batching="per-rank"), one(sim, plan="flexshard", batching="global")
+    assert (weak.batch_size, weak.batch_per_rank, fixed.batch_size, fixed.batch_per_rank) == (2048, 512, 1024, 256)
+    assert weak.inter_a2a_reduction_vs_row == pytest.approx(0.7)
+    assert fixed.inter_a2a_reduction_vs_row == pytest.approx(0.2)
+    trained = one(table[table.source == "trained"], method="sharded", plan="row")
+    assert (trained.batching, trained.batch_size, trained.batch_per_rank) == ("global", 1024, 256)
+    cells = md_cells(comm_traffic_markdown(table))
+    at = [cells[0].index(c) for c in ("batching", "batch_size", "batch_per_rank")]
+    source = cells[0].index("source")
+    assert sorted([r[i] for i in at] for r in cells[1:] if r[source] == "simulated") == \
+        [["global", "1,024", "256"]] * 2 + [["per-rank", "2,048", "512"]] * 2
+    curve = flexshard_headroom_table(sims).set_index("batching")
+    assert curve.loc["per-rank"].reduction_vs_row == pytest.approx(0.7)
+    assert curve.loc["global"].reduction_vs_row == pytest.approx(0.2)
+    cells = md_cells(flexshard_headroom_markdown(flexshard_headroom_table(sims)))
+    at = [cells[0].index(c) for c in ("batching", "batch_size", "batch_per_rank")]
+    assert sorted([r[i] for i in at] for r in cells[1:]) == [["global", "1,024", "256"], ["per-rank", "2,048", "512"]]
+    assert sorted(batch_label(curve.reset_index())) == ["512 samples per rank", "global batch 1,024"]
+
+
+def test_a_shard_sim_table_from_before_the_batch_columns_kept_the_fixed_batch(tmp_path: Path, sims: pd.DataFrame):
+    old = tmp_path / "old.csv"
+    sims.to_csv(old, index=False)
+    read = read_shard_sims([old])
+    assert set(read.batching) == {"global"} and read.batch_size.isna().all()
+    assert set(batch_label(read)) == {"batch not stated"}
+    new = tmp_path / "new.csv"
+    sims.assign(batch_size=64).to_csv(new, index=False)  # batch columns but no batching: per rank derived
+    read = read_shard_sims([new])
+    assert list(read.batch_per_rank) == [64 / w for w in sims.world] and set(read.batching) == {""}
+
+
+def test_figures_draw_a_panel_per_dataset_and_batch(records: list[dict]) -> None:
+    from hotcold.analysis.scaleout_figures import flexshard_headroom_figure, inter_node_bytes_figure
+
+    sims = pd.DataFrame([batched(sim_row(p, 1.25, b), batching, size)
+                         for p, b in (("row", 1000.0), ("flexshard", 300.0))
+                         for batching, size in (("per-rank", 2048), ("global", 1024))])
+    for rec in records:
+        rec["config"]["train"]["batch_size"] = 1024
+    figs = {"inter_node_bytes": inter_node_bytes_figure(comm_traffic_table(records, sims)),
+            "flexshard_headroom": flexshard_headroom_figure(flexshard_headroom_table(sims))}
+    for name, fig in figs.items():
+        fig.draw_without_rendering()
+        titles = [ax.get_title() for ax in fig.axes if ax.get_visible() and ax.get_title()]
+        assert titles == ["kaggle, 512 samples per rank", "kaggle, global batch 1,024"], (name, titles)
+    # the trained runs (global batch 1,024) are markers on the fixed-batch panel only
+    per_rank, fixed = [ax for ax in figs["inter_node_bytes"].axes if ax.get_visible()][:2]
+    assert not any(line.get_marker() == "D" and len(line.get_xdata()) for line in per_rank.lines)
+    assert any(line.get_marker() == "D" and len(line.get_xdata()) for line in fixed.lines)

@@ -155,3 +155,18 @@ def test_markdown_labels_modelled_values_and_the_figure_hatches_disturbed_measur
     measured = fig.axes[0].patches[1]
     assert measured.get_hatch() == UNSTABLE_HATCH
     assert fig.axes[0].patches[0].get_hatch() is None
+
+
+def test_a2a_reduction_is_read_at_the_weak_scaled_batch_with_the_fixed_batchs_beside():
+    fixed = comm_rows().assign(batching="global", batch_size=1024)
+    fixed["batch_per_rank"] = 1024 / fixed["world"]
+    weak = comm_rows().assign(batching="per-rank", batch_per_rank=512)
+    weak["batch_size"] = 512 * weak["world"]
+    weak.loc[weak.plan == "flexshard", "inter_node_a2a_bytes"] *= 0.4  # fewer bytes at the large batch: 80% less
+    row = table([], pd.concat([fixed, weak], ignore_index=True), claims=(A2A,)).loc["a2a"]
+    assert row["measured_value"] == pytest.approx(80.0)
+    assert "16x8" in row["compared"] and "512 samples per rank (global batch 65,536)" in row["compared"]
+    assert "at the fixed global batch 1,024 (8 per rank): 50.0% less" in row["compared"]
+    only_fixed = table([], fixed, claims=(A2A,)).loc["a2a"]
+    assert only_fixed["measured_value"] == pytest.approx(50.0)
+    assert "the fixed global batch 1,024 (8 per rank)" in only_fixed["compared"]

@@ -98,11 +98,12 @@ def test_typed_defaults_are_the_schemas(section):
 def test_shard_sim_defaults_are_the_schemas():
     """distributed.shard_sim in the schema and ShardSimConfig (the CLI's defaults) agree."""
     props = yaml.safe_load(SCHEMA.read_text())["properties"]["distributed"]["properties"]["shard_sim"]["properties"]
-    schema = {key: tuple(spec["default"]) for key, spec in props.items()}
+    schema = {key: tuple(spec["default"]) if isinstance(spec["default"], list) else spec["default"]
+              for key, spec in props.items()}
     assert schema == dataclasses.asdict(ShardSimConfig())
     shard_sim = parser().parse_args(["shard-sim", "--dataset", "d", "--out", "o"])
-    assert (tuple(shard_sim.plans), tuple(shard_sim.scales), tuple(shard_sim.headrooms)) == \
-        dataclasses.astuple(ShardSimConfig())
+    assert (tuple(shard_sim.plans), tuple(shard_sim.scales), tuple(shard_sim.headrooms), shard_sim.batch_per_rank,
+            shard_sim.fixed_batch) == dataclasses.astuple(ShardSimConfig())
 
 
 def test_trained_scales_are_valid_distributed_configs():
@@ -130,3 +131,43 @@ def test_cli_rejects_a_non_finite_learning_rate(tmp_path, capsys, small_dataset,
                  "--run-config", run_config, "--no-progress"])
     assert code == 2
     assert "lr must be a finite number > 0" in capsys.readouterr().err
+
+
+# --- weak scaling: distributed.batch_per_rank --------------------------------------------------------------------
+
+def test_a_per_rank_batch_sets_the_global_batch():
+    """batch_per_rank x world is the global batch; a run config that states both must agree; --nproc follows it."""
+    cfg = RunConfig.from_dict({**BASE, "method": "sharded", "distributed": {"world": 4, "ranks_per_node": 2,
+                                                                            "batch_per_rank": 64}})
+    assert cfg.train.batch_size == 256 and cfg.distributed.batch_per_rank == 64
+    assert RunConfig.from_dict(cfg.to_dict()) == cfg  # the record's config reads back the same
+    stated = RunConfig.from_dict({**BASE, "train": {"batch_size": 256},
+                                  "distributed": {"world": 4, "ranks_per_node": 2, "batch_per_rank": 64}})
+    assert stated == dataclasses.replace(cfg, method="hybrid")
+    assert cfg.with_world(8).train.batch_size == 512 and cfg.with_world(8).distributed.world == 8
+    fixed = RunConfig.from_dict({**BASE, "distributed": {"world": 4, "ranks_per_node": 2}})
+    assert fixed.distributed.batch_per_rank is None and fixed.with_world(2).train.batch_size == 1024
+
+
+@pytest.mark.parametrize("distributed, train, message", [
+    ({"world": 4, "batch_per_rank": 0}, {}, "distributed: batch_per_rank must be a positive integer or null, got 0"),
+    ({"world": 4, "batch_per_rank": 2.5}, {}, "batch_per_rank must be a positive integer or null, got 2.5"),
+    ({"world": 4, "batch_per_rank": True}, {}, "batch_per_rank must be a positive integer or null, got True"),
+    ({"world": 4, "batch_per_rank": 64}, {"batch_size": 1024},
+     r"train.batch_size 1024 contradicts distributed.batch_per_rank 64 x world 4 = 256"),
+])
+def test_a_bad_per_rank_batch_is_rejected(distributed, train, message):
+    with pytest.raises(ConfigError, match=message):
+        RunConfig.from_dict({**BASE, "train": train, "distributed": distributed})
+
+
+def test_a_global_batch_larger_than_the_training_split_names_its_option(small_dataset):
+    from hotcold.distributed.batch import batch_option, check_fits
+
+    start, stop = small_dataset.split("train")
+    check_fits(stop - start, small_dataset, "train.batch_size")  # one whole split is one batch
+    weak = DistributedConfig(world=4, ranks_per_node=2, batch_per_rank=stop - start)
+    with pytest.raises(ConfigError, match=rf"^distributed.batch_per_rank {stop - start} x world 4: a global batch "
+                                          rf"of {4 * (stop - start):,} samples is more than the {stop - start:,} "
+                                          "samples of dataset"):
+        check_fits(weak.global_batch(1024), small_dataset, batch_option(weak))

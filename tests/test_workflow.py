@@ -43,7 +43,8 @@ PEER_RUNS = (("kaggle", "base"), ("kaggle", "lfu-5pct"), ("taobao", "base"))
 # large share of the rows, so the caches get large ratios, Taobao's the largest (a
 # per-dataset override, as is its smaller batch). Taobao's lfu cache is too small for its
 # batches: that run ends as an infeasible record, and the workflow still completes. One
-# scale-out run (row-wise, 2 ranks, kaggle only) and a shard-sim of every dataset at two scales.
+# scale-out run (row-wise, 2 ranks, kaggle only) and a shard-sim of every dataset at two scales, at 64
+# samples per rank and at the fixed global batch where that differs.
 # Every run trains its timed part twice (one-process and scale-out runs alike).
 TINY_CONFIG = """\
 threads: 1
@@ -84,7 +85,7 @@ simulate: {ratios: [0.05, 0.2, 0.5], policies: [lru, freqcache, static-topk], wi
 distributed:
   scales: [{world: 2, ranks_per_node: 1}]
   train: {steps: 6, warmup_steps: 1, eval_samples: 300}
-  shard_sim: {plans: [table, row, column], scales: ["2x2"], headrooms: [1.0]}
+  shard_sim: {plans: [table, row, column], scales: ["2x2"], headrooms: [1.0], batch_per_rank: 64}
 """
 
 
@@ -254,6 +255,22 @@ def test_dry_run_plans_scale_out_runs_and_shard_sims(tmp_path: Path) -> None:
     assert len(sims) == 3
     assert all("--scales 2x1 2x2 4x8 16x8 --headrooms 1.0 1.25 1.5 2.0" in ln for ln in sims), sims[0]
     assert all("--plans table row column recshard flexshard" in ln for ln in sims)
+    assert all("--batch-per-rank 512 --fixed-batch" in ln for ln in sims)
+
+
+def test_dry_run_weak_scales_the_trained_runs_with_a_per_rank_batch(tmp_path: Path) -> None:
+    """distributed.train.batch_per_rank: each trained scale's run config has batch_size = per-rank x world."""
+    yaml = ("seeds: [0]\ntiming: {interleave: false}\ndistributed:\n  train: {batch_per_rank: 96}\n"
+            "  shard_sim: {batch_per_rank: 256, fixed_batch: false}\n")
+    proc = dry_run(tmp_path, yaml, "-p", "--cores", "2")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    four = [ln for ln in out.splitlines() if "-m hotcold train --nproc" in ln
+            and "runs/kaggle/sharded/row/world~4-rpn~2/seed~0" in ln]
+    assert len(four) == 1 and '"distributed": {"batch_per_rank": 96, "ranks_per_node": 2, "world": 4}' in four[0]
+    assert '"batch_size": 384' in four[0]
+    sims = [ln for ln in out.splitlines() if "hotcold shard-sim" in ln]
+    assert sims and all("--batch-per-rank 256 --no-fixed-batch" in ln for ln in sims)
 
 
 @pytest.mark.slow
@@ -370,8 +387,11 @@ def check_scale_out(workdir: Path, summary: pd.DataFrame) -> None:
     assert set(traffic[traffic.source == "simulated"].dataset) == set(DATASETS)
     assert set(traffic.world) == {2, 4}  # shard_sim's 2x2 and the trained 2x1
     trained = traffic[traffic.source == "trained"].iloc[0]
+    assert (trained.batching, trained.batch_size, trained.batch_per_rank) == ("global", 256, 128)
+    assert set(traffic[traffic.source == "simulated"].batching) == {"per-rank", "global"}
     simulated = traffic[(traffic.source == "simulated") & (traffic.dataset == dataset) & (traffic.plan == "row")
-                        & (traffic.world == world) & (traffic.memory_headroom == trained.memory_headroom)]
+                        & (traffic.world == world) & (traffic.memory_headroom == trained.memory_headroom)
+                        & (traffic.batch_size == trained.batch_size)]
     assert len(simulated) == 1 and trained.inter_node_a2a_bytes > 0
     assert trained.inter_node_a2a_bytes == pytest.approx(simulated.inter_node_a2a_bytes.iloc[0])
     assert trained.inter_a2a_reduction_vs_row == pytest.approx(0.0)

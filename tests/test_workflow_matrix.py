@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from hotcold import methods
-from hotcold.config import ConfigError
+from hotcold.config import ConfigError, RunConfig
 from hotcold.workflow import Matrix, Run, merged, without_nulls
 
 snakemake_utils = pytest.importorskip(
@@ -93,3 +93,47 @@ def test_the_check_names_what_is_wrong_after_the_merge():
         matrix(distributed={"scales": [{"world": 3, "ranks_per_node": 1}]}).check()
     with pytest.raises(ConfigError, match="profile.window=20 is more than profile.batches=10"):
         matrix(profile={"window": 20, "batches": 10}).check()
+
+
+def test_a_per_rank_batch_gives_each_trained_scale_its_global_batch():
+    """distributed.train.batch_per_rank: batch_size = per-rank x world at every trained scale; null: the fixed one."""
+    scales = [{"world": 2, "ranks_per_node": 1}, {"world": 4, "ranks_per_node": 2}]
+    m = matrix(distributed={"scales": scales, "train": {"batch_per_rank": 96}})
+    m.check()
+    for world, rpn in ((2, 1), (4, 2)):
+        cfg = m.run_config(Run("kaggle", "sharded", "row", 0, world, rpn))
+        assert cfg["train"]["batch_size"] == 96 * world and "batch_per_rank" not in cfg["train"]
+        assert cfg["distributed"] == {"world": world, "ranks_per_node": rpn, "batch_per_rank": 96}
+        typed = RunConfig.from_dict(cfg)
+        assert (typed.train.batch_size, typed.distributed.batch_per_rank) == (96 * world, 96)
+    assert m.run_config(Run("kaggle", "lru", "1.5pct", 0))["train"]["batch_size"] == 1024  # one process: unchanged
+    assert "batch_per_rank" not in m.shard_sim_config("kaggle")["train"]
+    fixed = matrix(distributed={"scales": scales})
+    assert [fixed.run_config(Run("kaggle", "sharded", "row", 0, w, r))["train"]["batch_size"] for w, r in
+            ((2, 1), (4, 2))] == [1024, 1024]
+    # a per-rank batch splits at any world, where the fixed 1024 does not
+    matrix(distributed={"scales": [{"world": 3, "ranks_per_node": 1}], "train": {"batch_per_rank": 100},
+                        "shard_sim": {"fixed_batch": False}}).check()
+
+
+def test_shard_sims_are_weak_scaled_by_default_with_the_fixed_batch_beside():
+    m = matrix()
+    assert (m.shard_sim_batch_per_rank(), m.shard_sim_fixed_batch()) == (512, True)
+    fixed = copy.deepcopy(m.config)  # a null in a config file keeps the fixed global batch (merged() would drop it)
+    fixed["distributed"]["shard_sim"]["batch_per_rank"] = None
+    snakemake_utils.validate(fixed, SCHEMA)
+    assert Matrix(fixed).shard_sim_batch_per_rank() is None
+    # the fixed global batch must split at every simulated scale: a 3x1 scale cannot split 1024
+    with pytest.raises(ConfigError, match=r"distributed.shard_sim.fixed_batch simulates the fixed global batch "
+                                          r"train.batch_size 1024, which 3 ranks \(3x1\) cannot split evenly"):
+        matrix(distributed={"shard_sim": {"scales": ["3x1"]}}).check()
+    fixed["distributed"]["shard_sim"]["scales"] = ["3x1"]
+    with pytest.raises(ConfigError, match=r"distributed.shard_sim.batch_per_rank null simulates"):
+        Matrix(fixed).check()
+    matrix(distributed={"shard_sim": {"scales": ["3x1"], "fixed_batch": False}}).check()
+
+
+@pytest.mark.parametrize("section, value", [("train", 0), ("train", "64"), ("shard_sim", 0), ("shard_sim", 1.5)])
+def test_the_schema_rejects_a_bad_per_rank_batch(section, value):
+    with pytest.raises(Exception, match="batch_per_rank"):
+        matrix(distributed={section: {"batch_per_rank": value}})

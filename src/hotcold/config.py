@@ -163,15 +163,28 @@ class TimingConfig:
 
 @dataclass(frozen=True)
 class DistributedConfig:
-    """The ranks of a run: ``world`` processes (torchrun), ``ranks_per_node`` of them per simulated node."""
+    """The ranks of a run: ``world`` processes (torchrun), ``ranks_per_node`` of them per simulated node.
+
+    ``batch_per_rank``: the samples each rank trains on per step (weak
+    scaling); the run's global batch ``train.batch_size`` is then
+    ``batch_per_rank x world``. None: ``train.batch_size`` is a fixed global
+    batch, split over the ranks.
+    """
 
     world: int = 1
     ranks_per_node: int = 1
+    batch_per_rank: int | None = None
 
     def validate(self, where: str) -> None:
         require(is_positive_int(self.world), where, f"world must be a positive integer, got {self.world!r}")
         require(is_positive_int(self.ranks_per_node) and self.world % self.ranks_per_node == 0, where,
                 f"ranks_per_node must be a positive divisor of world={self.world}, got {self.ranks_per_node!r}")
+        require(self.batch_per_rank is None or is_positive_int(self.batch_per_rank), where,
+                f"batch_per_rank must be a positive integer or null, got {self.batch_per_rank!r}")
+
+    def global_batch(self, fixed: int) -> int:
+        """The global batch of a step: ``batch_per_rank x world``, or ``fixed`` (train.batch_size) without one."""
+        return fixed if self.batch_per_rank is None else self.batch_per_rank * self.world
 
 
 @dataclass(frozen=True)
@@ -201,6 +214,8 @@ class ShardSimConfig:
     plans: tuple[str, ...] = ("table", "row", "column", "recshard", "flexshard")
     scales: tuple[str, ...] = ("2x1", "2x2", "4x8", "16x8")    # nodes x ranks per node
     headrooms: tuple[float, ...] = (1.0, 1.25, 1.5, 2.0)
+    batch_per_rank: int | None = 512   # weak scaling: global batch = 512 x world (None: train.batch_size)
+    fixed_batch: bool = True           # also at the fixed global batch train.batch_size, for comparison
 
 
 @dataclass(frozen=True)
@@ -239,6 +254,15 @@ class RunConfig:
             raise ConfigError(f"run config: seed must be an integer >= 0, got {seed!r}")
         if not isinstance(data.get("store", {}) or {}, dict):
             raise ConfigError("run config: store must be a mapping of method options")
+        distributed = from_mapping(DistributedConfig, data.get("distributed"), "distributed")
+        train = dict(data.get("train") or {})
+        if distributed.batch_per_rank is not None:
+            weak = distributed.global_batch(0)
+            stated = train.setdefault("batch_size", weak)
+            if stated != weak:
+                raise ConfigError(f"run config: train.batch_size {stated!r} contradicts distributed.batch_per_rank "
+                                  f"{distributed.batch_per_rank} x world {distributed.world} = {weak}; "
+                                  f"state one of them")
         return cls(
             dataset=data["dataset"],
             method=data["method"],
@@ -246,10 +270,16 @@ class RunConfig:
             seed=int(data.get("seed", 0)),
             store=dict(data.get("store") or {}),
             model=from_mapping(ModelConfig, data.get("model"), "model"),
-            train=from_mapping(TrainConfig, data.get("train"), "train"),
+            train=from_mapping(TrainConfig, train, "train"),
             timing=from_mapping(TimingConfig, data.get("timing"), "timing"),
-            distributed=from_mapping(DistributedConfig, data.get("distributed"), "distributed"),
+            distributed=distributed,
         )
+
+    def with_world(self, world: int) -> "RunConfig":
+        """This run over ``world`` ranks (``--nproc``): with a per-rank batch, the global batch follows the world."""
+        distributed = dataclasses.replace(self.distributed, world=world)
+        train = dataclasses.replace(self.train, batch_size=distributed.global_batch(self.train.batch_size))
+        return dataclasses.replace(self, distributed=distributed, train=train)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

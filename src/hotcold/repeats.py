@@ -127,6 +127,7 @@ class RepeatedRun:
         diffs = [sketch_rel_diff(p["sketch"], self.params[0]["sketch"]) for p in self.params[1:]]
         summary.update(
             world=first["world"], ranks_per_node=first["ranks_per_node"], plan=first["plan"],
+            batch_size=first.get("batch_size"), batch_per_rank=first.get("batch_per_rank"),
             repeat_order=self.order_index, repeat_start_s=[round(s, 3) for s in self.start_s],
             repeat_params_equal=len(checksums) == 1,
             repeat_param_rel_diff=None if any(map(math.isnan, diffs)) else max(diffs, default=0.0),

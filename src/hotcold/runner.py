@@ -45,7 +45,7 @@ def train_run(cfg: RunConfig, dataset_dir: str | Path, out_dir: str | Path, thre
     """
     cfg = with_device(cfg, device)
     if nproc is not None:
-        cfg = dataclasses.replace(cfg, distributed=dataclasses.replace(cfg.distributed, world=nproc))
+        cfg = cfg.with_world(nproc)
         cfg.distributed.validate("--nproc")
     world_size = cfg.distributed.world
     if world_size > 1 and not methods.get(cfg.method).spans_ranks:

@@ -21,6 +21,7 @@ from hotcold.config import ConfigError, RunConfig
 from hotcold.data.format import Dataset
 from hotcold.data.loader import BatchLoader, batch_rows, eval_batches
 from hotcold.data.skew import row_counts
+from hotcold.distributed.batch import batch_option, check_fits
 from hotcold.distributed.world import World
 from hotcold import methods
 from hotcold.embedding.base import EmbeddingStore, StoreSpec
@@ -130,6 +131,7 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
     """
     world = world or World.single()
     world.check_batch(cfg.train.batch_size)
+    check_fits(cfg.train.batch_size, ds, batch_option(cfg.distributed))
     progress = progress and world.is_main
     model, store, rows = build(cfg, ds, device, order, world)
     opt = dense_optimizer(cfg, model.parameters())
@@ -173,7 +175,8 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
                       timer.kind, host_steps=timer.host_steps, cpu_ms=timer.cpu_ms, threads=torch.get_num_threads(),
                       judge_cpu=timer.kind == "cpu" and world.size == 1)
     summary = summarize_repeats([timed])
-    summary.update(world=world.size, ranks_per_node=world.comm.topology.ranks_per_node, plan=report.get("plan"))
+    summary.update(world=world.size, ranks_per_node=world.comm.topology.ranks_per_node, plan=report.get("plan"),
+                   batch_size=cfg.train.batch_size, batch_per_rank=cfg.train.batch_size // world.data_parallel)
     return RunResult(summary, metrics, rows, report, timer.steps, counters, model, store, embedding, timed)
 
 

@@ -125,8 +125,20 @@ class Matrix:
         return list(self._runs)
 
     def scale_out_train(self, name: str) -> dict[str, Any]:
-        """The dataset's train section with ``distributed.train`` (fewer steps, a smaller evaluation) merged in."""
-        return merged(self.section(name, "train"), self.config["distributed"]["train"])
+        """The dataset's train section with ``distributed.train`` (fewer steps, a smaller evaluation) merged in,
+        without ``batch_per_rank`` (``train_batch_per_rank``): its ``batch_size`` is the fixed global batch."""
+        train = merged(self.section(name, "train"), self.config["distributed"]["train"])
+        train.pop("batch_per_rank", None)
+        return train
+
+    def train_batch_per_rank(self) -> int | None:
+        """``distributed.train.batch_per_rank``: the trained scale-out runs' samples per rank (None: fixed global)."""
+        return self.config["distributed"]["train"].get("batch_per_rank")
+
+    def scale_out_batch(self, run: Run) -> int:
+        """The global batch of a scale-out run: ``batch_per_rank x world``, or the fixed ``batch_size``."""
+        per_rank = self.train_batch_per_rank()
+        return per_rank * run.world if per_rank is not None else self.scale_out_train(run.dataset)["batch_size"]
 
     def run_config(self, run: Run) -> dict[str, Any]:
         """``hotcold train --run-config``: everything that determines one run."""
@@ -141,7 +153,10 @@ class Matrix:
             "timing": {k: v for k, v in self.config["timing"].items() if k != "interleave"},  # a layout of jobs
         }
         if run.scale_out:
+            out["train"]["batch_size"] = self.scale_out_batch(run)
             out["distributed"] = {"world": int(run.world), "ranks_per_node": int(run.ranks_per_node)}
+            if self.train_batch_per_rank() is not None:  # stated only when set: the fixed batch's params stay
+                out["distributed"]["batch_per_rank"] = self.train_batch_per_rank()
         return out
 
     def trainer_device(self) -> str:
@@ -193,6 +208,14 @@ class Matrix:
         return {"seed": self.first_seed(), "train": self.scale_out_train(dataset),
                 "model": self.section(dataset, "model")}
 
+    def shard_sim_batch_per_rank(self) -> int | None:
+        """``hotcold shard-sim --batch-per-rank``: ``distributed.shard_sim.batch_per_rank`` (None: fixed global)."""
+        return self.config["distributed"]["shard_sim"]["batch_per_rank"]
+
+    def shard_sim_fixed_batch(self) -> bool:
+        """``hotcold shard-sim --fixed-batch``: also simulate at the fixed global batch (the scale-out batch_size)."""
+        return bool(self.config["distributed"]["shard_sim"]["fixed_batch"])
+
     def shard_sim_scales(self) -> list[str]:
         """``hotcold shard-sim --scales``: the configured NODESxRANKS_PER_NODE, then the trained scales not among them."""
         configured = list(self.config["distributed"]["shard_sim"]["scales"])
@@ -243,13 +266,31 @@ class Matrix:
                 build(data)
             except (ConfigError, FileNotFoundError) as e:
                 raise ConfigError(f"invalid configuration for {where}: {e}") from None
+        self._check_shard_sim_batch()
+
+    def _check_shard_sim_batch(self) -> None:
+        """The fixed global batch the simulations use (``fixed_batch``, or no per-rank batch) splits evenly at
+        every simulated scale."""
+        if self.shard_sim_batch_per_rank() is not None and not self.shard_sim_fixed_batch():
+            return
+        for name in self.datasets():
+            batch = self.scale_out_train(name)["batch_size"]
+            for scale in self.shard_sim_scales():
+                nodes, rpn = (int(x) for x in scale.split("x"))
+                if batch % (nodes * rpn):
+                    option = ("distributed.shard_sim.fixed_batch" if self.shard_sim_batch_per_rank() is not None
+                              else "distributed.shard_sim.batch_per_rank null")
+                    raise ConfigError(f"invalid configuration for dataset {name}: {option} simulates the fixed "
+                                      f"global batch train.batch_size {batch}, which {nodes * rpn} ranks ({scale}) "
+                                      f"cannot split evenly")
 
 
 def _check_batch_split(run_config: Mapping[str, Any]) -> None:
-    """A scale-out run splits every global batch evenly over its ranks."""
+    """A scale-out run splits every global batch evenly over its ranks (always so with a per-rank batch)."""
     world, batch = run_config["distributed"]["world"], run_config["train"]["batch_size"]
     if batch % world:
-        raise ConfigError(f"train.batch_size {batch} is not divisible by distributed.scales world {world}")
+        raise ConfigError(f"train.batch_size {batch} is not divisible by distributed.scales world {world} "
+                          f"(or set distributed.train.batch_per_rank)")
 
 
 def peer_state(src: Path) -> str:

@@ -127,6 +127,8 @@ rule shard_sim:
         plans=config["distributed"]["shard_sim"]["plans"],
         scales=MATRIX.shard_sim_scales(),
         headrooms=MATRIX.shard_sim_headrooms(),
+        batch_per_rank=MATRIX.shard_sim_batch_per_rank() or "none",
+        fixed_batch="--fixed-batch" if MATRIX.shard_sim_fixed_batch() else "--no-fixed-batch",
     log:
         "results/logs/shard_sim/{dataset}.log",
     conda:
@@ -134,4 +136,4 @@ rule shard_sim:
     shell:
         "{params.cli} shard-sim --dataset {params.dataset:q} --run-config {params.run_config:q}"
         " --out {output.csv:q} --plans {params.plans} --scales {params.scales} --headrooms {params.headrooms}"
-        " > {log:q} 2>&1"
+        " --batch-per-rank {params.batch_per_rank} {params.fixed_batch} > {log:q} 2>&1"

@@ -104,7 +104,8 @@ else:
 # Scale-out: one job per dataset x scale-out method x variant x trained scale x seed, P ranks
 # under torchrun sharing the job's threads (a job never takes more than --cores). Rank 0 writes
 # the record once every rank has finished; a plan that does not fit its memory budget ends as an
-# `infeasible` record, as other variants do.
+# `infeasible` record, as other variants do. The run config states the global batch: train.batch_size,
+# distributed.train.batch_per_rank x world where that is set (then also its distributed.batch_per_rank).
 rule train_scaleout:
     input:
         manifest="results/data/{dataset}/manifest.json",

@@ -20,12 +20,14 @@ import pandas as pd
 
 from hotcold.analysis.markdown import to_markdown
 from hotcold.analysis.tables import scale_of
+from hotcold.distributed.batch import GLOBAL, PER_RANK
 from hotcold.files import atomic_write_text
 from hotcold.records import STATUS_OK, record_status
 
 #: measured or modelled within this relative distance of the paper's number counts as agreeing
 AGREE_RTOL = 0.25
-#: the comm_traffic rows FlexShard's claims are read from: the largest simulated scale at this headroom
+#: the comm_traffic rows FlexShard's claims are read from: the largest simulated scale at this headroom, at the
+#: weak-scaled (per-rank) batch where simulated, the fixed global batch's number beside it
 FLEXSHARD_HEADROOM = 1.25
 COMM_PHASES = ("input_a2a", "output_a2a", "grad_a2a", "replica_allreduce", "column_allreduce", "dense_allreduce")
 
@@ -221,18 +223,38 @@ def _hits_claim(row: dict[str, Any], claim: Claim, records: list[dict[str, Any]]
     row["modelled_profile"] = "counted: not modelled"
 
 
-def _largest_sim(comm: pd.DataFrame, dataset: str) -> pd.DataFrame:
-    """Simulated FlexShard and row-wise rows of ``dataset`` at its largest scale and the claims' headroom."""
+def _largest_sim(comm: pd.DataFrame, dataset: str, batching: str | None = None) -> pd.DataFrame:
+    """Simulated FlexShard and row-wise rows of ``dataset`` at its largest scale and the claims' headroom, of one
+    ``batching`` (``per-rank`` or ``global``; None: the weak-scaled rows where there are any, else the fixed ones)."""
     if comm.empty:
         return comm
     sim = comm[(comm["source"] == "simulated") & (comm["dataset"] == dataset) & (comm["status"] == STATUS_OK)
                & np.isclose(comm["memory_headroom"].astype(float), FLEXSHARD_HEADROOM)]
     sim = sim[sim["plan"].isin(["flexshard", "row"])]
+    batchings = sim["batching"].fillna("") if "batching" in sim else pd.Series(GLOBAL, index=sim.index)
+    if batching is None:
+        batching = PER_RANK if (batchings == PER_RANK).any() else GLOBAL
+    sim = sim[batchings == batching]
     if sim.empty:
         return sim
     world = sim.groupby("world")["plan"].nunique()
     worlds = world[world == 2].index
     return sim[sim["world"] == worlds.max()] if len(worlds) else sim.iloc[0:0]
+
+
+def _batch_words(first: pd.Series) -> str:
+    """``512 samples per rank (global batch 65,536)`` or ``the fixed global batch 1,024 (8 per rank)``."""
+    size, per_rank = first.get("batch_size"), first.get("batch_per_rank")
+    if pd.isna(size):
+        return "batch not stated"
+    if first.get("batching") == PER_RANK:
+        return f"{per_rank:,.6g} samples per rank (global batch {size:,.0f})"
+    return f"the fixed global batch {size:,.0f} ({per_rank:,.6g} per rank)"
+
+
+def _reduction(sim: pd.DataFrame) -> float:
+    by_plan = sim.set_index("plan")
+    return 100.0 * (1.0 - by_plan.loc["flexshard", "inter_node_a2a_bytes"] / by_plan.loc["row", "inter_node_a2a_bytes"])
 
 
 def _a2a_claim(row: dict[str, Any], claim: Claim, comm: pd.DataFrame) -> None:
@@ -241,12 +263,15 @@ def _a2a_claim(row: dict[str, Any], claim: Claim, comm: pd.DataFrame) -> None:
         row["status"] = f"not run: no simulated flexshard and row plans on {claim.dataset} at headroom " \
                         f"{FLEXSHARD_HEADROOM:g}"
         return
-    by_plan = sim.set_index("plan")
-    first = by_plan.loc["flexshard"]
+    first = sim.set_index("plan").loc["flexshard"]
     row["compared"] = (f"flexshard vs row, shard-sim at {int(first['nodes'])}x{int(first['ranks_per_node'])}, "
-                       f"headroom {FLEXSHARD_HEADROOM:g}")
-    row["measured_value"] = 100.0 * (1.0 - by_plan.loc["flexshard", "inter_node_a2a_bytes"]
-                                     / by_plan.loc["row", "inter_node_a2a_bytes"])
+                       f"headroom {FLEXSHARD_HEADROOM:g}, {_batch_words(first)}")
+    fixed = _largest_sim(comm, claim.dataset, GLOBAL) if first.get("batching") == PER_RANK else sim.iloc[0:0]
+    fixed = fixed[fixed["world"] == first["world"]]
+    if not fixed.empty:
+        row["compared"] += (f"; at {_batch_words(fixed.set_index('plan').loc['flexshard'])}: "
+                            f"{_reduction(fixed):.1f}% less")
+    row["measured_value"] = _reduction(sim)
     row["measured_timer"], row["measured_hardware"] = "counted (shard-sim)", "any"
     row["modelled_profile"] = "counted: not modelled"
 
@@ -279,7 +304,7 @@ def _latency_claim(row: dict[str, Any], claim: Claim, records: list[dict[str, An
     flex = {k: v for k, v in times["flexshard"].items() if k != "total"}
     row["modelled_dominant"] = f"flexshard: {max(flex, key=flex.get)}" if flex else ""
     row["compared"] = f"flexshard vs sharded/row: {measured}; modelled from shard-sim at {scale}, " \
-                      f"headroom {FLEXSHARD_HEADROOM:g}"
+                      f"headroom {FLEXSHARD_HEADROOM:g}, {_batch_words(first)}"
 
 
 def _differs(value: float, paper: float) -> bool:

@@ -3,7 +3,11 @@
 Trained scale-out runs and ``hotcold shard-sim`` rows land in one traffic
 table with the same bytes per step, so the two compare row by row where
 both exist and the simulation carries a plan to scales no machine here
-trains. One function per table (``comm_traffic_table``,
+trains. Every row says which batch it used: ``batching`` ``per-rank``
+(weak scaling: ``batch_per_rank`` samples per rank, a global batch of
+``batch_per_rank x world``) or ``global`` (the fixed global batch
+``batch_size`` split over the ranks), and rows compare only at the same
+global batch. One function per table (``comm_traffic_table``,
 ``flexshard_headroom_table``, ``proactive_table``); columns: docs/outputs.md.
 """
 from __future__ import annotations
@@ -17,6 +21,7 @@ import pandas as pd
 from hotcold import methods
 from hotcold.analysis.markdown import to_markdown
 from hotcold.analysis.tables import load_records, plan_of, scale_of
+from hotcold.distributed.batch import GLOBAL, PER_RANK
 from hotcold.distributed.traffic import COLLECTIVES
 from hotcold.files import atomic_write_text
 from hotcold.records import STATUS_OK, record_status
@@ -24,16 +29,17 @@ from hotcold.records import STATUS_OK, record_status
 A2A = ("input_a2a", "output_a2a", "grad_a2a")
 BYTE_COLUMNS = [f"{c}_bytes" for c in COLLECTIVES] + ["intra_node_bytes", "inter_node_bytes", "inter_node_a2a_bytes"]
 REDUCTIONS = {"row": "inter_a2a_reduction_vs_row", "table": "inter_a2a_reduction_vs_table"}
+BATCH_KEYS = ["batching", "batch_size", "batch_per_rank"]
 COMM_KEYS = ["dataset", "source", "method", "variant", "plan", "world", "ranks_per_node", "nodes", "memory_headroom",
-             "seed"]
+             *BATCH_KEYS, "seed"]
 COMM_COLUMNS = [*COMM_KEYS, "status", "steps", *BYTE_COLUMNS, *REDUCTIONS.values(), "load_imbalance",
                 "memory_used_share", "reason"]
-# rows compared with each other: same dataset, source, scale, headroom and seed
-COMPARABLE = ["dataset", "source", "world", "ranks_per_node", "memory_headroom", "seed"]
+# rows compared with each other: same dataset, source, scale, headroom, global batch and seed
+COMPARABLE = ["dataset", "source", "world", "ranks_per_node", "memory_headroom", "batch_size", "seed"]
 SIM_REQUIRED = ("dataset", "plan", "world", "ranks_per_node", "nodes", "memory_headroom", "steps", "status",
                 "inter_node_a2a_bytes")
 HEADROOM_PLANS = ("flexshard", "row", "table")
-HEADROOM_KEYS = ["dataset", "nodes", "ranks_per_node", "world", "memory_headroom"]
+HEADROOM_KEYS = ["dataset", "nodes", "ranks_per_node", "world", *BATCH_KEYS, "memory_headroom"]
 HEADROOM_COLUMNS = [*HEADROOM_KEYS, "flexshard_status", *(f"inter_a2a_{p}" for p in HEADROOM_PLANS),
                     "reduction_vs_row", "reduction_vs_table"]
 PROACTIVE_COLUMNS = ["dataset", "variant", "plan", "world", "ranks_per_node", "seed", "depth", "early_lookup_share",
@@ -46,17 +52,54 @@ class ShardSimError(ValueError):
 
 
 def read_shard_sims(paths: Sequence[Path]) -> pd.DataFrame:
-    """The ``hotcold shard-sim`` CSVs in one frame (empty when there are none)."""
+    """The ``hotcold shard-sim`` CSVs in one frame (empty when there are none), with their batch columns."""
     frames = []
     for path in paths:
-        frame = pd.read_csv(path, dtype={"dataset": str, "plan": str, "status": str, "reason": str})
+        frame = pd.read_csv(path, dtype={"dataset": str, "plan": str, "status": str, "reason": str, "batching": str})
         missing = [c for c in SIM_REQUIRED if c not in frame.columns]
         if missing:
             raise ShardSimError(f"{path}: not a `hotcold shard-sim` table (lacks column(s) {missing})")
-        frames.append(frame)
+        frames.append(with_batch(frame))
     if not frames:
-        return pd.DataFrame(columns=list(SIM_REQUIRED))
+        return pd.DataFrame(columns=[*SIM_REQUIRED, *BATCH_KEYS])
     return pd.concat(frames, ignore_index=True)
+
+
+def with_batch(sims: pd.DataFrame) -> pd.DataFrame:
+    """Shard-sim rows with ``batching``, ``batch_size`` and ``batch_per_rank`` filled where a table lacks them.
+
+    ``batch_per_rank`` missing: ``batch_size / world``; ``batching`` missing:
+    ``global`` for a table from before the batch columns (which always kept
+    the fixed global batch), else ``per-rank`` where the row's per-rank batch
+    was set (``shard_sim(batch_per_rank=...)`` rows name it) and unknown
+    (empty) otherwise.
+    """
+    out = sims.copy()
+    if "batch_size" not in out:
+        out["batch_size"] = np.nan
+        out["batching"] = out.get("batching", GLOBAL)
+    out["batch_size"] = pd.to_numeric(out["batch_size"], errors="coerce").astype("float64")
+    derived = out["batch_size"] / pd.to_numeric(out["world"], errors="coerce")
+    out["batch_per_rank"] = (pd.to_numeric(out["batch_per_rank"], errors="coerce").astype("float64")
+                             if "batch_per_rank" in out else derived).fillna(derived)
+    if "batching" not in out:
+        out["batching"] = ""
+    out["batching"] = out["batching"].fillna("").astype(str)
+    return out
+
+
+def batch_label(frame: pd.DataFrame) -> pd.Series:
+    """Which batch each row used, in words: ``512 samples per rank``, ``global batch 1,024`` or ``batch not stated``."""
+    def one(batching: str, size: float, per_rank: float) -> str:
+        if batching == PER_RANK and pd.notna(per_rank):
+            return f"{int(per_rank):,} samples per rank"
+        if batching == GLOBAL and pd.notna(size):
+            return f"global batch {int(size):,}"
+        return "batch not stated"
+    if frame.empty:
+        return pd.Series([], dtype=str, index=frame.index)
+    return pd.Series([one(*v) for v in zip(frame["batching"], frame["batch_size"], frame["batch_per_rank"])],
+                     index=frame.index, dtype=str)
 
 
 def _headroom(rec: dict[str, Any]) -> float:
@@ -89,10 +132,15 @@ def trained_rows(records: list[dict[str, Any]]) -> pd.DataFrame:
         store = rec.get("store") or {}
         budget = store.get("memory_budget_bytes")
         held = store.get("memory_bytes_per_rank") or []
+        config = rec.get("config") or {}
+        batch = (config.get("train") or {}).get("batch_size")
+        per_rank = (config.get("distributed") or {}).get("batch_per_rank")
         rows.append({
             "dataset": rec["dataset"], "source": "trained", "method": rec["method"], "variant": rec["variant"],
             "plan": plan_of(rec), "world": world, "ranks_per_node": rpn, "nodes": world // rpn,
             "memory_headroom": _headroom(rec), "seed": int(rec["seed"]), "status": record_status(rec),
+            "batching": GLOBAL if per_rank is None else PER_RANK, "batch_size": batch,
+            "batch_per_rank": batch / world if batch is not None else None,
             "steps": ((rec.get("config") or {}).get("train") or {}).get("steps"),
             **_trained_bytes(rec),
             "load_imbalance": store.get("load_imbalance"),
@@ -104,7 +152,7 @@ def trained_rows(records: list[dict[str, Any]]) -> pd.DataFrame:
 
 def simulated_rows(sims: pd.DataFrame) -> pd.DataFrame:
     """The shard-sim rows in ``comm_traffic``'s columns (no method, variant or seed)."""
-    out = sims.copy()
+    out = with_batch(sims)
     out["source"] = "simulated"
     out["method"], out["variant"], out["seed"] = "", "", pd.NA
     if "memory_bytes_per_rank_max" in out and "memory_budget_bytes" in out:
@@ -149,7 +197,7 @@ def comm_traffic_table(records: list[dict[str, Any]], sims: pd.DataFrame) -> pd.
     if not parts:
         return pd.DataFrame(columns=COMM_COLUMNS)
     frame = pd.concat(parts, ignore_index=True)
-    for col in BYTE_COLUMNS:
+    for col in [*BYTE_COLUMNS, "batch_size", "batch_per_rank"]:
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("float64")
     frame["memory_headroom"] = frame["memory_headroom"].astype("float64")
     for plan, col in REDUCTIONS.items():
@@ -159,8 +207,8 @@ def comm_traffic_table(records: list[dict[str, Any]], sims: pd.DataFrame) -> pd.
             frame.loc[group.index, col] = reduction(group["inter_node_a2a_bytes"], _reference(group, plan))
     frame.loc[frame["status"] != STATUS_OK, list(REDUCTIONS.values())] = np.nan
     frame = frame[COMM_COLUMNS]
-    return frame.sort_values(["dataset", "source", "world", "ranks_per_node", "memory_headroom", "plan", "method",
-                              "variant", "seed"], kind="stable", key=_plan_key).reset_index(drop=True)
+    return frame.sort_values(["dataset", "source", "world", "ranks_per_node", "batch_size", "memory_headroom", "plan",
+                              "method", "variant", "seed"], kind="stable", key=_plan_key).reset_index(drop=True)
 
 
 def _plan_key(col: pd.Series) -> pd.Series:
@@ -173,14 +221,14 @@ def flexshard_headroom_table(sims: pd.DataFrame) -> pd.DataFrame:
     """Per dataset, simulated scale and headroom: inter-node all-to-all bytes of flexshard, row and table.
 
     From the simulations, FlexShard's, row-wise's and table-wise's inter-node
-    all-to-all bytes at every memory headroom and simulated scale, and
+    all-to-all bytes at every memory headroom, simulated scale and batch, and
     FlexShard's reduction against the two (the curve over headroom 1.0-2.0).
     """
-    sims = sims[sims["plan"].isin(HEADROOM_PLANS)] if not sims.empty else sims
+    sims = with_batch(sims[sims["plan"].isin(HEADROOM_PLANS)]) if not sims.empty else sims
     if sims.empty:
         return pd.DataFrame(columns=HEADROOM_COLUMNS)
     ok = sims[sims["status"] == STATUS_OK]
-    wide = ok.pivot_table(index=HEADROOM_KEYS, columns="plan", values="inter_node_a2a_bytes", aggfunc="first")
+    wide = ok.groupby([*HEADROOM_KEYS, "plan"], dropna=False)["inter_node_a2a_bytes"].first().unstack("plan")
     wide = wide.reindex(columns=list(HEADROOM_PLANS))
     wide.columns = [f"inter_a2a_{p}" for p in wide.columns]
     keys = sims[HEADROOM_KEYS].drop_duplicates()
@@ -231,6 +279,11 @@ def proactive_table(records: list[dict[str, Any]]) -> pd.DataFrame:
 
 BYTE_FORMATS = {c: "{:,.0f}" for c in BYTE_COLUMNS}
 SHARE_FORMATS = {c: "{:+.1%}" for c in [*REDUCTIONS.values(), "reduction_vs_row", "reduction_vs_table"]}
+BATCH_FORMATS = {"batch_size": "{:,.0f}", "batch_per_rank": "{:,.6g}"}
+BATCHING_TEXT = (f"`{PER_RANK}` rows are weak-scaled (every rank trains on `batch_per_rank` samples a step, so the "
+                 f"global `batch_size` grows with the world, as the papers' runs); `{GLOBAL}` rows split the fixed "
+                 "global `batch_size` over the ranks (`batch_per_rank` = batch_size / world). Reductions compare rows "
+                 "of the same global batch only.")
 
 
 def comm_traffic_markdown(frame: pd.DataFrame) -> str:
@@ -242,9 +295,10 @@ def comm_traffic_markdown(frame: pd.DataFrame) -> str:
         "batches. `inter_node_a2a_bytes`: the input, output and gradient all-to-alls' bytes between nodes. "
         "`inter_a2a_reduction_vs_row` / `_vs_table`: 1 - bytes / the row-wise (table-wise) plan's at the same "
         "dataset, source, scale, memory headroom and seed (+30% = 30% fewer bytes). `infeasible`: the plan "
-        "does not fit its per-rank memory budget (memory_headroom x the row-wise shard); no bytes.\n\n"
-        + to_markdown(shown, {**BYTE_FORMATS, **SHARE_FORMATS, "memory_headroom": "{:g}", "seed": "{:.0f}",
-                              "load_imbalance": "{:.3f}", "memory_used_share": "{:.2f}"})
+        "does not fit its per-rank memory budget (memory_headroom x the row-wise shard); no bytes. "
+        f"`batching`: {BATCHING_TEXT}\n\n"
+        + to_markdown(shown, {**BYTE_FORMATS, **SHARE_FORMATS, **BATCH_FORMATS, "memory_headroom": "{:g}",
+                              "seed": "{:.0f}", "load_imbalance": "{:.3f}", "memory_used_share": "{:.2f}"})
     )
 
 
@@ -252,11 +306,11 @@ def flexshard_headroom_markdown(frame: pd.DataFrame) -> str:
     return (
         "# FlexShard against row-wise and table-wise over memory headroom (simulated)\n\n"
         "Inter-node all-to-all bytes per step (`hotcold shard-sim`) at each per-rank memory budget "
-        "(memory_headroom x the row-wise shard) and simulated scale (nodes x ranks_per_node). "
+        "(memory_headroom x the row-wise shard), simulated scale (nodes x ranks_per_node) and batch. "
         "`reduction_vs_row` / `_vs_table`: FlexShard's share of bytes saved; empty where a plan is infeasible "
-        "or not simulated.\n\n"
+        f"or not simulated. `batching`: {BATCHING_TEXT}\n\n"
         + to_markdown(frame, {**{c: "{:,.0f}" for c in frame.columns if c.startswith("inter_a2a_")},
-                              **SHARE_FORMATS, "memory_headroom": "{:g}"})
+                              **SHARE_FORMATS, **BATCH_FORMATS, "memory_headroom": "{:g}"})
     )
 
 

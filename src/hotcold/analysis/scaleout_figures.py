@@ -1,14 +1,15 @@
 """Figures of the scale-out tables (``hotcold.analysis.scaleout``); counters and shares, so no timer split.
 
 - ``inter_node_bytes``: bytes per step sent between nodes, per plan and
-  scale, one panel per dataset: simulated bars (at the trained runs' memory
-  headroom), trained runs as markers on them;
+  scale, one panel per dataset and batch (weak-scaled per-rank batch or the
+  fixed global batch): simulated bars (at the trained runs' memory
+  headroom), trained runs of the same batch as markers on them;
 - ``proactive_hidden``: Proactive's share of lookups done early and of lookup
   time hidden behind communication, per dataset and scale (the timed share's
   bars hatched where a run was disturbed);
 - ``flexshard_headroom``: FlexShard's reduction of inter-node all-to-all
   bytes against row-wise and table-wise over memory headroom, a line per
-  simulated scale, one panel per dataset.
+  simulated scale, one panel per dataset and batch.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import PercentFormatter
 
 from hotcold.analysis.plotting import PANEL_H, PANEL_W, disturbed, disturbed_handle, empty_panel, grid, grouped_bars
+from hotcold.analysis.scaleout import batch_label
 from hotcold.distributed.plan_types import DEFAULT_HEADROOM
 
 PLAN_ORDER = ("row", "table", "column", "recshard", "flexshard")
@@ -44,6 +46,20 @@ def _scales(frame: pd.DataFrame) -> list[str]:
     return ordered["scale"].tolist()
 
 
+def _panels(frame: pd.DataFrame) -> list[tuple[str, str]]:
+    """(dataset, batch label) of every panel: per dataset, the weak-scaled batch first, then the fixed one."""
+    if frame.empty:
+        return []
+    keys = frame[["dataset", "batch", "batching", "batch_size"]].drop_duplicates(["dataset", "batch"])
+    keys = keys.assign(order=keys["batching"].map({"per-rank": 0, "global": 1}).fillna(2))
+    keys = keys.sort_values(["dataset", "order", "batch_size"], kind="stable")
+    return list(zip(keys["dataset"], keys["batch"]))
+
+
+def _with_batch(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.assign(batch=batch_label(frame)) if not frame.empty else frame.assign(batch=pd.Series(dtype=str))
+
+
 def _headroom(comm: pd.DataFrame) -> float:
     """The memory headroom the trained runs used (the store default when there are none)."""
     trained = comm[comm["source"] == "trained"]["memory_headroom"].dropna()
@@ -51,17 +67,19 @@ def _headroom(comm: pd.DataFrame) -> float:
 
 
 def inter_node_bytes_figure(comm: pd.DataFrame) -> Figure:
-    """Inter-node bytes per step per plan (bars: simulated; markers: trained), x = scale, a panel per dataset."""
-    comm = _with_scale(comm[comm["status"] == "ok"]) if not comm.empty else comm
-    datasets = sorted(comm["dataset"].unique()) if not comm.empty else []
+    """Inter-node bytes per step per plan (bars: simulated; markers: trained), x = scale, a panel per dataset
+    and batch."""
+    comm = _with_batch(_with_scale(comm[comm["status"] == "ok"])) if not comm.empty else comm
+    panels = _panels(comm)
     plans = [p for p in PLAN_ORDER if not comm.empty and p in set(comm["plan"])]
     plans += sorted(set(comm["plan"]) - set(plans)) if not comm.empty else []
     colors = dict(zip(plans, sns.color_palette("colorblind", max(len(plans), 1))))
     headroom = _headroom(comm) if not comm.empty else DEFAULT_HEADROOM
     with sns.axes_style("whitegrid"):
-        fig, axes = grid(len(datasets), width=PANEL_W + 1.0, height=PANEL_H + 0.6)
-        for ax, dataset in zip(axes, datasets):
-            sub = comm[(comm["dataset"] == dataset) & np.isclose(comm["memory_headroom"], headroom)]
+        fig, axes = grid(len(panels), width=PANEL_W + 1.0, height=PANEL_H + 0.6)
+        for ax, (dataset, batch) in zip(axes, panels):
+            sub = comm[(comm["dataset"] == dataset) & (comm["batch"] == batch)
+                       & np.isclose(comm["memory_headroom"], headroom)]
             scales = _scales(sub)
             width = 0.8 / max(len(plans), 1)
             for j, plan in enumerate(plans):
@@ -81,14 +99,15 @@ def inter_node_bytes_figure(comm: pd.DataFrame) -> Figure:
             ax.set_ylabel("inter-node bytes per step")
             if (sub["inter_node_bytes"] > 0).any():
                 ax.set_yscale("log")
-            ax.set_title(dataset)
-        if not datasets:
+            ax.set_title(f"{dataset}, {batch}")
+        if not panels:
             empty_panel(axes[0], "no scale-out runs or simulations")
         handles = [Patch(color=colors[p], label=f"{p} (simulated)") for p in plans]
         handles.append(Line2D([], [], linestyle="none", marker="D", color="black", label="trained run"))
         fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), title="plan")
         fig.suptitle("Bytes sent between nodes per training step, all collectives summed over ranks\n"
-                     f"(memory headroom {headroom:g} x the row-wise shard; infeasible plans have no bar)",
+                     f"(memory headroom {headroom:g} x the row-wise shard; infeasible plans have no bar; a panel "
+                     "per batch: per rank = weak scaling, global = fixed global batch)",
                      fontsize="medium")
     return fig
 
@@ -129,19 +148,20 @@ def proactive_hidden_figure(proactive: pd.DataFrame) -> Figure:
 
 def flexshard_headroom_figure(headroom: pd.DataFrame) -> Figure:
     """FlexShard's reduction of inter-node all-to-all bytes vs row- and table-wise over memory headroom."""
+    headroom = _with_batch(headroom) if not headroom.empty else headroom
     frame = headroom.dropna(subset=["reduction_vs_row", "reduction_vs_table"], how="all") if not headroom.empty \
         else headroom
-    datasets = sorted(headroom["dataset"].unique()) if not headroom.empty else []
+    panels = _panels(headroom)
     frame = _with_scale(frame) if not frame.empty else frame
     scales = _scales(frame) if not frame.empty else []
     colors = dict(zip(scales, sns.color_palette("colorblind", max(len(scales), 1))))
     styles = {"reduction_vs_row": ("-", "o", "vs row-wise"), "reduction_vs_table": ("--", "s", "vs table-wise")}
     with sns.axes_style("whitegrid"):
-        fig, axes = grid(len(datasets), height=PANEL_H + 0.4)
-        for ax, dataset in zip(axes, datasets):
-            sub = frame[frame["dataset"] == dataset] if not frame.empty else frame
+        fig, axes = grid(len(panels), height=PANEL_H + 0.4)
+        for ax, (dataset, batch) in zip(axes, panels):
+            sub = frame[(frame["dataset"] == dataset) & (frame["batch"] == batch)] if not frame.empty else frame
             if sub.empty:
-                empty_panel(ax, f"{dataset}: FlexShard not simulated or infeasible")
+                empty_panel(ax, f"{dataset}, {batch}: FlexShard not simulated or infeasible")
                 continue
             for scale in scales:
                 rows = sub[sub["scale"] == scale].sort_values("memory_headroom")
@@ -151,8 +171,8 @@ def flexshard_headroom_figure(headroom: pd.DataFrame) -> Figure:
             ax.yaxis.set_major_formatter(PercentFormatter(1.0))
             ax.set_xlabel("memory headroom (x the row-wise shard per rank)")
             ax.set_ylabel("inter-node all-to-all bytes saved")
-            ax.set_title(dataset)
-        if not datasets:
+            ax.set_title(f"{dataset}, {batch}")
+        if not panels:
             empty_panel(axes[0], "no shard-sim results")
         handles = [Line2D([], [], color=colors[s], label=s) for s in scales]
         handles += [Line2D([], [], color="0.3", linestyle=line, marker=marker, label=label)

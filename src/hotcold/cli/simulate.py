@@ -3,9 +3,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hotcold.cli.args import load_mapping
 from hotcold.config import ShardSimConfig, SimulateConfig
+
+if TYPE_CHECKING:
+    from hotcold.data.format import Dataset
+    from hotcold.distributed.shardsim import Scale
 
 SIMULATE, SHARD_SIM = SimulateConfig(), ShardSimConfig()
 
@@ -76,7 +81,26 @@ def add_shard_sim(sub: argparse._SubParsersAction) -> None:
     ss.add_argument("--scales", nargs="+", default=list(SHARD_SIM.scales), help="NODESxRANKS_PER_NODE, e.g. 16x8")
     ss.add_argument("--headrooms", type=float, nargs="+", default=list(SHARD_SIM.headrooms),
                     help="per-rank memory budgets, as multiples of the row-wise shard")
+    ss.add_argument("--batch-per-rank", type=_per_rank, default=SHARD_SIM.batch_per_rank,
+                    help="samples per rank per step: each scale's global batch is this x its world (weak scaling; "
+                         f"default {SHARD_SIM.batch_per_rank}); 'none': the run config's train.batch_size at every "
+                         "scale")
+    ss.add_argument("--fixed-batch", action=argparse.BooleanOptionalAction, default=SHARD_SIM.fixed_batch,
+                    help="also simulate at the run config's fixed global batch train.batch_size where it differs "
+                         "(rows say which: batching per-rank or global)")
     ss.set_defaults(func=cmd_shard_sim)
+
+
+def _per_rank(text: str) -> int | None:
+    if text.lower() in ("none", "null"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--batch-per-rank must be a positive integer or 'none', got {text!r}")
+    return value
 
 
 def cmd_shard_sim(args: argparse.Namespace) -> None:
@@ -87,11 +111,47 @@ def cmd_shard_sim(args: argparse.Namespace) -> None:
     from hotcold.files import atomic_write_text
 
     cfg = _run_config(args.run_config)
+    ds = Dataset.open(args.dataset)
     scales = [Scale.parse(s) for s in args.scales]
-    rows = shard_sim(Dataset.open(args.dataset), cfg, args.plans, scales, args.headrooms)
+    rows = []
+    for batching, per_rank, part in _sweeps(ds, cfg.train.batch_size, scales, args.batch_per_rank, args.fixed_batch):
+        for row in shard_sim(ds, cfg, args.plans, part, args.headrooms, batch_per_rank=per_rank):
+            # every row states its per-rank batch, the fixed batch's too (batch_size / world)
+            per_rank_used = row.get("batch_per_rank")
+            if per_rank_used is None or per_rank_used != per_rank_used:
+                per_rank_used = row["batch_size"] // row["world"]
+            rows.append({**row, "batch_per_rank": per_rank_used, "batching": batching})
     frame = pd.DataFrame(rows)
     atomic_write_text(Path(args.out), frame.to_csv(index=False))
-    print(f"wrote {args.out}: {len(frame)} plan x scale x headroom rows over {cfg.train.steps} batches")
+    batches = [f"{args.batch_per_rank} samples per rank"] if args.batch_per_rank is not None else []
+    if args.batch_per_rank is None or args.fixed_batch:
+        batches.append(f"the fixed global batch {cfg.train.batch_size:,}")
+    print(f"wrote {args.out}: {len(frame)} plan x scale x headroom rows over {cfg.train.steps} batches at "
+          f"{' and '.join(batches)}")
+
+
+def _sweeps(ds: Dataset, fixed: int, scales: list[Scale], batch_per_rank: int | None,
+            fixed_too: bool) -> list[tuple[str, int | None, list[Scale]]]:
+    """(batching, ``shard_sim``'s batch_per_rank, scales) of each simulation, every global batch checked first."""
+    from hotcold.config import ConfigError
+    from hotcold.distributed.batch import check_fits, sweep_batches
+
+    worlds = [s.nodes * s.ranks_per_node for s in scales]
+    out = []
+    for batching, per_rank, which in sweep_batches(worlds, fixed, batch_per_rank, fixed_too):
+        for i in which:
+            name = f"{scales[i].nodes}x{scales[i].ranks_per_node}"
+            if per_rank is None:
+                if fixed % worlds[i]:
+                    raise ConfigError(f"train.batch_size {fixed} (the fixed global batch) is not divisible by "
+                                      f"{worlds[i]} ranks ({name}); leave out --fixed-batch (the config's "
+                                      f"distributed.shard_sim.fixed_batch) or that scale")
+                check_fits(fixed, ds, "train.batch_size (the fixed global batch)")
+            else:
+                check_fits(per_rank * worlds[i], ds, f"--batch-per-rank (distributed.shard_sim.batch_per_rank) "
+                                                     f"{per_rank} x {worlds[i]} ranks ({name})")
+        out.append((batching, per_rank, [scales[i] for i in which]))
+    return out
 
 
 def add_cache_sim(sub: argparse._SubParsersAction) -> None:

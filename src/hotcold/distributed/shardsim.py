@@ -125,8 +125,12 @@ def simulate_plan(plan: Plan, batches: Iterable[np.ndarray], dim: int, state_wid
 
 
 def shard_sim(ds: Dataset, cfg: RunConfig, plans: list[str], scales: list[Scale], headrooms: list[float],
-              options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """One row per plan x scale x headroom: bytes per step of every collective, memory, load imbalance."""
+              options: dict[str, Any] | None = None, *, batch_per_rank: int | None = None) -> list[dict[str, Any]]:
+    """One row per plan x scale x headroom: bytes per step of every collective, memory, load imbalance.
+
+    ``batch_per_rank``: each scale's global batch is ``batch_per_rank x world`` (None: ``cfg.train.batch_size``)."""
+    from dataclasses import replace
+
     from hotcold.embedding.update import RowOptimizer
 
     t = cfg.train
@@ -134,18 +138,20 @@ def shard_sim(ds: Dataset, cfg: RunConfig, plans: list[str], scales: list[Scale]
     counts = row_counts(ds, "train")
     start, stop = ds.split("train")
     dense = dense_parameters(ds, cfg)
-    batches = list(global_batches(ds, cfg))
     rows = []
     for scale in scales:
         topo = scale.topology()
-        if t.batch_size % topo.world:
-            raise ValueError(f"batch_size {t.batch_size} is not divisible by {topo.world} ranks ({scale})")
+        batch_size = t.batch_size if batch_per_rank is None else batch_per_rank * topo.world
+        if batch_size % topo.world:
+            raise ValueError(f"batch_size {batch_size} is not divisible by {topo.world} ranks ({scale})")
+        batches = list(global_batches(ds, replace(cfg, train=replace(t, batch_size=batch_size))))
         for headroom in headrooms:
             for name in plans:
                 inputs = PlanInputs.for_training(ds.cardinalities, counts, topo, dim, state, headroom, options or {},
-                                                 t.batch_size / max(1, stop - start))
+                                                 batch_size / max(1, stop - start))
                 key = {"dataset": ds.name, "plan": name, "world": topo.world, "ranks_per_node": topo.ranks_per_node,
-                       "nodes": topo.nodes, "memory_headroom": headroom, "steps": len(batches)}
+                       "nodes": topo.nodes, "memory_headroom": headroom, "steps": len(batches),
+                       "batch_size": batch_size, "batch_per_rank": batch_size // topo.world}
                 try:
                     plan = build_plan(name, inputs)
                 except InfeasibleError as e:
