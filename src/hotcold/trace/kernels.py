@@ -337,3 +337,10 @@ def batch_uniques(rows, offsets, stamp, first):
                 u += 1
         out[t] = u
     return out
+
+
+@jit
+def add_counts(out, rows, counts):
+    """``out[rows[i]] += counts[i]`` for every i (rows may repeat)."""
+    for i in range(rows.size):
+        out[rows[i]] += counts[i]
