@@ -122,7 +122,7 @@ def simulate(trace: Trace, policy: str, capacity: int = 0, frequencies: np.ndarr
     t0 = time.perf_counter()
     if policy.startswith(SCRATCHPIPE):
         window = _window(policy)
-        needed = working_set_peak(trace.rows, trace.num_rows, window)[0]
+        needed = working_set_peak((r for r, _ in _batches(trace)), trace.num_rows, window)[0]
         capacity = capacity or needed
         frame = _scratchpipe(trace, window, capacity, sizes)
         return SimResult(policy, capacity, frame, 0, needed, time.perf_counter() - t0)
@@ -172,7 +172,7 @@ def _static(trace: Trace, capacity: int, frequencies: np.ndarray, sizes: RowSize
     """Static top-k placement; misses are served from the host per lookup, never inserted."""
     k = min(capacity, trace.num_rows)
     top = np.zeros(trace.num_rows, dtype=bool)
-    top[frequency_order(frequencies)[:k]] = True
+    top[frequency_order(frequencies, k)] = True
     parts = []
     for _, rows, counts, off in trace.chunks():
         hit = top[rows]
@@ -260,7 +260,7 @@ def sweep(trace: Trace, ratios: Sequence[float] = DEFAULT_RATIOS, policies: Sequ
         [capacity_from_ratio(r, trace.num_rows) for r in ratios]
     needed = {p: 0 if p == STATIC else trace.max_unique for p in policies}
     for w in windows:
-        needed[f"{SCRATCHPIPE}{w}"] = working_set_peak(trace.rows, trace.num_rows, w)[0]
+        needed[f"{SCRATCHPIPE}{w}"] = working_set_peak((r for r, _ in _batches(trace)), trace.num_rows, w)[0]
     runs = [(p, c) for p in policies for c in sizes_]
     runs += [(p, c) for p in needed if p.startswith(SCRATCHPIPE) for c in sorted({*sizes_, needed[p]})]
     out = []

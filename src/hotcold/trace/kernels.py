@@ -94,13 +94,16 @@ def heapify(h, n):
 
 @jit
 def demand_key(policy, slot, row, num_rows, last, count, rank, nxt):
-    """The eviction key (primary, secondary) of a resident row in ``slot``; smallest goes first."""
+    """The eviction key (primary, secondary) of a resident row in ``slot``; smallest goes first.
+
+    ``rank`` [N]: freqcache's dataset counts.
+    """
     if policy == LRU:
         return last[slot], row
     if policy == LFU:
         return count[slot], (last[slot] + 1) * num_rows + row
-    if policy == STATIC:
-        return -rank[row], row
+    if policy == STATIC:   # worst dataset rank first: fewest lookups, then highest row id
+        return rank[row], -row
     return -nxt[slot], row
 
 
@@ -344,3 +347,17 @@ def add_counts(out, rows, counts):
     """``out[rows[i]] += counts[i]`` for every i (rows may repeat)."""
     for i in range(rows.size):
         out[rows[i]] += counts[i]
+
+
+@jit
+def window_add(live, rows, delta):
+    """``live[rows] += delta`` (rows distinct); returns the change in rows with ``live > 0``."""
+    change = 0
+    for r in rows:
+        before = live[r]
+        live[r] = before + delta
+        if before == 0 and delta > 0:
+            change += 1
+        elif before + delta == 0 and delta < 0:
+            change -= 1
+    return change

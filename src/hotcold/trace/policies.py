@@ -33,9 +33,21 @@ def capacity_from_ratio(ratio: float, num_rows: int) -> int:
     return max(1, rows_for_share(ratio, num_rows))
 
 
-def frequency_order(frequencies: np.ndarray) -> np.ndarray:
-    """Rows by descending frequency, ties by row id: int64 [N]."""
-    return np.argsort(-np.asarray(frequencies, dtype=np.int64), kind="stable")
+def frequency_order(frequencies: np.ndarray, k: int | None = None) -> np.ndarray:
+    """Rows by descending frequency, ties by row id: int64 [N] (the first ``k`` only, when given).
+
+    Rows never looked up come last in row order, so only the others are
+    sorted (a thin-tailed trace touches a few percent of the rows).
+    """
+    freq = np.asarray(frequencies, dtype=np.int64)
+    k = freq.size if k is None else min(k, freq.size)
+    if freq.size and freq.min() < 0:
+        return np.argsort(-freq, kind="stable")[:k]
+    seen = np.flatnonzero(freq)
+    head = seen[np.argsort(-freq[seen], kind="stable")]
+    if k <= head.size:
+        return head[:k].astype(np.int64)
+    return np.concatenate([head, np.flatnonzero(freq == 0)[:k - head.size]]).astype(np.int64)
 
 
 def warm_count(capacity: int, warmup_ratio: float, num_rows: int) -> int:
@@ -58,7 +70,7 @@ class Policy:
         self.last = np.full(capacity, -1, dtype=np.int64)    # [C] step of last use, -1: never
         self.count = np.zeros(capacity, dtype=np.int64)      # [C] lookups since insertion (lfu)
         self.next = np.full(capacity, NEVER, dtype=np.int64)  # [C] next step using the row (belady)
-        self.rank = np.zeros(1, dtype=np.int64)              # [N] dataset rank (freqcache)
+        self.rank = np.zeros(1, dtype=np.int64)              # [N] dataset counts (freqcache's key)
 
     def warm(self, slots: np.ndarray, rows: np.ndarray) -> None:
         """Rows preloaded before the first step."""
@@ -90,16 +102,20 @@ class LFU(Policy):
 
 
 class StaticRank(Policy):
-    """Evicts the resident row of worst dataset rank (``rank`` [N], 0 = most frequent)."""
+    """Evicts the resident row of worst dataset rank: fewest lookups, then highest row id.
+
+    ``frequencies`` [N]: the rank (descending count, ties by row id) as a key
+    without a rank array: (count, -row), smallest first.
+    """
 
     name, code = "freqcache", kernels.STATIC
 
-    def __init__(self, rank: np.ndarray) -> None:
-        self._rank = np.ascontiguousarray(rank, dtype=np.int64)
+    def __init__(self, frequencies: np.ndarray) -> None:
+        self._freq = np.ascontiguousarray(frequencies, dtype=np.int64)
 
     def bind(self, num_rows, capacity):
         super().bind(num_rows, capacity)
-        self.rank = self._rank
+        self.rank = self._freq
 
 
 class Belady(Policy):
@@ -276,12 +292,9 @@ def cache_policy(name: str, num_rows: int, capacity: int, frequencies: np.ndarra
         if frequencies is None or len(frequencies) != num_rows:
             raise ConfigError(f"{name} needs the access count of each of the {num_rows} rows")
         freq = np.asarray(frequencies, dtype=np.int64)
-        order = frequency_order(freq)
-        warm = order[: warm_count(capacity, warmup_ratio, num_rows)]
+        warm = frequency_order(freq, warm_count(capacity, warmup_ratio, num_rows))
         if name == "freqcache-lfu":
             return LFU(warm_counts=freq), warm
-        rank = np.empty(num_rows, dtype=np.int64)
-        rank[order] = np.arange(num_rows)
-        return StaticRank(rank), warm
+        return StaticRank(freq), warm
     raise ConfigError(f"unknown cache policy {name!r}; known: {list(CACHE_POLICIES)}, 'static-topk' "
                       "and 'scratchpipe-W'")

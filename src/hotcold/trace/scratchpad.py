@@ -32,14 +32,13 @@ def working_set_peak(batch_rows: Iterable[np.ndarray], num_rows: int, window: in
     live: deque[np.ndarray] = deque()
     distinct = peak = at = 0
     for b, rows in enumerate(batch_rows):
-        u = np.unique(rows)
-        counts[u] += 1
-        distinct += int(np.count_nonzero(counts[u] == 1))
+        u = np.asarray(rows, dtype=np.int64)
+        if u.size > 1 and not (u[1:] > u[:-1]).all():
+            u = np.unique(u)
+        distinct += kernels.window_add(counts, u, 1)
         live.append(u)
         if len(live) > window + 1:
-            old = live.popleft()
-            counts[old] -= 1
-            distinct -= int(np.count_nonzero(counts[old] == 0))
+            distinct += kernels.window_add(counts, live.popleft(), -1)
         if distinct > peak:
             peak, at = distinct, b - len(live) + 1
     return peak, at
