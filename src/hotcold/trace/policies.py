@@ -41,9 +41,9 @@ def frequency_order(frequencies: np.ndarray, k: int | None = None) -> np.ndarray
     """
     freq = np.asarray(frequencies, dtype=np.int64)
     k = freq.size if k is None else min(k, freq.size)
-    if freq.size and freq.min() < 0:
-        return np.argsort(-freq, kind="stable")[:k]
     seen = np.flatnonzero(freq)
+    if seen.size and freq[seen].min() < 0:
+        return np.argsort(-freq, kind="stable")[:k]
     head = seen[np.argsort(-freq[seen], kind="stable")]
     if k <= head.size:
         return head[:k].astype(np.int64)
