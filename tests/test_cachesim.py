@@ -279,3 +279,77 @@ def test_dataset_helpers_agree_with_the_store_spec(sequence_dataset):
         ids = ds.batch_ids(rows + start)  # [B, K]
         expected = np.unique((ids + spec.column_offsets().numpy())[ids >= 0], return_counts=True)
         assert trace.rows[t].tolist() == expected[0].tolist() and trace.counts[t].tolist() == expected[1].tolist()
+
+
+def ragged_trace(seed: int, steps: int = 30, num_rows: int = 60) -> list[np.ndarray]:
+    """Batches of 0 to 25 lookups, many repeated within a batch, over few rows (so ties abound)."""
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, num_rows, size=int(rng.integers(0, 26))) ** 2 % num_rows for _ in range(steps)]
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu", "freqcache", "freqcache-lfu", "belady"])
+@pytest.mark.parametrize("seed", range(3))
+def test_kernels_match_reference_on_ragged_traces_at_every_capacity(policy, seed):
+    batches = ragged_trace(seed)
+    trace = Trace.from_batches(batches, 60)
+    spooled = Trace.spool(batches, 60)
+    freq = trace.frequencies()
+    assert freq.tolist() == spooled.frequencies().tolist()
+    distinct = int((freq > 0).sum())
+    for capacity in sorted({1, trace.max_unique, trace.max_unique + 1, distinct - 1, distinct, distinct + 5}):
+        if capacity < max(trace.max_unique, 1):
+            with pytest.raises(ConfigError, match="too small: batch .* needs a capacity of at least"):
+                simulate(trace, policy, capacity, freq)
+            continue
+        want = reference(batches, capacity, policy, freq.tolist())
+        assert _table(simulate(trace, policy, capacity, freq)) == want, capacity
+        assert _table(simulate(spooled, policy, capacity, freq)) == want, capacity
+    spooled.close()
+
+
+def test_infeasible_batch_later_in_the_trace_names_it():
+    trace = Trace.from_batches([[0, 1], [2], [3, 4, 5, 6], [1]], 10)
+    with pytest.raises(ConfigError, match="batch 2 has 4 unique rows.*at least 4 rows"):
+        simulate(trace, "lfu", 3)
+
+
+@pytest.mark.parametrize("window,extra", [(0, 0), (1, 2), (2, 0), (3, 7)])
+def test_scratchpipe_kernel_matches_reference_on_ragged_traces(window, extra):
+    batches = ragged_trace(window + 10, steps=25)
+    trace = Trace.spool(batches, 60)
+    minimum = simulate(trace, f"scratchpipe-{window}").capacity_needed
+    res = simulate(trace, f"scratchpipe-{window}", minimum + extra)
+    got = list(zip(res.steps["param_rows_h2d"], res.steps["evictions"], res.steps["prefetch_batch"]))
+    assert got == scratchpad_reference(batches, window, minimum + extra)
+    assert res.steps["lookups"].tolist() == [len(b) for b in batches]
+
+
+def test_plain_python_kernels_equal_compiled():
+    from hotcold.jit import python
+    from hotcold.trace import kernels
+    from hotcold.trace.policies import CacheDirectory, cache_policy
+
+    batches = ragged_trace(7, steps=20, num_rows=40)
+    trace = Trace.from_batches(batches, 40)
+    rows, counts, off = trace.read(0, len(trace))
+    freq = trace.frequencies()
+    for name in ("lfu", "freqcache", "belady"):
+        results = []
+        for fn in (kernels.demand_steps, python(kernels.demand_steps)):
+            pol, warm = cache_policy(name, 40, 15, freq, 0.5, trace.next_use())
+            d = CacheDirectory(40, 15, pol)
+            if warm.size:
+                d.warm(warm)
+            out = np.zeros((len(trace), 5), dtype=np.int64)
+            slots = np.zeros(rows.size, dtype=np.int64)
+            p = d.policy
+            done = fn(p.code, rows, counts, off, trace.flat_next_use(), 40, d.row_slot, d.slot_row, p.last, p.count,
+                      p.rank, p.next, d._gen, d._mark, d._heap, d._aside, d._state, out, slots,
+                      np.zeros(rows.size, dtype=bool), d._victim_slots, d._victim_rows)
+            results.append((done, out, slots, d.row_slot.copy()))
+        for a, b in zip(*results):
+            assert np.array_equal(a, b), name
+    got = []
+    for fn in (kernels.batch_uniques, python(kernels.batch_uniques)):
+        got.append(fn(rows, off, np.zeros(40, dtype=np.int32), 0))
+    assert np.array_equal(*got) and got[0].tolist() == np.diff(off).tolist()

@@ -10,18 +10,19 @@ Initial warm-up fills are not a training step: they are reported as
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
 
 from hotcold.config import ConfigError
-from hotcold.counters import FIELDS, StepCounters, all_resident, row_bytes, vector_bytes
+from hotcold.counters import FIELDS, StepCounters, row_bytes, vector_bytes
 from hotcold.data.format import Dataset
 from hotcold.data.loader import batch_rows
-from hotcold.trace.policies import (CACHE_POLICIES, NEVER, CacheDirectory, cache_policy, capacity_from_ratio,
-                                    frequency_order)
+from hotcold.trace import kernels
+from hotcold.trace.batches import Trace
+from hotcold.trace.policies import CACHE_POLICIES, CacheDirectory, cache_policy, capacity_from_ratio, frequency_order
 from hotcold.trace.scratchpad import ScratchpadDirectory, working_set_peak
 
 #: cache sizes of a default sweep, as shares of all rows (0.1% .. 10%)
@@ -48,63 +49,6 @@ class RowSizes:
     def vector(self) -> int:
         """Bytes of a looked-up vector (or its gradient)."""
         return vector_bytes(self.dim)
-
-
-@dataclass
-class Trace:
-    """A trace prepared once for many simulations: the unique rows and lookups of each batch."""
-
-    rows: list[np.ndarray]     # int64 [U_t] unique rows of batch t, ascending
-    counts: list[np.ndarray]   # int64 [U_t] their lookups
-    num_rows: int
-    _next_use: list[np.ndarray] | None = field(default=None, repr=False)
-
-    @classmethod
-    def from_batches(cls, batches: Iterable[np.ndarray], num_rows: int) -> "Trace":
-        """``batches``: global rows of each batch's lookups (int, padding removed)."""
-        rows, counts = [], []
-        for b in batches:
-            u, c = np.unique(np.asarray(b, dtype=np.int64), return_counts=True)
-            if u.size and (u[0] < 0 or u[-1] >= num_rows):
-                raise ValueError(f"trace rows must lie in [0, {num_rows})")
-            rows.append(u)
-            counts.append(c.astype(np.int64))
-        return cls(rows, counts, num_rows)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    @property
-    def lookups(self) -> int:
-        return int(sum(int(c.sum()) for c in self.counts))
-
-    @property
-    def max_unique(self) -> int:
-        """The most unique rows of one batch: the smallest feasible cache."""
-        return max((r.size for r in self.rows), default=0)
-
-    def frequencies(self) -> np.ndarray:
-        """Lookups of every row over the trace: int64 [N]."""
-        out = np.zeros(self.num_rows, dtype=np.int64)
-        for r, c in zip(self.rows, self.counts):
-            out[r] += c
-        return out
-
-    def next_use(self) -> list[np.ndarray]:
-        """For each step, the next step using each of its unique rows (``NEVER``: none)."""
-        if self._next_use is None:
-            sizes = [r.size for r in self.rows]
-            flat = np.concatenate(self.rows) if self.rows else np.empty(0, np.int64)
-            steps = np.repeat(np.arange(len(self.rows), dtype=np.int64), sizes)
-            order = np.argsort(flat, kind="stable")  # by row, then step
-            srow, sstep = flat[order], steps[order]
-            same = srow[1:] == srow[:-1]
-            nxt_sorted = np.full(flat.size, NEVER, dtype=np.int64)
-            nxt_sorted[:-1][same] = sstep[1:][same]
-            nxt = np.empty_like(nxt_sorted)
-            nxt[order] = nxt_sorted
-            self._next_use = np.split(nxt, np.cumsum(sizes)[:-1]) if sizes else []
-        return self._next_use
 
 
 @dataclass
@@ -178,23 +122,40 @@ def simulate(trace: Trace, policy: str, capacity: int = 0, frequencies: np.ndarr
     t0 = time.perf_counter()
     if policy.startswith(SCRATCHPIPE):
         window = _window(policy)
-        needed = working_set_peak(trace.rows, trace.num_rows, window)[0]
+        needed = working_set_peak((r for r, _ in _batches(trace)), trace.num_rows, window)[0]
         capacity = capacity or needed
-        steps = _scratchpipe(trace, window, capacity, sizes)
-        return SimResult(policy, capacity, counters_frame(steps), 0, needed, time.perf_counter() - t0)
+        frame = _scratchpipe(trace, window, capacity, sizes)
+        return SimResult(policy, capacity, frame, 0, needed, time.perf_counter() - t0)
     if policy in ("freqcache", "freqcache-lfu", STATIC) and frequencies is None:
         frequencies = trace.frequencies()
     if policy == STATIC:
-        steps, warm = _static(trace, capacity, frequencies, sizes)
-        return SimResult(policy, capacity, counters_frame(steps), warm, 0, time.perf_counter() - t0)
+        frame, warm = _static(trace, capacity, frequencies, sizes)
+        return SimResult(policy, capacity, frame, warm, 0, time.perf_counter() - t0)
     pol, warm = cache_policy(policy, trace.num_rows, capacity, frequencies, warmup_ratio,
                              trace.next_use() if policy == "belady" else None)
     d = CacheDirectory(trace.num_rows, capacity, pol)
     if warm.size:
         d.warm(warm)
-    steps = [d.access(rows, counts).counters(sizes.param) for rows, counts in zip(trace.rows, trace.counts)]
-    return SimResult(policy, capacity, counters_frame(steps), int(warm.size), trace.max_unique,
+    nxt = trace.flat_next_use() if policy == "belady" else None
+    parts = [d.run(rows, counts, off, None if nxt is None else nxt[trace.offsets[t]:trace.offsets[t] + rows.size])
+             for t, rows, counts, off in trace.chunks()]
+    return SimResult(policy, capacity, demand_frame(parts, sizes.param), int(warm.size), trace.max_unique,
                      time.perf_counter() - t0)
+
+
+def demand_frame(parts: Sequence[np.ndarray], param_bytes: int) -> pd.DataFrame:
+    """Per-step counters of a demand cache from ``CacheDirectory.run``'s blocks ([T, 5] each)."""
+    k = np.concatenate(parts) if parts else np.zeros((0, 5), dtype=np.int64)
+    df = pd.DataFrame(0, index=np.arange(len(k)), columns=list(FIELDS), dtype=np.int64)
+    lookups, unique, hits, uh, ev = (k[:, i] for i in (kernels.LOOKUPS, kernels.UNIQUE, kernels.HITS,
+                                                       kernels.UNIQUE_HITS, kernels.EVICTIONS))
+    df["lookups"], df["unique_rows"], df["hits"], df["misses"] = lookups, unique, hits, lookups - hits
+    df["unique_hits"], df["unique_misses"], df["evictions"] = uh, unique - uh, ev
+    df["param_rows_h2d"], df["param_bytes_h2d"] = unique - uh, (unique - uh) * param_bytes
+    df["param_rows_d2h"], df["param_bytes_d2h"] = ev, ev * param_bytes
+    df["prefetch_batch"] = -1
+    df.insert(0, "step", np.arange(len(df)))
+    return df
 
 
 def _window(policy: str) -> int:
@@ -207,39 +168,80 @@ def _window(policy: str) -> int:
     return window
 
 
-def _static(trace: Trace, capacity: int, frequencies: np.ndarray, sizes: RowSizes) -> tuple[list[StepCounters], int]:
+def _static(trace: Trace, capacity: int, frequencies: np.ndarray, sizes: RowSizes) -> tuple[pd.DataFrame, int]:
     """Static top-k placement; misses are served from the host per lookup, never inserted."""
     k = min(capacity, trace.num_rows)
     top = np.zeros(trace.num_rows, dtype=bool)
-    top[frequency_order(frequencies)[:k]] = True
-    out = []
-    for rows, counts in zip(trace.rows, trace.counts):
+    top[frequency_order(frequencies, k)] = True
+    parts = []
+    for _, rows, counts, off in trace.chunks():
         hit = top[rows]
-        lookups, hits = int(counts.sum()), int(counts[hit].sum())
-        uh = int(hit.sum())
-        moved = (lookups - hits) * sizes.vector
-        out.append(StepCounters(lookups=lookups, unique_rows=rows.size, hits=hits, misses=lookups - hits,
-                                unique_hits=uh, unique_misses=rows.size - uh, vector_bytes_h2d=moved,
-                                grad_bytes_d2h=moved))
-    return out, k
+        step = np.repeat(np.arange(off.size - 1), np.diff(off))
+        n = off.size - 1
+        parts.append(np.stack([np.bincount(step, counts, n), np.diff(off), np.bincount(step, counts * hit, n),
+                               np.bincount(step, hit, n)], axis=1).astype(np.int64))
+    k4 = np.concatenate(parts) if parts else np.zeros((0, 4), dtype=np.int64)
+    df = pd.DataFrame(0, index=np.arange(len(k4)), columns=list(FIELDS), dtype=np.int64)
+    lookups, unique, hits, uh = k4.T
+    moved = (lookups - hits) * sizes.vector
+    df["lookups"], df["unique_rows"], df["hits"], df["misses"] = lookups, unique, hits, lookups - hits
+    df["unique_hits"], df["unique_misses"], df["vector_bytes_h2d"], df["grad_bytes_d2h"] = uh, unique - uh, moved, moved
+    df["prefetch_batch"] = -1
+    df.insert(0, "step", np.arange(len(df)))
+    return df, k
 
 
-def _scratchpipe(trace: Trace, window: int, capacity: int, sizes: RowSizes) -> list[StepCounters]:
-    """The ``scratchpipe`` store's admissions, without training (see ``hotcold.trace.scratchpad``)."""
+def _batches(trace: Trace) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(unique rows, counts) of each batch in order, read a chunk at a time."""
+    for _, rows, counts, off in trace.chunks():
+        for i in range(off.size - 1):
+            yield rows[off[i]:off[i + 1]], counts[off[i]:off[i + 1]]
+
+
+def _scratchpipe(trace: Trace, window: int, capacity: int, sizes: RowSizes) -> pd.DataFrame:
+    """The ``scratchpipe`` store's admissions, without training (see ``hotcold.trace.scratchpad``).
+
+    Streams the trace: only the batches between the one training and the one
+    admitted (W + 1) are held.
+    """
     d = ScratchpadDirectory(trace.num_rows, capacity)
+    ahead = _batches(trace)   # admissions take the batches in order
     held: dict[int, np.ndarray] = {}
     out = []
-    for t, (rows, counts) in enumerate(zip(trace.rows, trace.counts)):
-        c = all_resident(int(counts.sum()), rows.size)
-        admit = range(0, min(window, len(trace) - 1) + 1) if t == 0 else \
-            ([t + window] if t + window < len(trace) else [])
+    n = len(trace)
+    for t in range(n):
+        admit = range(0, min(window, n - 1) + 1) if t == 0 else ([t + window] if t + window < n else [])
         for j in admit:
-            adm = d.admit(trace.rows[j])
+            adm = d.admit(next(ahead)[0])
             held[j] = adm.slots
-            adm.book(c, j, sizes.param)
+            out.append((t, j, adm.hits, adm.missing.size, adm.victim_rows.size))
         d.release(held.pop(t))
-        out.append(c)
-    return out
+    return _scratch_frame(trace, out, sizes.param)
+
+
+def _scratch_frame(trace: Trace, admissions: list[tuple[int, int, int, int, int]], param_bytes: int) -> pd.DataFrame:
+    """Per-step counters: every lookup of the trained batch hits; a step books the admissions it made."""
+    n = len(trace)
+    df = pd.DataFrame(0, index=np.arange(n), columns=list(FIELDS), dtype=np.int64)
+    lookups = np.zeros(n, dtype=np.int64)
+    for t, _, counts, off in trace.chunks():
+        steps = np.repeat(np.arange(off.size - 1), np.diff(off))
+        lookups[t:t + off.size - 1] = np.bincount(steps, counts, off.size - 1)
+    unique = np.diff(trace.offsets)
+    df["lookups"], df["unique_rows"], df["hits"], df["unique_hits"] = lookups, unique, lookups, unique
+    df["prefetch_batch"] = -1
+    if admissions:
+        a = np.asarray(admissions, dtype=np.int64)  # [A, 5] step, batch, hits, fetched, evicted
+        t = a[:, 0]
+        last = np.r_[t[1:] != t[:-1], True]
+        df.loc[t[last], "prefetch_batch"] = a[last, 1]
+        for col, i in (("prefetch_unique_hits", 2), ("prefetch_unique_misses", 3), ("evictions", 4)):
+            df[col] = np.bincount(t, a[:, i], n).astype(np.int64)
+        df["param_rows_h2d"], df["param_rows_d2h"] = df["prefetch_unique_misses"], df["evictions"]
+        df["param_bytes_h2d"] = df["param_rows_h2d"] * param_bytes
+        df["param_bytes_d2h"] = df["param_rows_d2h"] * param_bytes
+    df.insert(0, "step", np.arange(n))
+    return df
 
 
 def sweep(trace: Trace, ratios: Sequence[float] = DEFAULT_RATIOS, policies: Sequence[str] = POLICIES,
@@ -258,7 +260,7 @@ def sweep(trace: Trace, ratios: Sequence[float] = DEFAULT_RATIOS, policies: Sequ
         [capacity_from_ratio(r, trace.num_rows) for r in ratios]
     needed = {p: 0 if p == STATIC else trace.max_unique for p in policies}
     for w in windows:
-        needed[f"{SCRATCHPIPE}{w}"] = working_set_peak(trace.rows, trace.num_rows, w)[0]
+        needed[f"{SCRATCHPIPE}{w}"] = working_set_peak((r for r, _ in _batches(trace)), trace.num_rows, w)[0]
     runs = [(p, c) for p in policies for c in sizes_]
     runs += [(p, c) for p in needed if p.startswith(SCRATCHPIPE) for c in sorted({*sizes_, needed[p]})]
     out = []
@@ -277,10 +279,22 @@ def batch_trace(ds: Dataset, order: Iterable[np.ndarray], split: str = "train") 
     return [ds.global_rows(np.asarray(rows) + start) for rows in order]
 
 
+def batch_trace_iter(ds: Dataset, order: Iterable[np.ndarray], split: str = "train") -> Iterator[np.ndarray]:
+    """``batch_trace`` one batch at a time."""
+    start, _ = ds.split(split)
+    for rows in order:
+        yield ds.global_rows(np.asarray(rows) + start)
+
+
 def dataset_trace(ds: Dataset, batch_size: int, steps: int, seed: int = 0, shuffle: str = "global",
-                  order: Iterable[np.ndarray] | None = None) -> Trace:
-    """The training trace in the loader's order (or ``order``, e.g. a run's ``RunResult.order``)."""
+                  order: Iterable[np.ndarray] | None = None, spool: bool = False) -> Trace:
+    """The training trace in the loader's order (or ``order``, e.g. a run's ``RunResult.order``).
+
+    ``spool``: keep it in a temporary file (``Trace.spool``), so memory does
+    not grow with ``steps``.
+    """
     if order is None:
         start, stop = ds.split("train")
         order = batch_rows(stop - start, batch_size, steps, seed, shuffle)
-    return Trace.from_batches(batch_trace(ds, order), sum(ds.cardinalities))
+    make = Trace.spool if spool else Trace.from_batches
+    return make(batch_trace_iter(ds, order), sum(ds.cardinalities))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import pandas as pd
 
+from hotcold.trace import kernels
 from hotcold.trace.cachesim import RowSizes, SimResult, counters_frame
 from hotcold.trace.policies import rows_for_share
 from hotcold.trace.fae_schedule import (EPOCH, FAEPlan, HotSetSync, check_run_length, fae_counters, plan,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 DEFAULT_BUDGETS = (0.062, 0.124, 0.248)     # FAE's 128/256/512 MiB as shares of full Kaggle's rows
 DEFAULT_RUN_LENGTHS = (1, 16, 128, EPOCH)
+_GROUP = 64   # batches read from the dataset at a time
 
 
 def simulate_fae(ds: "Dataset", batch_size: int, steps: int, seed: int, budget_ratio: float,
@@ -45,11 +47,24 @@ def simulate_fae(ds: "Dataset", batch_size: int, steps: int, seed: int, budget_r
     start = ds.split("train")[0]
     out = []
     order = shuffle_schedule(np.flatnonzero(p.is_hot), np.flatnonzero(~p.is_hot), batch_size, seed, run_length)
-    for batch in islice(order, steps):
-        rows = ds.global_rows(batch + start)
-        is_hot = bool(hot[rows].all())
-        out.append(fae_counters(is_hot, rows.size, np.unique(rows).size, sync.enter(is_hot), sizes.dim,
-                                sizes.param))
+    stamp = np.zeros(num_rows, dtype=np.int32)   # last batch number + 1 that saw each row
+    done = 0
+    while done < steps:
+        group = list(islice(order, min(_GROUP, steps - done)))
+        ids = ds.global_ids(np.concatenate(group) + start)             # [B * G, K], -1 at padding
+        real = ids >= 0
+        per_batch = real.reshape(len(group), -1).sum(axis=1)           # lookups of each batch
+        offsets = np.zeros(len(group) + 1, dtype=np.int64)
+        np.cumsum(per_batch, out=offsets[1:])
+        rows = ids[real]
+        cold = np.add.reduceat(~hot[rows], offsets[:-1]) if rows.size else np.zeros(len(group), dtype=int)
+        cold[per_batch == 0] = 0
+        uniques = kernels.batch_uniques(rows, offsets, stamp, done)
+        for i in range(len(group)):
+            is_hot = bool(cold[i] == 0)
+            out.append(fae_counters(is_hot, int(per_batch[i]), int(uniques[i]), sync.enter(is_hot), sizes.dim,
+                                    sizes.param))
+        done += len(group)
     result = SimResult(f"fae-{run_length}", int(p.hot_rows.size), counters_frame(out), 0, 0,
                        time.perf_counter() - t0)
     return result, p.hot_fraction

@@ -16,6 +16,7 @@ import numpy as np
 
 from hotcold.config import ConfigError, InfeasibleError
 from hotcold.counters import StepCounters
+from hotcold.trace import kernels
 
 #: the eviction policies of ``CacheDirectory``
 CACHE_POLICIES = ("lru", "lfu", "freqcache", "freqcache-lfu", "belady")
@@ -32,9 +33,21 @@ def capacity_from_ratio(ratio: float, num_rows: int) -> int:
     return max(1, rows_for_share(ratio, num_rows))
 
 
-def frequency_order(frequencies: np.ndarray) -> np.ndarray:
-    """Rows by descending frequency, ties by row id: int64 [N]."""
-    return np.argsort(-np.asarray(frequencies, dtype=np.int64), kind="stable")
+def frequency_order(frequencies: np.ndarray, k: int | None = None) -> np.ndarray:
+    """Rows by descending frequency, ties by row id: int64 [N] (the first ``k`` only, when given).
+
+    Rows never looked up come last in row order, so only the others are
+    sorted (a thin-tailed trace touches a few percent of the rows).
+    """
+    freq = np.asarray(frequencies, dtype=np.int64)
+    k = freq.size if k is None else min(k, freq.size)
+    seen = np.flatnonzero(freq)
+    if seen.size and freq[seen].min() < 0:
+        return np.argsort(-freq, kind="stable")[:k]
+    head = seen[np.argsort(-freq[seen], kind="stable")]
+    if k <= head.size:
+        return head[:k].astype(np.int64)
+    return np.concatenate([head, np.flatnonzero(freq == 0)[:k - head.size]]).astype(np.int64)
 
 
 def warm_count(capacity: int, warmup_ratio: float, num_rows: int) -> int:
@@ -42,113 +55,79 @@ def warm_count(capacity: int, warmup_ratio: float, num_rows: int) -> int:
     return min(math.ceil(capacity * warmup_ratio), num_rows, capacity)
 
 
-def smallest(primary: np.ndarray, secondary: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k smallest (primary, secondary) pairs; secondary keys are unique. O(n)."""
-    n = primary.size
-    if k >= n:
-        return np.arange(n)
-    v = np.partition(primary, k - 1)[k - 1]
-    below = np.flatnonzero(primary < v)
-    tied = np.flatnonzero(primary == v)
-    need = k - below.size
-    if need < tied.size:
-        tied = tied[np.argpartition(secondary[tied], need - 1)[:need]]
-    return np.concatenate([below, tied])
-
-
 class Policy:
-    """Eviction order of a cache: per-slot state and the keys of candidate victims."""
+    """Eviction order of a cache: per-slot state arrays and a kernel code (``hotcold.trace.kernels``).
+
+    A policy's key (smallest evicted first) is computed by the kernel's
+    ``demand_key`` from these arrays; see ``cache_policy`` for the rules.
+    """
 
     name = ""
+    code = -1
 
     def bind(self, num_rows: int, capacity: int) -> None:
         self.num_rows = num_rows
-
-    def keys(self, slots: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(primary, unique secondary) int64 keys of candidate victims; smallest is evicted first."""
-        raise NotImplementedError
-
-    def touch(self, step: int, slots: np.ndarray, rows: np.ndarray, counts: np.ndarray,
-              inserted: np.ndarray) -> None:
-        """After step ``step`` accessed ``rows`` (in ``slots``, ``counts`` lookups each; ``inserted`` new)."""
+        self.last = np.full(capacity, -1, dtype=np.int64)    # [C] step of last use, -1: never
+        self.count = np.zeros(capacity, dtype=np.int64)      # [C] lookups since insertion (lfu)
+        self.next = np.full(capacity, NEVER, dtype=np.int64)  # [C] next step using the row (belady)
+        self.rank = np.zeros(1, dtype=np.int64)              # [N] dataset counts (freqcache's key)
 
     def warm(self, slots: np.ndarray, rows: np.ndarray) -> None:
         """Rows preloaded before the first step."""
 
-    def victims(self, slots: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
-        """Indices into ``slots`` of the k victims."""
-        primary, secondary = self.keys(slots, rows)
-        return smallest(primary, secondary, k)
+    def step_next_use(self, step: int) -> np.ndarray:
+        """The next use of each unique row of ``step`` (belady only)."""
+        return _NO_NEXT
+
+
+_NO_NEXT = np.zeros(0, dtype=np.int64)
 
 
 class LRU(Policy):
-    name = "lru"
+    """Key: (last step used, row)."""
 
-    def bind(self, num_rows: int, capacity: int) -> None:
-        super().bind(num_rows, capacity)
-        self.last = np.full(capacity, -1, dtype=np.int64)  # [C] step of last use, -1: never
-
-    def keys(self, slots, rows):
-        return self.last[slots], rows
-
-    def touch(self, step, slots, rows, counts, inserted):
-        self.last[slots] = step
+    name, code = "lru", kernels.LRU
 
 
 class LFU(Policy):
-    """``warm_counts`` [N]: the starting count of preloaded rows (``freqcache-lfu``: dataset counts)."""
+    """Key: (lookups since insertion, last step used, row). ``warm_counts`` [N]: preloaded rows' start count."""
 
-    name = "lfu"
+    name, code = "lfu", kernels.LFU
 
     def __init__(self, warm_counts: np.ndarray | None = None) -> None:
         self.warm_counts = warm_counts
-
-    def bind(self, num_rows: int, capacity: int) -> None:
-        super().bind(num_rows, capacity)
-        self.count = np.zeros(capacity, dtype=np.int64)     # [C] lookups since insertion
-        self.last = np.full(capacity, -1, dtype=np.int64)   # [C] step of last use
-
-    def keys(self, slots, rows):
-        return self.count[slots], (self.last[slots] + 1) * self.num_rows + rows
-
-    def touch(self, step, slots, rows, counts, inserted):
-        self.count[slots[inserted]] = 0
-        self.count[slots] += counts
-        self.last[slots] = step
 
     def warm(self, slots, rows):
         self.count[slots] = 0 if self.warm_counts is None else self.warm_counts[rows]
 
 
 class StaticRank(Policy):
-    """Evicts the resident row of worst dataset rank (``rank`` [N], 0 = most frequent)."""
+    """Evicts the resident row of worst dataset rank: fewest lookups, then highest row id.
 
-    name = "freqcache"
+    ``frequencies`` [N]: the rank (descending count, ties by row id) as a key
+    without a rank array: (count, -row), smallest first.
+    """
 
-    def __init__(self, rank: np.ndarray) -> None:
-        self.rank = rank
+    name, code = "freqcache", kernels.STATIC
 
-    def keys(self, slots, rows):
-        return -self.rank[rows], rows
+    def __init__(self, frequencies: np.ndarray) -> None:
+        self._freq = np.ascontiguousarray(frequencies, dtype=np.int64)
+
+    def bind(self, num_rows, capacity):
+        super().bind(num_rows, capacity)
+        self.rank = self._freq
 
 
 class Belady(Policy):
     """``next_use[t]`` [U_t]: the next step using each unique row of step t (``NEVER``: none)."""
 
-    name = "belady"
+    name, code = "belady", kernels.BELADY
 
     def __init__(self, next_use: Sequence[np.ndarray]) -> None:
         self.next_use = next_use
 
-    def bind(self, num_rows: int, capacity: int) -> None:
-        super().bind(num_rows, capacity)
-        self.next = np.full(capacity, NEVER, dtype=np.int64)  # [C]
-
-    def keys(self, slots, rows):
-        return -self.next[slots], rows
-
-    def touch(self, step, slots, rows, counts, inserted):
-        self.next[slots] = self.next_use[step]
+    def step_next_use(self, step):
+        return np.asarray(self.next_use[step], dtype=np.int64)
 
 
 @dataclass
@@ -186,11 +165,13 @@ class CacheDirectory:
     2. when the misses outnumber the free slots, the lacking number of victims
        is evicted among resident rows NOT in U (a row of the current batch is
        never evicted), smallest policy key first, and written back;
-    3. the misses are fetched into the free slots (every miss is inserted).
+    3. the misses (ascending) are fetched into the free slots, then into the
+       victims' slots (ascending): every miss is inserted.
 
     Initial warm-up fills are not a training step (``warm``). Write-back is
     unconditional (every evicted row, as ColossalAI), so ``rows_d2h ==
-    evictions``.
+    evictions``. The store plans one step at a time (``access``), the
+    simulator many (``run``); both run ``kernels.demand_steps``.
     """
 
     def __init__(self, num_rows: int, capacity: int, policy: Policy) -> None:
@@ -199,50 +180,82 @@ class CacheDirectory:
         self.num_rows, self.capacity, self.policy = num_rows, capacity, policy
         self.row_slot = np.full(num_rows, -1, dtype=np.int64)   # [N] slot of each row, -1: absent
         self.slot_row = np.full(capacity, -1, dtype=np.int64)   # [C] row in each slot, -1: free
-        self.used = 0
-        self.step = 0
         policy.bind(num_rows, capacity)
+        self._gen = np.zeros(capacity, dtype=np.int64)          # [C] insertions into each slot
+        self._mark = np.zeros(capacity, dtype=np.int64)         # [C] scratch: step + 1 of the batch holding it
+        self._heap = kernels.new_heap(capacity)                  # victim candidates (see hotcold.trace.kernels)
+        self._aside = np.zeros((capacity, kernels.HEAP_COLS), dtype=np.int64)
+        self._state = np.zeros(3, dtype=np.int64)                # used, step, heap size
+        self._victim_slots = np.zeros(capacity, dtype=np.int64)
+        self._victim_rows = np.zeros(capacity, dtype=np.int64)
+
+    @property
+    def used(self) -> int:
+        return int(self._state[0])
+
+    @property
+    def step(self) -> int:
+        return int(self._state[1])
 
     def warm(self, rows: np.ndarray) -> np.ndarray:
         """Preload distinct ``rows`` into an empty cache; returns their slots."""
         if self.used or rows.size > self.capacity:
             raise ValueError("warm() needs an empty cache and at most C rows")
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
         slots = np.arange(rows.size, dtype=np.int64)
-        self.slot_row[slots], self.row_slot[rows] = rows, slots
-        self.used = rows.size
         self.policy.warm(slots, rows)
+        p = self.policy
+        kernels.demand_warm(p.code, self.num_rows, rows, self.row_slot, self.slot_row, p.last, p.count, p.rank,
+                            p.next, self._gen, self._heap, self._state)
         return slots
+
+    def _too_small(self, unique: int, step: int) -> InfeasibleError:
+        return InfeasibleError(
+            f"cache of {self.capacity} rows is too small: batch {step} has {unique} unique "
+            f"rows, all of which must be resident; needs a capacity of at least {unique} rows "
+            f"(cache_rows >= {unique}, or cache_ratio >= {unique / self.num_rows:.3g})")
+
+    def _run(self, rows, counts, offsets, next_use, slots, hit, out) -> None:
+        p = self.policy
+        done = kernels.demand_steps(p.code, rows, counts, offsets, next_use, self.num_rows, self.row_slot,
+                                    self.slot_row, p.last, p.count, p.rank, p.next, self._gen, self._mark,
+                                    self._heap, self._aside, self._state, out, slots, hit, self._victim_slots,
+                                    self._victim_rows)
+        if done < offsets.size - 1:
+            raise self._too_small(int(offsets[done + 1] - offsets[done]), self.step)
 
     def access(self, rows: np.ndarray, counts: np.ndarray) -> Access:
         """Plan one step for its unique ``rows`` (ascending, int64 [U]) and ``counts`` [U]."""
-        if rows.size > self.capacity:
-            raise InfeasibleError(
-                f"cache of {self.capacity} rows is too small: batch {self.step} has {rows.size} unique "
-                f"rows, all of which must be resident; needs a capacity of at least {rows.size} rows "
-                f"(cache_rows >= {rows.size}, or cache_ratio >= {rows.size / self.num_rows:.3g})")
-        slots = self.row_slot[rows]
-        hit = slots >= 0
-        miss_rows = rows[~hit]
-        free = self.capacity - self.used
-        need = miss_rows.size - free
-        if need > 0:
-            mask = np.ones(self.used, dtype=bool)
-            mask[slots[hit]] = False
-            cand = np.flatnonzero(mask)   # occupied slots outside the batch
-            victim_slots = np.sort(cand[self.policy.victims(cand, self.slot_row[cand], need)])
-            victim_rows = self.slot_row[victim_slots]
-            self.row_slot[victim_rows] = -1
-            miss_slots = np.concatenate([np.arange(self.used, self.capacity, dtype=np.int64), victim_slots])
-            self.used = self.capacity
-        else:
-            victim_slots = victim_rows = np.empty(0, dtype=np.int64)
-            miss_slots = np.arange(self.used, self.used + miss_rows.size, dtype=np.int64)
-            self.used += miss_rows.size
-        self.slot_row[miss_slots], self.row_slot[miss_rows] = miss_rows, miss_slots
-        slots[~hit] = miss_slots
-        self.policy.touch(self.step, slots, rows, counts, ~hit)
-        self.step += 1
-        return Access(rows, counts, slots, hit, miss_rows, miss_slots, victim_rows, victim_slots)
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        counts = np.ascontiguousarray(counts, dtype=np.int64)
+        slots = np.empty(rows.size, dtype=np.int64)
+        hit = np.empty(rows.size, dtype=bool)
+        out = np.zeros((1, 5), dtype=np.int64)
+        self._run(rows, counts, np.array([0, rows.size], dtype=np.int64),
+                  self.policy.step_next_use(self.step), slots, hit, out)
+        e = int(out[0, kernels.EVICTIONS])
+        miss = ~hit
+        return Access(rows, counts, slots, hit, rows[miss], slots[miss], self._victim_rows[:e].copy(),
+                      self._victim_slots[:e].copy())
+
+    def run(self, rows: np.ndarray, counts: np.ndarray, offsets: np.ndarray,
+            next_use: np.ndarray | None = None) -> np.ndarray:
+        """Many steps at once: batch t is ``rows[offsets[t]:offsets[t+1]]`` (unique, ascending), ``counts`` alike.
+
+        Returns int64 [T, 5]: lookups, unique rows, hits, unique hits and
+        evictions per step (``kernels.LOOKUPS``...). ``next_use`` [as rows]:
+        the next step using each row, for ``belady`` (else ignored).
+        """
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        counts = np.ascontiguousarray(counts, dtype=np.int64)
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        nu = _NO_NEXT if next_use is None else np.ascontiguousarray(next_use, dtype=np.int64)
+        if self.policy.code == kernels.BELADY and nu.size != rows.size:
+            raise ValueError("belady needs the next use of every row of the steps run")
+        out = np.zeros((offsets.size - 1, 5), dtype=np.int64)
+        self._run(rows, counts, offsets, nu, np.empty(rows.size, dtype=np.int64), np.empty(rows.size, dtype=bool),
+                  out)
+        return out
 
 
 def cache_policy(name: str, num_rows: int, capacity: int, frequencies: np.ndarray | None = None,
@@ -279,12 +292,9 @@ def cache_policy(name: str, num_rows: int, capacity: int, frequencies: np.ndarra
         if frequencies is None or len(frequencies) != num_rows:
             raise ConfigError(f"{name} needs the access count of each of the {num_rows} rows")
         freq = np.asarray(frequencies, dtype=np.int64)
-        order = frequency_order(freq)
-        warm = order[: warm_count(capacity, warmup_ratio, num_rows)]
+        warm = frequency_order(freq, warm_count(capacity, warmup_ratio, num_rows))
         if name == "freqcache-lfu":
             return LFU(warm_counts=freq), warm
-        rank = np.empty(num_rows, dtype=np.int64)
-        rank[order] = np.arange(num_rows)
-        return StaticRank(rank), warm
+        return StaticRank(freq), warm
     raise ConfigError(f"unknown cache policy {name!r}; known: {list(CACHE_POLICIES)}, 'static-topk' "
                       "and 'scratchpipe-W'")

@@ -19,6 +19,7 @@ import numpy as np
 
 from hotcold.config import InfeasibleError
 from hotcold.counters import StepCounters
+from hotcold.trace import kernels
 
 
 def working_set_peak(batch_rows: Iterable[np.ndarray], num_rows: int, window: int) -> tuple[int, int]:
@@ -31,14 +32,13 @@ def working_set_peak(batch_rows: Iterable[np.ndarray], num_rows: int, window: in
     live: deque[np.ndarray] = deque()
     distinct = peak = at = 0
     for b, rows in enumerate(batch_rows):
-        u = np.unique(rows)
-        counts[u] += 1
-        distinct += int(np.count_nonzero(counts[u] == 1))
+        u = np.asarray(rows, dtype=np.int64)
+        if u.size > 1 and not (u[1:] > u[:-1]).all():
+            u = np.unique(u)
+        distinct += kernels.window_add(counts, u, 1)
         live.append(u)
         if len(live) > window + 1:
-            old = live.popleft()
-            counts[old] -= 1
-            distinct -= int(np.count_nonzero(counts[old] == 0))
+            distinct += kernels.window_add(counts, live.popleft(), -1)
         if distinct > peak:
             peak, at = distinct, b - len(live) + 1
     return peak, at
@@ -74,7 +74,8 @@ class ScratchpadDirectory:
 
     Admission order: the first step admits batches 0..W in order; step i >= 1
     admits batch i+W (when there is one); batch i's holds are released after it
-    trains.
+    trains. The store and the simulator both plan with ``kernels.scratch_admit``
+    and ``kernels.scratch_release`` (a heap of the unheld slots, lazily updated).
     """
 
     def __init__(self, num_rows: int, capacity: int) -> None:
@@ -83,42 +84,35 @@ class ScratchpadDirectory:
         self.slot_to_row = np.full(capacity, -1, dtype=np.int64)   # [C] row in each slot, -1 if free
         self.last_use = np.full(capacity, -1, dtype=np.int64)      # [C] admission that last needed the slot
         self.hold = np.zeros(capacity, dtype=np.int32)             # [C] admitted, untrained batches needing it
-        self.seq = 0
+        self._heap = kernels.new_heap(capacity)                     # unheld slots by (last_use, slot)
+        self._state = np.zeros(3, dtype=np.int64)                   # admissions, held slots, heap size
+        self._state[2] = kernels.scratch_rebuild(self.last_use, self.hold, self._heap)
+        self._victim_slots = np.zeros(capacity, dtype=np.int64)
+        self._victim_rows = np.zeros(capacity, dtype=np.int64)
+
+    @property
+    def seq(self) -> int:
+        return int(self._state[0])
 
     def admit(self, uniq: np.ndarray) -> Admission:
         """Hold the distinct rows ``uniq`` [U] of a batch; give the missing ones slots."""
-        slots = self.row_to_slot[uniq]          # [U], -1 where missing
-        hit = slots >= 0
-        self.hold[slots[hit]] += 1
-        missing = uniq[~hit]                    # [M]
-        seq, self.seq = self.seq, self.seq + 1
-        none = np.empty(0, dtype=np.int64)
-        new_slots, victim_slots, victim_rows = none, none, none
-        if missing.size:
-            new_slots = self._allocate(missing.size)
-            victim_slots = new_slots[self.slot_to_row[new_slots] >= 0]   # [V]
-            victim_rows = self.slot_to_row[victim_slots]                  # [V]
-            self.row_to_slot[victim_rows] = -1
-            self.slot_to_row[new_slots] = missing
-            self.row_to_slot[missing] = new_slots
-            self.hold[new_slots] += 1
-            slots[~hit] = new_slots
-        self.last_use[slots] = seq
-        return Admission(seq, slots, int(hit.sum()), missing, new_slots, victim_rows, victim_slots)
+        uniq = np.ascontiguousarray(uniq, dtype=np.int64)
+        slots = np.empty(uniq.size, dtype=np.int64)
+        hit = np.empty(uniq.size, dtype=bool)
+        seq = self.seq
+        hits, victims = kernels.scratch_admit(uniq, self.row_to_slot, self.slot_to_row, self.last_use, self.hold,
+                                              self._heap, self._state, slots, hit, self._victim_slots,
+                                              self._victim_rows)
+        if hits < 0:
+            raise InfeasibleError(
+                f"scratchpipe: a batch needs {int(uniq.size - np.count_nonzero(self.row_to_slot[uniq] >= 0))} more "
+                f"slots but only {victims} of {self.capacity} are free or evictable; the scratchpad is smaller "
+                f"than the look-ahead working set")
+        miss = ~hit
+        return Admission(seq, slots, int(hits), uniq[miss], slots[miss], self._victim_rows[:victims].copy(),
+                         self._victim_slots[:victims].copy())
 
     def release(self, slots: np.ndarray) -> None:
         """A batch has trained: drop its holds."""
-        self.hold[slots] -= 1
-
-    def _allocate(self, n: int) -> np.ndarray:
-        """``n`` unheld slots, free ones first, then least recently needed: int64 [n]."""
-        cand = np.flatnonzero(self.hold == 0)
-        if cand.size < n:
-            raise InfeasibleError(
-                f"scratchpipe: a batch needs {n} more slots but only {cand.size} of {self.capacity} are "
-                f"free or evictable; the scratchpad is smaller than the look-ahead working set")
-        key = self.last_use[cand] * self.capacity + cand  # unique: LRU stamp, then slot
-        if n < cand.size:
-            pick = np.argpartition(key, n - 1)[:n]
-            cand, key = cand[pick], key[pick]
-        return cand[np.argsort(key)]
+        kernels.scratch_release(np.ascontiguousarray(slots, dtype=np.int64), self.last_use, self.hold, self._heap,
+                                self._state)

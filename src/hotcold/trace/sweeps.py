@@ -46,7 +46,7 @@ def placement_sweep(ds: Dataset, cfg: RunConfig, ratios: Sequence[float], polici
     """
     t = cfg.train
     sizes = RowSizes(cfg.model.embedding_dim, row_state_width(t.row_optimizer))
-    trace = dataset_trace(ds, t.batch_size, t.steps, cfg.seed, t.shuffle)
+    trace = dataset_trace(ds, t.batch_size, t.steps, cfg.seed, t.shuffle, spool=True)
     freq = row_counts(ds, "train")
     frames = [sweep(trace, ratios, policies or POLICIES, freq, windows=windows, sizes=sizes)]
     if fae_budgets:

@@ -1,0 +1,363 @@
+"""Compiled kernels of the cache directories: one definition for the stores and the trace simulator.
+
+``CacheDirectory`` (``hotcold.trace.policies``) and ``ScratchpadDirectory``
+(``hotcold.trace.scratchpad``) keep their state in numpy arrays and plan
+batches with these kernels, whether a store calls them one step at a time
+or the simulator many steps at once, so the two give the same counters by
+construction. ``hotcold.jit.jit`` compiles them with numba when installed
+(plain Python otherwise: the same numbers, slower).
+
+Victims come from a binary min-heap of (primary, secondary) int64 keys,
+one entry per candidate slot, so a step costs O(U + E log C) instead of a
+scan of all C slots. The keys of ``lru``, ``lfu`` and ``freqcache`` only
+grow while a row stays resident, so their heap is *lazy*: an entry is a
+lower bound of its slot's key, and a popped entry whose key has grown is
+pushed again with the current key; the smallest entry whose key is current
+is then the smallest key of all. ``belady``'s key (minus the next use)
+shrinks on every access, so it pushes a fresh entry at every access and
+drops stale ones when popped (*eager*). Both reproduce the ordering of the
+keys exactly, ties included (the secondary keys are unique), and so the
+choices of the scan they replace.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hotcold.jit import jit
+
+LRU, LFU, STATIC, BELADY = 0, 1, 2, 3
+#: columns of a heap entry: primary key, secondary key, slot, slot generation
+HEAP_COLS = 4
+#: columns of ``demand_steps``' per-step output
+LOOKUPS, UNIQUE, HITS, UNIQUE_HITS, EVICTIONS = range(5)
+
+
+def new_heap(capacity: int) -> np.ndarray:
+    """Room for twice the slots (an eager heap compacts when full): int64 [2C + 2, 4]."""
+    return np.zeros((2 * capacity + 2, HEAP_COLS), dtype=np.int64)
+
+
+@jit
+def heap_push(h, n, k1, k2, slot, gen):
+    """Insert (k1, k2, slot, gen) into the min-heap ``h[:n]``; returns the new size."""
+    i = n
+    while i > 0:
+        p = (i - 1) >> 1
+        if h[p, 0] < k1 or (h[p, 0] == k1 and h[p, 1] < k2):
+            break
+        h[i, 0], h[i, 1], h[i, 2], h[i, 3] = h[p, 0], h[p, 1], h[p, 2], h[p, 3]
+        i = p
+    h[i, 0], h[i, 1], h[i, 2], h[i, 3] = k1, k2, slot, gen
+    return n + 1
+
+
+@jit
+def heap_pop(h, n):
+    """Remove the root of ``h[:n]`` (read it first); returns the new size."""
+    n -= 1
+    if n == 0:
+        return 0
+    k1, k2, slot, gen = h[n, 0], h[n, 1], h[n, 2], h[n, 3]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and (h[c + 1, 0] < h[c, 0] or (h[c + 1, 0] == h[c, 0] and h[c + 1, 1] < h[c, 1])):
+            c += 1
+        if k1 < h[c, 0] or (k1 == h[c, 0] and k2 < h[c, 1]):
+            break
+        h[i, 0], h[i, 1], h[i, 2], h[i, 3] = h[c, 0], h[c, 1], h[c, 2], h[c, 3]
+        i = c
+    h[i, 0], h[i, 1], h[i, 2], h[i, 3] = k1, k2, slot, gen
+    return n
+
+
+@jit
+def heapify(h, n):
+    """Make ``h[:n]`` a heap in place."""
+    for start in range((n - 2) // 2, -1, -1):
+        k1, k2, slot, gen = h[start, 0], h[start, 1], h[start, 2], h[start, 3]
+        i = start
+        while True:
+            c = 2 * i + 1
+            if c >= n:
+                break
+            if c + 1 < n and (h[c + 1, 0] < h[c, 0] or (h[c + 1, 0] == h[c, 0] and h[c + 1, 1] < h[c, 1])):
+                c += 1
+            if k1 < h[c, 0] or (k1 == h[c, 0] and k2 < h[c, 1]):
+                break
+            h[i, 0], h[i, 1], h[i, 2], h[i, 3] = h[c, 0], h[c, 1], h[c, 2], h[c, 3]
+            i = c
+        h[i, 0], h[i, 1], h[i, 2], h[i, 3] = k1, k2, slot, gen
+
+
+@jit
+def demand_key(policy, slot, row, num_rows, last, count, rank, nxt):
+    """The eviction key (primary, secondary) of a resident row in ``slot``; smallest goes first.
+
+    ``rank`` [N]: freqcache's dataset counts.
+    """
+    if policy == LRU:
+        return last[slot], row
+    if policy == LFU:
+        return count[slot], (last[slot] + 1) * num_rows + row
+    if policy == STATIC:   # worst dataset rank first: fewest lookups, then highest row id
+        return rank[row], -row
+    return -nxt[slot], row
+
+
+@jit
+def demand_rebuild(policy, num_rows, slot_row, used, last, count, rank, nxt, gen, heap):
+    """A heap of one current entry per occupied slot; returns its size."""
+    for s in range(used):
+        k1, k2 = demand_key(policy, s, slot_row[s], num_rows, last, count, rank, nxt)
+        heap[s, 0], heap[s, 1], heap[s, 2], heap[s, 3] = k1, k2, s, gen[s]
+    heapify(heap, used)
+    return used
+
+
+@jit
+def demand_warm(policy, num_rows, rows, row_slot, slot_row, last, count, rank, nxt, gen, heap, state):
+    """Preload distinct ``rows`` into slots 0.. of an empty cache (counts set by the caller) and index them."""
+    for i in range(rows.size):
+        slot_row[i] = rows[i]
+        row_slot[rows[i]] = i
+        gen[i] += 1
+    state[0] = rows.size
+    state[2] = demand_rebuild(policy, num_rows, slot_row, rows.size, last, count, rank, nxt, gen, heap)
+
+
+@jit
+def demand_steps(policy, rows, counts, offsets, next_use, num_rows, row_slot, slot_row, last, count, rank, nxt,
+                 gen, mark, heap, aside, state, out, slots, hit, victim_slots, victim_rows):
+    """Serve batches ``rows[offsets[t]:offsets[t+1]]`` (unique, ascending) in order; returns the steps done.
+
+    Stops before a batch with more unique rows than slots (the caller raises).
+    ``state``: [used, step, heap size]. Per step ``out[t]`` gets lookups,
+    unique rows, hits, unique hits and evictions; ``slots`` and ``hit`` (as
+    long as ``rows``) each row's slot and whether it was resident;
+    ``victim_slots``/``victim_rows`` [C] the last step's victims, ascending by
+    slot (their count is ``out[t, EVICTIONS]``). ``next_use`` [as rows]: the
+    next step using each row (``belady`` only). ``mark`` [C]: scratch.
+    """
+    capacity = slot_row.size
+    eager = policy == BELADY
+    for t in range(offsets.size - 1):
+        a, b = offsets[t], offsets[t + 1]
+        u = b - a
+        if u > capacity:
+            return t
+        used, step, hsize = state[0], state[1], state[2]
+        if eager and hsize + u > heap.shape[0]:
+            hsize = demand_rebuild(policy, num_rows, slot_row, used, last, count, rank, nxt, gen, heap)
+        stamp = step + 1
+        lookups = hits = uh = 0
+        for i in range(a, b):
+            c = counts[i]
+            lookups += c
+            s = row_slot[rows[i]]
+            slots[i] = s
+            if s >= 0:
+                hit[i] = True
+                hits += c
+                uh += 1
+                mark[s] = stamp
+            else:
+                hit[i] = False
+        need = (u - uh) - (capacity - used)
+        nv = 0
+        if need > 0:
+            na = 0
+            while nv < need:
+                k1, k2, s, g = heap[0, 0], heap[0, 1], heap[0, 2], heap[0, 3]
+                hsize = heap_pop(heap, hsize)
+                if gen[s] != g:
+                    continue
+                c1, c2 = demand_key(policy, s, slot_row[s], num_rows, last, count, rank, nxt)
+                if c1 != k1 or c2 != k2:
+                    if not eager:
+                        hsize = heap_push(heap, hsize, c1, c2, s, g)
+                    continue
+                if mark[s] == stamp:   # a row of this batch: never a victim
+                    if not eager:
+                        aside[na, 0], aside[na, 1], aside[na, 2], aside[na, 3] = k1, k2, s, g
+                        na += 1
+                    continue
+                victim_slots[nv] = s
+                nv += 1
+            for j in range(na):
+                hsize = heap_push(heap, hsize, aside[j, 0], aside[j, 1], aside[j, 2], aside[j, 3])
+            victim_slots[:nv].sort()
+            for j in range(nv):
+                r = slot_row[victim_slots[j]]
+                victim_rows[j] = r
+                row_slot[r] = -1
+        j = 0
+        for i in range(a, b):
+            if hit[i]:
+                continue
+            if used < capacity:
+                s = used
+                used += 1
+            else:
+                s = victim_slots[j]
+                j += 1
+            r = rows[i]
+            slot_row[s] = r
+            row_slot[r] = s
+            gen[s] += 1
+            slots[i] = s
+        for i in range(a, b):
+            s = slots[i]
+            if policy == LRU:
+                last[s] = step
+            elif policy == LFU:
+                if not hit[i]:
+                    count[s] = 0
+                count[s] += counts[i]
+                last[s] = step
+            elif policy == BELADY:
+                nxt[s] = next_use[i]
+            if eager or not hit[i]:
+                k1, k2 = demand_key(policy, s, rows[i], num_rows, last, count, rank, nxt)
+                hsize = heap_push(heap, hsize, k1, k2, s, gen[s])
+        out[t, LOOKUPS], out[t, UNIQUE], out[t, HITS], out[t, UNIQUE_HITS], out[t, EVICTIONS] = \
+            lookups, u, hits, uh, nv
+        state[0], state[1], state[2] = used, step + 1, hsize
+    return offsets.size - 1
+
+
+# -- ScratchPipe's scratchpad ------------------------------------------------------------------------
+
+
+@jit
+def scratch_rebuild(last_use, hold, heap):
+    """A heap of the unheld slots keyed (last admission needing it, slot); returns its size."""
+    n = 0
+    for s in range(hold.size):
+        if hold[s] == 0:
+            heap[n, 0], heap[n, 1], heap[n, 2], heap[n, 3] = last_use[s], s, s, 0
+            n += 1
+    heapify(heap, n)
+    return n
+
+
+@jit
+def scratch_admit(uniq, row_to_slot, slot_to_row, last_use, hold, heap, state, slots, hit, victim_slots,
+                  victim_rows):
+    """Admit a batch's distinct rows ``uniq``: hold the resident ones, give the missing ones slots.
+
+    ``state``: [admissions so far, held slots, heap size]. Fills ``slots``
+    and ``hit`` [U], and ``victim_slots``/``victim_rows`` with the evicted
+    slots in the order they were taken. Returns (unique hits, victims), or
+    (-1, slots free or evictable) without changing anything when the missing
+    rows outnumber the unheld slots. Missing rows (ascending) take unheld
+    slots by ascending (last admission, slot): never-used slots first.
+    """
+    capacity = hold.size
+    seq = state[0]
+    uh = 0
+    newly_held = 0
+    for i in range(uniq.size):
+        s = row_to_slot[uniq[i]]
+        slots[i] = s
+        if s >= 0:
+            uh += 1
+            if hold[s] == 0:
+                newly_held += 1
+    missing = uniq.size - uh
+    available = capacity - state[1] - newly_held
+    if missing > available:
+        return -1, available
+    for i in range(uniq.size):
+        s = slots[i]
+        hit[i] = s >= 0
+        if s >= 0:
+            if hold[s] == 0:
+                state[1] += 1
+            hold[s] += 1
+    hsize = state[2]
+    nv = 0
+    for i in range(uniq.size):
+        if hit[i]:
+            continue
+        while True:
+            lu, s = heap[0, 0], heap[0, 2]
+            hsize = heap_pop(heap, hsize)
+            if hold[s] == 0 and last_use[s] == lu:
+                break
+        old = slot_to_row[s]
+        if old >= 0:
+            victim_slots[nv] = s
+            victim_rows[nv] = old
+            nv += 1
+            row_to_slot[old] = -1
+        slot_to_row[s] = uniq[i]
+        row_to_slot[uniq[i]] = s
+        hold[s] = 1
+        state[1] += 1
+        slots[i] = s
+    for i in range(uniq.size):
+        last_use[slots[i]] = seq
+    state[0] = seq + 1
+    state[2] = hsize
+    return uh, nv
+
+
+@jit
+def scratch_release(slots, last_use, hold, heap, state):
+    """A batch has trained: drop its holds; a slot no batch holds becomes evictable again."""
+    hsize = state[2]
+    if hsize + slots.size > heap.shape[0]:
+        hsize = scratch_rebuild(last_use, hold, heap)
+    for s in slots:
+        hold[s] -= 1
+        if hold[s] == 0:
+            state[1] -= 1
+            hsize = heap_push(heap, hsize, last_use[s], s, s, 0)
+    state[2] = hsize
+
+
+# -- unique rows of batches --------------------------------------------------------------------------
+
+
+@jit
+def batch_uniques(rows, offsets, stamp, first):
+    """Distinct rows of each batch ``rows[offsets[t]:offsets[t+1]]``: int64 [T].
+
+    ``stamp`` [N] (int64, kept between calls): the last batch number + 1 that
+    saw each row; batch t of this call is number ``first + t``.
+    """
+    out = np.zeros(offsets.size - 1, dtype=np.int64)
+    for t in range(offsets.size - 1):
+        mark = first + t + 1
+        u = 0
+        for i in range(offsets[t], offsets[t + 1]):
+            r = rows[i]
+            if stamp[r] != mark:
+                stamp[r] = mark
+                u += 1
+        out[t] = u
+    return out
+
+
+@jit
+def add_counts(out, rows, counts):
+    """``out[rows[i]] += counts[i]`` for every i (rows may repeat)."""
+    for i in range(rows.size):
+        out[rows[i]] += counts[i]
+
+
+@jit
+def window_add(live, rows, delta):
+    """``live[rows] += delta`` (rows distinct); returns the change in rows with ``live > 0``."""
+    change = 0
+    for r in rows:
+        before = live[r]
+        live[r] = before + delta
+        if before == 0 and delta > 0:
+            change += 1
+        elif before + delta == 0 and delta < 0:
+            change -= 1
+    return change
