@@ -124,16 +124,16 @@ class TableOccurrences:
         self.boundaries = [k * total // segments for k in range(segments + 1)]
         often = int(np.searchsorted(-self.counts, -DRIFT_MIN_PER_SEGMENT * segments, side="right"))
         self.hot = min(max(1, math.ceil(HOT_FRACTION * n)), often)     # the drifting ranks
-        head = int(np.searchsorted(-self.counts, -1, side="left"))     # ranks seen more than once
-        self.head_ends = np.cumsum(self.counts[:head])                  # [head] end element of each head rank
-        self.head = head
+        # Runs of ranks with equal counts (few: the counts are non-increasing): first rank, first element, count.
+        first = np.flatnonzero(np.diff(self.counts, prepend=self.counts[0] + 1))
+        self.run_rank, self.run_count = first, self.counts[first]
+        self.run_elem = np.concatenate([[0], np.cumsum(self.counts)[first[1:] - 1]])
         self.segment = 0
 
     def ranks(self, elements: np.ndarray) -> np.ndarray:
-        """Rank int64 of each element (lookups listed rank by rank)."""
-        end = int(self.head_ends[-1]) if self.head else 0
-        return np.where(elements < end, np.searchsorted(self.head_ends, elements, side="right"),
-                        self.head + (elements - end))
+        """Rank int64 of each element (the lookups listed rank by rank)."""
+        run = np.searchsorted(self.run_elem, elements, side="right") - 1
+        return self.run_rank[run] + (elements - self.run_elem[run]) // self.run_count[run]
 
     def ids(self, lo: int, hi: int) -> np.ndarray:
         """int32 [hi - lo] ids looked up by samples ``lo .. hi-1`` of the full dataset."""
