@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from hotcold.data.format import DatasetWriter
+from hotcold.data.format import DatasetWriter, release_pages
 from hotcold.data.generators.config import GeneratorConfig, split_ranges
 from hotcold.data.generators.drift import HOT_FRACTION, drift
 from hotcold.data.generators.occurrences import DRIFT_MIN_PER_SEGMENT, TableOccurrences, expected_touched
@@ -46,6 +46,7 @@ CHUNK_ROWS = 1 << 18
 # memory stays bounded; the bias is solved on every (rows // BIAS_SAMPLES)-th logit.
 STATS_SAMPLES = 1 << 22
 BIAS_SAMPLES = 1 << 20
+RELEASE_ROWS = 1 << 22   # samples between releases of the columns' mapped pages (``format.release_pages``)
 
 # Dense counts: per feature, count = floor(exp(mu + sigma * z)) (0 with
 # probability p_zero), z standard normal with a shared factor of weight
@@ -186,7 +187,11 @@ def generate_criteo(cfg: GeneratorConfig, out: Path, progress: bool = True,
         dense = w.column("dense", np.float32, (n_rows, NUM_DENSE))
         sparse = w.column("sparse", np.int32, (n_rows, n_tables))
         labels = w.column("labels", np.float32, (n_rows,))
+        columns = (dense, sparse, labels)
         for seg, lo, hi in steps:                     # pass 1: ids, dense features, logit samples
+            if lo // RELEASE_ROWS != hi // RELEASE_ROWS:
+                for col in columns:
+                    release_pages(col)
             model.enter(seg)
             ids = np.empty((hi - lo, n_tables), dtype=np.int32)
             for t in range(n_tables):
@@ -204,6 +209,9 @@ def generate_criteo(cfg: GeneratorConfig, out: Path, progress: bool = True,
         logit = dense_logit + cat_logit
         bias = _solve_bias(np.concatenate(bias_sub), TARGET_CTR)
         for _, lo, hi in steps:                       # pass 2: labels
+            if lo // RELEASE_ROWS != hi // RELEASE_ROWS:
+                for col in columns:
+                    release_pages(col)
             d, c = logits(np.asarray(dense[lo:hi]), np.asarray(sparse[lo:hi]))
             prob = 1 / (1 + np.exp(-((d + c) + bias)))
             y = (label_rng.random(hi - lo) < prob).astype(np.float32)
@@ -213,6 +221,8 @@ def generate_criteo(cfg: GeneratorConfig, out: Path, progress: bool = True,
             label_sub.append(y[keep])
             bar.update(hi - lo)
         prob, y = np.concatenate(prob_sub), np.concatenate(label_sub)
+        for col in columns:
+            release_pages(col)
 
         splits = split_ranges(n_rows, cfg.holdout_fraction)
         a_test, b_test = splits["test"]
