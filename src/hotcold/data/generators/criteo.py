@@ -7,6 +7,11 @@ planted logistic model so that a trained DLRM has a known ceiling (the Bayes
 AUC, recorded in the manifest). Terabyte differs only in its table sizes,
 planted tables and default holdout (its last day of 24, halved into val and
 test).
+
+Two models of the ids: capped tables (``max_rows_per_table`` set, the default
+workflow's datasets) draw every sample's ids independently from the power law
+(below); at the real table sizes the ids are a prefix of a full dataset in
+which every row occurs (``generators.occurrences``, ``docs/datasets.md``).
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ from hotcold.metrics import roc_auc
 
 NUM_DENSE = 13
 
-# Default popularity exponent of the Criteo kinds (``config.DEFAULT_EXPONENTS``),
+# Default popularity exponent of the capped Criteo kinds (``config.DEFAULT_EXPONENTS``),
 # calibrated with ``coverage_stats`` on the default Kaggle config (500k rows,
 # tables capped at 100k rows, drift 0.05 over 20 segments, seed 0). Measured on
 # the eight capped big tables (93k-100k rows), min-max:
