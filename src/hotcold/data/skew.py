@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
+from hotcold.data.format import release_pages
+
 if TYPE_CHECKING:
     from hotcold.data.format import Dataset
 
@@ -26,6 +28,7 @@ MIN_FIT_COUNT = 10   # ranks with fewer lookups are left out of the exponent fit
 FIT_POINTS = 50      # log-spaced ranks used by the exponent fit
 SPARSE_COUNT_RATIO = 8  # add_counts sorts instead of a dense bincount above this rows/lookups ratio
 COUNT_CHUNK = 1 << 16   # samples per batch_ids call while counting a split
+RELEASE_SAMPLES = 1 << 22  # row_counts drops the mapped pages it read after this many samples
 
 
 def share_key(fraction: float) -> str:
@@ -122,9 +125,16 @@ def row_counts(ds: "Dataset", split: str = "train", rows: np.ndarray | Iterable[
     else:
         blocks = rows
     counts = np.zeros(sum(ds.cardinalities), dtype=np.int64)
+    read = 0
     for block in blocks:
         if len(block):
             add_counts(counts, ds.global_rows(start + np.asarray(block, dtype=np.int64)))
+            read += len(block)
+        if read >= RELEASE_SAMPLES:        # the columns' pages read so far leave this process
+            for col in (ds.sparse, ds.history, ds.history_offsets):
+                if col is not None:
+                    release_pages(col)
+            read = 0
     return counts
 
 
