@@ -51,7 +51,7 @@ CHUNK_ROWS = 1 << 18
 # memory stays bounded; the bias is solved on every (rows // BIAS_SAMPLES)-th logit.
 STATS_SAMPLES = 1 << 22
 BIAS_SAMPLES = 1 << 20
-RELEASE_ROWS = 1 << 22   # samples between releases of the columns' mapped pages (``format.release_pages``)
+RELEASE_ROWS = 1 << 20   # samples between releases of the columns' mapped pages (``format.release_pages``)
 
 # Dense counts: per feature, count = floor(exp(mu + sigma * z)) (0 with
 # probability p_zero), z standard normal with a shared factor of weight
