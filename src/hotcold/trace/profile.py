@@ -19,12 +19,13 @@ import numpy as np
 import pandas as pd
 
 from hotcold.files import atomic_write
-from hotcold.data.format import Dataset
+from hotcold.data.format import Dataset, release_pages
 from hotcold.data.loader import batch_rows
 from hotcold.data.skew import (COUNT_CHUNK, MIN_FIT_COUNT, TAIL_THRESHOLDS, coverage_curve, coverage_from_counts,
                                powerlaw_exponent, row_counts, tail_key, tail_stats)
 
 PROFILE_VERSION = 1
+RELEASE_BATCHES = 16   # the batch scan drops the columns' mapped pages it read every this many batches
 GRID = np.logspace(-4, 0, 41)  # shares of rows of the coverage curves: 0.01% .. 100%, 10 per decade
 TAIL_COLUMNS = tuple(tail_key(k) for k in TAIL_THRESHOLDS)
 STATS_COLUMNS = ("dataset", "table", "rows", "accessed_rows", "touched", *TAIL_COLUMNS, "top_0.1%", "top_1%",
@@ -118,7 +119,11 @@ def profile_dataset(ds: Dataset, *, sample_fraction: float = 1.0, batch_size: in
     profiled = sum(sampled)
 
     per_batch, lookups, per_window, pending = [], [], [], []
-    for b in batch_rows(n, batch_size, batches, seed, "global"):
+    for i, b in enumerate(batch_rows(n, batch_size, batches, seed, "global")):
+        if i % RELEASE_BATCHES == 0:   # random batches touch pages all over the columns: drop them
+            for col in (ds.sparse, ds.history, ds.history_offsets):
+                if col is not None:
+                    release_pages(col)
         rows = ds.global_rows(start + b)                                # [L]
         uniq = np.unique(rows)
         per_batch.append(_unique_per_table(uniq, bounds))
