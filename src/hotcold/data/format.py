@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,24 @@ def to_global(ids: np.ndarray, column_offsets: np.ndarray) -> np.ndarray:
     and FAE's classification all go through it.
     """
     return np.where(ids >= 0, ids + column_offsets, -1)
+
+
+def release_pages(arr: np.ndarray) -> None:
+    """Drop a memory-mapped array's pages from this process (they stay in the file and the page cache).
+
+    Streaming over a column through its mapping would otherwise keep every page
+    read or written resident in the process, up to the whole file; written
+    pages are flushed first. No-op for arrays that are not memory-mapped.
+    """
+    base = arr
+    while base is not None and not isinstance(base, np.memmap):
+        base = base.base
+    m = getattr(base, "_mmap", None)
+    if m is None or not hasattr(m, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    if base.flags.writeable:
+        base.flush()
+    m.madvise(mmap.MADV_DONTNEED)
 
 
 class DatasetError(ValueError):
@@ -165,6 +184,7 @@ def _check_columns(cols: dict[str, np.ndarray], cardinalities: list[int],
         block = sparse[a:a + chunk]
         if (block.min(axis=0) < 0).any() or (block.max(axis=0) >= card).any():
             raise DatasetError("sparse ids must lie in [0, cardinality) per table")
+        release_pages(sparse)
     _check_splits(splits, n)
     if sequence:
         _check_history(cols["history"], cols["history_offsets"], sequence, cardinalities, n, chunk)
@@ -186,6 +206,7 @@ def _check_history(history, offsets, sequence, cardinalities, n, chunk) -> None:
         block = history[a:a + chunk]
         if len(block) and ((block.min(axis=0) < 0).any() or (block.max(axis=0) >= card).any()):
             raise DatasetError("history ids must lie in [0, cardinality) of their tables")
+        release_pages(history)
 
 
 def _check_splits(splits: dict[str, tuple[int, int]], n: int) -> None:

@@ -17,14 +17,18 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
+from hotcold.data.format import release_pages
+
 if TYPE_CHECKING:
     from hotcold.data.format import Dataset
 
 DEFAULT_FRACTIONS = (0.001, 0.01, 0.1)
+TAIL_THRESHOLDS = (2, 8, 64)   # tail_stats: share of lookups on rows seen fewer than these many times
 MIN_FIT_COUNT = 10   # ranks with fewer lookups are left out of the exponent fit
 FIT_POINTS = 50      # log-spaced ranks used by the exponent fit
 SPARSE_COUNT_RATIO = 8  # add_counts sorts instead of a dense bincount above this rows/lookups ratio
 COUNT_CHUNK = 1 << 16   # samples per batch_ids call while counting a split
+RELEASE_SAMPLES = 1 << 22  # row_counts drops the mapped pages it read after this many samples
 
 
 def share_key(fraction: float) -> str:
@@ -121,9 +125,16 @@ def row_counts(ds: "Dataset", split: str = "train", rows: np.ndarray | Iterable[
     else:
         blocks = rows
     counts = np.zeros(sum(ds.cardinalities), dtype=np.int64)
+    read = 0
     for block in blocks:
         if len(block):
             add_counts(counts, ds.global_rows(start + np.asarray(block, dtype=np.int64)))
+            read += len(block)
+        if read >= RELEASE_SAMPLES:        # the columns' pages read so far leave this process
+            for col in (ds.sparse, ds.history, ds.history_offsets):
+                if col is not None:
+                    release_pages(col)
+            read = 0
     return counts
 
 
@@ -170,6 +181,43 @@ def coverage_from_counts(
         **_shares(merged, total_rows, fractions),
     }
     return {"tables": tables, "overall": overall}
+
+
+def tail_key(threshold: int) -> str:
+    """Stats key of a tail threshold: 8 -> ``"lookups_seen_lt8"`` (share of lookups on rows seen < 8 times)."""
+    return f"lookups_seen_lt{threshold}"
+
+
+def tail_stats(counts_per_table: Sequence[np.ndarray], thresholds: Sequence[int] = TAIL_THRESHOLDS) -> dict[str, Any]:
+    """The rarely seen rows: per table and over all, the share of rows touched and of lookups on rare rows.
+
+    ``counts_per_table[t]`` int [rows of t]: lookups of every row of table t
+    (over whatever was counted: a split, a whole dataset). Per table:
+    ``rows``, ``touched_rows`` (rows looked up at least once), ``touched``
+    (their share), ``lookups`` and, for each threshold k,
+    ``lookups_seen_lt<k>``: the share of the lookups that fall on rows looked
+    up fewer than k times in all (a row seen once contributes its one lookup
+    to every threshold above 1). ``overall`` pools the rows of all tables.
+    """
+    for k in thresholds:
+        if int(k) != k or k < 1:
+            raise ValueError(f"thresholds must be integers >= 1, got {k}")
+    sums = []   # per table: rows, touched rows, lookups, lookups on rows seen < k for each k
+    for t, c in enumerate(counts_per_table):
+        c = np.asarray(c, dtype=np.int64)
+        if c.size and c.min() < 0:
+            raise ValueError(f"table {t}: counts must be >= 0")
+        sums.append([c.size, int((c > 0).sum()), int(c.sum())] + [int(c[c < k].sum()) for k in thresholds])
+
+    def entry(rows: int, touched: int, lookups: int, *rare: int) -> dict[str, Any]:
+        return {"rows": rows, "touched_rows": touched, "touched": touched / rows if rows else 0.0,
+                "lookups": lookups,
+                **{tail_key(k): r / lookups if lookups else 0.0 for k, r in zip(thresholds, rare)}}
+
+    tables = [{"table": t, **entry(*s)} for t, s in enumerate(sums)]
+    overall = entry(*(int(v) for v in np.sum(np.array(sums, dtype=np.int64).reshape(len(sums), -1), axis=0))) \
+        if sums else entry(0, 0, 0, *[0] * len(thresholds))
+    return {"thresholds": [int(k) for k in thresholds], "tables": tables, "overall": overall}
 
 
 def coverage_stats(

@@ -19,15 +19,17 @@ import numpy as np
 import pandas as pd
 
 from hotcold.files import atomic_write
-from hotcold.data.format import Dataset
+from hotcold.data.format import Dataset, release_pages
 from hotcold.data.loader import batch_rows
-from hotcold.data.skew import (COUNT_CHUNK, MIN_FIT_COUNT, coverage_curve, coverage_from_counts, powerlaw_exponent,
-                               row_counts)
+from hotcold.data.skew import (COUNT_CHUNK, MIN_FIT_COUNT, TAIL_THRESHOLDS, coverage_curve, coverage_from_counts,
+                               powerlaw_exponent, row_counts, tail_key, tail_stats)
 
 PROFILE_VERSION = 1
+RELEASE_BATCHES = 16   # the batch scan drops the columns' mapped pages it read every this many batches
 GRID = np.logspace(-4, 0, 41)  # shares of rows of the coverage curves: 0.01% .. 100%, 10 per decade
-STATS_COLUMNS = ("dataset", "table", "rows", "accessed_rows", "top_0.1%", "top_1%", "top_10%", "exponent",
-                 "unique_per_batch_mean", "unique_per_window_mean")
+TAIL_COLUMNS = tuple(tail_key(k) for k in TAIL_THRESHOLDS)
+STATS_COLUMNS = ("dataset", "table", "rows", "accessed_rows", "touched", *TAIL_COLUMNS, "top_0.1%", "top_1%",
+                 "top_10%", "exponent", "unique_per_batch_mean", "unique_per_window_mean")
 EXPONENT_FIT = (f"least squares of log count on log rank, ranks with >= {MIN_FIT_COUNT} lookups "
                 "sampled at log-spaced ranks")
 
@@ -55,6 +57,11 @@ class Profile:
     def stats(self) -> dict[str, Any]:
         """``coverage_from_counts`` of the counts (top 0.1/1/10% shares, per table and overall)."""
         return coverage_from_counts(self.counts)
+
+    @property
+    def tail(self) -> dict[str, Any]:
+        """``tail_stats`` of the counts: share of rows touched, of lookups on rows seen < 2, 8, 64 times."""
+        return tail_stats(self.counts)
 
 
 def _unique_per_table(ids: np.ndarray, bounds: np.ndarray) -> np.ndarray:
@@ -112,7 +119,11 @@ def profile_dataset(ds: Dataset, *, sample_fraction: float = 1.0, batch_size: in
     profiled = sum(sampled)
 
     per_batch, lookups, per_window, pending = [], [], [], []
-    for b in batch_rows(n, batch_size, batches, seed, "global"):
+    for i, b in enumerate(batch_rows(n, batch_size, batches, seed, "global")):
+        if i % RELEASE_BATCHES == 0:   # random batches touch pages all over the columns: drop them
+            for col in (ds.sparse, ds.history, ds.history_offsets):
+                if col is not None:
+                    release_pages(col)
         rows = ds.global_rows(start + b)                                # [L]
         uniq = np.unique(rows)
         per_batch.append(_unique_per_table(uniq, bounds))
@@ -171,6 +182,7 @@ def save_profile(profile: Profile, out_dir: Path) -> list[Path]:
         "counts_file": counts_path.name,
         "counts_sha256": hashlib.sha256(counts_path.read_bytes()).hexdigest(),
         "stats": profile.stats,
+        "tail": profile.tail,
         "exponents": {"method": EXPONENT_FIT, "tables": _finite(profile.exponents[:-1].tolist()),
                       "overall": _finite(float(profile.exponents[-1]))},
         "coverage": {"fractions": profile.fractions.tolist(), "tables": profile.coverage[:-1].tolist(),
@@ -222,17 +234,25 @@ def load_profile(path: Path) -> Profile:
 
 
 def dataset_stats(profile_dirs: list[Path]) -> pd.DataFrame:
-    """One row per (dataset, table) plus an ``overall`` row per dataset (columns ``STATS_COLUMNS``)."""
+    """One row per (dataset, table) plus an ``overall`` row per dataset (columns ``STATS_COLUMNS``).
+
+    Over the profiled training samples: ``touched`` is the share of the rows
+    looked up at least once, ``lookups_seen_lt<k>`` the share of lookups on
+    rows looked up fewer than k times (``skew.tail_stats``), ``top_*`` the
+    share of lookups on the hottest rows (``skew.coverage_from_counts``).
+    Profiles are read one at a time.
+    """
     records = []
     for d in profile_dirs:
         p = load_profile(Path(d))
-        stats = p.stats
+        stats, tail = p.stats, p.tail
         upb = p.unique_per_batch.mean(axis=0) if len(p.unique_per_batch) else np.full(p.num_tables + 1, np.nan)
         upw = p.unique_per_window.mean(axis=0) if len(p.unique_per_window) else np.full(p.num_tables + 1, np.nan)
-        for t, s in enumerate(stats["tables"] + [stats["overall"]]):
+        for t, (s, r) in enumerate(zip(stats["tables"] + [stats["overall"]], tail["tables"] + [tail["overall"]])):
             records.append({
                 "dataset": p.dataset, "table": str(t) if t < p.num_tables else "overall",
-                "rows": s["rows"], "accessed_rows": s["accessed_rows"],
+                "rows": s["rows"], "accessed_rows": s["accessed_rows"], "touched": r["touched"],
+                **{k: r[k] for k in TAIL_COLUMNS},
                 "top_0.1%": s["top_0.1%"], "top_1%": s["top_1%"], "top_10%": s["top_10%"],
                 "exponent": float(p.exponents[t]),
                 "unique_per_batch_mean": float(upb[t]), "unique_per_window_mean": float(upw[t]),

@@ -3,6 +3,15 @@
 Knobs and kinds: ``exponent`` and ``holdout_fraction`` default per kind
 (``None`` resolves them); ``max_length`` and ``interest_drift`` apply to
 ``taobao-style`` only and are rejected for the Criteo kinds.
+
+Two models of row popularity (``docs/datasets.md``): with tables capped
+(``max_rows_per_table`` an integer, the default workflow's datasets) every
+sample draws its ids independently from a power law; at the real table sizes
+(``max_rows_per_table: null``) the Criteo kinds use the full-size model of
+``generators.occurrences``, whose dataset of ``rows`` samples is the first
+``rows`` samples of a full dataset of ``full_samples`` samples in which every
+row occurs at least once. ``scale`` shrinks that full dataset (every table
+and ``full_samples``) for tests and quick looks at the same construction.
 """
 from __future__ import annotations
 
@@ -28,6 +37,10 @@ CRITEO_TERABYTE_CARDINALITIES = [
 ]
 # Users, items and categories of Taobao UserBehavior, as TBSM's --arch-embedding-size.
 TAOBAO_CARDINALITIES = [987994, 4162024, 9439]
+# Samples of the real datasets: Criteo Kaggle's train.txt (7 days), Criteo
+# Terabyte's 24 day files, Taobao UserBehavior's behaviours.
+REAL_SAMPLES = {"criteo-kaggle-style": 45_840_617, "criteo-terabyte-style": 4_373_472_329,
+                "taobao-style": 100_150_807}
 FULL_CARDINALITIES = {
     "criteo-kaggle-style": CRITEO_KAGGLE_CARDINALITIES,
     "criteo-terabyte-style": CRITEO_TERABYTE_CARDINALITIES,
@@ -39,6 +52,10 @@ FULL_CARDINALITIES = {
 # Taobao's item popularity is flatter (see generators.taobao). Terabyte's holdout is
 # its last day of 24, Kaggle's the DLRM reference's 10% tail.
 DEFAULT_EXPONENTS = {"criteo-kaggle-style": 1.3, "criteo-terabyte-style": 1.3, "taobao-style": 1.0}
+# Exponent of the full-size model (real table sizes): fitted so that, over Kaggle's
+# 45,840,617 samples, 998,921 rows occur more than 10 times, as measured on the real
+# file (``generators.occurrences.KAGGLE_ROWS_SEEN_OVER_10``); Terabyte assumes Kaggle's.
+FULL_SIZE_EXPONENTS = {"criteo-kaggle-style": 1.146, "criteo-terabyte-style": 1.146}
 DEFAULT_HOLDOUT = {"criteo-kaggle-style": 0.1, "criteo-terabyte-style": 1 / 24, "taobao-style": 0.1}
 TAOBAO_DEFAULTS = {"max_length": 20, "interest_drift": 0.02}
 
@@ -58,6 +75,8 @@ class GeneratorConfig:
     seed: int = 0
     max_length: int | None = None          # taobao-style: history events per sample (default 20)
     interest_drift: float | None = None    # taobao-style: chance a click replaces a favourite category
+    full_samples: int | None = None        # real table sizes only: samples of the full dataset (default: the real one's)
+    scale: float | None = None             # real table sizes only: every table and full_samples times this (default 1)
 
     def __post_init__(self) -> None:
         def need(cond: bool, msg: str) -> None:
@@ -69,8 +88,9 @@ class GeneratorConfig:
                 object.__setattr__(self, field, default)
 
         need(self.kind in KINDS, f"unknown kind {self.kind!r}; allowed kinds: {list(KINDS)}")
+        full_size = self.max_rows_per_table is None and self.kind != "taobao-style"
         resolve("name", DEFAULT_NAMES[self.kind])
-        resolve("exponent", DEFAULT_EXPONENTS[self.kind])
+        resolve("exponent", (FULL_SIZE_EXPONENTS if full_size else DEFAULT_EXPONENTS)[self.kind])
         resolve("holdout_fraction", DEFAULT_HOLDOUT[self.kind])
         if self.kind == "taobao-style":
             for field, default in TAOBAO_DEFAULTS.items():
@@ -100,6 +120,21 @@ class GeneratorConfig:
                  "taobao-style needs max_rows_per_table >= 2 (a negative is an item other than the click)")
             floats.append("interest_drift")
             ints.append("max_length")
+        if full_size:
+            resolve("scale", 1.0)
+            need(is_real(self.scale) and 0 < self.scale <= 1, f"scale must be in (0, 1], got {self.scale!r}")
+            object.__setattr__(self, "scale", float(self.scale))
+            resolve("full_samples", max(1, round(REAL_SAMPLES[self.kind] * self.scale)))
+            need(is_int(self.full_samples) and self.full_samples >= max(self.cardinalities),
+                 f"full_samples must be an integer >= the largest table ({max(self.cardinalities)} rows: every "
+                 f"row occurs at least once), got {self.full_samples!r}")
+            object.__setattr__(self, "full_samples", int(self.full_samples))
+            need(self.rows <= self.full_samples, f"rows={self.rows} exceeds full_samples={self.full_samples}: a "
+                 "dataset is a prefix of the full one")
+        else:
+            given = [f for f in ("full_samples", "scale") if getattr(self, f) is not None]
+            need(not given, f"{given} apply only to the Criteo kinds at their real table sizes "
+                 "(max_rows_per_table: null)")
         for f in floats:
             object.__setattr__(self, f, float(getattr(self, f)))
         for f in ints:
@@ -118,7 +153,17 @@ class GeneratorConfig:
         return cls(**dict(d))
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every field; ``full_samples`` and ``scale`` only where they apply (capped manifests stay as they were)."""
+        d = dataclasses.asdict(self)
+        for f in ("full_samples", "scale"):
+            if d[f] is None:
+                del d[f]
+        return d
+
+    @property
+    def full_size(self) -> bool:
+        """True for the Criteo kinds at their real table sizes: the full-size model (``generators.occurrences``)."""
+        return self.full_samples is not None
 
     @property
     def full_cardinalities(self) -> list[int]:
@@ -127,9 +172,12 @@ class GeneratorConfig:
 
     @property
     def cardinalities(self) -> list[int]:
-        """Per-table rows after the cap."""
+        """Per-table rows after the cap (or, at real sizes, times ``scale``, rounded up)."""
         cap = self.max_rows_per_table
-        return [c if cap is None else min(c, cap) for c in self.full_cardinalities]
+        if cap is None:
+            scale = 1.0 if self.scale is None else self.scale
+            return [c if scale == 1 else math.ceil(c * scale) for c in self.full_cardinalities]
+        return [min(c, cap) for c in self.full_cardinalities]
 
 
 def split_sizes(rows: int, holdout_fraction: float) -> tuple[int, int, int]:
