@@ -24,7 +24,7 @@ from hotcold.data.skew import coverage_from_counts
 from hotcold.config import from_mapping, is_int, require
 from hotcold.data.sources import kernels
 from hotcold.data.sources.inputs import Digest, check_provenance, read_chunks, source_records
-from hotcold.data.sources.spill import ColumnFile, Spill
+from hotcold.data.sources.spill import NpyColumn, Spill
 from hotcold.jit import KERNEL
 from hotcold.data.sources.textparse import (MAX_BAD_SHARE, WARN_BAD_SHARE, BadLines, check_bad_line_options,
                                             parse_hex8, parse_ints, tokenize)
@@ -124,24 +124,27 @@ def _parse_criteo_numpy(buf: bytes) -> _Parsed:
                    ints[keep], hexv[keep], missing[keep])
 
 
-def _parse_criteo_compiled(buf: bytes) -> _Parsed:
+def _parse_criteo_compiled(buf: bytes, max_lines: int) -> _Parsed:
     if not buf.endswith(b"\n"):
         buf += b"\n"
     if b"\r" in buf:
         buf = buf.replace(b"\r\n", b"\n")
-    m = buf.count(b"\n")
+    m = max_lines
     codes, good = np.empty(m, dtype=np.int8), np.empty(m, dtype=np.int64)
     labels = np.empty(m, dtype=np.float32)
     ints = np.empty((m, NUM_DENSE), dtype=np.int64)
     hexv = np.empty((m, NUM_TABLES), dtype=np.uint32)
     missing = np.empty((m, NUM_TABLES), dtype=bool)
     n, g = kernels.parse_criteo(np.frombuffer(buf, dtype=np.uint8), codes, labels, ints, hexv, missing, good)
+    if n < 0:
+        raise ValueError(f"a chunk holds more than {max_lines} lines")
     return _Parsed(codes[:n], good[:g], labels[:g], ints[:g], hexv[:g], missing[:g])
 
 
-def _parse_criteo(buf: bytes) -> _Parsed:
-    """Parse a chunk of whole lines: the compiled kernel with numba, else vectorised numpy (the same result)."""
-    return _parse_criteo_compiled(buf) if KERNEL == "numba" else _parse_criteo_numpy(buf)
+def _parse_criteo(buf: bytes, max_lines: int) -> _Parsed:
+    """Parse a chunk of at most ``max_lines`` whole lines: the compiled kernel with numba, else vectorised
+    numpy (the same result)."""
+    return _parse_criteo_compiled(buf, max_lines) if KERNEL == "numba" else _parse_criteo_numpy(buf)
 
 
 class _SortedCounts:
@@ -212,8 +215,9 @@ class _HashedCounts:
         self._slots: list[np.ndarray] = []
 
     def add(self, hexv: np.ndarray, missing: np.ndarray, delta: int = 1) -> None:
+        hexv, missing = np.ascontiguousarray(hexv.T), np.ascontiguousarray(missing.T)   # a table per row
         for t, table in enumerate(self.tables):
-            table.add(hexv, missing, t, delta)
+            table.add(hexv[t], missing[t], delta)
 
     def per_table(self) -> list[tuple[np.ndarray, np.ndarray]]:
         out, self._slots = [], []
@@ -227,10 +231,11 @@ class _HashedCounts:
         self.tables[table].set_ids(self._slots[table][keep], ids)
 
     def encode(self, hexv: np.ndarray, missing: np.ndarray) -> np.ndarray:
+        hexv, missing = np.ascontiguousarray(hexv.T), np.ascontiguousarray(missing.T)   # a table per row
         out = np.empty(hexv.shape, dtype=np.int32)
         for t, table in enumerate(self.tables):
-            table.lookup(hexv, missing, t, out)
-        return out
+            table.lookup(hexv[t], missing[t], out[t])
+        return np.ascontiguousarray(out.T)
 
 
 class _DenseCounts:
@@ -355,9 +360,11 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
         # pass 1 over the text: validate every line, spill the good ones' fields, count ids
         bad = BadLines(REASONS, cfg.on_bad_line)
         counts = _new_counts(cfg)
-        spill = Spill(w.tmp / "spill", {"labels": (np.float32, ()), "dense": (np.float32, (NUM_DENSE,)),
-                                        "hexv": (np.uint32, (NUM_TABLES,)),
-                                        "missing": (np.uint8, ((NUM_TABLES + 7) // 8,))})
+        # the columns are written as they are parsed; sparse holds the raw uint32 ids until pass 2
+        dense = NpyColumn(w.tmp / "dense.npy", np.float32, (NUM_DENSE,))
+        labels = NpyColumn(w.tmp / "labels.npy", np.float32, ())
+        sparse = NpyColumn(w.tmp / "sparse.npy", np.uint32, (NUM_TABLES,))
+        spill = Spill(w.tmp / "spill", {"missing": (np.uint8, ((NUM_TABLES + 7) // 8,))})
         bad_at = Spill(w.tmp / "bad", {"line": (np.int64, ())})   # raw line number of each bad line
         file_lines, offset = [], 0
         digests = [Digest() for _ in inputs]
@@ -369,17 +376,21 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
                 # now and take the val/test lines' back below. Terabyte: all but the last file are train.
                 counted = kaggle or i < len(inputs) - 1
                 for first, buf in read_chunks(path, cfg.chunk_lines, digests[i], bar.update):
-                    p = _parse_criteo(buf)
+                    p = _parse_criteo(buf, cfg.chunk_lines)
                     bad.add(path.name, first, p.codes)
                     if p.lines.size < p.codes.size:
                         bad_at.append(line=offset + first + np.flatnonzero(p.codes))
                     if counted and p.lines.size:
                         counts.add(p.hexv, p.missing)
-                    spill.append(labels=p.labels, dense=np.log1p(np.maximum(p.ints, 0).astype(np.float64)),
-                                 hexv=p.hexv, missing=np.packbits(p.missing, axis=1, bitorder="little"))
+                    dense.append(np.log1p(np.maximum(p.ints, 0).astype(np.float64)))
+                    labels.append(p.labels)
+                    sparse.append(p.hexv)
+                    spill.append(missing=np.packbits(p.missing, axis=1, bitorder="little"))
                     n_file += p.codes.size
                 file_lines.append(n_file)
                 offset += n_file
+        dense.finish()
+        labels.finish()
         spill.close()
         bad_at.close()
         total, rows = offset, spill.rows
@@ -402,24 +413,19 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
         if kaggle:   # take back the ids of the val/test lines
             for a in range(r1, rows, cfg.chunk_lines):
                 b = min(a + cfg.chunk_lines, rows)
-                counts.add(spill.read("hexv", a, b), _unpack_missing(spill.read("missing", a, b)), -1)
+                counts.add(sparse.read(a, b), _unpack_missing(spill.read("missing", a, b)), -1)
         enc = _Encoder(cfg, counts, r1)
 
         # pass 2 over the spilled rows: encode the ids, write the columns
         _require_splits(where, "well-formed lines", r1, r2 - r1, rows - r2)
-        columns = {k: ColumnFile(w.column(k, dt, shape)) for k, dt, shape in
-                   (("dense", np.float32, (rows, NUM_DENSE)), ("sparse", np.int32, (rows, NUM_TABLES)),
-                    ("labels", np.float32, (rows,)))}
-        with tqdm(total=rows, unit="rows", desc=f"{name}: pass 2 (write)", disable=not progress) as bar:
+        sparse.dtype = np.dtype(np.int32)      # rewritten in place: raw uint32 ids -> int32 ids
+        with tqdm(total=rows, unit="rows", desc=f"{name}: pass 2 (encode)", disable=not progress) as bar:
             for a in range(0, rows, cfg.chunk_lines):
                 b = min(a + cfg.chunk_lines, rows)
-                columns["dense"].write(spill.read("dense", a, b))
-                columns["labels"].write(spill.read("labels", a, b))
-                columns["sparse"].write(enc.encode(spill.read("hexv", a, b),
-                                                   _unpack_missing(spill.read("missing", a, b))))
+                raw = sparse.read(a, b).view(np.uint32)
+                sparse.write_at(a, enc.encode(raw, _unpack_missing(spill.read("missing", a, b))))
                 bar.update(b - a)
-        for c in columns.values():
-            c.close()
+        sparse.finish()
         spill.remove()
         meta = {
             "name": name,

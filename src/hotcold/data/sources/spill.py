@@ -1,13 +1,13 @@
-"""Fixed-width rows kept on disk between two passes, and columns written without mapping them.
+"""Rows kept on disk between two passes, written and read by plain file I/O.
 
-A preprocessor that reads its text once parses each chunk into fixed-width
-fields and appends them to a ``Spill`` (one raw file per field, in a
-directory that dies with the dataset writer's temporary one); once the whole
-input is read it knows the row count and the id vocabulary, creates the
-columns and fills them from the spill chunk by chunk (``read``,
-``ColumnFile``). Both sides use plain file reads and writes rather than
-memory maps, so resident memory stays at one chunk whatever the row count
-(pages of a mapped file count as resident once touched).
+A preprocessor that reads its text once appends each chunk's parsed rows to
+disk: the final columns as ``.npy`` files whose row count is written last
+(``NpyColumn``; raw ids can be rewritten in place once the vocabulary is
+known), other fixed-width fields to a ``Spill`` (one raw file per field).
+Both live in the dataset writer's temporary directory, so nothing is left
+behind when a run dies. They use file reads and writes rather than memory
+maps, so resident memory stays at one chunk whatever the row count (pages
+of a mapped file count as resident once touched).
 """
 from __future__ import annotations
 
@@ -63,21 +63,59 @@ class Spill:
             self._path(name).unlink(missing_ok=True)
 
 
-class ColumnFile:
-    """Sequential writes into a column a ``DatasetWriter`` created (a ``.npy`` memmap), by file writes."""
+class NpyColumn:
+    """A ``.npy`` file written block by block before its row count is known.
 
-    def __init__(self, column: np.memmap) -> None:
-        self.dtype, self.shape = column.dtype, column.shape
-        self._file = open(column.filename, "r+b")
-        self._file.seek(column.offset)
-        self.at = 0
+    Rows go after a reserved header of ``HEADER`` bytes; ``finish`` writes the
+    header (``np.lib.format``, version 1.0) for the rows written. Blocks can be
+    read back and rewritten in place (``read``, ``write_at``: a preprocessor
+    spills raw ids into the column and encodes them there).
+    """
 
-    def write(self, rows: np.ndarray) -> None:
-        rows = np.ascontiguousarray(rows, dtype=self.dtype)
-        if rows.shape[1:] != self.shape[1:] or self.at + len(rows) > self.shape[0]:
-            raise ValueError(f"column {self._file.name}: rows {rows.shape} do not fit at row {self.at} of {self.shape}")
+    HEADER = 128    # np.lib.format pads a 1.0 header to a multiple of 64; any [rows, <= 2 dims] shape takes 128
+
+    def __init__(self, path: Path, dtype: np.dtype, shape: tuple[int, ...]) -> None:
+        self.path = Path(path)
+        self.dtype, self.shape = np.dtype(dtype), tuple(shape)
+        self.width = self.dtype.itemsize * int(np.prod(self.shape, dtype=np.int64))
+        self.rows = 0
+        self._file = open(self.path, "w+b")
+        self._file.write(bytes(self.HEADER))
+
+    def append(self, rows: np.ndarray) -> None:
+        rows = self._check(rows)
+        self._file.seek(self.HEADER + self.rows * self.width)
         self._file.write(memoryview(rows).cast("B"))
-        self.at += len(rows)
+        self.rows += len(rows)
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        count = max(min(stop, self.rows) - start, 0)
+        self._file.seek(self.HEADER + start * self.width)
+        data = np.fromfile(self._file, dtype=self.dtype, count=count * (self.width // self.dtype.itemsize))
+        return data.reshape((count,) + self.shape)
+
+    def write_at(self, start: int, rows: np.ndarray) -> None:
+        rows = self._check(rows)
+        if start + len(rows) > self.rows:
+            raise ValueError(f"{self.path}: rows [{start}, {start + len(rows)}) are past the {self.rows} written")
+        self._file.seek(self.HEADER + start * self.width)
+        self._file.write(memoryview(rows).cast("B"))
+
+    def _check(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.ascontiguousarray(rows, dtype=self.dtype)
+        if rows.shape[1:] != self.shape:
+            raise ValueError(f"{self.path}: rows must be {self.shape}, got {rows.shape[1:]}")
+        return rows
+
+    def finish(self) -> None:
+        """Write the header for the rows written and close the file."""
+        self._file.seek(0)
+        np.lib.format.write_array_header_1_0(self._file, {"descr": np.lib.format.dtype_to_descr(self.dtype),
+                                                          "fortran_order": False,
+                                                          "shape": (self.rows,) + self.shape})
+        if self._file.tell() != self.HEADER:
+            raise ValueError(f"{self.path}: the .npy header takes {self._file.tell()} bytes, not {self.HEADER}")
+        self._file.close()
 
     def close(self) -> None:
         self._file.close()
