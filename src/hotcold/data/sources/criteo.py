@@ -150,7 +150,10 @@ def _parse_criteo(buf: bytes, max_lines: int) -> _Parsed:
 class _SortedCounts:
     """Counts of (table, raw id) in memory bounded by the distinct keys, with numpy: per-chunk uniques
     of uint64 ``table << 32 | value`` keys are buffered and merged into one sorted table once the
-    buffer outgrows it; ids are then found by binary search. (The path without numba.)"""
+    buffer outgrows it; ids are then found by binary search. (The path without numba: the spilled
+    rows are the raw ids, with the missing ones marked apart.)"""
+
+    keeps_missing = True
 
     def __init__(self) -> None:
         self.keys = np.zeros(0, dtype=np.uint64)
@@ -160,8 +163,17 @@ class _SortedCounts:
         self._values: list[np.ndarray] = []
         self.vocab: list[tuple[np.ndarray, np.ndarray]] = []
 
-    def add(self, hexv: np.ndarray, missing: np.ndarray, delta: int = 1) -> None:
-        """Add ``delta`` to the count of each present id of the rows ``hexv`` [G, 26]."""
+    def record(self, hexv: np.ndarray, missing: np.ndarray, counted: bool) -> np.ndarray:
+        """Count a chunk's ids if ``counted`` -> what to spill for its rows (here the raw ids)."""
+        if counted:
+            self._add(hexv, missing, 1)
+        return hexv
+
+    def take_back(self, spilled: np.ndarray, missing: np.ndarray) -> None:
+        """Uncount spilled rows."""
+        self._add(spilled, missing, -1)
+
+    def _add(self, hexv: np.ndarray, missing: np.ndarray, delta: int) -> None:
         k, c = np.unique(_table_keys(hexv)[~missing.ravel()], return_counts=True)
         self._buf.append((k, c.astype(np.int64) * delta))
         self._buffered += k.size
@@ -207,56 +219,72 @@ class _SortedCounts:
 
 
 class _HashedCounts:
-    """Counts of (table, raw id) in one hashed ``IdTable`` per table (compiled kernels), which then map
-    the raw ids to their ids (numba path; memory grows with the distinct ids, never with the lines)."""
+    """Counts of (table, raw id) in hashed tables (compiled kernels, ``kernels.IdTables``); the spilled
+    rows are each id's entry, so encoding is one gather. Memory grows with the distinct ids, never
+    with the lines."""
+
+    keeps_missing = False
 
     def __init__(self) -> None:
-        self.tables = [kernels.IdTable() for _ in range(NUM_TABLES)]
-        self._slots: list[np.ndarray] = []
+        self.tables = kernels.IdTables(NUM_TABLES)
+        self._entries: list[np.ndarray] = []
+        self.ids = np.zeros(0, dtype=np.int32)
 
-    def add(self, hexv: np.ndarray, missing: np.ndarray, delta: int = 1) -> None:
-        hexv, missing = np.ascontiguousarray(hexv.T), np.ascontiguousarray(missing.T)   # a table per row
-        for t, table in enumerate(self.tables):
-            table.add(hexv[t], missing[t], delta)
+    def record(self, hexv: np.ndarray, missing: np.ndarray, counted: bool) -> np.ndarray:
+        # not counted: Terabyte's last day, read after every train day, so an id not seen yet is not in train
+        return self.tables.entries(hexv, missing, insert=counted)
+
+    def take_back(self, spilled: np.ndarray, missing: None) -> None:
+        kernels.take_back(self.tables.counts, spilled)
 
     def per_table(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        out, self._slots = [], []
-        for table in self.tables:
-            slots, values, counts = table.items()
-            self._slots.append(slots)
+        out, self._entries = [], []
+        for t in range(NUM_TABLES):
+            entries, values, counts = self.tables.items(t)
+            self._entries.append(entries)
             out.append((values, counts))
+        self.ids = np.zeros(self.tables.next_entry, dtype=np.int32)   # entry 0 (missing) and the rest: 0
         return out
 
     def set_ids(self, table: int, keep: np.ndarray, ids: np.ndarray) -> None:
-        self.tables[table].set_ids(self._slots[table][keep], ids)
+        self.ids[self._entries[table][keep]] = ids
 
-    def encode(self, hexv: np.ndarray, missing: np.ndarray) -> np.ndarray:
-        hexv, missing = np.ascontiguousarray(hexv.T), np.ascontiguousarray(missing.T)   # a table per row
-        out = np.empty(hexv.shape, dtype=np.int32)
-        for t, table in enumerate(self.tables):
-            table.lookup(hexv[t], missing[t], out[t])
-        return np.ascontiguousarray(out.T)
+    def encode(self, entries: np.ndarray, missing: None) -> np.ndarray:
+        return self.ids[entries]
 
 
 class _DenseCounts:
     """Counts of ``(table, id)`` in one int64 [26, rows] array (modulo encoding: ids are bounded, so
-    208 bytes per row; np.zeros pages in only the rows that occur)."""
+    208 bytes per row; np.zeros pages in only the rows that occur). The spilled rows are the ids."""
+
+    keeps_missing = False
 
     def __init__(self, rows: int) -> None:
         self.rows = rows
         self.counts = np.zeros((NUM_TABLES, rows), dtype=np.int64)
 
-    def add(self, hexv: np.ndarray, missing: np.ndarray, delta: int = 1) -> None:
+    def record(self, hexv: np.ndarray, missing: np.ndarray, counted: bool) -> np.ndarray:
+        ids = np.where(missing, np.uint32(0), hexv % np.uint32(self.rows))
+        if counted:
+            self._add(ids, 1)
+        return ids
+
+    def take_back(self, spilled: np.ndarray, missing: None) -> None:
+        self._add(spilled, -1)
+
+    def _add(self, ids: np.ndarray, delta: int) -> None:
         if KERNEL == "numba":
-            kernels.count_dense(self.counts, hexv, missing, self.rows, delta)
+            kernels.count_dense(self.counts, ids, np.zeros(ids.shape, dtype=bool), self.rows, delta)
         else:
-            ids = np.where(missing, 0, hexv % self.rows).astype(np.int64)
-            np.add.at(self.counts.reshape(-1), (ids + np.arange(NUM_TABLES, dtype=np.int64) * self.rows).ravel(),
-                      delta)
+            np.add.at(self.counts.reshape(-1),
+                      (ids.astype(np.int64) + np.arange(NUM_TABLES, dtype=np.int64) * self.rows).ravel(), delta)
 
     def per_table(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """``(ids seen ascending, their counts)`` of each table."""
         return [(ids, c[ids]) for c in self.counts for ids in [np.flatnonzero(c)]]
+
+    def encode(self, ids: np.ndarray, missing: None) -> np.ndarray:
+        return ids.astype(np.int32)
 
 
 def _table_keys(values: np.ndarray) -> np.ndarray:
@@ -277,12 +305,12 @@ class _Encoder:
                  train_rows: int) -> None:
         self.cfg = cfg
         counted = counts.per_table()
+        self.counts = counts
         if cfg.encoding == "modulo":
             self.cardinalities = [cfg.max_ind_range] * NUM_TABLES
             self.train_counts = [c for _, c in counted]
             self.full_cardinalities = None
             return
-        self.counts = counts
         self.train_counts, self.cardinalities, self.full_cardinalities = [], [], []
         for t, (values, counts_t) in enumerate(counted):
             keep = counts_t >= cfg.min_frequency
@@ -294,10 +322,9 @@ class _Encoder:
             self.cardinalities.append(kept.size + 1)
             self.full_cardinalities.append(int(keep.size))
 
-    def encode(self, hexv: np.ndarray, missing: np.ndarray) -> np.ndarray:
-        if self.cfg.encoding == "modulo":
-            return np.where(missing, 0, hexv % self.cfg.max_ind_range).astype(np.int32)
-        return self.counts.encode(hexv, missing)
+    def encode(self, spilled: np.ndarray, missing: np.ndarray | None) -> np.ndarray:
+        """int32 ids of spilled rows (``missing``: their missing ids, for the counts that keep them)."""
+        return self.counts.encode(spilled, missing)
 
 
 def _check_count(what: str, expected: int | None, found: int) -> None:
@@ -364,7 +391,8 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
         dense = NpyColumn(w.tmp / "dense.npy", np.float32, (NUM_DENSE,))
         labels = NpyColumn(w.tmp / "labels.npy", np.float32, ())
         sparse = NpyColumn(w.tmp / "sparse.npy", np.uint32, (NUM_TABLES,))
-        spill = Spill(w.tmp / "spill", {"missing": (np.uint8, ((NUM_TABLES + 7) // 8,))})
+        spill = Spill(w.tmp / "spill", {"missing": (np.uint8, ((NUM_TABLES + 7) // 8,))}) \
+            if counts.keeps_missing else None
         bad_at = Spill(w.tmp / "bad", {"line": (np.int64, ())})   # raw line number of each bad line
         file_lines, offset = [], 0
         digests = [Digest() for _ in inputs]
@@ -380,20 +408,20 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
                     bad.add(path.name, first, p.codes)
                     if p.lines.size < p.codes.size:
                         bad_at.append(line=offset + first + np.flatnonzero(p.codes))
-                    if counted and p.lines.size:
-                        counts.add(p.hexv, p.missing)
                     dense.append(np.log1p(np.maximum(p.ints, 0).astype(np.float64)))
                     labels.append(p.labels)
-                    sparse.append(p.hexv)
-                    spill.append(missing=np.packbits(p.missing, axis=1, bitorder="little"))
+                    sparse.append(counts.record(p.hexv, p.missing, counted))
+                    if spill is not None:
+                        spill.append(missing=np.packbits(p.missing, axis=1, bitorder="little"))
                     n_file += p.codes.size
                 file_lines.append(n_file)
                 offset += n_file
         dense.finish()
         labels.finish()
-        spill.close()
+        if spill is not None:
+            spill.close()
         bad_at.close()
-        total, rows = offset, spill.rows
+        total, rows = offset, sparse.rows
         _check_count(where, expected, total)
         if kaggle:
             days = [total // KAGGLE_DAYS + (d < total % KAGGLE_DAYS) for d in range(KAGGLE_DAYS)]
@@ -413,7 +441,7 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
         if kaggle:   # take back the ids of the val/test lines
             for a in range(r1, rows, cfg.chunk_lines):
                 b = min(a + cfg.chunk_lines, rows)
-                counts.add(sparse.read(a, b), _unpack_missing(spill.read("missing", a, b)), -1)
+                counts.take_back(sparse.read(a, b), _missing(spill, a, b))
         enc = _Encoder(cfg, counts, r1)
 
         # pass 2 over the spilled rows: encode the ids, write the columns
@@ -422,11 +450,12 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
         with tqdm(total=rows, unit="rows", desc=f"{name}: pass 2 (encode)", disable=not progress) as bar:
             for a in range(0, rows, cfg.chunk_lines):
                 b = min(a + cfg.chunk_lines, rows)
-                raw = sparse.read(a, b).view(np.uint32)
-                sparse.write_at(a, enc.encode(raw, _unpack_missing(spill.read("missing", a, b))))
+                spilled = sparse.read(a, b).view(np.uint32)
+                sparse.write_at(a, enc.encode(spilled, _missing(spill, a, b)))
                 bar.update(b - a)
         sparse.finish()
-        spill.remove()
+        if spill is not None:
+            spill.remove()
         meta = {
             "name": name,
             "kind": cfg.kind,
@@ -450,8 +479,11 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
                         splits={"train": (0, r1), "val": (r1, r2), "test": (r2, rows)}, meta=meta)
 
 
-def _unpack_missing(packed: np.ndarray) -> np.ndarray:
-    return np.unpackbits(packed, axis=1, count=NUM_TABLES, bitorder="little").view(bool)
+def _missing(spill: Spill | None, start: int, stop: int) -> np.ndarray | None:
+    """The spilled missing-id marks of rows ``[start, stop)``, if kept."""
+    if spill is None:
+        return None
+    return np.unpackbits(spill.read("missing", start, stop), axis=1, count=NUM_TABLES, bitorder="little").view(bool)
 
 
 def _count_below(lines: Spill, bounds: Sequence[int], chunk: int) -> np.ndarray:

@@ -169,7 +169,8 @@ def parse_criteo(u8, codes, labels, ints, hexv, missing, good):  # pragma: no co
     return line, g
 
 
-EMPTY = -1                  # count (second word) of a free slot of an id table
+EMPTY = -1                  # a free slot of an id table
+LOW32 = 0xFFFFFFFF
 
 
 @jit
@@ -178,53 +179,57 @@ def _slot(value, bits):
 
 
 @jit
-def _count(slots, bits, values, skip, delta, start, room):  # pragma: no cover - compiled
-    """Add ``delta`` to the count of ``values[r]`` for each row ``r >= start`` not ``skip``ped, taking at most
-    ``room`` free slots -> (slots taken, the row it stopped at: ``len(values)`` when done)."""
+def _entries(slots, bits, counts, values, skip, col, out, insert, next_entry, start, room):  # pragma: no cover
+    """``out[r, col]`` = the entry of ``values[r, col]`` for rows ``r >= start`` (0 where ``skip``ped, or absent
+    and not ``insert``);
+    with ``insert`` absent values get entries from ``next_entry`` on, at most ``room`` of them, and every
+    entry's count goes up by one -> (entries given, the row it stopped at: ``len(values)`` when done).
+
+    A slot is one int64: ``entry << 32 | value``, or ``EMPTY``.
+    """
     mask = (1 << bits) - 1
     new = 0
-    for r in range(start, values.size):
-        if skip[r]:
+    for r in range(start, values.shape[0]):
+        if skip[r, col]:
+            out[r, col] = 0
             continue
-        v = np.int64(values[r])
+        v = np.int64(values[r, col])
         s = _slot(v, bits)
-        while slots[s, 1] != EMPTY and slots[s, 0] != v:
+        while slots[s] != EMPTY and (slots[s] & LOW32) != v:
             s = (s + 1) & mask
-        if slots[s, 1] == EMPTY:
+        if slots[s] == EMPTY:
+            if not insert:
+                out[r, col] = 0
+                continue
             if new == room:
                 return new, r
-            slots[s, 0] = v
-            slots[s, 1] = 0
+            slots[s] = ((next_entry + new) << 32) | v
             new += 1
-        slots[s, 1] += delta
-    return new, values.size
+        e = slots[s] >> 32
+        out[r, col] = e
+        if insert:
+            counts[e] += 1
+    return new, values.shape[0]
 
 
 @jit
 def _rehash(slots, new_slots, bits):  # pragma: no cover - compiled
     mask = (1 << bits) - 1
-    for i in range(slots.shape[0]):
-        if slots[i, 1] != EMPTY:
-            s = _slot(slots[i, 0], bits)
-            while new_slots[s, 1] != EMPTY:
+    for i in range(slots.size):
+        if slots[i] != EMPTY:
+            s = _slot(slots[i] & LOW32, bits)
+            while new_slots[s] != EMPTY:
                 s = (s + 1) & mask
-            new_slots[s, 0] = slots[i, 0]
-            new_slots[s, 1] = slots[i, 1]
+            new_slots[s] = slots[i]
 
 
 @jit
-def _lookup(slots, bits, values, skip, out):  # pragma: no cover - compiled
-    """``out[r]`` = the id (second word) of ``values[r]``: 0 when skipped or absent."""
-    mask = (1 << bits) - 1
-    for r in range(values.size):
-        if skip[r]:
-            out[r] = 0
-            continue
-        v = np.int64(values[r])
-        s = _slot(v, bits)
-        while slots[s, 1] != EMPTY and slots[s, 0] != v:
-            s = (s + 1) & mask
-        out[r] = slots[s, 1] if slots[s, 1] != EMPTY else 0
+def take_back(counts, entries):  # pragma: no cover - compiled
+    """``counts[e] -= 1`` for every entry ``e`` of ``entries`` but 0."""
+    flat = entries.ravel()
+    for i in range(flat.size):
+        if flat[i] != 0:
+            counts[flat[i]] -= 1
 
 
 @jit
@@ -235,50 +240,55 @@ def count_dense(counts, values, skip, modulo, delta):  # pragma: no cover - comp
             counts[t, 0 if skip[r, t] else values[r, t] % modulo] += delta
 
 
-class IdTable:
-    """Counts of the uint32 values of one table column, hashed; then the id of each value (``set_ids``).
+class IdTables:
+    """Counts of the uint32 raw ids of each of ``tables`` columns, hashed per column.
 
-    A slot is two int64 words, (value, count), so a probe touches one cache line; once the ids are
-    set the count word holds the id. Memory: 16 bytes per slot, at least twice as many slots as
-    values seen (four times just after growing; growing holds the old and the new slots).
+    Every distinct (column, value) gets an *entry* (1, 2, ... in order of first
+    appearance, 0 standing for "missing"); ``entries`` maps a chunk of raw ids to
+    their entries (counting them), so a spilled chunk of entries is later encoded
+    by one gather (``ids[entries]``). Memory grows with the distinct values,
+    never with the rows: per value one 8-byte slot at a load of at most
+    ``MAX_LOAD`` (the slots double when full, briefly holding both) and an 8-byte
+    count.
     """
 
-    def __init__(self) -> None:
-        self.bits = MIN_SLOTS.bit_length() - 1
-        self.slots = np.full((MIN_SLOTS, 2), EMPTY, dtype=np.int64)
-        self.used = 0
+    def __init__(self, tables: int) -> None:
+        self.bits = [MIN_SLOTS.bit_length() - 1] * tables
+        self.slots = [np.full(MIN_SLOTS, EMPTY, dtype=np.int64) for _ in range(tables)]
+        self.used = [0] * tables
+        self.counts = np.zeros(MIN_SLOTS, dtype=np.int64)
+        self.next_entry = 1
 
-    def add(self, values: np.ndarray, skip: np.ndarray, delta: int = 1) -> None:
-        """Add ``delta`` to the count of each of ``values`` (1-D) where not ``skip``.
+    def entries(self, values: np.ndarray, skip: np.ndarray, insert: bool = True) -> np.ndarray:
+        """uint32 entries of ``values`` [rows, tables] (0 where ``skip``); with ``insert``, count each one
+        and give new values new entries, else map values never counted to 0."""
+        out = np.empty(values.shape, dtype=np.uint32)
+        for t in range(values.shape[1]):
+            start = 0
+            while True:
+                if self.counts.size < self.next_entry + values.shape[0]:
+                    self.counts = np.concatenate([self.counts, np.zeros(max(self.counts.size, values.shape[0]),
+                                                                        dtype=np.int64)])
+                room = int(MAX_LOAD * self.slots[t].size) - self.used[t]
+                new, start = _entries(self.slots[t], self.bits[t], self.counts, values, skip, t, out, insert,
+                                      self.next_entry, start, room)
+                self.used[t] += new
+                self.next_entry += new
+                if start == values.shape[0]:
+                    break
+                self._grow(t)
+        return out
 
-        A negative ``delta`` must only take back counts added before (a count reaching 0 keeps its slot).
-        """
-        start = 0
-        while True:
-            room = int(MAX_LOAD * len(self.slots)) - self.used
-            new, start = _count(self.slots, self.bits, values, skip, delta, start, room)
-            self.used += new
-            if start == len(values):
-                return
-            self._grow()
+    def _grow(self, t: int) -> None:
+        slots = np.full(2 * self.slots[t].size, EMPTY, dtype=np.int64)
+        _rehash(self.slots[t], slots, self.bits[t] + 1)
+        self.slots[t], self.bits[t] = slots, self.bits[t] + 1
 
-    def _grow(self) -> None:
-        slots = np.full((2 * len(self.slots), 2), EMPTY, dtype=np.int64)
-        _rehash(self.slots, slots, self.bits + 1)
-        self.slots, self.bits = slots, self.bits + 1
-
-    def items(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(slots, uint32 values, counts) of the values with a positive count, by ascending value."""
-        at = np.flatnonzero(self.slots[:, 1] > 0)
-        at = at[np.argsort(self.slots[at, 0], kind="stable")]
-        return at, self.slots[at, 0].astype(np.uint32), self.slots[at, 1]
-
-    def set_ids(self, at: np.ndarray, ids: np.ndarray) -> None:
-        """The value in slot ``at[i]`` maps to ``ids[i]``, every other value to 0 (counts are gone)."""
-        used = self.slots[:, 1] != EMPTY
-        self.slots[used, 1] = 0
-        self.slots[at, 1] = ids
-
-    def lookup(self, values: np.ndarray, skip: np.ndarray, out: np.ndarray) -> None:
-        """``out`` = the id of each of ``values`` (0 where ``skip``, unknown or not kept)."""
-        _lookup(self.slots, self.bits, values, skip, out)
+    def items(self, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(entries, uint32 values, counts) of column ``t``'s values with a positive count, by ascending value."""
+        used = self.slots[t][self.slots[t] != EMPTY]
+        entries, values = used >> 32, (used & LOW32).astype(np.uint32)
+        counts = self.counts[entries]
+        seen = np.flatnonzero(counts > 0)
+        seen = seen[np.argsort(values[seen], kind="stable")]
+        return entries[seen], values[seen], counts[seen]
