@@ -228,29 +228,35 @@ class _HashedCounts:
     def __init__(self) -> None:
         self.tables = kernels.IdTables(NUM_TABLES)
         self._entries: list[np.ndarray] = []
-        self.ids = np.zeros(0, dtype=np.int32)
+        self._frozen = False
 
     def record(self, hexv: np.ndarray, missing: np.ndarray, counted: bool) -> np.ndarray:
         # not counted: Terabyte's last day, read after every train day, so an id not seen yet is not in train
         return self.tables.entries(hexv, missing, insert=counted)
 
+    def _freeze(self) -> None:
+        if not self._frozen:
+            self.tables.freeze()
+            self._frozen = True
+
     def take_back(self, spilled: np.ndarray, missing: None) -> None:
-        kernels.take_back(self.tables.counts, spilled)
+        self._freeze()
+        self.tables.take_back(spilled)
 
     def per_table(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        self._freeze()
         out, self._entries = [], []
         for t in range(NUM_TABLES):
             entries, values, counts = self.tables.items(t)
             self._entries.append(entries)
             out.append((values, counts))
-        self.ids = np.zeros(self.tables.next_entry, dtype=np.int32)   # entry 0 (missing) and the rest: 0
         return out
 
     def set_ids(self, table: int, keep: np.ndarray, ids: np.ndarray) -> None:
-        self.ids[self._entries[table][keep]] = ids
+        self.tables.set_ids(table, self._entries[table][keep], ids)
 
     def encode(self, entries: np.ndarray, missing: None) -> np.ndarray:
-        return self.ids[entries]
+        return self.tables.encode(entries)
 
 
 class _DenseCounts:

@@ -224,12 +224,20 @@ def _rehash(slots, new_slots, bits):  # pragma: no cover - compiled
 
 
 @jit
-def take_back(counts, entries):  # pragma: no cover - compiled
-    """``counts[e] -= 1`` for every entry ``e`` of ``entries`` but 0."""
-    flat = entries.ravel()
-    for i in range(flat.size):
-        if flat[i] != 0:
-            counts[flat[i]] -= 1
+def take_back(counts, offsets, entries):  # pragma: no cover - compiled
+    """``counts[offsets[t] + e] -= 1`` for every entry ``e = entries[r, t]`` but 0 (missing)."""
+    for r in range(entries.shape[0]):
+        for t in range(entries.shape[1]):
+            if entries[r, t] != 0:
+                counts[offsets[t] + entries[r, t]] -= 1
+
+
+@jit
+def gather(ids, offsets, entries, out):  # pragma: no cover - compiled
+    """``out[r, t] = ids[offsets[t] + entries[r, t]]``."""
+    for r in range(entries.shape[0]):
+        for t in range(entries.shape[1]):
+            out[r, t] = ids[offsets[t] + entries[r, t]]
 
 
 @jit
@@ -243,38 +251,41 @@ def count_dense(counts, values, skip, modulo, delta):  # pragma: no cover - comp
 class IdTables:
     """Counts of the uint32 raw ids of each of ``tables`` columns, hashed per column.
 
-    Every distinct (column, value) gets an *entry* (1, 2, ... in order of first
-    appearance, 0 standing for "missing"); ``entries`` maps a chunk of raw ids to
-    their entries (counting them), so a spilled chunk of entries is later encoded
-    by one gather (``ids[entries]``). Memory grows with the distinct values,
-    never with the rows: per value one 8-byte slot at a load of at most
-    ``MAX_LOAD`` (the slots double when full, briefly holding both) and an 8-byte
-    count.
+    Every distinct value of a column gets an *entry* of that column (1, 2, ... in
+    order of first appearance, 0 standing for "missing"); ``entries`` maps a
+    chunk of raw ids to their entries, counting them, so a spilled chunk of
+    entries is later encoded by one gather (``encode``). Memory grows with the
+    distinct values, never with the rows: per value one 8-byte slot at a load
+    of at most ``MAX_LOAD`` (the slots double when full, briefly holding both)
+    and an 8-byte count (arrays that double too).
     """
 
     def __init__(self, tables: int) -> None:
         self.bits = [MIN_SLOTS.bit_length() - 1] * tables
         self.slots = [np.full(MIN_SLOTS, EMPTY, dtype=np.int64) for _ in range(tables)]
+        self.counts = [np.zeros(MIN_SLOTS, dtype=np.int64) for _ in range(tables)]
         self.used = [0] * tables
-        self.counts = np.zeros(MIN_SLOTS, dtype=np.int64)
-        self.next_entry = 1
+        self.offsets = np.zeros(tables + 1, dtype=np.int64)   # set by ``freeze``
+        self.all_counts = np.zeros(0, dtype=np.int64)
+        self.ids = np.zeros(0, dtype=np.int32)
 
     def entries(self, values: np.ndarray, skip: np.ndarray, insert: bool = True) -> np.ndarray:
         """uint32 entries of ``values`` [rows, tables] (0 where ``skip``); with ``insert``, count each one
         and give new values new entries, else map values never counted to 0."""
         out = np.empty(values.shape, dtype=np.uint32)
+        rows = values.shape[0]
         for t in range(values.shape[1]):
             start = 0
             while True:
-                if self.counts.size < self.next_entry + values.shape[0]:
-                    self.counts = np.concatenate([self.counts, np.zeros(max(self.counts.size, values.shape[0]),
-                                                                        dtype=np.int64)])
+                if self.counts[t].size < self.used[t] + 1 + rows:
+                    grown = np.zeros(max(2 * self.counts[t].size, self.used[t] + 1 + rows), dtype=np.int64)
+                    grown[:self.counts[t].size] = self.counts[t]
+                    self.counts[t] = grown
                 room = int(MAX_LOAD * self.slots[t].size) - self.used[t]
-                new, start = _entries(self.slots[t], self.bits[t], self.counts, values, skip, t, out, insert,
-                                      self.next_entry, start, room)
+                new, start = _entries(self.slots[t], self.bits[t], self.counts[t], values, skip, t, out, insert,
+                                      self.used[t] + 1, start, room)
                 self.used[t] += new
-                self.next_entry += new
-                if start == values.shape[0]:
+                if start == rows:
                     break
                 self._grow(t)
         return out
@@ -284,11 +295,35 @@ class IdTables:
         _rehash(self.slots[t], slots, self.bits[t] + 1)
         self.slots[t], self.bits[t] = slots, self.bits[t] + 1
 
+    def freeze(self) -> None:
+        """Counting is done: the counts go into one array (column ``t``'s entry ``e`` at ``offsets[t] + e``)."""
+        sizes = np.array([u + 1 for u in self.used], dtype=np.int64)
+        self.offsets = np.concatenate(([0], np.cumsum(sizes)))
+        self.all_counts = np.concatenate([c[:n] for c, n in zip(self.counts, sizes)])
+        self.counts = []
+
+    def take_back(self, entries: np.ndarray) -> None:
+        """Uncount spilled entries (after ``freeze``)."""
+        take_back(self.all_counts, self.offsets, entries)
+
     def items(self, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(entries, uint32 values, counts) of column ``t``'s values with a positive count, by ascending value."""
+        """(entries, uint32 values, counts) of column ``t``'s values with a positive count, by ascending value
+        (after ``freeze``)."""
         used = self.slots[t][self.slots[t] != EMPTY]
         entries, values = used >> 32, (used & LOW32).astype(np.uint32)
-        counts = self.counts[entries]
+        counts = self.all_counts[self.offsets[t] + entries]
         seen = np.flatnonzero(counts > 0)
         seen = seen[np.argsort(values[seen], kind="stable")]
         return entries[seen], values[seen], counts[seen]
+
+    def set_ids(self, t: int, entries: np.ndarray, ids: np.ndarray) -> None:
+        """Column ``t``'s ``entries`` get ``ids``; every other entry (missing, rare, unseen) 0."""
+        if self.ids.size != self.all_counts.size:
+            self.ids = np.zeros(self.all_counts.size, dtype=np.int32)
+        self.ids[self.offsets[t] + entries] = ids
+
+    def encode(self, entries: np.ndarray) -> np.ndarray:
+        """int32 ids of spilled entries [rows, tables]."""
+        out = np.empty(entries.shape, dtype=np.int32)
+        gather(self.ids, self.offsets, entries, out)
+        return out
