@@ -100,3 +100,27 @@ def test_numpy_path_gives_the_same_dataset(tmp_path: Path, monkeypatch: pytest.M
         a, b = both(inputs, kind)
         assert a["sha256"] == b["sha256"] and a == b
     assert a["bad_lines"]["total"] == 0
+
+
+def test_read_chunks_cuts_whole_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of exactly ``chunk_lines`` lines whatever the read block, progress counting every file byte."""
+    import gzip
+    import random
+
+    from hotcold.data.sources import inputs
+
+    rng = random.Random(0)
+    for trial in range(60):
+        data = b"".join(bytes(rng.choice(b"ab\t\r") for _ in range(rng.randint(0, 30))) + b"\n"
+                        for _ in range(rng.randint(0, 120)))
+        data += b"tail" if trial % 2 else b""
+        path = tmp_path / f"f{trial}.txt{'.gz' if trial % 3 == 0 else ''}"
+        path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+        k = rng.randint(1, 40)
+        monkeypatch.setattr(inputs, "READ_BLOCK", rng.choice([1, 3, 64, 1 << 20]))
+        told: list[int] = []
+        got = list(inputs.read_chunks(path, k, progress=told.append))
+        lines = [ln + b"\n" for ln in data.split(b"\n")[:-1]] + ([b"tail"] if data.endswith(b"tail") else [])
+        want = [(i, b"".join(lines[i:i + k])) for i in range(0, len(lines), k)]
+        assert got == want and sum(told) == path.stat().st_size
+        assert b"".join(c for _, c in got) == data
