@@ -2,11 +2,13 @@
 
 Inputs are Criteo TSV lines ``label \\t I1..I13 \\t C1..C26`` (40 fields): the
 Kaggle ``train.txt`` or Terabyte ``day_N`` files (plain or ``.gz``, read as a
-gzip stream). Lines are parsed in chunks of ``chunk_lines`` with vectorised
-numpy (no Python loop per field; ``hotcold.data.sources.textparse``), so memory is
-bounded by the chunk and the id vocabulary, never by the number of lines.
-Two passes over the inputs (``preprocess_criteo``); the conventions, also
-recorded in the manifest: ``CriteoConfig``.
+gzip stream). The text is read once, in chunks of ``chunk_lines`` lines, parsed
+by a compiled kernel (``kernels``; without numba by vectorised numpy,
+``textparse``, with the same result), and its rows go straight to disk
+(``spill``); a second pass over the written ids encodes them in place. Memory
+is bounded by the chunk and the id vocabulary, never by the number of lines
+(``preprocess_criteo``); the conventions, also recorded in the manifest:
+``CriteoConfig``.
 """
 from __future__ import annotations
 
@@ -365,13 +367,19 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
     ``provenance`` adds fields (url, sha256 at fetch...) per input file name,
     ``expected_sha256`` configured checksums the inputs must match.
 
-    Two passes over the inputs: pass 1 validates every line, counts the good ones
-    and counts each (table, id) of the train split; pass 2 encodes and writes the
-    columns chunk by chunk into ``DatasetWriter`` memmaps. The id counts take
-    16 bytes per distinct (table, raw id) in the train split (~0.5 GB for Kaggle,
-    ~2.5 GB while merging) with ``frequency`` encoding, and one int64 per (table,
-    row) with ``modulo`` (26 * 8 * max_ind_range bytes of address space, resident
-    only where ids occur).
+    One pass over the text, one over the ids written: pass 1 validates every
+    line, writes the good lines' dense features and labels to their columns and
+    each id's hashed entry (numpy path: its raw value, and the missing marks
+    aside; modulo: the id) to the sparse column, and counts the ids (Kaggle:
+    all lines, the val/test lines' counts are taken back once the line count
+    fixes the split; Terabyte: the train days). Pass 2 builds the vocabulary and
+    rewrites the sparse column with the ids, chunk by chunk. Columns are written
+    and read with file I/O, not memory maps, so resident memory is one chunk plus
+    the id counts: with ``frequency`` encoding 16-40 bytes per distinct (table,
+    raw id) of the input (hashed; the numpy path: 16 bytes, ~5x while merging),
+    with ``modulo`` one int64 per (table, row) (26 * 8 * max_ind_range bytes of
+    address space, resident only where ids occur). A file changed after pass 1
+    does not matter: its bytes were read (and hashed for ``source``) once.
     """
     inputs = [Path(p) for p in inputs]
     kaggle = cfg.kind == "criteo-kaggle"
@@ -452,7 +460,7 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
 
         # pass 2 over the spilled rows: encode the ids, write the columns
         _require_splits(where, "well-formed lines", r1, r2 - r1, rows - r2)
-        sparse.dtype = np.dtype(np.int32)      # rewritten in place: raw uint32 ids -> int32 ids
+        sparse.retype(np.int32)                # rewritten in place: spilled uint32 -> int32 ids
         with tqdm(total=rows, unit="rows", desc=f"{name}: pass 2 (encode)", disable=not progress) as bar:
             for a in range(0, rows, cfg.chunk_lines):
                 b = min(a + cfg.chunk_lines, rows)

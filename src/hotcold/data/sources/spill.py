@@ -101,6 +101,12 @@ class NpyColumn:
         self._file.seek(self.HEADER + start * self.width)
         self._file.write(memoryview(rows).cast("B"))
 
+    def retype(self, dtype: np.dtype) -> None:
+        """Read and write the rows as ``dtype`` from now on (the same item size: ids rewritten in place)."""
+        if np.dtype(dtype).itemsize != self.dtype.itemsize:
+            raise ValueError(f"{self.path}: cannot retype {self.dtype} rows as {np.dtype(dtype)}")
+        self.dtype = np.dtype(dtype)
+
     def _check(self, rows: np.ndarray) -> np.ndarray:
         rows = np.ascontiguousarray(rows, dtype=self.dtype)
         if rows.shape[1:] != self.shape:
