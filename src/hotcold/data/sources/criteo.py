@@ -2,11 +2,13 @@
 
 Inputs are Criteo TSV lines ``label \\t I1..I13 \\t C1..C26`` (40 fields): the
 Kaggle ``train.txt`` or Terabyte ``day_N`` files (plain or ``.gz``, read as a
-gzip stream). Lines are parsed in chunks of ``chunk_lines`` with vectorised
-numpy (no Python loop per field; ``hotcold.data.sources.textparse``), so memory is
-bounded by the chunk and the id vocabulary, never by the number of lines.
-Two passes over the inputs (``preprocess_criteo``); the conventions, also
-recorded in the manifest: ``CriteoConfig``.
+gzip stream). The text is read once, in chunks of ``chunk_lines`` lines, parsed
+by a compiled kernel (``kernels``; without numba by vectorised numpy,
+``textparse``, with the same result), and its rows go straight to disk
+(``spill``); a second pass over the written ids encodes them in place. Memory
+is bounded by the chunk and the id vocabulary, never by the number of lines
+(``preprocess_criteo``); the conventions, also recorded in the manifest:
+``CriteoConfig``.
 """
 from __future__ import annotations
 
@@ -22,7 +24,10 @@ from tqdm import tqdm
 from hotcold.data.format import DatasetWriter
 from hotcold.data.skew import coverage_from_counts
 from hotcold.config import from_mapping, is_int, require
-from hotcold.data.sources.inputs import Digest, check_provenance, count_lines, read_chunks, source_records
+from hotcold.data.sources import kernels
+from hotcold.data.sources.inputs import Digest, check_provenance, read_chunks, source_records
+from hotcold.data.sources.spill import NpyColumn, Spill
+from hotcold.jit import KERNEL
 from hotcold.data.sources.textparse import (MAX_BAD_SHARE, WARN_BAD_SHARE, BadLines, check_bad_line_options,
                                             parse_hex8, parse_ints, tokenize)
 
@@ -108,7 +113,7 @@ class _Parsed:
     missing: np.ndarray  # bool [G, 26]
 
 
-def _parse_criteo(buf: bytes) -> _Parsed:
+def _parse_criteo_numpy(buf: bytes) -> _Parsed:
     tok = tokenize(buf, b"\t", NUM_FIELDS)
     u8, s, n = tok.u8, tok.starts, tok.lens
     first = u8[s[:, 0]]
@@ -121,19 +126,58 @@ def _parse_criteo(buf: bytes) -> _Parsed:
                    ints[keep], hexv[keep], missing[keep])
 
 
-class _Counter:
-    """Counts of uint64 keys in memory bounded by the distinct keys: per-chunk uniques are
-    buffered and merged into one sorted table once the buffer outgrows it."""
+def _parse_criteo_compiled(buf: bytes, max_lines: int) -> _Parsed:
+    if not buf.endswith(b"\n"):
+        buf += b"\n"
+    if b"\r" in buf:
+        buf = buf.replace(b"\r\n", b"\n")
+    m = max_lines
+    codes, good = np.empty(m, dtype=np.int8), np.empty(m, dtype=np.int64)
+    labels = np.empty(m, dtype=np.float32)
+    ints = np.empty((m, NUM_DENSE), dtype=np.int64)
+    hexv = np.empty((m, NUM_TABLES), dtype=np.uint32)
+    missing = np.empty((m, NUM_TABLES), dtype=bool)
+    n, g = kernels.parse_criteo(np.frombuffer(buf, dtype=np.uint8), codes, labels, ints, hexv, missing, good)
+    if n < 0:
+        raise ValueError(f"a chunk holds more than {max_lines} lines")
+    return _Parsed(codes[:n], good[:g], labels[:g], ints[:g], hexv[:g], missing[:g])
+
+
+def _parse_criteo(buf: bytes, max_lines: int) -> _Parsed:
+    """Parse a chunk of at most ``max_lines`` whole lines: the compiled kernel with numba, else vectorised
+    numpy (the same result)."""
+    return _parse_criteo_compiled(buf, max_lines) if KERNEL == "numba" else _parse_criteo_numpy(buf)
+
+
+class _SortedCounts:
+    """Counts of (table, raw id) in memory bounded by the distinct keys, with numpy: per-chunk uniques
+    of uint64 ``table << 32 | value`` keys are buffered and merged into one sorted table once the
+    buffer outgrows it; ids are then found by binary search. (The path without numba: the spilled
+    rows are the raw ids, with the missing ones marked apart.)"""
+
+    keeps_missing = True
 
     def __init__(self) -> None:
         self.keys = np.zeros(0, dtype=np.uint64)
         self.counts = np.zeros(0, dtype=np.int64)
         self._buf: list[tuple[np.ndarray, np.ndarray]] = []
         self._buffered = 0
+        self._values: list[np.ndarray] = []
+        self.vocab: list[tuple[np.ndarray, np.ndarray]] = []
 
-    def add(self, keys: np.ndarray) -> None:
-        k, c = np.unique(keys, return_counts=True)
-        self._buf.append((k, c.astype(np.int64)))
+    def record(self, hexv: np.ndarray, missing: np.ndarray, counted: bool) -> np.ndarray:
+        """Count a chunk's ids if ``counted`` -> what to spill for its rows (here the raw ids)."""
+        if counted:
+            self._add(hexv, missing, 1)
+        return hexv
+
+    def take_back(self, spilled: np.ndarray, missing: np.ndarray) -> None:
+        """Uncount spilled rows."""
+        self._add(spilled, missing, -1)
+
+    def _add(self, hexv: np.ndarray, missing: np.ndarray, delta: int) -> None:
+        k, c = np.unique(_table_keys(hexv)[~missing.ravel()], return_counts=True)
+        self._buf.append((k, c.astype(np.int64) * delta))
         self._buffered += k.size
         if self._buffered > max(self.keys.size, MERGE_MIN_KEYS):
             self._merge()
@@ -150,26 +194,105 @@ class _Counter:
         self.counts = np.add.reduceat(counts, first) if first.size else counts
 
     def per_table(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """``(uint32 values ascending, int64 counts)`` of each table (the key's high 32 bits)."""
+        """``(uint32 values ascending, int64 counts)`` of each table: the values with a positive count."""
         self._merge()
+        seen = self.counts > 0
+        self.keys, self.counts = self.keys[seen], self.counts[seen]
         bounds = np.searchsorted(self.keys >> np.uint64(32), np.arange(NUM_TABLES + 1, dtype=np.uint64))
-        return [((self.keys[a:b] & np.uint64(0xFFFFFFFF)).astype(np.uint32), self.counts[a:b])
-                for a, b in zip(bounds[:-1], bounds[1:])]
+        out = [((self.keys[a:b] & np.uint64(0xFFFFFFFF)).astype(np.uint32), self.counts[a:b])
+               for a, b in zip(bounds[:-1], bounds[1:])]
+        self._values = [v for v, _ in out]
+        self.vocab = [(v, np.zeros(0, dtype=np.int32)) for v in self._values]
+        self.keys, self.counts = np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
+        return out
+
+    def set_ids(self, table: int, keep: np.ndarray, ids: np.ndarray) -> None:
+        """Table ``table``'s values of ``per_table`` where ``keep`` get ``ids``; any other value 0."""
+        self.vocab[table] = (self._values[table][keep], ids)
+
+    def encode(self, hexv: np.ndarray, missing: np.ndarray) -> np.ndarray:
+        out = np.zeros(hexv.shape, dtype=np.int32)
+        for t, (values, ids) in enumerate(self.vocab):
+            if values.size:
+                v = hexv[:, t]
+                pos = np.minimum(np.searchsorted(values, v), values.size - 1)
+                out[:, t] = np.where((values[pos] == v) & ~missing[:, t], ids[pos], 0)
+        return out
 
 
-class _DenseCounter:
-    """Counts of ``table * rows + id`` in one int64 [26, rows] array (modulo encoding: ids are
-    bounded, so 208 bytes per row; np.zeros pages in only the rows that occur)."""
+class _HashedCounts:
+    """Counts of (table, raw id) in hashed tables (compiled kernels, ``kernels.IdTables``); the spilled
+    rows are each id's entry, so encoding is one gather. Memory grows with the distinct ids, never
+    with the lines."""
+
+    keeps_missing = False
+
+    def __init__(self) -> None:
+        self.tables = kernels.IdTables(NUM_TABLES)
+        self._entries: list[np.ndarray] = []
+        self._frozen = False
+
+    def record(self, hexv: np.ndarray, missing: np.ndarray, counted: bool) -> np.ndarray:
+        # not counted: Terabyte's last day, read after every train day, so an id not seen yet is not in train
+        return self.tables.entries(hexv, missing, insert=counted)
+
+    def _freeze(self) -> None:
+        if not self._frozen:
+            self.tables.freeze()
+            self._frozen = True
+
+    def take_back(self, spilled: np.ndarray, missing: None) -> None:
+        self._freeze()
+        self.tables.take_back(spilled)
+
+    def per_table(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        self._freeze()
+        out, self._entries = [], []
+        for t in range(NUM_TABLES):
+            entries, values, counts = self.tables.items(t)
+            self._entries.append(entries)
+            out.append((values, counts))
+        return out
+
+    def set_ids(self, table: int, keep: np.ndarray, ids: np.ndarray) -> None:
+        self.tables.set_ids(table, self._entries[table][keep], ids)
+
+    def encode(self, entries: np.ndarray, missing: None) -> np.ndarray:
+        return self.tables.encode(entries)
+
+
+class _DenseCounts:
+    """Counts of ``(table, id)`` in one int64 [26, rows] array (modulo encoding: ids are bounded, so
+    208 bytes per row; np.zeros pages in only the rows that occur). The spilled rows are the ids."""
+
+    keeps_missing = False
 
     def __init__(self, rows: int) -> None:
+        self.rows = rows
         self.counts = np.zeros((NUM_TABLES, rows), dtype=np.int64)
 
-    def add(self, keys: np.ndarray) -> None:
-        np.add.at(self.counts.reshape(-1), keys, 1)
+    def record(self, hexv: np.ndarray, missing: np.ndarray, counted: bool) -> np.ndarray:
+        ids = np.where(missing, np.uint32(0), hexv % np.uint32(self.rows))
+        if counted:
+            self._add(ids, 1)
+        return ids
+
+    def take_back(self, spilled: np.ndarray, missing: None) -> None:
+        self._add(spilled, -1)
+
+    def _add(self, ids: np.ndarray, delta: int) -> None:
+        if KERNEL == "numba":
+            kernels.count_dense(self.counts, ids, np.zeros(ids.shape, dtype=bool), self.rows, delta)
+        else:
+            np.add.at(self.counts.reshape(-1),
+                      (ids.astype(np.int64) + np.arange(NUM_TABLES, dtype=np.int64) * self.rows).ravel(), delta)
 
     def per_table(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """``(ids seen ascending, their counts)`` of each table."""
         return [(ids, c[ids]) for c in self.counts for ids in [np.flatnonzero(c)]]
+
+    def encode(self, ids: np.ndarray, missing: None) -> np.ndarray:
+        return ids.astype(np.int32)
 
 
 def _table_keys(values: np.ndarray) -> np.ndarray:
@@ -177,45 +300,39 @@ def _table_keys(values: np.ndarray) -> np.ndarray:
     return (np.arange(NUM_TABLES, dtype=np.uint64) << np.uint64(32) | values.astype(np.uint64)).ravel()
 
 
+def _new_counts(cfg: CriteoConfig) -> _SortedCounts | _HashedCounts | _DenseCounts:
+    if cfg.encoding == "modulo":
+        return _DenseCounts(cfg.max_ind_range)
+    return _HashedCounts() if KERNEL == "numba" else _SortedCounts()
+
+
 class _Encoder:
     """Maps parsed raw ids to table rows under the configured convention."""
 
-    def __init__(self, cfg: CriteoConfig, counted: list[tuple[np.ndarray, np.ndarray]], train_rows: int) -> None:
+    def __init__(self, cfg: CriteoConfig, counts: _SortedCounts | _HashedCounts | _DenseCounts,
+                 train_rows: int) -> None:
         self.cfg = cfg
+        counted = counts.per_table()
+        self.counts = counts
         if cfg.encoding == "modulo":
             self.cardinalities = [cfg.max_ind_range] * NUM_TABLES
             self.train_counts = [c for _, c in counted]
             self.full_cardinalities = None
             return
-        self.vocab, self.train_counts, self.cardinalities, self.full_cardinalities = [], [], [], []
-        for values, counts in counted:
-            keep = counts >= cfg.min_frequency
-            values, counts = values[keep], counts[keep]
-            ids = np.empty(values.size, dtype=np.int32)
-            ids[np.lexsort((values, -counts))] = np.arange(1, values.size + 1, dtype=np.int32)
-            self.vocab.append((values, ids))
-            self.train_counts.append(np.concatenate(([train_rows - counts.sum()], counts)))  # bucket 0 first
-            self.cardinalities.append(values.size + 1)
+        self.train_counts, self.cardinalities, self.full_cardinalities = [], [], []
+        for t, (values, counts_t) in enumerate(counted):
+            keep = counts_t >= cfg.min_frequency
+            kept = counts_t[keep]
+            ids = np.empty(kept.size, dtype=np.int32)
+            ids[np.lexsort((values[keep], -kept))] = np.arange(1, kept.size + 1, dtype=np.int32)
+            counts.set_ids(t, keep, ids)
+            self.train_counts.append(np.concatenate(([train_rows - kept.sum()], kept)))  # bucket 0 first
+            self.cardinalities.append(kept.size + 1)
             self.full_cardinalities.append(int(keep.size))
 
-    @staticmethod
-    def count_keys(cfg: CriteoConfig, p: _Parsed, rows: np.ndarray) -> np.ndarray:
-        """Pass-1 counter keys of the train rows ``rows`` of a chunk."""
-        if cfg.encoding == "modulo":
-            ids = np.where(p.missing[rows], 0, p.hexv[rows] % cfg.max_ind_range).astype(np.int64)
-            return (ids + np.arange(NUM_TABLES, dtype=np.int64) * cfg.max_ind_range).ravel()
-        return _table_keys(p.hexv[rows])[~p.missing[rows].ravel()]
-
-    def encode(self, p: _Parsed) -> np.ndarray:
-        if self.cfg.encoding == "modulo":
-            return np.where(p.missing, 0, p.hexv % self.cfg.max_ind_range).astype(np.int32)
-        out = np.zeros(p.hexv.shape, dtype=np.int32)
-        for t, (values, ids) in enumerate(self.vocab):
-            if values.size:
-                v = p.hexv[:, t]
-                pos = np.minimum(np.searchsorted(values, v), values.size - 1)
-                out[:, t] = np.where((values[pos] == v) & ~p.missing[:, t], ids[pos], 0)
-        return out
+    def encode(self, spilled: np.ndarray, missing: np.ndarray | None) -> np.ndarray:
+        """int32 ids of spilled rows (``missing``: their missing ids, for the counts that keep them)."""
+        return self.counts.encode(spilled, missing)
 
 
 def _check_count(what: str, expected: int | None, found: int) -> None:
@@ -250,13 +367,19 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
     ``provenance`` adds fields (url, sha256 at fetch...) per input file name,
     ``expected_sha256`` configured checksums the inputs must match.
 
-    Two passes over the inputs: pass 1 validates every line, counts the good ones
-    and counts each (table, id) of the train split; pass 2 encodes and writes the
-    columns chunk by chunk into ``DatasetWriter`` memmaps. The id counts take
-    16 bytes per distinct (table, raw id) in the train split (~0.5 GB for Kaggle,
-    ~2.5 GB while merging) with ``frequency`` encoding, and one int64 per (table,
-    row) with ``modulo`` (26 * 8 * max_ind_range bytes of address space, resident
-    only where ids occur).
+    One pass over the text, one over the ids written: pass 1 validates every
+    line, writes the good lines' dense features and labels to their columns and
+    each id's hashed entry (numpy path: its raw value, and the missing marks
+    aside; modulo: the id) to the sparse column, and counts the ids (Kaggle:
+    all lines, the val/test lines' counts are taken back once the line count
+    fixes the split; Terabyte: the train days). Pass 2 builds the vocabulary and
+    rewrites the sparse column with the ids, chunk by chunk. Columns are written
+    and read with file I/O, not memory maps, so resident memory is one chunk plus
+    the id counts: with ``frequency`` encoding 16-40 bytes per distinct (table,
+    raw id) of the input (hashed; the numpy path: 16 bytes, ~5x while merging),
+    with ``modulo`` one int64 per (table, row) (26 * 8 * max_ind_range bytes of
+    address space, resident only where ids occur). A file changed after pass 1
+    does not matter: its bytes were read (and hashed for ``source``) once.
     """
     inputs = [Path(p) for p in inputs]
     kaggle = cfg.kind == "criteo-kaggle"
@@ -274,82 +397,79 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
     if not kaggle and cfg.expected_rows is None and expected is not None and len(inputs) != TERABYTE_DAYS:
         raise ValueError(f"the full criteo-terabyte input is {TERABYTE_DAYS} day files, got {len(inputs)}")
 
-    if kaggle:   # day boundaries need the line count before pass 1
-        total = count_lines(inputs[0], progress)
-        _check_count(where, expected, total)
-        days = [total // KAGGLE_DAYS + (d < total % KAGGLE_DAYS) for d in range(KAGGLE_DAYS)]
-        train_end = sum(days[:-1])
-        val_end = _halve(train_end, days[-1])
-
-    # pass 1: validate everything, count good lines and the train split's ids
-    bad = BadLines(REASONS, cfg.on_bad_line)
-    counter = _DenseCounter(cfg.max_ind_range) if cfg.encoding == "modulo" else _Counter()
-    file_lines, rows, train_rows = [], 0, 0
-    offset = 0
-    digests = [Digest() for _ in inputs]
-    with tqdm(total=total if kaggle else None, unit="lines", desc=f"{name}: pass 1 (count)",
-              disable=not progress) as bar:
-        for i, path in enumerate(inputs):
-            n_file = 0
-            for first, buf in read_chunks(path, cfg.chunk_lines, digests[i]):
-                p = _parse_criteo(buf)
-                bad.add(path.name, first, p.codes)
-                train = (offset + first + p.lines < train_end) if kaggle else \
-                    np.full(p.lines.size, i < len(inputs) - 1)
-                sel = np.flatnonzero(train)
-                if sel.size:
-                    counter.add(_Encoder.count_keys(cfg, p, sel))
-                rows += p.lines.size
-                train_rows += sel.size
-                n_file += p.codes.size
-                bar.update(p.codes.size)
-            file_lines.append(n_file)
-            offset += n_file
-    if not kaggle:
-        total = offset
-        _check_count(where, expected, total)
-        train_end = sum(file_lines[:-1])
-        val_end = _halve(train_end, file_lines[-1])
-    elif offset != total:
-        raise ValueError(f"{where}: counted {total:,} lines, then read {offset:,} (file changed?)")
-    source = source_records(inputs, digests, provenance, expected_sha256)
-    bad.check(where, total, cfg.warn_bad_share, cfg.max_bad_share)
-    if rows == 0:
-        raise ValueError(f"{where}: no well-formed lines")
-    _require_splits(where, "lines", train_end, val_end - train_end, total - val_end)
-    enc = _Encoder(cfg, counter.per_table(), train_rows)
-    del counter
-
-    # pass 2: encode and write
-    bounds = np.array([train_end, val_end])
-    split_rows = np.zeros(2, dtype=np.int64)
     with DatasetWriter(out) as w:
-        dense = w.column("dense", np.float32, (rows, NUM_DENSE))
-        sparse = w.column("sparse", np.int32, (rows, NUM_TABLES))
-        labels = w.column("labels", np.float32, (rows,))
-        at, offset = 0, 0
-        with tqdm(total=total, unit="lines", desc=f"{name}: pass 2 (write)", disable=not progress) as bar:
+        # pass 1 over the text: validate every line, spill the good ones' fields, count ids
+        bad = BadLines(REASONS, cfg.on_bad_line)
+        counts = _new_counts(cfg)
+        # the columns are written as they are parsed; sparse holds the raw uint32 ids until pass 2
+        dense = NpyColumn(w.tmp / "dense.npy", np.float32, (NUM_DENSE,))
+        labels = NpyColumn(w.tmp / "labels.npy", np.float32, ())
+        sparse = NpyColumn(w.tmp / "sparse.npy", np.uint32, (NUM_TABLES,))
+        spill = Spill(w.tmp / "spill", {"missing": (np.uint8, ((NUM_TABLES + 7) // 8,))}) \
+            if counts.keeps_missing else None
+        bad_at = Spill(w.tmp / "bad", {"line": (np.int64, ())})   # raw line number of each bad line
+        file_lines, offset = [], 0
+        digests = [Digest() for _ in inputs]
+        with tqdm(total=sum(p.stat().st_size for p in inputs), unit="B", unit_scale=True,
+                  desc=f"{name}: pass 1 (parse)", disable=not progress) as bar:
             for i, path in enumerate(inputs):
-                reread = Digest()
-                for first, buf in read_chunks(path, cfg.chunk_lines, reread):
-                    p = _parse_criteo(buf)
-                    g = p.lines.size
-                    if at + g > rows:
-                        raise ValueError(f"{path}: more good lines than in pass 1 (file changed?)")
-                    dense[at:at + g] = np.log1p(np.maximum(p.ints, 0).astype(np.float64))
-                    sparse[at:at + g] = enc.encode(p)
-                    labels[at:at + g] = p.labels
-                    split_rows += ((offset + first + p.lines)[:, None] < bounds).sum(0)
-                    at += g
-                    bar.update(p.codes.size)
-                offset += file_lines[i]
-                if reread != digests[i]:
-                    raise ValueError(f"{path}: changed while being preprocessed (sha256 {digests[i].sha256} "
-                                     f"in pass 1, {reread.sha256} in pass 2)")
-        if at != rows:
-            raise ValueError(f"{where}: {at:,} good lines in pass 2, {rows:,} in pass 1 (file changed?)")
-        r1, r2 = (int(x) for x in split_rows)
+                n_file = 0
+                # Kaggle's train split is known only once the lines are counted: count every line's ids
+                # now and take the val/test lines' back below. Terabyte: all but the last file are train.
+                counted = kaggle or i < len(inputs) - 1
+                for first, buf in read_chunks(path, cfg.chunk_lines, digests[i], bar.update):
+                    p = _parse_criteo(buf, cfg.chunk_lines)
+                    bad.add(path.name, first, p.codes)
+                    if p.lines.size < p.codes.size:
+                        bad_at.append(line=offset + first + np.flatnonzero(p.codes))
+                    dense.append(np.log1p(np.maximum(p.ints, 0).astype(np.float64)))
+                    labels.append(p.labels)
+                    sparse.append(counts.record(p.hexv, p.missing, counted))
+                    if spill is not None:
+                        spill.append(missing=np.packbits(p.missing, axis=1, bitorder="little"))
+                    n_file += p.codes.size
+                file_lines.append(n_file)
+                offset += n_file
+        dense.finish()
+        labels.finish()
+        if spill is not None:
+            spill.close()
+        bad_at.close()
+        total, rows = offset, sparse.rows
+        _check_count(where, expected, total)
+        if kaggle:
+            days = [total // KAGGLE_DAYS + (d < total % KAGGLE_DAYS) for d in range(KAGGLE_DAYS)]
+            train_end = sum(days[:-1])
+            val_end = _halve(train_end, days[-1])
+        else:
+            train_end = sum(file_lines[:-1])
+            val_end = _halve(train_end, file_lines[-1])
+        source = source_records(inputs, digests, provenance, expected_sha256)
+        bad.check(where, total, cfg.warn_bad_share, cfg.max_bad_share)
+        if rows == 0:
+            raise ValueError(f"{where}: no well-formed lines")
+        _require_splits(where, "lines", train_end, val_end - train_end, total - val_end)
+        r1, r2 = (int(x) for x in np.array([train_end, val_end]) - _count_below(bad_at, [train_end, val_end],
+                                                                                  cfg.chunk_lines))
+        bad_at.remove()
+        if kaggle:   # take back the ids of the val/test lines
+            for a in range(r1, rows, cfg.chunk_lines):
+                b = min(a + cfg.chunk_lines, rows)
+                counts.take_back(sparse.read(a, b), _missing(spill, a, b))
+        enc = _Encoder(cfg, counts, r1)
+
+        # pass 2 over the spilled rows: encode the ids, write the columns
         _require_splits(where, "well-formed lines", r1, r2 - r1, rows - r2)
+        sparse.retype(np.int32)                # rewritten in place: spilled uint32 -> int32 ids
+        with tqdm(total=rows, unit="rows", desc=f"{name}: pass 2 (encode)", disable=not progress) as bar:
+            for a in range(0, rows, cfg.chunk_lines):
+                b = min(a + cfg.chunk_lines, rows)
+                spilled = sparse.read(a, b).view(np.uint32)
+                sparse.write_at(a, enc.encode(spilled, _missing(spill, a, b)))
+                bar.update(b - a)
+        sparse.finish()
+        if spill is not None:
+            spill.remove()
         meta = {
             "name": name,
             "kind": cfg.kind,
@@ -371,3 +491,18 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
         }
         return w.commit(cardinalities=enc.cardinalities,
                         splits={"train": (0, r1), "val": (r1, r2), "test": (r2, rows)}, meta=meta)
+
+
+def _missing(spill: Spill | None, start: int, stop: int) -> np.ndarray | None:
+    """The spilled missing-id marks of rows ``[start, stop)``, if kept."""
+    if spill is None:
+        return None
+    return np.unpackbits(spill.read("missing", start, stop), axis=1, count=NUM_TABLES, bitorder="little").view(bool)
+
+
+def _count_below(lines: Spill, bounds: Sequence[int], chunk: int) -> np.ndarray:
+    """How many of the (ascending) spilled line numbers lie below each of ``bounds``."""
+    below = np.zeros(len(bounds), dtype=np.int64)
+    for a in range(0, lines.rows, chunk):
+        below += np.searchsorted(lines.read("line", a, a + chunk), bounds)
+    return below

@@ -16,15 +16,16 @@ import logging
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
-from typing import IO, Any, Iterator, Mapping, Sequence
+from typing import IO, Any, Callable, Iterator, Mapping, Sequence
 
+import numpy as np
 from tqdm import tqdm
 
 log = logging.getLogger(__name__)
 
 READ_BUFFER = 1 << 20
+READ_BLOCK = 1 << 20     # bytes per read while cutting chunks of whole lines
 
 
 @dataclass
@@ -91,13 +92,42 @@ def open_input(path: Path, digest: Digest | None = None) -> Iterator[IO[bytes]]:
         buffered.close()
 
 
-def read_chunks(path: Path, chunk_lines: int, digest: Digest | None = None) -> Iterator[tuple[int, bytes]]:
-    """``(index of the chunk's first line, its lines joined)``; ``digest`` is filled when the file is done."""
+def _raw(stream: IO[bytes]) -> _HashingRaw:
+    """The counting raw file under a stream of ``open_input``."""
+    return getattr(stream, "fileobj", stream).raw    # GzipFile -> BufferedReader -> _HashingRaw
+
+
+def read_chunks(path: Path, chunk_lines: int, digest: Digest | None = None,
+                progress: Callable[[int], Any] | None = None) -> Iterator[tuple[int, bytes]]:
+    """``(index of the chunk's first line, its lines joined)``: ``chunk_lines`` whole lines (the last chunk
+    fewer; the file's last line may lack its newline). ``digest`` is filled when the file is done;
+    ``progress(n)`` is told the bytes of the file itself (compressed, for a ``.gz``) consumed per chunk."""
     with open_input(path, digest) as f:
-        first = 0
-        while lines := list(islice(f, chunk_lines)):
-            yield first, b"".join(lines)
-            first += len(lines)
+        raw = _raw(f)
+        first, told = 0, 0
+        pieces: list[bytes] = []
+        have = 0                                     # whole lines in pieces
+        while block := f.read(READ_BLOCK):
+            nl = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+            at, used = 0, 0                          # bytes and newlines of block already in chunks
+            while have + nl.size - used >= chunk_lines:
+                used += chunk_lines - have
+                cut = int(nl[used - 1]) + 1
+                pieces.append(block[at:cut])
+                at = cut
+                if progress is not None:
+                    progress(raw.count - told)
+                    told = raw.count
+                yield first, b"".join(pieces)
+                first += chunk_lines
+                pieces, have = [], 0
+            if at < len(block):
+                pieces.append(block[at:])
+            have += nl.size - used
+        if pieces:
+            if progress is not None:
+                progress(raw.count - told)
+            yield first, b"".join(pieces)
 
 
 def count_lines(path: Path, progress: bool = False, block: int = READ_BUFFER) -> int:
