@@ -1,7 +1,8 @@
 """Compiled kernels when numba is installed (the optional ``fast`` extra), the same code as plain Python otherwise.
 
 ``jit(fn)`` compiles ``fn`` with numba (``nogil``) or returns it unchanged;
-``KERNEL`` says which runs. A compiled kernel keeps its Python source as
+``KERNEL`` says which runs. Compiled code is cached beside the module
+(``__pycache__``), so only the first process after a change pays the compile. A compiled kernel keeps its Python source as
 ``kernel.py_func``, so tests can check the two agree on small inputs. The
 one-pass LRU curve (``trace.stackdist``) keeps its own switch: its test
 re-imports it with numba hidden.
@@ -23,7 +24,7 @@ F = TypeVar("F", bound=Callable)
 
 def jit(fn: F) -> F:
     """``fn`` compiled in nopython mode without the GIL when numba is installed, else ``fn`` itself."""
-    return numba.njit(nogil=True)(fn) if numba is not None else fn
+    return numba.njit(nogil=True, cache=True)(fn) if numba is not None else fn
 
 
 def python(fn: Callable) -> Callable:
