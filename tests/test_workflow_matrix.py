@@ -137,3 +137,17 @@ def test_shard_sims_are_weak_scaled_by_default_with_the_fixed_batch_beside():
 def test_the_schema_rejects_a_bad_per_rank_batch(section, value):
     with pytest.raises(Exception, match="batch_per_rank"):
         matrix(distributed={section: {"batch_per_rank": value}})
+
+
+def test_simulations_replay_their_own_step_counts_when_set():
+    """simulate.steps and distributed.shard_sim.steps replace the replayed steps only; null keeps the train sections'."""
+    m = matrix()
+    assert m.simulate_config("kaggle")["train"] == m.section("kaggle", "train")
+    assert m.shard_sim_config("kaggle")["train"]["steps"] == m.scale_out_train("kaggle")["steps"]
+    m = matrix(simulate={"steps": 5000}, distributed={"shard_sim": {"steps": 300}})
+    sim, shard = m.simulate_config("kaggle")["train"], m.shard_sim_config("kaggle")["train"]
+    assert sim == {**m.section("kaggle", "train"), "steps": 5000}
+    assert shard == {**m.scale_out_train("kaggle"), "steps": 300}
+    assert m.run_config(Run("kaggle", "lru", "1.5pct", 0))["train"]["steps"] == m.section("kaggle", "train")["steps"]
+    with pytest.raises(Exception, match="steps"):
+        matrix(simulate={"steps": 0})

@@ -42,6 +42,11 @@ def without_nulls(mapping: Mapping[str, Any]) -> dict[str, Any]:
     return {k: without_nulls(v) if isinstance(v, dict) else v for k, v in mapping.items() if v is not None}
 
 
+def _with_steps(train: Mapping[str, Any], steps: int | None) -> dict[str, Any]:
+    """A train section with ``steps`` replayed instead of its own (None: unchanged)."""
+    return dict(train) if steps is None else {**train, "steps": steps}
+
+
 class Run(NamedTuple):
     """One training job; world 1 is a one-process run."""
 
@@ -200,12 +205,15 @@ class Matrix:
         return self.config["seeds"][0]
 
     def simulate_config(self, dataset: str) -> dict[str, Any]:
-        """``hotcold simulate --run-config``: the dataset's train section fixes the simulated batches."""
-        return {"seed": self.first_seed(), "train": self.section(dataset, "train")}
+        """``hotcold simulate --run-config``: the dataset's train section fixes the simulated batches
+        (``simulate.steps`` of them, when set)."""
+        return {"seed": self.first_seed(),
+                "train": _with_steps(self.section(dataset, "train"), self.config["simulate"].get("steps"))}
 
     def shard_sim_config(self, dataset: str) -> dict[str, Any]:
         """``hotcold shard-sim --run-config``: the batches (and model) of the dataset's scale-out runs."""
-        return {"seed": self.first_seed(), "train": self.scale_out_train(dataset),
+        steps = self.config["distributed"]["shard_sim"].get("steps")
+        return {"seed": self.first_seed(), "train": _with_steps(self.scale_out_train(dataset), steps),
                 "model": self.section(dataset, "model")}
 
     def shard_sim_batch_per_rank(self) -> int | None:
