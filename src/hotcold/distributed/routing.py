@@ -17,28 +17,30 @@ import numpy as np
 from hotcold.jit import KERNEL, jit
 
 
+def pair_table(world: int, ranks_per_node: int) -> np.ndarray:
+    """int64 [P, P + G + 1]: for requester r and route code c, the flat pair index ``r * P + q`` of the rank q
+    that serves it (``Plan.route_codes``): the kernel's branch-free decoding, the same for every plan of a scale."""
+    p, g = world, ranks_per_node
+    r = np.arange(p, dtype=np.int64)[:, None]
+    c = np.arange(p + g + 1, dtype=np.int64)[None, :]
+    q = np.where(c < p, c, np.where(c < p + g, r // g * g + c - p, r))
+    return r * p + q
+
+
 @jit
-def _route_counts_kernel(ids: np.ndarray, per_rank: int, codes: np.ndarray, world: int, ranks_per_node: int,
+def _route_counts_kernel(ids: np.ndarray, per_rank: int, codes: np.ndarray, table: np.ndarray,
                          counts: np.ndarray) -> None:
-    """counts [M, P * P] += lookups of ``ids`` [B * K] per (requester, server) under each plan's ``codes`` [N, M]."""
+    """counts [M, P * P] += lookups of ``ids`` [B * K] per (requester, server) under each plan's ``codes`` [N, M]
+    (``table``: ``pair_table``)."""
     m = codes.shape[1]
-    g = ranks_per_node
-    for r in range(world):
-        node_base = (r // g) * g
-        base = r * world
+    for r in range(table.shape[0]):
+        pairs = table[r]
         for i in range(r * per_rank, (r + 1) * per_rank):
             row = ids[i]
             if row < 0:
                 continue
             for j in range(m):
-                c = np.int64(codes[row, j])
-                if c < world:             # sharded: its one owner
-                    q = c
-                elif c < world + g:       # one copy per node: the requester's node
-                    q = node_base + c - world
-                else:                     # on every rank: the requester itself
-                    q = r
-                counts[j, base + q] += 1
+                counts[j, pairs[codes[row, j]]] += 1
 
 
 def _route_counts_numpy(ids: np.ndarray, per_rank: int, codes: np.ndarray, world: int, ranks_per_node: int,
@@ -67,7 +69,7 @@ def route_counts(batch: np.ndarray, codes: np.ndarray, world: int, ranks_per_nod
     per_rank = ids.size // world
     flat = counts.reshape(m, world * world)  # a view: the kernel adds in place
     if KERNEL == "numba":
-        _route_counts_kernel(ids, per_rank, codes, world, ranks_per_node, flat)
+        _route_counts_kernel(ids, per_rank, codes, pair_table(world, ranks_per_node), flat)
     else:
         _route_counts_numpy(ids, per_rank, codes, world, ranks_per_node, flat)
     return counts
@@ -107,4 +109,4 @@ class DistinctCounter:
         return int(_distinct_kernel(ids, self.seen))
 
 
-__all__ = ["DistinctCounter", "lookups_per_rank", "route_counts"]
+__all__ = ["DistinctCounter", "lookups_per_rank", "pair_table", "route_counts"]

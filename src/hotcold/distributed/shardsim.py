@@ -314,8 +314,8 @@ class ScaleSweep:
                 counts[i] += per_rank[:, None]
             column[i] += t.column_per_rank(distinct)
 
-    def run(self, batches: Iterable[np.ndarray]) -> None:
-        """Book every batch of ``batches`` in every plan (counts summed over the run, no per-step values)."""
+    def route_all(self, batches: Iterable[np.ndarray]) -> tuple[np.ndarray, np.ndarray, int]:
+        """Route every batch of ``batches``: (counts [M, P, P] summed over them, column sends [M], batches)."""
         p, m = self.topology.world, len(self.traffic)
         counts = np.zeros((m, p, p), dtype=np.int64)
         column = np.zeros(m, dtype=np.int64)
@@ -324,9 +324,57 @@ class ScaleSweep:
             if m:
                 self.add_batch(batch, counts, column)
             steps += 1
+        return counts, column, steps
+
+    def run(self, batches: Iterable[np.ndarray]) -> None:
+        """Book every batch of ``batches`` in every plan (counts summed over the run, no per-step values),
+        then let the stacked codes go."""
+        counts, column, steps = self.route_all(batches)
         for i, t in enumerate(self.traffic):
             t.add_steps(counts[i], steps, int(column[i]))
         self.codes = None
+        self._distinct = None
+
+
+def plan_scale(ds: Dataset, topo: Topology, plans: list[str], headrooms: list[float], counts: np.ndarray,
+               batch: int, dim: int, state: int, dense: int, steps: int,
+               options: dict[str, Any]) -> tuple[ScaleSweep, list[_Entry]]:
+    """Every plan x headroom of one scale (``counts``: the training split's row counts, ``batch``: the global
+    batch), in a ``ScaleSweep`` ready for the batches, and one entry per output row (headroom-major)."""
+    start, stop = ds.split("train")
+    sweep = ScaleSweep(topo, int(sum(ds.cardinalities)))
+    entries = []
+    for headroom in headrooms:
+        for name in plans:
+            inputs = PlanInputs.for_training(ds.cardinalities, counts, topo, dim, state, headroom, options,
+                                             batch / max(1, stop - start))
+            key = {"dataset": ds.name, "plan": name, "world": topo.world, "ranks_per_node": topo.ranks_per_node,
+                   "nodes": topo.nodes, "memory_headroom": headroom, "steps": steps, "batch_size": batch,
+                   "batch_per_rank": batch // topo.world}
+            try:
+                plan = build_plan(name, inputs)
+            except InfeasibleError as e:
+                entries.append(_Entry(key, reason=str(e)))
+                continue
+            memory = {"memory_bytes_per_rank_max": int(plan.bytes_held(dim, state).max()),
+                      "memory_budget_bytes": inputs.budget_bytes()}
+            entries.append(_Entry(key, sweep.add(plan, dim, state, dense), memory))
+            del plan
+    return sweep, entries
+
+
+def scale_rows(sweep: ScaleSweep, entries: list[_Entry], steps: int) -> list[dict[str, Any]]:
+    """The output rows of a scale whose batches ``sweep`` has run."""
+    rows = []
+    for e in entries:
+        if e.traffic < 0:
+            rows.append({**e.key, "status": "infeasible", "reason": e.reason})
+            continue
+        traffic = sweep.traffic[e.traffic]
+        served = traffic.served()
+        rows.append({**e.key, "status": "ok", **_per_step(traffic.ledger(), steps), **(e.memory or {}),
+                     "load_imbalance": float(served.max() / served.mean()) if served.sum() else float("nan")})
+    return rows
 
 
 def shard_sim(ds: Dataset, cfg: RunConfig, plans: list[str], scales: list[Scale], headrooms: list[float],
@@ -357,34 +405,11 @@ def shard_sim(ds: Dataset, cfg: RunConfig, plans: list[str], scales: list[Scale]
         if batch > stop - start:
             raise ValueError(f"{ds.path}: a global batch of {batch} samples at {scale} is more than the "
                              f"{stop - start} training samples")
-        sweep = ScaleSweep(topo, int(sum(ds.cardinalities)))
-        entries = []
-        for headroom in headrooms:
-            for name in plans:
-                inputs = PlanInputs.for_training(ds.cardinalities, counts, topo, dim, state, headroom, options or {},
-                                                 batch / max(1, stop - start))
-                key = {"dataset": ds.name, "plan": name, "world": topo.world, "ranks_per_node": topo.ranks_per_node,
-                       "nodes": topo.nodes, "memory_headroom": headroom, "steps": t.steps, "batch_size": batch,
-                       "batch_per_rank": batch // topo.world}
-                try:
-                    plan = build_plan(name, inputs)
-                except InfeasibleError as e:
-                    entries.append(_Entry(key, reason=str(e)))
-                    continue
-                memory = {"memory_bytes_per_rank_max": int(plan.bytes_held(dim, state).max()),
-                          "memory_budget_bytes": inputs.budget_bytes()}
-                entries.append(_Entry(key, sweep.add(plan, dim, state, dense), memory))
-                del plan
+        sweep, entries = plan_scale(ds, topo, plans, headrooms, counts, batch, dim, state, dense, t.steps,
+                                    options or {})
         sweep.run(tqdm(global_batches(ds, cfg, batch), total=t.steps, unit="batch", disable=not progress,
                        desc=f"shard-sim {topo.label()}: {len(sweep.traffic)} distinct plan(s)"))
-        for e in entries:
-            if e.traffic < 0:
-                rows.append({**e.key, "status": "infeasible", "reason": e.reason})
-                continue
-            traffic = sweep.traffic[e.traffic]
-            served = traffic.served()
-            rows.append({**e.key, "status": "ok", **_per_step(traffic.ledger(), t.steps), **(e.memory or {}),
-                         "load_imbalance": float(served.max() / served.mean()) if served.sum() else float("nan")})
+        rows += scale_rows(sweep, entries, t.steps)
     return rows
 
 
