@@ -16,6 +16,7 @@ import pytest
 
 from hotcold.cli import main
 from hotcold.config import InfeasibleError, RunConfig
+from hotcold.data.format import to_global
 from hotcold.data.skew import row_counts
 from hotcold.distributed.plan_types import ALL, NODE, SHARDED, Plan, PlanInputs
 from hotcold.distributed.plans import PLANS, build_plan
@@ -70,10 +71,20 @@ def plans_of(topo: Topology, seed: int) -> list[Plan]:
     return out + [random_plan(topo, rng), random_plan(topo, rng)]
 
 
-def random_batch(topo: Topology, rng: np.random.Generator, per_rank: int = 3, k: int = 5) -> np.ndarray:
-    batch = rng.integers(0, sum(SIZES), (per_rank * topo.world, k))
-    batch[rng.random(batch.shape) < 0.2] = -1
-    return batch
+COLUMN_TABLES = [0, 1, 2, 3, 2]  # a batch's K columns and their tables (one table twice, as histories do)
+OFFSETS = np.concatenate([[0], np.cumsum(SIZES)])[COLUMN_TABLES]
+
+
+def random_ids(topo: Topology, rng: np.random.Generator, per_rank: int = 3) -> np.ndarray:
+    """Table ids [B, K] of the ``COLUMN_TABLES`` columns, -1 at padding."""
+    ids = np.stack([rng.integers(0, SIZES[t], per_rank * topo.world) for t in COLUMN_TABLES], axis=1)
+    ids[rng.random(ids.shape) < 0.2] = -1
+    return ids
+
+
+def random_batch(topo: Topology, rng: np.random.Generator, per_rank: int = 3) -> np.ndarray:
+    """Global rows [B, K], -1 at padding."""
+    return to_global(random_ids(topo, rng, per_rank), OFFSETS)
 
 
 def loop_counts(plan: Plan, batch: np.ndarray) -> np.ndarray:
@@ -107,25 +118,27 @@ def test_batch_routing_equals_a_per_lookup_loop(topo):
     codes = np.stack([p.route_codes() for p in row_plans], axis=1)
     table = pair_table(topo.world, topo.ranks_per_node)
     for _ in range(3):
-        batch = random_batch(topo, rng)
+        local = random_ids(topo, rng)
+        batch = to_global(local, OFFSETS)
         want = {id(p): loop_counts(p, batch) for p in plans}
         for p in plans:
             assert np.array_equal(route(p, batch)[0], want[id(p)]), p.name  # Plan.serving_rank over the batch
         all_at_once = route_counts(batch, codes, topo.world, topo.ranks_per_node)
-        ids, per = batch.reshape(-1), batch.size // topo.world
+        from_ids = route_counts(local.astype(np.int32), codes, topo.world, topo.ranks_per_node, offsets=OFFSETS)
+        per = batch.shape[0] // topo.world
         plain = np.zeros((len(row_plans), topo.world ** 2), dtype=np.int64)
-        python(_route_counts_kernel)(ids, per, codes, table, plain)  # the kernel's body, uncompiled
+        python(_route_counts_kernel)(local, OFFSETS, per, codes, table, plain)  # the kernel's body, uncompiled
         by_numpy = np.zeros_like(plain)
-        _route_counts_numpy(ids, per, codes, topo.world, topo.ranks_per_node, by_numpy)
+        _route_counts_numpy(local, OFFSETS, per, codes, topo.world, topo.ranks_per_node, by_numpy)
         for j, p in enumerate(row_plans):
-            for got in (all_at_once[j], plain[j].reshape(topo.world, topo.world),
+            for got in (all_at_once[j], from_ids[j], plain[j].reshape(topo.world, topo.world),
                         by_numpy[j].reshape(topo.world, topo.world)):
                 assert np.array_equal(got, want[id(p)]), p.name
-            rows = ids[ids >= 0]
-            served = p.serving_rank(np.flatnonzero(ids >= 0) // per, rows)
+            ids = batch.reshape(-1)
+            rows, requester = ids[ids >= 0], np.flatnonzero(ids >= 0) // (per * batch.shape[1])
+            served = p.serving_rank(requester, rows)
             for r in range(topo.world):  # the array form is the store's one-requester form, requester by requester
-                mine = np.flatnonzero(ids >= 0) // per == r
-                assert np.array_equal(served[mine], p.serving_rank(r, rows[mine]))
+                assert np.array_equal(served[requester == r], p.serving_rank(r, rows[requester == r]))
 
 
 def test_route_codes_fit_their_type_at_large_worlds():
@@ -152,11 +165,12 @@ def test_distinct_rows_of_a_batch():
     rng = np.random.default_rng(1)
     counter = DistinctCounter(sum(SIZES))
     for _ in range(4):
-        batch = random_batch(Topology(4, 2), rng)
+        local = random_ids(Topology(4, 2), rng)
+        batch = to_global(local, OFFSETS)
         want = np.unique(batch[batch >= 0]).size
-        assert counter(batch) == want
+        assert counter(batch) == counter(local, OFFSETS) == want
         seen = np.zeros(sum(SIZES), dtype=np.uint8)
-        assert python(_distinct_kernel)(batch.reshape(-1), seen) == want and not seen.any()
+        assert python(_distinct_kernel)(local, OFFSETS, seen) == want and not seen.any()
 
 
 @pytest.mark.parametrize("topo", [Topology(1, 1), Topology(2, 2), Topology(8, 4)], ids=lambda t: t.label())

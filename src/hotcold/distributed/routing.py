@@ -28,27 +28,30 @@ def pair_table(world: int, ranks_per_node: int) -> np.ndarray:
 
 
 @jit
-def _route_counts_kernel(ids: np.ndarray, per_rank: int, codes: np.ndarray, table: np.ndarray,
-                         counts: np.ndarray) -> None:
-    """counts [M, P * P] += lookups of ``ids`` [B * K] per (requester, server) under each plan's ``codes`` [N, M]
-    (``table``: ``pair_table``)."""
+def _route_counts_kernel(ids: np.ndarray, offsets: np.ndarray, per_rank: int, codes: np.ndarray,
+                         table: np.ndarray, counts: np.ndarray) -> None:
+    """counts [M, P * P] += lookups of ``ids`` [B, K] (global row ``ids + offsets[k]``, skipped below 0) per
+    (requester, server) under each plan's ``codes`` [N, M] (``table``: ``pair_table``)."""
     m = codes.shape[1]
+    k_cols = ids.shape[1]
     for r in range(table.shape[0]):
         pairs = table[r]
-        for i in range(r * per_rank, (r + 1) * per_rank):
-            row = ids[i]
-            if row < 0:
-                continue
-            for j in range(m):
-                counts[j, pairs[codes[row, j]]] += 1
+        for s in range(r * per_rank, (r + 1) * per_rank):
+            for k in range(k_cols):
+                local = ids[s, k]
+                if local < 0:
+                    continue
+                row = local + offsets[k]
+                for j in range(m):
+                    counts[j, pairs[codes[row, j]]] += 1
 
 
-def _route_counts_numpy(ids: np.ndarray, per_rank: int, codes: np.ndarray, world: int, ranks_per_node: int,
-                        counts: np.ndarray) -> None:
+def _route_counts_numpy(ids: np.ndarray, offsets: np.ndarray, per_rank: int, codes: np.ndarray, world: int,
+                        ranks_per_node: int, counts: np.ndarray) -> None:
     """The kernel's counts with numpy, one plan at a time."""
-    keep = np.flatnonzero(ids >= 0)
-    rows = ids[keep]
-    requester = keep // per_rank
+    keep = np.flatnonzero(ids.reshape(-1) >= 0)
+    rows = (ids + offsets).reshape(-1)[keep]
+    requester = keep // (per_rank * ids.shape[1])
     node_base = requester // ranks_per_node * ranks_per_node
     for j in range(codes.shape[1]):
         c = codes[rows, j].astype(np.int64)
@@ -57,21 +60,26 @@ def _route_counts_numpy(ids: np.ndarray, per_rank: int, codes: np.ndarray, world
 
 
 def route_counts(batch: np.ndarray, codes: np.ndarray, world: int, ranks_per_node: int,
-                 counts: np.ndarray | None = None) -> np.ndarray:
+                 counts: np.ndarray | None = None, offsets: np.ndarray | None = None) -> np.ndarray:
     """int64 [M, P, P]: lookups of global batch ``batch`` [B, K] that requester r sends rank q under each of the M
-    plans whose ``route_codes`` are the columns of ``codes`` [N, M] (added to ``counts`` when given)."""
-    if batch.shape[0] % world:
+    plans whose ``route_codes`` are the columns of ``codes`` [N, M] (added to ``counts`` when given).
+
+    ``offsets`` [K]: ``batch`` holds each column's table ids, global rows ``ids + offsets`` (``Dataset.batch_ids``
+    and ``column_offsets``: no global copy of the batch is made); None: ``batch`` holds global rows.
+    """
+    if batch.ndim != 2 or batch.shape[0] % world:
         raise ValueError(f"a batch of {batch.shape[0]} samples does not split over {world} ranks")
     m = codes.shape[1]
     if counts is None:
         counts = np.zeros((m, world, world), dtype=np.int64)
-    ids = np.ascontiguousarray(batch, dtype=np.int64).reshape(-1)
-    per_rank = ids.size // world
+    ids = np.ascontiguousarray(batch)
+    offsets = np.zeros(ids.shape[1], dtype=np.int64) if offsets is None else np.asarray(offsets, dtype=np.int64)
+    per_rank = ids.shape[0] // world
     flat = counts.reshape(m, world * world)  # a view: the kernel adds in place
     if KERNEL == "numba":
-        _route_counts_kernel(ids, per_rank, codes, pair_table(world, ranks_per_node), flat)
+        _route_counts_kernel(ids, offsets, per_rank, codes, pair_table(world, ranks_per_node), flat)
     else:
-        _route_counts_numpy(ids, per_rank, codes, world, ranks_per_node, flat)
+        _route_counts_numpy(ids, offsets, per_rank, codes, world, ranks_per_node, flat)
     return counts
 
 
@@ -81,18 +89,21 @@ def lookups_per_rank(batch: np.ndarray, world: int) -> np.ndarray:
 
 
 @jit
-def _distinct_kernel(ids: np.ndarray, seen: np.ndarray) -> int:
-    """Distinct non-negative values of ``ids``; ``seen`` [N] is all zero before and after."""
+def _distinct_kernel(ids: np.ndarray, offsets: np.ndarray, seen: np.ndarray) -> int:
+    """Distinct global rows of ``ids`` [B, K] (``ids + offsets[k]``, skipped below 0); ``seen`` [N] is all zero
+    before and after."""
     n = 0
-    for i in range(ids.size):
-        row = ids[i]
-        if row >= 0 and seen[row] == 0:
-            seen[row] = 1
-            n += 1
-    for i in range(ids.size):  # leave ``seen`` clean for the next batch
-        row = ids[i]
-        if row >= 0:
-            seen[row] = 0
+    for s in range(ids.shape[0]):
+        for k in range(ids.shape[1]):
+            if ids[s, k] >= 0:
+                row = ids[s, k] + offsets[k]
+                if seen[row] == 0:
+                    seen[row] = 1
+                    n += 1
+    for s in range(ids.shape[0]):  # leave ``seen`` clean for the next batch
+        for k in range(ids.shape[1]):
+            if ids[s, k] >= 0:
+                seen[ids[s, k] + offsets[k]] = 0
     return n
 
 
@@ -102,11 +113,13 @@ class DistinctCounter:
     def __init__(self, num_rows: int) -> None:
         self.seen = np.zeros(num_rows, dtype=np.uint8) if KERNEL == "numba" else None
 
-    def __call__(self, batch: np.ndarray) -> int:
-        ids = np.ascontiguousarray(batch, dtype=np.int64).reshape(-1)
+    def __call__(self, batch: np.ndarray, offsets: np.ndarray | None = None) -> int:
+        """Distinct rows of ``batch`` [B, K] (global rows, or table ids with ``offsets`` as ``route_counts``)."""
+        ids = np.ascontiguousarray(batch)
+        offsets = np.zeros(ids.shape[1], dtype=np.int64) if offsets is None else np.asarray(offsets, dtype=np.int64)
         if self.seen is None:
-            return int(np.unique(ids[ids >= 0]).size)
-        return int(_distinct_kernel(ids, self.seen))
+            return int(np.unique((ids + offsets)[ids >= 0]).size)
+        return int(_distinct_kernel(ids, offsets, self.seen))
 
 
 __all__ = ["DistinctCounter", "lookups_per_rank", "pair_table", "route_counts"]

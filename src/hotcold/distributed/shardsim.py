@@ -85,6 +85,15 @@ def global_batches(ds: Dataset, cfg: RunConfig, batch_size: int | None = None) -
         yield ds.global_ids(rows + start)
 
 
+def table_batches(ds: Dataset, cfg: RunConfig, batch_size: int | None = None) -> Iterator[np.ndarray]:
+    """``global_batches``' batches as table ids [B, K] (global rows: ``+ ds.column_offsets``, -1 at padding),
+    without a global copy; the stored integer type where the dataset has no histories."""
+    start, stop = ds.split("train")
+    t = cfg.train
+    for rows in batch_rows(stop - start, batch_size or t.batch_size, t.steps, cfg.seed, t.shuffle):
+        yield ds.batch_ids(rows + start) if ds.sequence else np.asarray(ds.sparse[rows + start])
+
+
 def route(plan: Plan, batch: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     """Global batch [B, K] -> counts[r, q] (lookups rank r sends rank q) and each rank's looked-up rows.
 
@@ -295,18 +304,21 @@ class ScaleSweep:
         if any(t.needs_distinct for t in self.traffic):
             self._distinct = DistinctCounter(self.num_rows)
 
-    def add_batch(self, batch: np.ndarray, counts: np.ndarray, column: np.ndarray) -> None:
-        """Route one global batch [B, K] through every plan; add to ``counts`` [M, P, P] and ``column`` [M]."""
+    def add_batch(self, batch: np.ndarray, counts: np.ndarray, column: np.ndarray,
+                  offsets: np.ndarray | None = None) -> None:
+        """Route one global batch [B, K] through every plan; add to ``counts`` [M, P, P] and ``column`` [M].
+
+        ``offsets``: ``batch`` holds table ids, global rows ``ids + offsets`` (``routing.route_counts``)."""
         topo = self.topology
         if self.codes is None:
             self.freeze()
         assert self.codes is not None
         if self._row_plans:
             sub = np.zeros((len(self._row_plans), topo.world, topo.world), dtype=np.int64)
-            route_counts(batch, self.codes, topo.world, topo.ranks_per_node, sub)
+            route_counts(batch, self.codes, topo.world, topo.ranks_per_node, sub, offsets)
             counts[self._row_plans] += sub
         per_rank = None
-        distinct = self._distinct(batch) if self._distinct is not None else None
+        distinct = self._distinct(batch, offsets) if self._distinct is not None else None
         for i, t in enumerate(self.traffic):
             if t.columns > 1:
                 if per_rank is None:
@@ -314,7 +326,8 @@ class ScaleSweep:
                 counts[i] += per_rank[:, None]
             column[i] += t.column_per_rank(distinct)
 
-    def route_all(self, batches: Iterable[np.ndarray]) -> tuple[np.ndarray, np.ndarray, int]:
+    def route_all(self, batches: Iterable[np.ndarray],
+                  offsets: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
         """Route every batch of ``batches``: (counts [M, P, P] summed over them, column sends [M], batches)."""
         p, m = self.topology.world, len(self.traffic)
         counts = np.zeros((m, p, p), dtype=np.int64)
@@ -322,14 +335,14 @@ class ScaleSweep:
         steps = 0
         for batch in batches:
             if m:
-                self.add_batch(batch, counts, column)
+                self.add_batch(batch, counts, column, offsets)
             steps += 1
         return counts, column, steps
 
-    def run(self, batches: Iterable[np.ndarray]) -> None:
+    def run(self, batches: Iterable[np.ndarray], offsets: np.ndarray | None = None) -> None:
         """Book every batch of ``batches`` in every plan (counts summed over the run, no per-step values),
-        then let the stacked codes go."""
-        counts, column, steps = self.route_all(batches)
+        then let the stacked codes go. ``offsets``: as ``add_batch``'s."""
+        counts, column, steps = self.route_all(batches, offsets)
         for i, t in enumerate(self.traffic):
             t.add_steps(counts[i], steps, int(column[i]))
         self.codes = None
@@ -407,8 +420,8 @@ def shard_sim(ds: Dataset, cfg: RunConfig, plans: list[str], scales: list[Scale]
                              f"{stop - start} training samples")
         sweep, entries = plan_scale(ds, topo, plans, headrooms, counts, batch, dim, state, dense, t.steps,
                                     options or {})
-        sweep.run(tqdm(global_batches(ds, cfg, batch), total=t.steps, unit="batch", disable=not progress,
-                       desc=f"shard-sim {topo.label()}: {len(sweep.traffic)} distinct plan(s)"))
+        sweep.run(tqdm(table_batches(ds, cfg, batch), total=t.steps, unit="batch", disable=not progress,
+                       desc=f"shard-sim {topo.label()}: {len(sweep.traffic)} distinct plan(s)"), ds.column_offsets)
         rows += scale_rows(sweep, entries, t.steps)
     return rows
 
@@ -425,4 +438,5 @@ def _per_step(ledger: Ledger, steps: int) -> dict[str, float]:
 
 
 __all__ = ["DEFAULT_HEADROOM", "PlanTraffic", "Scale", "ScaleSweep", "global_batches", "route", "shard_sim",
+           "table_batches",
            "simulate_plan", "step_matrices"]
