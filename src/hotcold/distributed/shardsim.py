@@ -17,6 +17,7 @@ every plan x headroom in one pass over its lookups.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
@@ -91,7 +92,7 @@ def table_batches(ds: Dataset, cfg: RunConfig, batch_size: int | None = None) ->
     start, stop = ds.split("train")
     t = cfg.train
     for rows in batch_rows(stop - start, batch_size or t.batch_size, t.steps, cfg.seed, t.shuffle):
-        yield ds.batch_ids(rows + start) if ds.sequence else np.asarray(ds.sparse[rows + start])
+        yield ds.batch_ids(rows + start) if ds.sequence else np.take(ds.sparse, rows + start, axis=0)
 
 
 def route(plan: Plan, batch: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -303,6 +304,23 @@ class ScaleSweep:
         assert p + g <= np.iinfo(dtype).max
         if any(t.needs_distinct for t in self.traffic):
             self._distinct = DistinctCounter(self.num_rows)
+
+    def only(self, index: int) -> "ScaleSweep":
+        """A sweep of this sweep's plan ``index`` alone (its codes copied, its booking fresh): one plan's cost."""
+        if self.codes is None:
+            self.freeze()
+        assert self.codes is not None
+        one = ScaleSweep(self.topology, self.num_rows)
+        traffic = copy.copy(self.traffic[index])
+        traffic.counts, traffic.steps, traffic.column_send = np.zeros_like(traffic.counts), 0, 0
+        traffic.step_bytes = None
+        one.traffic, one._codes = [traffic], [None]
+        column = self._row_plans.index(index) if index in self._row_plans else None
+        one._row_plans = [0] if column is not None else []
+        one.codes = np.ascontiguousarray(self.codes[:, column:column + 1] if column is not None
+                                         else self.codes[:, :0])
+        one._distinct = DistinctCounter(self.num_rows) if traffic.needs_distinct else None
+        return one
 
     def add_batch(self, batch: np.ndarray, counts: np.ndarray, column: np.ndarray,
                   offsets: np.ndarray | None = None) -> None:
