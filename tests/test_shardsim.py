@@ -211,10 +211,11 @@ def sim_cfg(steps: int = 6, batch_size: int = 64) -> RunConfig:
                                 "model": {"embedding_dim": DIM, "bottom_mlp": [16, DIM]}})
 
 
-def test_shard_sim_weak_scaling_rows(small_dataset):
+@pytest.mark.parametrize("data", ["small_dataset", "sequence_dataset"])
+def test_shard_sim_weak_scaling_rows(request, data):
     """batch_per_rank: each scale's global batch is batch_per_rank x world; the rows equal simulate_plan's
     totals over those batches with the same plan, and say the batch they used."""
-    ds, cfg = small_dataset, sim_cfg()
+    ds, cfg = request.getfixturevalue(data), sim_cfg()
     scales = [Scale(1, 2), Scale(2, 2)]
     rows = shard_sim(ds, cfg, ["row", "flexshard", "column"], scales, [2.0, 3.0], batch_per_rank=8)
     assert len(rows) == 2 * 2 * 3 and all(r["status"] == "ok" for r in rows), [r.get("reason") for r in rows]
@@ -261,3 +262,13 @@ def test_bench_shard_sim_verb(small_dataset, tmp_path, capsys):
     assert result["reference"] and all(r["same_totals"] for r in result["reference"])
     assert main(["bench", "shard-sim", "--scale", "2x2"]) == 2  # no dataset
     assert main(["bench", "shard-sim", "--dataset", str(small_dataset.path), "--batches", "0"]) == 2
+
+
+def test_same_rows_without_numba(small_dataset, monkeypatch):
+    """Without numba (the numpy routing, np.unique for distinct rows) shard-sim gives the same rows."""
+    from hotcold.distributed import routing
+
+    args = (small_dataset, sim_cfg(), ["row", "flexshard", "column"], [Scale(2, 2)], [2.0])
+    compiled = shard_sim(*args, batch_per_rank=8)
+    monkeypatch.setattr(routing, "KERNEL", "python")
+    assert shard_sim(*args, batch_per_rank=8) == compiled

@@ -11,7 +11,7 @@ Every collective's bytes are linear in one [P, P] matrix per step, the
 lookups requester r sends server q (``routing.route_counts``), plus terms
 fixed by the plan (replica and dense all-reduces) and the batch's distinct
 rows (the column-wise plan's all-reduce). So a plan's whole run is that
-matrix summed over steps (``PlanTraffic``): memory does not grow with the
+matrix summed over steps (``sweep.PlanTraffic``): memory does not grow with the
 number of batches, and each batch is read once per scale and routed through
 every plan x headroom in one pass over its lookups.
 """
