@@ -153,6 +153,13 @@ def test_route_codes_fit_their_type_at_large_worlds():
         assert np.array_equal(counts, loop_counts(Plan("p", topo, [4], tier, slot), batch))
 
 
+def test_route_codes_refuse_a_plan_outside_the_world():
+    topo = Topology(4, 2)
+    for tier, slot in [([SHARDED], [4]), ([SHARDED], [-1]), ([NODE], [2]), ([3], [0])]:
+        with pytest.raises(ValueError, match="plan bad: a"):
+            Plan("bad", topo, [1], np.array(tier, dtype=np.int8), np.array(slot, dtype=np.int32)).route_codes()
+
+
 def test_bytes_held_counts_every_owned_row():
     for topo in TOPOLOGIES:
         for p in plans_of(topo, seed=3):

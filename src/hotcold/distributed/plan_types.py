@@ -76,6 +76,11 @@ class Plan:
         dtype = route_code_dtype(p, g)
         codes = np.full(self.num_rows, p + g, dtype=dtype)
         sharded, node = self.tier == SHARDED, self.tier == NODE
+        for mask, top, what in ((sharded, p, "a sharded row's owner"), (node, g, "a node row's slot")):
+            if mask.any() and not (0 <= self.slot[mask].min() and self.slot[mask].max() < top):
+                raise ValueError(f"plan {self.name}: {what} is outside 0..{top - 1}")
+        if not np.isin(self.tier, (SHARDED, NODE, ALL)).all():
+            raise ValueError(f"plan {self.name}: a row's tier is none of {sorted(TIER_NAMES)}")
         codes[sharded] = self.slot[sharded]
         codes[node] = self.slot[node] + p
         return codes
