@@ -136,4 +136,4 @@ rule shard_sim:
     shell:
         "{params.cli} shard-sim --dataset {params.dataset:q} --run-config {params.run_config:q}"
         " --out {output.csv:q} --plans {params.plans} --scales {params.scales} --headrooms {params.headrooms}"
-        " --batch-per-rank {params.batch_per_rank} {params.fixed_batch} > {log:q} 2>&1"
+        " --batch-per-rank {params.batch_per_rank} {params.fixed_batch} --no-progress > {log:q} 2>&1"

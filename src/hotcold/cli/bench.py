@@ -35,8 +35,9 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
 
 def add_bench(sub: argparse._SubParsersAction) -> None:
     be = sub.add_parser("bench", help="benchmarks: `bench embedding` times the core embedding step against "
-                                      "FBGEMM's TBE and measures gather bandwidth")
-    be.add_argument("what", choices=["embedding"])
+                                      "FBGEMM's TBE and measures gather bandwidth; `bench shard-sim --dataset D` "
+                                      "prints shard-sim's lookups/s and peak memory")
+    be.add_argument("what", choices=["embedding", "shard-sim"])
     be.add_argument("--threads", type=int, default=1, help="torch threads")
     be.add_argument("--batch", type=int, default=2048, help="samples per batch")
     be.add_argument("--dim", type=int, default=16, help="embedding dimension")
@@ -50,10 +51,22 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     be.add_argument("--no-compile", action="store_true",
                     help="run the harness's backward + update (sparse_step) plainly, not compiled")
     be.add_argument("--out", help="write the result as JSON (.json) or CSV (.csv)")
+    ss = be.add_argument_group("shard-sim")
+    ss.add_argument("--dataset", help="shard-sim: dataset directory")
+    ss.add_argument("--scale", default="16x8", help="shard-sim: NODESxRANKS_PER_NODE")
+    ss.add_argument("--plans", nargs="+", default=["row", "recshard", "flexshard"], help="shard-sim: plans")
+    ss.add_argument("--headrooms", type=float, nargs="+", default=[1.25], help="shard-sim: memory headrooms")
+    ss.add_argument("--batch-per-rank", type=int, default=512, help="shard-sim: samples per rank per batch")
+    ss.add_argument("--batches", type=int, default=20, help="shard-sim: batches streamed")
+    ss.add_argument("--reference-batches", type=int, default=2,
+                    help="shard-sim: batches of the plain per-step path, for comparison (0: skip)")
+    ss.add_argument("--stream-repeats", type=int, default=3, help="shard-sim: timed passes of each stream (median)")
     be.set_defaults(func=cmd_bench)
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
+    if args.what == "shard-sim":
+        return cmd_bench_shard_sim(args)
     from hotcold.bench import BenchConfig, render, run, write
 
     result = run(BenchConfig(threads=args.threads, batch=args.batch, dim=args.dim, cap=args.cap, zipf=args.zipf,
@@ -62,4 +75,24 @@ def cmd_bench(args: argparse.Namespace) -> None:
     print(render(result))
     if args.out:
         write(result, Path(args.out))
+        print(f"wrote {args.out}")
+
+
+def cmd_bench_shard_sim(args: argparse.Namespace) -> None:
+    import json
+
+    from hotcold.config import ConfigError
+    from hotcold.data.format import Dataset
+    from hotcold.distributed.shardsim_bench import ShardSimBenchConfig, render, run_bench
+    from hotcold.files import atomic_write_text
+
+    if not args.dataset:
+        raise ConfigError("bench shard-sim: --dataset is required")
+    result = run_bench(Dataset.open(args.dataset), ShardSimBenchConfig(
+        scale=args.scale, plans=tuple(args.plans), headrooms=tuple(args.headrooms),
+        batch_per_rank=args.batch_per_rank, batches=args.batches, reference_batches=args.reference_batches,
+        repeats=args.stream_repeats))
+    print(render(result))
+    if args.out:
+        atomic_write_text(Path(args.out), json.dumps(result, indent=2))
         print(f"wrote {args.out}")

@@ -88,6 +88,7 @@ def add_shard_sim(sub: argparse._SubParsersAction) -> None:
     ss.add_argument("--fixed-batch", action=argparse.BooleanOptionalAction, default=SHARD_SIM.fixed_batch,
                     help="also simulate at the run config's fixed global batch train.batch_size where it differs "
                          "(rows say which: batching per-rank or global)")
+    ss.add_argument("--no-progress", action="store_true")
     ss.set_defaults(func=cmd_shard_sim)
 
 
@@ -115,12 +116,9 @@ def cmd_shard_sim(args: argparse.Namespace) -> None:
     scales = [Scale.parse(s) for s in args.scales]
     rows = []
     for batching, per_rank, part in _sweeps(ds, cfg.train.batch_size, scales, args.batch_per_rank, args.fixed_batch):
-        for row in shard_sim(ds, cfg, args.plans, part, args.headrooms, batch_per_rank=per_rank):
-            # every row states its per-rank batch, the fixed batch's too (batch_size / world)
-            per_rank_used = row.get("batch_per_rank")
-            if per_rank_used is None or per_rank_used != per_rank_used:
-                per_rank_used = row["batch_size"] // row["world"]
-            rows.append({**row, "batch_per_rank": per_rank_used, "batching": batching})
+        rows += [{**row, "batching": batching} for row in shard_sim(ds, cfg, args.plans, part, args.headrooms,
+                                                                   batch_per_rank=per_rank,
+                                                                   progress=not args.no_progress)]
     frame = pd.DataFrame(rows)
     atomic_write_text(Path(args.out), frame.to_csv(index=False))
     batches = [f"{args.batch_per_rank} samples per rank"] if args.batch_per_rank is not None else []

@@ -51,13 +51,39 @@ class Plan:
     def num_rows(self) -> int:
         return int(self.tier.size)
 
-    def serving_rank(self, requester: int, rows: np.ndarray) -> np.ndarray:
-        """int64 [L]: the rank that serves each of ``requester``'s lookups (row plans)."""
+    def serving_rank(self, requester: int | np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """int64 [L]: the rank that serves each lookup of ``rows`` [L] (row plans).
+
+        ``requester`` is the asking rank: one int (the training store, which
+        routes its own lookups) or an int array [L] (``shard-sim``, which
+        routes a whole global batch at once): the one definition of routing.
+        """
         tier = self.tier[rows]
         slot = self.slot[rows].astype(np.int64)
+        requester = np.asarray(requester, dtype=np.int64)
         g = self.topology.ranks_per_node
         return np.where(tier == SHARDED, slot,
                         np.where(tier == NODE, self.topology.node(requester) * g + slot, requester))
+
+    def route_codes(self) -> np.ndarray:
+        """[N] one small unsigned code per row that routes it as ``serving_rank`` does (row plans).
+
+        ``slot`` (< P) for a sharded row, ``P + slot`` (< P + G) for a node
+        row, ``P + G`` for a row on every rank: one gather per lookup instead
+        of two, in the smallest unsigned type that holds ``P + G``.
+        """
+        p, g = self.topology.world, self.topology.ranks_per_node
+        dtype = route_code_dtype(p, g)
+        codes = np.full(self.num_rows, p + g, dtype=dtype)
+        sharded, node = self.tier == SHARDED, self.tier == NODE
+        for mask, top, what in ((sharded, p, "a sharded row's owner"), (node, g, "a node row's slot")):
+            if mask.any() and not (0 <= self.slot[mask].min() and self.slot[mask].max() < top):
+                raise ValueError(f"plan {self.name}: {what} is outside 0..{top - 1}")
+        if not np.isin(self.tier, (SHARDED, NODE, ALL)).all():
+            raise ValueError(f"plan {self.name}: a row's tier is none of {sorted(TIER_NAMES)}")
+        codes[sharded] = self.slot[sharded]
+        codes[node] = self.slot[node] + p
+        return codes
 
     def owned(self, rank: int) -> np.ndarray:
         """bool [N]: the rows (or, column-wise, the row slices) ``rank`` holds."""
@@ -67,10 +93,20 @@ class Plan:
         return (((self.tier == SHARDED) & (self.slot == rank)) | ((self.tier == NODE) & (self.slot == local))
                 | (self.tier == ALL))
 
+    def rows_held(self) -> np.ndarray:
+        """int64 [P]: the rows (column-wise: row slices) every rank holds, ``owned(r).sum()`` for all r in one pass."""
+        topo = self.topology
+        p = topo.world
+        if self.columns > 1:
+            return np.full(p, self.num_rows, dtype=np.int64)
+        sharded = np.bincount(self.slot[self.tier == SHARDED], minlength=p)[:p]
+        node = np.bincount(self.slot[self.tier == NODE], minlength=topo.ranks_per_node)[:topo.ranks_per_node]
+        everywhere = int((self.tier == ALL).sum())
+        return (sharded + node[np.arange(p) % topo.ranks_per_node] + everywhere).astype(np.int64)
+
     def bytes_held(self, dim: int, state_width: int) -> np.ndarray:
         """int [P]: bytes of weights and optimizer state per rank (column-wise slices keep the whole row state)."""
-        rows = np.array([self.owned(r).sum() for r in range(self.topology.world)], dtype=np.int64)
-        return rows * (dim // self.columns + state_width) * counters.FLOAT_BYTES
+        return self.rows_held() * (dim // self.columns + state_width) * counters.FLOAT_BYTES
 
     def tier_rows(self) -> dict[str, int]:
         return {name: int((self.tier == t).sum()) for t, name in TIER_NAMES.items()}
@@ -126,6 +162,13 @@ class PlanInputs:
 
     def budget_rows(self) -> int:
         return self.budget_bytes() // self.row_bytes()
+
+
+def route_code_dtype(world: int, ranks_per_node: int) -> np.dtype:
+    """The smallest unsigned type of ``Plan.route_codes`` at ``world`` ranks of ``ranks_per_node`` per node."""
+    top = world + ranks_per_node
+    return np.dtype(np.uint8 if top <= np.iinfo(np.uint8).max else np.uint16 if top <= np.iinfo(np.uint16).max
+                    else np.uint32)
 
 
 def sharded_plan(name: str, inputs: PlanInputs, owner: np.ndarray, **details: Any) -> Plan:

@@ -6,6 +6,14 @@ routing (``Plan.serving_rank``) and the same byte accounting
 collective and per (source, destination) rank, so 16 nodes x 8 GPUs cost a
 loop over batches. Tested equal to the training counters at the world sizes
 that run here.
+
+Every collective's bytes are linear in one [P, P] matrix per step, the
+lookups requester r sends server q (``routing.route_counts``), plus terms
+fixed by the plan (replica and dense all-reduces) and the batch's distinct
+rows (the column-wise plan's all-reduce). So a plan's whole run is that
+matrix summed over steps (``sweep.PlanTraffic``): memory does not grow with the
+number of batches, and each batch is read once per scale and routed through
+every plan x headroom in one pass over its lookups.
 """
 from __future__ import annotations
 
@@ -13,14 +21,17 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 import numpy as np
+from tqdm import tqdm
 
 from hotcold.config import InfeasibleError, RunConfig
 from hotcold.counters import FLOAT_BYTES
 from hotcold.data.format import Dataset
 from hotcold.data.loader import batch_rows
 from hotcold.data.skew import row_counts
-from hotcold.distributed.plan_types import ALL, DEFAULT_HEADROOM, NODE, Plan, PlanInputs
+from hotcold.distributed.plan_types import DEFAULT_HEADROOM, Plan, PlanInputs
 from hotcold.distributed.plans import build_plan
+from hotcold.distributed.routing import DistinctCounter, lookups_per_rank, route_counts
+from hotcold.distributed.sweep import PlanTraffic, ScaleSweep, replica_matrix
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import (
     COLLECTIVES,
@@ -61,31 +72,46 @@ def dense_parameters(ds: Dataset, cfg: RunConfig) -> int:
     return sum(p.numel() for p in build_model(ds, cfg.model).parameters())
 
 
-def global_batches(ds: Dataset, cfg: RunConfig) -> Iterator[np.ndarray]:
-    """Global rows [B, K] (-1 at padding) of every training batch, in the loader's order."""
+def global_batches(ds: Dataset, cfg: RunConfig, batch_size: int | None = None) -> Iterator[np.ndarray]:
+    """Global rows [B, K] (-1 at padding) of every training batch, in the loader's order.
+
+    ``cfg.train.steps`` batches of ``batch_size`` samples (default ``cfg.train.batch_size``), epochs repeating
+    as the loader's (``batch_rows``); one batch in memory at a time.
+    """
     start, stop = ds.split("train")
     t = cfg.train
-    for rows in batch_rows(stop - start, t.batch_size, t.steps, cfg.seed, t.shuffle):
+    for rows in batch_rows(stop - start, batch_size or t.batch_size, t.steps, cfg.seed, t.shuffle):
         yield ds.global_ids(rows + start)
 
 
+def table_batches(ds: Dataset, cfg: RunConfig, batch_size: int | None = None) -> Iterator[np.ndarray]:
+    """``global_batches``' batches as table ids [B, K] (global rows: ``+ ds.column_offsets``, -1 at padding),
+    without a global copy; the stored integer type where the dataset has no histories."""
+    start, stop = ds.split("train")
+    t = cfg.train
+    for rows in batch_rows(stop - start, batch_size or t.batch_size, t.steps, cfg.seed, t.shuffle):
+        yield ds.batch_ids(rows + start) if ds.sequence else np.take(ds.sparse, rows + start, axis=0)
+
+
 def route(plan: Plan, batch: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Global batch [B, K] -> counts[r, q] (lookups rank r sends rank q) and each rank's looked-up rows."""
+    """Global batch [B, K] -> counts[r, q] (lookups rank r sends rank q) and each rank's looked-up rows.
+
+    The plain form, by ``Plan.serving_rank`` over the whole batch; ``step_matrices`` builds on it.
+    """
     p = plan.topology.world
     requests = [s.reshape(-1)[s.reshape(-1) >= 0] for s in np.split(batch, p)]
-    counts = np.zeros((p, p), dtype=np.int64)
-    for r, rows in enumerate(requests):
-        if plan.columns > 1:
-            counts[r] = rows.size
-        else:
-            counts[r] = np.bincount(plan.serving_rank(r, rows), minlength=p)
-    return counts, requests
+    if plan.columns > 1:
+        return np.repeat(lookups_per_rank(batch, p)[:, None], p, axis=1), requests
+    requester = np.repeat(np.arange(p, dtype=np.int64), [r.size for r in requests])
+    rows = np.concatenate(requests) if requests else np.zeros(0, dtype=np.int64)
+    q = plan.serving_rank(requester, rows)
+    return np.bincount(requester * p + q, minlength=p * p).reshape(p, p).astype(np.int64), requests
 
 
 def step_matrices(plan: Plan, batch: np.ndarray, dim: int, state_width: int, dense_params: int,
                   routed: tuple[np.ndarray, list[np.ndarray]] | None = None) -> dict[str, np.ndarray]:
     """The [P, P] bytes of every collective of one training step of global batch ``batch`` [B, K]
-    (``routed``: its ``route``, when already known)."""
+    (``routed``: its ``route``, when already known). The plain per-step form that ``PlanTraffic`` sums."""
     topo = plan.topology
     p = topo.world
     counts, requests = routed or route(plan, batch)
@@ -96,12 +122,7 @@ def step_matrices(plan: Plan, batch: np.ndarray, dim: int, state_width: int, den
         out["input_a2a"] = (counts * ID_BYTES + SPLIT_BYTES) * off
     out["output_a2a"] = counts.T * width * FLOAT_BYTES * off
     out["grad_a2a"] = counts * width * FLOAT_BYTES * off
-    tier_all = int((plan.tier == ALL).sum())
-    out["replica_allreduce"] = ring_allreduce_matrix(range(p), tier_all * width * REDUCE_BYTES, p)
-    node_rows = plan.slot[plan.tier == NODE]
-    for local in range(topo.ranks_per_node):
-        n = int((node_rows == local).sum())
-        out["replica_allreduce"] += ring_allreduce_matrix(topo.cross_node_group(local), n * width * REDUCE_BYTES, p)
+    out["replica_allreduce"] = replica_matrix(plan, dim)
     if plan.columns > 1 and state_width:
         uniq = np.unique(np.concatenate(requests)).size
         out["column_allreduce"] = ring_allreduce_matrix(range(p), uniq * REDUCE_BYTES, p)
@@ -112,28 +133,86 @@ def step_matrices(plan: Plan, batch: np.ndarray, dim: int, state_width: int, den
 def simulate_plan(plan: Plan, batches: Iterable[np.ndarray], dim: int, state_width: int,
                   dense_params: int) -> tuple[Ledger, list[dict[str, int]], np.ndarray]:
     """The ledger over all batches, each step's bytes (``StepCounters`` names) and lookups served per rank."""
-    ledger = Ledger(plan.topology)
-    steps = []
-    served = np.zeros(plan.topology.world, dtype=np.int64)
+    traffic = PlanTraffic(plan, dim, state_width, dense_params, keep_steps=True)
+    topo = plan.topology
+    codes = plan.route_codes().reshape(-1, 1) if plan.columns == 1 else None
+    distinct = DistinctCounter(plan.num_rows) if traffic.needs_distinct else None
     for batch in batches:
-        routed = route(plan, batch)
-        for c, m in step_matrices(plan, batch, dim, state_width, dense_params, routed).items():
-            ledger.add(c, m)
-        steps.append(ledger.take_step())
-        served += routed[0].sum(axis=0)  # what every rank asks of each
-    return ledger, steps, served
+        if codes is None:
+            counts = np.repeat(lookups_per_rank(batch, topo.world)[:, None], topo.world, axis=1)
+        else:
+            counts = route_counts(batch, codes, topo.world, topo.ranks_per_node)[0]
+        traffic.add_step(counts, distinct(batch) if distinct else None)
+    assert traffic.step_bytes is not None
+    return traffic.ledger(), traffic.step_bytes, traffic.served()
+
+
+@dataclass
+class _Entry:
+    """One output row of a scale: its key, and its traffic (an index into the scale's ``PlanTraffic``s) or why not."""
+
+    key: dict[str, Any]
+    traffic: int = -1
+    memory: dict[str, Any] | None = None
+    reason: str = ""
+
+
+def plan_scale(ds: Dataset, topo: Topology, plans: list[str], headrooms: list[float], counts: np.ndarray,
+               batch: int, dim: int, state: int, dense: int, steps: int,
+               options: dict[str, Any]) -> tuple[ScaleSweep, list[_Entry]]:
+    """Every plan x headroom of one scale (``counts``: the training split's row counts, ``batch``: the global
+    batch), in a ``ScaleSweep`` ready for the batches, and one entry per output row (headroom-major)."""
+    start, stop = ds.split("train")
+    sweep = ScaleSweep(topo, int(sum(ds.cardinalities)))
+    entries = []
+    for headroom in headrooms:
+        for name in plans:
+            inputs = PlanInputs.for_training(ds.cardinalities, counts, topo, dim, state, headroom, options,
+                                             batch / max(1, stop - start))
+            key = {"dataset": ds.name, "plan": name, "world": topo.world, "ranks_per_node": topo.ranks_per_node,
+                   "nodes": topo.nodes, "memory_headroom": headroom, "steps": steps, "batch_size": batch,
+                   "batch_per_rank": batch // topo.world}
+            try:
+                plan = build_plan(name, inputs)
+            except InfeasibleError as e:
+                entries.append(_Entry(key, reason=str(e)))
+                continue
+            memory = {"memory_bytes_per_rank_max": int(plan.bytes_held(dim, state).max()),
+                      "memory_budget_bytes": inputs.budget_bytes()}
+            entries.append(_Entry(key, sweep.add(plan, dim, state, dense), memory))
+            del plan
+    return sweep, entries
+
+
+def scale_rows(sweep: ScaleSweep, entries: list[_Entry], steps: int) -> list[dict[str, Any]]:
+    """The output rows of a scale whose batches ``sweep`` has run."""
+    rows = []
+    for e in entries:
+        if e.traffic < 0:
+            rows.append({**e.key, "status": "infeasible", "reason": e.reason})
+            continue
+        traffic = sweep.traffic[e.traffic]
+        served = traffic.served()
+        rows.append({**e.key, "status": "ok", **_per_step(traffic.ledger(), steps), **(e.memory or {}),
+                     "load_imbalance": float(served.max() / served.mean()) if served.sum() else float("nan")})
+    return rows
 
 
 def shard_sim(ds: Dataset, cfg: RunConfig, plans: list[str], scales: list[Scale], headrooms: list[float],
-              options: dict[str, Any] | None = None, *, batch_per_rank: int | None = None) -> list[dict[str, Any]]:
+              options: dict[str, Any] | None = None, batch_per_rank: int | None = None,
+              progress: bool = False) -> list[dict[str, Any]]:
     """One row per plan x scale x headroom: bytes per step of every collective, memory, load imbalance.
 
-    ``batch_per_rank``: each scale's global batch is ``batch_per_rank x world`` (None: ``cfg.train.batch_size``)."""
-    from dataclasses import replace
-
+    ``batch_per_rank``: weak scaling, each scale's global batch is ``batch_per_rank`` x its world size; None
+    keeps ``cfg.train.batch_size`` at every scale. Either way ``cfg.train.steps`` batches in the loader's order;
+    each row says the global batch (``batch_size``) and the samples per rank (``batch_per_rank``) it used.
+    """
     from hotcold.embedding.update import RowOptimizer
 
     t = cfg.train
+    if batch_per_rank is not None and (isinstance(batch_per_rank, bool) or not isinstance(batch_per_rank, int)
+                                       or batch_per_rank < 1):
+        raise ValueError(f"batch_per_rank must be a positive integer, got {batch_per_rank!r}")
     dim, state = cfg.model.embedding_dim, RowOptimizer(t.row_optimizer, t.lr).state_width
     counts = row_counts(ds, "train")
     start, stop = ds.split("train")
@@ -141,27 +220,17 @@ def shard_sim(ds: Dataset, cfg: RunConfig, plans: list[str], scales: list[Scale]
     rows = []
     for scale in scales:
         topo = scale.topology()
-        batch_size = t.batch_size if batch_per_rank is None else batch_per_rank * topo.world
-        if batch_size % topo.world:
-            raise ValueError(f"batch_size {batch_size} is not divisible by {topo.world} ranks ({scale})")
-        batches = list(global_batches(ds, replace(cfg, train=replace(t, batch_size=batch_size))))
-        for headroom in headrooms:
-            for name in plans:
-                inputs = PlanInputs.for_training(ds.cardinalities, counts, topo, dim, state, headroom, options or {},
-                                                 batch_size / max(1, stop - start))
-                key = {"dataset": ds.name, "plan": name, "world": topo.world, "ranks_per_node": topo.ranks_per_node,
-                       "nodes": topo.nodes, "memory_headroom": headroom, "steps": len(batches),
-                       "batch_size": batch_size, "batch_per_rank": batch_size // topo.world}
-                try:
-                    plan = build_plan(name, inputs)
-                except InfeasibleError as e:
-                    rows.append({**key, "status": "infeasible", "reason": str(e)})
-                    continue
-                ledger, _, served = simulate_plan(plan, batches, dim, state, dense)
-                rows.append({**key, "status": "ok", **_per_step(ledger, len(batches)),
-                             "memory_bytes_per_rank_max": int(plan.bytes_held(dim, state).max()),
-                             "memory_budget_bytes": inputs.budget_bytes(),
-                             "load_imbalance": float(served.max() / served.mean()) if served.sum() else float("nan")})
+        batch = batch_per_rank * topo.world if batch_per_rank is not None else t.batch_size
+        if batch % topo.world:
+            raise ValueError(f"batch_size {batch} is not divisible by {topo.world} ranks ({scale})")
+        if batch > stop - start:
+            raise ValueError(f"{ds.path}: a global batch of {batch} samples at {scale} is more than the "
+                             f"{stop - start} training samples")
+        sweep, entries = plan_scale(ds, topo, plans, headrooms, counts, batch, dim, state, dense, t.steps,
+                                    options or {})
+        sweep.run(tqdm(table_batches(ds, cfg, batch), total=t.steps, unit="batch", disable=not progress,
+                       desc=f"shard-sim {topo.label()}: {len(sweep.traffic)} distinct plan(s)"), ds.column_offsets)
+        rows += scale_rows(sweep, entries, t.steps)
     return rows
 
 
@@ -176,4 +245,6 @@ def _per_step(ledger: Ledger, steps: int) -> dict[str, float]:
     return out
 
 
-__all__ = ["Scale", "shard_sim", "simulate_plan", "step_matrices", "DEFAULT_HEADROOM"]
+__all__ = ["DEFAULT_HEADROOM", "PlanTraffic", "Scale", "ScaleSweep", "global_batches", "route", "shard_sim",
+           "table_batches",
+           "simulate_plan", "step_matrices"]

@@ -42,12 +42,20 @@ def ring_allreduce_matrix(group: Iterable[int], nbytes: int, world: int) -> np.n
     """
     members = sorted(group)
     g = len(members)
-    m = np.zeros((world, world), dtype=np.int64)
     if g < 2 or nbytes <= 0:
+        return np.zeros((world, world), dtype=np.int64)
+    return ring_edges(members, world) * (2 * (g - 1) * nbytes // g)
+
+
+def ring_edges(group: Iterable[int], world: int) -> np.ndarray:
+    """int64 [P, P]: 1 from each member of ``group`` to its ring successor (ascending order), 0 elsewhere
+    (all 0 for a group of fewer than two ranks): ``ring_allreduce_matrix``'s pattern."""
+    members = sorted(group)
+    m = np.zeros((world, world), dtype=np.int64)
+    if len(members) < 2:
         return m
-    per = 2 * (g - 1) * nbytes // g
     for i, src in enumerate(members):
-        m[src, members[(i + 1) % g]] += per
+        m[src, members[(i + 1) % len(members)]] += 1
     return m
 
 

@@ -1,0 +1,243 @@
+"""A plan's collectives summed over a run, and one pass over each batch for every plan of a scale.
+
+Every collective's bytes in a step are linear in one [P, P] matrix, the
+lookups requester r sends server q, plus terms fixed by the plan (replica and
+dense all-reduces) and the batch's distinct rows (the column-wise plan's
+all-reduce). ``PlanTraffic`` keeps that matrix summed over steps, so a run's
+totals take memory independent of its number of batches; ``ScaleSweep``
+routes each batch through every plan x headroom of a scale in one pass over
+its lookups (``routing.route_counts``). ``shardsim.step_matrices`` is the
+per-step form they sum; tests/test_shardsim.py checks the two agree.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Iterable
+
+import numpy as np
+
+from hotcold.counters import FLOAT_BYTES
+from hotcold.distributed.plan_types import ALL, NODE, Plan
+from hotcold.distributed.routing import DistinctCounter, lookups_per_rank, route_counts
+from hotcold.distributed.topology import Topology
+from hotcold.distributed.traffic import (
+    COLLECTIVES,
+    ID_BYTES,
+    REDUCE_BYTES,
+    SPLIT_BYTES,
+    Ledger,
+    ring_allreduce_matrix,
+    ring_edges,
+    split_intra_inter,
+)
+
+
+def replica_matrix(plan: Plan, dim: int) -> np.ndarray:
+    """[P, P] bytes of one step's replica all-reduces: the ``ALL`` tier over every rank, each ``NODE`` slot's rows
+    across the nodes (the whole tier every step, touched or not, as the training store reduces it)."""
+    topo = plan.topology
+    p, width = topo.world, dim // plan.columns
+    out = ring_allreduce_matrix(range(p), int((plan.tier == ALL).sum()) * width * REDUCE_BYTES, p)
+    node_rows = np.bincount(plan.slot[plan.tier == NODE], minlength=topo.ranks_per_node)
+    for local in range(topo.ranks_per_node):
+        out += ring_allreduce_matrix(topo.cross_node_group(local), int(node_rows[local]) * width * REDUCE_BYTES, p)
+    return out
+
+
+class PlanTraffic:
+    """One plan's collectives over a run, kept as the lookups matrix summed over steps (``step_matrices``, summed).
+
+    ``add_step(counts, distinct)`` books one step: ``counts`` [P, P] from
+    ``route`` / ``routing.route_counts``, ``distinct`` the batch's distinct
+    rows (read only by the column-wise plan with a row-optimizer state).
+    ``keep_steps`` also keeps every step's bytes (``StepCounters`` names), as
+    the training store's counters give them.
+    """
+
+    def __init__(self, plan: Plan, dim: int, state_width: int, dense_params: int, keep_steps: bool = False) -> None:
+        topo = self.topology = plan.topology
+        p = topo.world
+        self.columns = plan.columns
+        self.vector_bytes = dim // plan.columns * FLOAT_BYTES
+        self.needs_distinct = plan.columns > 1 and state_width > 0
+        self.off = ~np.eye(p, dtype=bool)
+        self.inter = topo.inter_mask()
+        self.replica = replica_matrix(plan, dim)
+        self.dense = ring_allreduce_matrix(range(p), dense_params * REDUCE_BYTES, p)
+        self.ring = ring_edges(range(p), p)
+        self.pairs = split_intra_inter(self.off.astype(np.int64), topo) if p > 1 else (0, 0)
+        self.fixed = {"replica_allreduce": split_intra_inter(self.replica, topo),
+                      "dense_allreduce": split_intra_inter(self.dense, topo)}
+        self.ring_edges = split_intra_inter(self.ring, topo)
+        self.counts = np.zeros((p, p), dtype=np.int64)
+        self.steps = 0
+        self.column_send = 0  # bytes each rank sent its ring successor in the column all-reduces, over all steps
+        self.step_bytes: list[dict[str, int]] | None = [] if keep_steps else None
+
+    def column_per_rank(self, distinct: int | None) -> int:
+        """Bytes one rank sends its successor in one step's column all-reduce (``ring_allreduce_matrix``'s)."""
+        p = self.topology.world
+        if not self.needs_distinct or p < 2 or not distinct:
+            return 0
+        return 2 * (p - 1) * (distinct * REDUCE_BYTES) // p
+
+    def add_step(self, counts: np.ndarray, distinct: int | None = None) -> None:
+        self.counts += counts
+        self.steps += 1
+        column = self.column_per_rank(distinct)
+        self.column_send += column
+        if self.step_bytes is not None:
+            self.step_bytes.append(self._step(counts, column))
+
+    def add_steps(self, counts: np.ndarray, steps: int, column_send: int) -> None:
+        """Book ``steps`` steps at once: ``counts`` summed over them, ``column_send`` the sum of their
+        ``column_per_rank`` (no per-step values)."""
+        if self.step_bytes is not None:
+            raise ValueError("add_steps books no per-step values; this PlanTraffic keeps steps")
+        self.counts += counts
+        self.steps += steps
+        self.column_send += column_send
+
+    def _step(self, counts: np.ndarray, column: int) -> dict[str, int]:
+        """One step's bytes per collective and intra/inter node, as ``Ledger.take_step`` gives them."""
+        inter = int(counts[self.inter].sum())
+        intra = int(counts[self.off].sum()) - inter
+        split = {c: (0, 0) for c in COLLECTIVES}
+        if self.topology.world > 1:
+            split["input_a2a"] = (intra * ID_BYTES + self.pairs[0] * SPLIT_BYTES,
+                                  inter * ID_BYTES + self.pairs[1] * SPLIT_BYTES)
+        split["output_a2a"] = split["grad_a2a"] = (intra * self.vector_bytes, inter * self.vector_bytes)
+        split.update(self.fixed)
+        split["column_allreduce"] = (column * self.ring_edges[0], column * self.ring_edges[1])
+        out = {f"{c}_bytes": a + b for c, (a, b) in split.items()}
+        out["intra_node_bytes"] = sum(a for a, _ in split.values())
+        out["inter_node_bytes"] = sum(b for _, b in split.values())
+        return out
+
+    def matrices(self) -> dict[str, np.ndarray]:
+        """[P, P] bytes of every collective over all steps booked: ``step_matrices`` summed."""
+        c, n = self.counts, self.steps
+        out = {"input_a2a": (c * ID_BYTES + SPLIT_BYTES * n) * self.off if self.topology.world > 1
+               else np.zeros_like(c),
+               "output_a2a": c.T * self.vector_bytes * self.off,
+               "grad_a2a": c * self.vector_bytes * self.off,
+               "replica_allreduce": self.replica * n,
+               "column_allreduce": self.ring * self.column_send,
+               "dense_allreduce": self.dense * n}
+        return {k: out[k] for k in COLLECTIVES}
+
+    def ledger(self) -> Ledger:
+        ledger = Ledger(self.topology)
+        for c, m in self.matrices().items():
+            ledger.add(c, m)
+        ledger.take_step()
+        return ledger
+
+    def served(self) -> np.ndarray:
+        """int64 [P]: lookups every rank served (what every rank asked of it)."""
+        return self.counts.sum(axis=0)
+
+
+class ScaleSweep:
+    """Every plan x headroom of one scale, fed the same batches once: one pass over each batch's lookups routes
+    it through all of them (plans whose placement is identical share one ``PlanTraffic``)."""
+
+    def __init__(self, topo: Topology, num_rows: int) -> None:
+        self.topology = topo
+        self.num_rows = num_rows
+        self.traffic: list[PlanTraffic] = []
+        self._codes: list[np.ndarray | None] = []  # a row plan's route codes; None: column-wise
+        self.codes: np.ndarray | None = None      # [N, M] of the row plans, built by ``freeze``
+        self._row_plans: list[int] = []           # traffic index of each column of ``codes``
+        self._distinct: DistinctCounter | None = None
+
+    def add(self, plan: Plan, dim: int, state_width: int, dense_params: int) -> int:
+        """The index of the ``PlanTraffic`` that books ``plan`` (shared with an identical plan added before)."""
+        if self.codes is not None:
+            raise RuntimeError("plans must be added before the first batch")
+        codes = plan.route_codes() if plan.columns == 1 else None
+        for i, other in enumerate(self._codes):
+            same = (codes is None and other is None and self.traffic[i].columns == plan.columns) or (
+                codes is not None and other is not None and np.array_equal(codes, other))
+            if same:
+                return i
+        self.traffic.append(PlanTraffic(plan, dim, state_width, dense_params))
+        self._codes.append(codes)
+        return len(self.traffic) - 1
+
+    def freeze(self) -> None:
+        """Stack the row plans' codes side by side, [N, M]: one cache line per lookup for all of them."""
+        p, g = self.topology.world, self.topology.ranks_per_node
+        self._row_plans = [i for i, c in enumerate(self._codes) if c is not None]
+        dtype = self._codes[self._row_plans[0]].dtype if self._row_plans else np.uint8
+        self.codes = np.empty((self.num_rows, len(self._row_plans)), dtype=dtype)
+        for j, i in enumerate(self._row_plans):
+            self.codes[:, j] = self._codes[i]
+            self._codes[i] = None  # the stacked copy is the one kept
+        assert p + g <= np.iinfo(dtype).max
+        if any(t.needs_distinct for t in self.traffic):
+            self._distinct = DistinctCounter(self.num_rows)
+
+    def only(self, index: int) -> "ScaleSweep":
+        """A sweep of this sweep's plan ``index`` alone (its codes copied, its booking fresh): one plan's cost."""
+        if self.codes is None:
+            self.freeze()
+        assert self.codes is not None
+        one = ScaleSweep(self.topology, self.num_rows)
+        traffic = copy.copy(self.traffic[index])
+        traffic.counts, traffic.steps, traffic.column_send = np.zeros_like(traffic.counts), 0, 0
+        traffic.step_bytes = None
+        one.traffic, one._codes = [traffic], [None]
+        column = self._row_plans.index(index) if index in self._row_plans else None
+        one._row_plans = [0] if column is not None else []
+        one.codes = np.ascontiguousarray(self.codes[:, column:column + 1] if column is not None
+                                         else self.codes[:, :0])
+        one._distinct = DistinctCounter(self.num_rows) if traffic.needs_distinct else None
+        return one
+
+    def add_batch(self, batch: np.ndarray, counts: np.ndarray, column: np.ndarray,
+                  offsets: np.ndarray | None = None) -> None:
+        """Route one global batch [B, K] through every plan; add to ``counts`` [M, P, P] and ``column`` [M].
+
+        ``offsets``: ``batch`` holds table ids, global rows ``ids + offsets`` (``routing.route_counts``)."""
+        topo = self.topology
+        if self.codes is None:
+            self.freeze()
+        assert self.codes is not None
+        if self._row_plans:
+            sub = np.zeros((len(self._row_plans), topo.world, topo.world), dtype=np.int64)
+            route_counts(batch, self.codes, topo.world, topo.ranks_per_node, sub, offsets)
+            counts[self._row_plans] += sub
+        per_rank = None
+        distinct = self._distinct(batch, offsets) if self._distinct is not None else None
+        for i, t in enumerate(self.traffic):
+            if t.columns > 1:
+                if per_rank is None:
+                    per_rank = lookups_per_rank(batch, topo.world)
+                counts[i] += per_rank[:, None]
+            column[i] += t.column_per_rank(distinct)
+
+    def route_all(self, batches: Iterable[np.ndarray],
+                  offsets: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+        """Route every batch of ``batches``: (counts [M, P, P] summed over them, column sends [M], batches)."""
+        p, m = self.topology.world, len(self.traffic)
+        counts = np.zeros((m, p, p), dtype=np.int64)
+        column = np.zeros(m, dtype=np.int64)
+        steps = 0
+        for batch in batches:
+            if m:
+                self.add_batch(batch, counts, column, offsets)
+            steps += 1
+        return counts, column, steps
+
+    def run(self, batches: Iterable[np.ndarray], offsets: np.ndarray | None = None) -> None:
+        """Book every batch of ``batches`` in every plan (counts summed over the run, no per-step values),
+        then let the stacked codes go. ``offsets``: as ``add_batch``'s."""
+        counts, column, steps = self.route_all(batches, offsets)
+        for i, t in enumerate(self.traffic):
+            t.add_steps(counts[i], steps, int(column[i]))
+        self.codes = None
+        self._distinct = None
+
+
+__all__ = ["PlanTraffic", "ScaleSweep", "replica_matrix"]
