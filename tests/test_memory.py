@@ -151,3 +151,14 @@ def test_a_run_that_fits_trains(small_dataset, monkeypatch):
     monkeypatch.setenv(memory.HOST_ENV, str(need - 1))
     with pytest.raises(InfeasibleError, match=f"{need} bytes"):
         train(cfg, small_dataset, CPU, progress=False)
+
+
+@pytest.mark.parametrize("method", ["lru", "lfu", "freqcache", "belady", "fae", "scratchpipe"])
+def test_the_final_rows_of_every_store_are_its_export(small_dataset, method):
+    store = {"fae": {"budget_ratio": 0.05, "sample_fraction": 0.2}}.get(method, {"cache_ratio": 0.4})
+    if method == "scratchpipe":
+        store = {}
+    cfg = RunConfig.from_dict({**RUN, "method": method, "store": store})
+    result = train(cfg, small_dataset, CPU, progress=False)
+    assert torch.equal(result.embedding, result.store.export())
+    assert torch.equal(result.store.final_rows(), result.embedding)
