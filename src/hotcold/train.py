@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from hotcold.config import ConfigError, RunConfig
 from hotcold.data.format import Dataset
-from hotcold.data.loader import BatchLoader, batch_rows, eval_batches
+from hotcold.data.loader import BatchLoader, batch_rows, eval_batches, release_pages
 from hotcold.data.skew import row_counts
 from hotcold.distributed.world import World
 from hotcold import methods
@@ -183,6 +183,7 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
             timer.end_step()
             counters.append((batch.step, store.step_counters()))
         timer.flush()
+        release_pages(ds)  # the training batches' mapped pages: not held under evaluation and the record
         counters = world.combine_counters(counters)
         metrics = evaluate(model, store, ds, cfg, device, progress) if evaluation else {}
         report = store.report()
