@@ -42,3 +42,13 @@ def test_batch_contents_come_from_the_train_split(small_dataset):
     rows = next(batch_rows(stop - start, 32, 1, 0, "global")) + start
     assert np.array_equal(b.ids.numpy(), small_dataset.sparse[rows].astype(np.int64))
     assert b.ids.dtype == torch.int64 and b.dense.shape == (32, small_dataset.num_dense)
+
+
+def test_released_pages_read_the_same_values(small_dataset):
+    from hotcold.data.loader import release_pages
+
+    rows = np.arange(0, 1000, 7)
+    before = (np.array(small_dataset.dense[rows]), small_dataset.batch_ids(rows))
+    assert release_pages(small_dataset) >= 3  # dense, sparse, labels
+    assert np.array_equal(small_dataset.dense[rows], before[0])
+    assert np.array_equal(small_dataset.batch_ids(rows), before[1])

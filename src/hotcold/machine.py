@@ -56,3 +56,60 @@ def last_level_cache_bytes(base: Path = CPU_CACHE_DIR) -> int | None:
         if unit in _UNITS and digits.isdigit():
             best = max(best or 0, int(digits) * _UNITS[unit])
     return best
+
+
+#: cgroup v2 files of this process's memory limit and usage (a container's or a job's limit)
+CGROUP_DIR = Path("/sys/fs/cgroup")
+
+
+def _meminfo(path: Path = Path("/proc/meminfo")) -> dict[str, int]:
+    """``/proc/meminfo`` in bytes (empty where there is none)."""
+    out: dict[str, int] = {}
+    try:
+        for line in path.read_text().splitlines():
+            key, _, value = line.partition(":")
+            parts = value.split()
+            if parts and parts[0].isdigit():
+                out[key] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
+    except OSError:
+        pass
+    return out
+
+
+def _cgroup_room(base: Path = CGROUP_DIR) -> int | None:
+    """Bytes this process's cgroup (v2) may still allocate: ``memory.max - memory.current``; None without a limit."""
+    try:
+        limit = (base / "memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        return max(0, int(limit) - int((base / "memory.current").read_text().strip()))
+    except (OSError, ValueError):
+        return None
+
+
+def host_memory() -> tuple[int | None, int | None, str]:
+    """(available, total) bytes of RAM and where the numbers come from; None where unknown.
+
+    Available is the kernel's ``MemAvailable`` (free plus reclaimable page
+    cache), lowered to what the process's cgroup limit still allows; total
+    is ``MemTotal``, or the cgroup limit where that is lower.
+    """
+    info = _meminfo()
+    avail, total = info.get("MemAvailable"), info.get("MemTotal")
+    source = "MemAvailable of /proc/meminfo"
+    room = _cgroup_room()
+    if room is not None and (avail is None or room < avail):
+        avail, source = room, "the cgroup's memory.max less memory.current"
+        try:
+            total = min(total or 1 << 62, int((CGROUP_DIR / "memory.max").read_text().strip()))
+        except (OSError, ValueError):
+            pass
+    return avail, total, source
+
+
+def device_memory(device: "object") -> tuple[int, int, str]:
+    """(free, total) bytes of a CUDA device's memory (``torch.cuda.mem_get_info``) and where they come from."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info(device)
+    return int(free), int(total), "torch.cuda.mem_get_info"

@@ -81,7 +81,7 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
 
 def _digest(digest: Any, name: str, flat: torch.Tensor) -> None:
     digest.update(name.encode())
-    digest.update(flat.numpy().tobytes())
+    digest.update(flat.numpy().view(np.uint8))  # the tensor's own bytes, not a copy of them
 
 
 def sketch_rel_diff(a: Iterable[float] | None, b: Iterable[float] | None) -> float:

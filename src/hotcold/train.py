@@ -19,13 +19,15 @@ from tqdm.auto import tqdm
 
 from hotcold.config import ConfigError, RunConfig
 from hotcold.data.format import Dataset
-from hotcold.data.loader import BatchLoader, batch_rows, eval_batches
+from hotcold.data.loader import BatchLoader, batch_rows, eval_batches, release_pages
 from hotcold.data.skew import row_counts
 from hotcold.distributed.batch import batch_option, check_fits
 from hotcold.distributed.world import World
 from hotcold import methods
 from hotcold.embedding.base import EmbeddingStore, StoreSpec
+from hotcold.embedding.device import DeviceStore
 from hotcold.embedding.update import RowOptimizer
+from hotcold.memory import check_fits
 from hotcold.metrics import log_loss, roc_auc
 from hotcold.model import build_model
 from hotcold.model.optim import DenseAdagrad, DenseOptimizer, DenseSGD
@@ -42,7 +44,7 @@ class RunResult:
     counters: list[tuple[int, dict[str, int]]]
     model: nn.Module
     store: EmbeddingStore
-    embedding: torch.Tensor  # every row's final weights, float32 [N, D] on the CPU (``store.export()``)
+    embedding: torch.Tensor  # every row's final weights, float32 [N, D] on the CPU (``store.final_rows()``)
     timed: TimedPart         # the timed steps' samples, for summaries over several repeats
 
     def named_parameters(self) -> list[tuple[str, torch.Tensor]]:
@@ -95,6 +97,7 @@ def build(cfg: RunConfig, ds: Dataset, device: torch.device, order: Sequence[np.
     if world is not None and world.size > 1 and not method.spans_ranks:
         raise ConfigError(f"method {cfg.method!r} runs in one process; over several ranks use "
                           f"{', '.join(methods.names(spans_ranks=True))}")
+    check_memory(cfg, cls, spec, own_order=order is None, world=world)
     if cls.needs_frequencies:
         spec.frequencies = torch.from_numpy(row_counts(ds, "train"))
     rows = list(order if order is not None else cls.schedule(spec, ds, default_order(cfg, ds)))
@@ -105,6 +108,23 @@ def build(cfg: RunConfig, ds: Dataset, device: torch.device, order: Sequence[np.
         start = ds.split("train")[0]
         spec.batches = lambda: (torch.from_numpy(ds.batch_ids(r + start)) for r in rows)  # ids only
     return model, cls(spec), rows
+
+
+def check_memory(cfg: RunConfig, cls: type[EmbeddingStore], spec: StoreSpec, own_order: bool = True,
+                 world: World | None = None) -> None:
+    """Fail with ``InfeasibleError`` before anything is allocated when the run's tables do not fit this machine.
+
+    Checks the store's rows (``memory_need``) in one process, and the
+    ``device`` reference that replays the run afterwards (a store with its own
+    batch order, or a run over several ranks: ``reference``) wherever it runs.
+    """
+    many = world is not None and world.size > 1
+    label = f"{cfg.dataset}/{cfg.method}/{cfg.variant}: {spec.num_rows} rows of dimension {spec.dim}"
+    if not many:
+        check_fits(cls.memory_need(spec), spec.device, f"{label} ({cls.__name__}, {cfg.train.row_optimizer})")
+    if (many or (own_order and cls.own_schedule())) and cls is not DeviceStore:
+        check_fits(DeviceStore.memory_need(spec), spec.device,
+                   f"{label} (its device reference replay, {cfg.train.row_optimizer})")
 
 
 def default_order(cfg: RunConfig, ds: Dataset) -> Iterator[np.ndarray]:
@@ -165,10 +185,11 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
             timer.end_step()
             counters.append((batch.step, store.step_counters()))
         timer.flush()
+        release_pages(ds)  # the training batches' mapped pages: not held under evaluation and the record
         counters = world.combine_counters(counters)
         metrics = evaluate(model, store, ds, cfg, device, progress) if evaluation else {}
         report = store.report()
-        embedding = store.export()
+        embedding = store.final_rows()
     finally:
         store.close()
     timed = TimedPart(timer.steps, [c for c in counters if c[0] >= cfg.train.warmup_steps], cfg.train.batch_size,

@@ -8,6 +8,7 @@ still charged to the data phase of some step.
 """
 from __future__ import annotations
 
+import mmap
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Iterator
@@ -115,3 +116,26 @@ def eval_batches(ds: Dataset, split: str, batch_size: int, limit: int = 0) -> It
             torch.from_numpy(ds.batch_ids(np.arange(a, b))),
             torch.from_numpy(np.array(ds.labels[a:b])),
         )
+
+
+def release_pages(ds: Dataset) -> int:
+    """Unmap the pages of ``ds``'s memory-mapped columns from this process; the number of columns released.
+
+    Reading random batches maps the whole files in time (the kernel maps the
+    cached pages around each one it faults in), and mapped file pages count
+    in the resident set although they are the kernel's page cache. Called
+    once training is over, so that evaluation and the run's record do not
+    sit on top of them; later reads map pages again as needed. Values never
+    change: the pages stay in the page cache, and a column that is not a
+    plain memory map is left alone.
+    """
+    released = 0
+    for arr in vars(ds).values():
+        mm = getattr(arr, "_mmap", None) if isinstance(arr, np.memmap) else None
+        if mm is not None and hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+            try:
+                mm.madvise(mmap.MADV_DONTNEED)
+                released += 1
+            except (OSError, ValueError):
+                pass
+    return released

@@ -23,6 +23,7 @@ import torch
 from hotcold.counters import StepCounters
 from hotcold.data.format import to_global
 from hotcold.embedding.options import NoOptions, StoreOptions
+from hotcold.embedding import rows as rows_mod
 from hotcold.embedding.rows import Lookup
 
 if TYPE_CHECKING:
@@ -83,6 +84,22 @@ class StoreSpec:
         """Global row of id 0 of each id column's table: int64 [K]."""
         tables = self.column_tables if self.column_tables is not None else range(len(self.table_sizes))
         return self.offsets()[torch.tensor(list(tables), dtype=torch.int64)]
+
+
+@dataclass(frozen=True)
+class MemoryNeed:
+    """Bytes a store allocates that grow with the number of rows: on the host and on the trainer device.
+
+    On a CPU trainer the two are one memory and a store counts everything as
+    ``host``. What does not grow with the rows (the dense model, a batch, the
+    staging buffers) is the run's bounded overhead, not counted here.
+    """
+
+    host: int = 0
+    device: int = 0
+
+    def __add__(self, other: "MemoryNeed") -> "MemoryNeed":
+        return MemoryNeed(self.host + other.host, self.device + other.device)
 
 
 class EmbeddingStore(abc.ABC):
@@ -167,6 +184,33 @@ class EmbeddingStore(abc.ABC):
     @abc.abstractmethod
     def export(self) -> torch.Tensor:
         """A copy of every row's current weights, float32 [N, D] on the CPU, in global-row order."""
+
+    def final_rows(self) -> torch.Tensor:
+        """Every row's weights once training is over, float32 [N, D] on the CPU, in global-row order.
+
+        ``export``'s values; a store whose host table already holds them
+        returns that table itself rather than a second copy of it, so the
+        result changes if the store trains on.
+        """
+        return self.export()
+
+    @classmethod
+    def memory_need(cls, spec: StoreSpec) -> MemoryNeed:
+        """What this store will allocate for ``spec``'s rows, known before it allocates anything.
+
+        The default is a store that keeps every row and its optimizer state
+        in host memory (the hybrid baseline, the caches, FAE, ScratchPipe),
+        with the access counts of every row (int64) when it needs them, and,
+        on a GPU, the device share its options state (a cache's rows).
+        """
+        table = rows_mod.table_bytes(spec.num_rows, spec.dim, spec.optimizer.state_width)
+        host = table + (8 * spec.num_rows if cls.needs_frequencies else 0)
+        device = 0
+        if spec.device.type != "cpu":
+            options = cls.Options.parse(spec.options, f"store {cls.__name__}")
+            share = options.device_share()
+            device = int(table * share) if share is not None else 0
+        return MemoryNeed(host, device)
 
     def step_counters(self) -> dict[str, int]:
         """Counters of the last training step: every field of ``StepCounters``."""

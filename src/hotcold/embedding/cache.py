@@ -214,6 +214,12 @@ class CacheStore(EmbeddingStore):
         out.index_copy_(0, self._slot_row[:used], self.cache_w[:used].to("cpu"))
         return out
 
+    def final_rows(self) -> torch.Tensor:
+        """``export``'s rows without a second table: the cached rows written into the host table."""
+        used = self.directory.used
+        self.host_w.index_copy_(0, self._slot_row[:used], self.cache_w[:used].to("cpu"))
+        return self.host_w
+
 
 class LRUCacheStore(CacheStore):
     """Evicts the least recently used rows."""

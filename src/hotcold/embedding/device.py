@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 
 from hotcold.counters import all_resident
-from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
-from hotcold.embedding.rows import Lookup, init_table, ship
+from hotcold.embedding.base import EmbeddingStore, Marker, MemoryNeed, StoreSpec
+from hotcold.embedding.rows import Lookup, init_table, ship, table_bytes
 
 
 class DeviceStore(EmbeddingStore):
@@ -17,7 +17,7 @@ class DeviceStore(EmbeddingStore):
 
     def __init__(self, spec: StoreSpec) -> None:
         super().__init__(spec)
-        self.weight = init_table(spec.table_sizes, spec.dim, spec.seed).to(self.device)  # [N, D]
+        self.weight = init_table(spec.table_sizes, spec.dim, spec.seed, self.device)  # [N, D], drawn in place
         self.state = self.optimizer.init_state(spec.num_rows, self.device)                # [N]
         self._last: tuple[Lookup, torch.Tensor] | None = None
 
@@ -46,5 +46,16 @@ class DeviceStore(EmbeddingStore):
         lk = self.plan(ids)
         return self.to_batch(self.weight.index_select(0, lk.rows.to(self.device)), lk)
 
+    @classmethod
+    def memory_need(cls, spec: StoreSpec) -> MemoryNeed:
+        """Every row and its state on the trainer device; on a GPU the host receives the final rows."""
+        table = table_bytes(spec.num_rows, spec.dim, spec.optimizer.state_width)
+        if spec.device.type == "cpu":
+            return MemoryNeed(host=table)
+        return MemoryNeed(host=table_bytes(spec.num_rows, spec.dim), device=table)
+
     def export(self) -> torch.Tensor:
         return self.weight.detach().to("cpu", copy=True)
+
+    def final_rows(self) -> torch.Tensor:
+        return self.weight.detach().cpu()  # the table itself on the CPU: no second copy

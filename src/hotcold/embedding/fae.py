@@ -249,5 +249,12 @@ class FAEStore(EmbeddingStore):
             out.index_copy_(0, self.hot_rows, self.dev_weight.to("cpu"))
         return out
 
+    def final_rows(self) -> torch.Tensor:
+        """``export``'s rows without a second table: the hot rows written into the host table."""
+        out = self.host.final_rows()
+        if self._sync.fresh == "device":
+            out.index_copy_(0, self.hot_rows, self.dev_weight.to("cpu"))
+        return out
+
     def close(self) -> None:
         self.host.close()

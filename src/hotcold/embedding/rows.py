@@ -96,17 +96,42 @@ class Lookup:
         return g.rows, g.inverse(), g.counts
 
 
-def init_table(table_sizes: Sequence[int], dim: int, seed: int) -> torch.Tensor:
-    """Initial rows, float32 [sum(sizes), dim] on the CPU, identical for every store.
+#: rows drawn per staging chunk when a table is initialised on another device than the CPU
+INIT_CHUNK_ROWS = 1 << 16
 
-    Table t is uniform in +-sqrt(1/n_t), as in the DLRM reference.
+
+def table_bytes(num_rows: int, dim: int, state_width: int = 0) -> int:
+    """Bytes of ``num_rows`` float32 rows of ``dim`` weights and ``state_width`` optimizer floats each."""
+    return 4 * int(num_rows) * (int(dim) + int(state_width))
+
+
+def init_table(table_sizes: Sequence[int], dim: int, seed: int,
+               device: torch.device | str = "cpu", chunk_rows: int | None = None) -> torch.Tensor:
+    """Initial rows, float32 [sum(sizes), dim] on ``device``, identical for every store and device.
+
+    Table t is uniform in +-sqrt(1/n_t), as in the DLRM reference. The rows
+    are drawn in place, in order, from one CPU generator (torch draws a
+    uniform tensor element by element, so drawing a table in pieces gives the
+    same bits as drawing it whole). On the CPU each table is drawn straight
+    into the result; elsewhere (``chunk_rows`` rows at a time, default
+    ``INIT_CHUNK_ROWS``) through one CPU staging buffer, so the host holds
+    no copy of the table. ``chunk_rows`` on the CPU forces the staged path.
     """
     gen = torch.Generator().manual_seed(seed)
-    out = torch.empty(sum(table_sizes), dim, dtype=torch.float32)
+    device = torch.device(device)
+    out = torch.empty(sum(table_sizes), dim, dtype=torch.float32, device=device)
+    staged = device.type != "cpu" or chunk_rows is not None
+    chunk = max(1, int(chunk_rows or INIT_CHUNK_ROWS))
+    buf = torch.empty(min(chunk, max(table_sizes, default=0)), dim, dtype=torch.float32) if staged else None
     start = 0
     for n in table_sizes:
         bound = (1.0 / n) ** 0.5
-        out[start:start + n].uniform_(-bound, bound, generator=gen)
+        if buf is None:
+            out[start:start + n].uniform_(-bound, bound, generator=gen)
+        else:
+            for a in range(0, n, chunk):
+                part = buf[:min(chunk, n - a)].uniform_(-bound, bound, generator=gen)
+                out[start + a:start + a + part.shape[0]].copy_(part)
         start += n
     return out
 

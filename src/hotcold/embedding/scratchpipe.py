@@ -220,6 +220,15 @@ class ScratchPipeStore(EmbeddingStore):
             out.index_copy_(0, rows, src.to("cpu"))
         return out
 
+    def final_rows(self) -> torch.Tensor:
+        """``export``'s rows without a second table: the resident rows written into the host table."""
+        self.pipeline.drain()
+        occupied = np.flatnonzero(self.slot_to_row >= 0)
+        if occupied.size:
+            src = self.slot_weight.index_select(0, torch.from_numpy(occupied).to(self.device))
+            self.host_weight.index_copy_(0, torch.from_numpy(self.slot_to_row[occupied]), src.to("cpu"))
+        return self.host_weight
+
     def close(self) -> None:
         if self._closed:
             return

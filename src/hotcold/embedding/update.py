@@ -116,6 +116,15 @@ class RowOptimizer:
         return self.compile and _COMPILED.failed is None
 
     def init_state(self, num_rows: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        """The optimizer state of ``num_rows`` rows: float32 [N] zeros.
+
+        SGD keeps none: its [N] is one zero seen N times (a stride-0 view, 4
+        bytes), which reads as zeros wherever a store gathers it and is never
+        written (``update_rows`` touches the state only for Adagrad, and the
+        stores move it only when ``state_width`` is 1).
+        """
+        if not self.state_width:
+            return torch.zeros(1, dtype=torch.float32, device=device).expand(num_rows)
         return torch.zeros(num_rows, dtype=torch.float32, device=device)
 
     def step(self, weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, groups: RowGroups,
