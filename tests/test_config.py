@@ -162,12 +162,12 @@ def test_a_bad_per_rank_batch_is_rejected(distributed, train, message):
 
 
 def test_a_global_batch_larger_than_the_training_split_names_its_option(small_dataset):
-    from hotcold.distributed.batch import batch_option, check_fits
+    from hotcold.distributed.batch import batch_option, check_batch_fits
 
     start, stop = small_dataset.split("train")
-    check_fits(stop - start, small_dataset, "train.batch_size")  # one whole split is one batch
+    check_batch_fits(stop - start, small_dataset, "train.batch_size")  # one whole split is one batch
     weak = DistributedConfig(world=4, ranks_per_node=2, batch_per_rank=stop - start)
     with pytest.raises(ConfigError, match=rf"^distributed.batch_per_rank {stop - start} x world 4: a global batch "
                                           rf"of {4 * (stop - start):,} samples is more than the {stop - start:,} "
                                           "samples of dataset"):
-        check_fits(weak.global_batch(1024), small_dataset, batch_option(weak))
+        check_batch_fits(weak.global_batch(1024), small_dataset, batch_option(weak))

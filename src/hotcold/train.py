@@ -21,13 +21,13 @@ from hotcold.config import ConfigError, RunConfig
 from hotcold.data.format import Dataset
 from hotcold.data.loader import BatchLoader, batch_rows, eval_batches, release_pages
 from hotcold.data.skew import row_counts
-from hotcold.distributed.batch import batch_option, check_fits
+from hotcold.distributed.batch import batch_option, check_batch_fits
 from hotcold.distributed.world import World
 from hotcold import methods
 from hotcold.embedding.base import EmbeddingStore, StoreSpec
 from hotcold.embedding.device import DeviceStore
 from hotcold.embedding.update import RowOptimizer
-from hotcold.memory import check_fits
+from hotcold.memory import check_memory
 from hotcold.metrics import log_loss, roc_auc
 from hotcold.model import build_model
 from hotcold.model.optim import DenseAdagrad, DenseOptimizer, DenseSGD
@@ -121,9 +121,9 @@ def check_memory(cfg: RunConfig, cls: type[EmbeddingStore], spec: StoreSpec, own
     many = world is not None and world.size > 1
     label = f"{cfg.dataset}/{cfg.method}/{cfg.variant}: {spec.num_rows} rows of dimension {spec.dim}"
     if not many:
-        check_fits(cls.memory_need(spec), spec.device, f"{label} ({cls.__name__}, {cfg.train.row_optimizer})")
+        check_memory(cls.memory_need(spec), spec.device, f"{label} ({cls.__name__}, {cfg.train.row_optimizer})")
     if (many or (own_order and cls.own_schedule())) and cls is not DeviceStore:
-        check_fits(DeviceStore.memory_need(spec), spec.device,
+        check_memory(DeviceStore.memory_need(spec), spec.device,
                    f"{label} (its device reference replay, {cfg.train.row_optimizer})")
 
 
@@ -151,7 +151,7 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
     """
     world = world or World.single()
     world.check_batch(cfg.train.batch_size)
-    check_fits(cfg.train.batch_size, ds, batch_option(cfg.distributed))
+    check_batch_fits(cfg.train.batch_size, ds, batch_option(cfg.distributed))
     progress = progress and world.is_main
     model, store, rows = build(cfg, ds, device, order, world)
     opt = dense_optimizer(cfg, model.parameters())

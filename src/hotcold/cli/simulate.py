@@ -132,7 +132,7 @@ def _sweeps(ds: Dataset, fixed: int, scales: list[Scale], batch_per_rank: int | 
             fixed_too: bool) -> list[tuple[str, int | None, list[Scale]]]:
     """(batching, ``shard_sim``'s batch_per_rank, scales) of each simulation, every global batch checked first."""
     from hotcold.config import ConfigError
-    from hotcold.distributed.batch import check_fits, sweep_batches
+    from hotcold.distributed.batch import check_batch_fits, sweep_batches
 
     worlds = [s.nodes * s.ranks_per_node for s in scales]
     out = []
@@ -144,9 +144,9 @@ def _sweeps(ds: Dataset, fixed: int, scales: list[Scale], batch_per_rank: int | 
                     raise ConfigError(f"train.batch_size {fixed} (the fixed global batch) is not divisible by "
                                       f"{worlds[i]} ranks ({name}); leave out --fixed-batch (the config's "
                                       f"distributed.shard_sim.fixed_batch) or that scale")
-                check_fits(fixed, ds, "train.batch_size (the fixed global batch)")
+                check_batch_fits(fixed, ds, "train.batch_size (the fixed global batch)")
             else:
-                check_fits(per_rank * worlds[i], ds, f"--batch-per-rank (distributed.shard_sim.batch_per_rank) "
+                check_batch_fits(per_rank * worlds[i], ds, f"--batch-per-rank (distributed.shard_sim.batch_per_rank) "
                                                      f"{per_rank} x {worlds[i]} ranks ({name})")
         out.append((batching, per_rank, [scales[i] for i in which]))
     return out

@@ -24,7 +24,7 @@ def train_samples(ds: Dataset) -> int:
     return stop - start
 
 
-def check_fits(batch: int, ds: Dataset, option: str) -> None:
+def check_batch_fits(batch: int, ds: Dataset, option: str) -> None:
     """Raise ``ConfigError`` naming ``option`` when one global ``batch`` is more than the training split."""
     n = train_samples(ds)
     if batch > n:
