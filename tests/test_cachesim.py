@@ -333,11 +333,12 @@ def test_plain_python_kernels_equal_compiled():
     trace = Trace.from_batches(batches, 40)
     rows, counts, off = trace.read(0, len(trace))
     freq = trace.frequencies()
-    for name in ("lfu", "freqcache", "belady"):
+    for name, bulk_min in (("lru", 1), ("lfu", 3), ("freqcache", 1), ("freqcache", 16), ("belady", 2)):
         results = []
         for fn in (kernels.demand_steps, python(kernels.demand_steps)):
             pol, warm = cache_policy(name, 40, 15, freq, 0.5, trace.next_use())
             d = CacheDirectory(40, 15, pol)
+            d.bulk_min = bulk_min
             if warm.size:
                 d.warm(warm)
             out = np.zeros((len(trace), 5), dtype=np.int64)
@@ -345,7 +346,7 @@ def test_plain_python_kernels_equal_compiled():
             p = d.policy
             done = fn(p.code, rows, counts, off, trace.flat_next_use(), 40, d.row_slot, d.slot_row, p.last, p.count,
                       p.rank, p.next, d._gen, d._mark, d._heap, d._aside, d._state, out, slots,
-                      np.zeros(rows.size, dtype=bool), d._victim_slots, d._victim_rows)
+                      np.zeros(rows.size, dtype=bool), d._victim_slots, d._victim_rows, d.bulk_min)
             results.append((done, out, slots, d.row_slot.copy()))
         for a, b in zip(*results):
             assert np.array_equal(a, b), name
@@ -353,3 +354,60 @@ def test_plain_python_kernels_equal_compiled():
     for fn in (kernels.batch_uniques, python(kernels.batch_uniques)):
         got.append(fn(rows, off, np.zeros(40, dtype=np.int32), 0))
     assert np.array_equal(*got) and got[0].tolist() == np.diff(off).tolist()
+
+
+def _directory_steps(batches, num_rows, policy, capacity, freq, bulk_min=None):
+    """Per-step ``COUNTERS`` and (slots, victim slots, victim rows) of a ``CacheDirectory`` served step by step."""
+    from hotcold.trace.policies import CacheDirectory, cache_policy
+
+    trace = Trace.from_batches(batches, num_rows)
+    pol, warm = cache_policy(policy, num_rows, capacity, freq, 0.7, trace.next_use() if policy == "belady" else None)
+    d = CacheDirectory(num_rows, capacity, pol)
+    if bulk_min is not None:
+        d.bulk_min = bulk_min
+    if warm.size:
+        d.warm(warm)
+    table, plans = [], []
+    for rows, counts in zip(trace.rows, trace.counts):
+        a = d.access(rows, counts)
+        lookups, hits = int(a.counts.sum()), int(a.counts[a.hit].sum())
+        u, uh, e = a.rows.size, int(a.hit.sum()), a.victim_rows.size
+        table.append((lookups, u, hits, lookups - hits, uh, u - uh, u - uh, e, e))
+        plans.append((a.slots.tolist(), a.victim_slots.tolist(), a.victim_rows.tolist()))
+    return table, plans
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu", "freqcache", "freqcache-lfu", "belady"])
+@pytest.mark.parametrize("seed", range(2))
+def test_many_evictions_on_a_heavy_tail_every_victim_path_matches_the_reference(policy, seed):
+    """Zipf 1.05 over 1,000 rows in a cache just above the largest batch: most steps evict many rows.
+
+    The victims are taken by the heap, by one pass over the slots, or by
+    either as each step's count decides (``bulk_min``); lru by its queue,
+    compacted many times here. All give the reference's counters and the
+    same slots and victims, step by step.
+    """
+    batches = zipf_trace(seed, steps=40, batch=50, num_rows=1000, a=1.05)
+    trace = Trace.from_batches(batches, 1000)
+    freq = trace.frequencies()
+    for capacity in (trace.max_unique, trace.max_unique + 7, 3 * trace.max_unique):
+        want = reference(batches, capacity, policy, freq.tolist())
+        assert sum(step[-1] for step in want) > 2 * capacity, "the trace must evict many rows"
+        assert _table(simulate(trace, policy, capacity, freq)) == want
+        runs = [_directory_steps(batches, 1000, policy, capacity, freq, b) for b in (None, 1, 4, capacity + 1)]
+        for table, plans in runs:
+            assert table == want, capacity
+            assert plans == runs[0][1], capacity
+
+
+def test_lru_evicts_warm_rows_first_in_row_order():
+    from hotcold.trace.policies import LRU, CacheDirectory
+
+    d = CacheDirectory(10, 4, LRU())
+    assert d.warm(np.array([5, 2, 7])).tolist() == [0, 1, 2]
+    a = d.access(np.array([1, 3]), np.array([1, 1]))   # 1 takes the free slot 3; 3 evicts row 2 (step -1, lowest id)
+    assert a.miss_slots.tolist() == [3, 1] and a.victim_rows.tolist() == [2]
+    a = d.access(np.array([0, 5, 9]), np.array([1, 1, 1]))   # 5 hits; then 7 (warm), then 1 (step 0, lower id than 3)
+    assert a.hit.tolist() == [False, True, False] and sorted(a.victim_rows.tolist()) == [1, 7]
+    a = d.access(np.array([8]), np.array([1]))
+    assert a.victim_rows.tolist() == [3]

@@ -7,17 +7,27 @@ or the simulator many steps at once, so the two give the same counters by
 construction. ``hotcold.jit.jit`` compiles them with numba when installed
 (plain Python otherwise: the same numbers, slower).
 
-Victims come from a binary min-heap of (primary, secondary) int64 keys,
-one entry per candidate slot, so a step costs O(U + E log C) instead of a
-scan of all C slots. The keys of ``lru``, ``lfu`` and ``freqcache`` only
-grow while a row stays resident, so their heap is *lazy*: an entry is a
-lower bound of its slot's key, and a popped entry whose key has grown is
-pushed again with the current key; the smallest entry whose key is current
-is then the smallest key of all. ``belady``'s key (minus the next use)
-shrinks on every access, so it pushes a fresh entry at every access and
-drops stale ones when popped (*eager*). Both reproduce the ordering of the
-keys exactly, ties included (the secondary keys are unique), and so the
-choices of the scan they replace.
+``lru`` needs no ordering structure: all rows of step t share key t, so
+the resident rows by key (last step, row) form a queue of steps, each
+step's rows in row order. A FIFO of (step, slot, generation) appended per
+step in row order, its stale entries (the row used again later, or
+evicted) skipped when they reach the front, yields the victims in order
+in O(1) amortised a lookup; it is compacted in place when full.
+
+The other policies take victims from a binary min-heap of (primary,
+secondary) int64 keys, one entry per candidate slot, so a step costs
+O(U + E log C) instead of a scan of all C slots. The keys of ``lfu`` and
+``freqcache`` only grow while a row stays resident, so their heap is
+*lazy*: an entry is a lower bound of its slot's key, and a popped entry
+whose key has grown is pushed again with the current key; the smallest
+entry whose key is current is then the smallest key of all. ``belady``'s
+key (minus the next use) shrinks on every access, so it pushes a fresh
+entry at every access and drops stale ones when popped (*eager*). A step
+that needs many victims (``bulk_threshold``) takes them instead by one
+pass over the slots and a partition (``bulk_victims``), O(C), and leaves
+the heap to be rebuilt by the next step that uses it. All of these
+reproduce the ordering of the keys exactly, ties included (the secondary
+keys are unique), and so the choices of the scan they replace.
 """
 from __future__ import annotations
 
@@ -96,14 +106,15 @@ def heapify(h, n):
 def demand_key(policy, slot, row, num_rows, last, count, rank, nxt):
     """The eviction key (primary, secondary) of a resident row in ``slot``; smallest goes first.
 
-    ``rank`` [N]: freqcache's dataset counts.
+    ``count`` [C] holds lfu's lookups since insertion, and for freqcache
+    (``STATIC``) the row's dataset count (``rank`` [N], copied on insertion).
     """
     if policy == LRU:
         return last[slot], row
     if policy == LFU:
         return count[slot], (last[slot] + 1) * num_rows + row
     if policy == STATIC:   # worst dataset rank first: fewest lookups, then highest row id
-        return rank[row], -row
+        return count[slot], -row
     return -nxt[slot], row
 
 
@@ -124,33 +135,110 @@ def demand_warm(policy, num_rows, rows, row_slot, slot_row, last, count, rank, n
         slot_row[i] = rows[i]
         row_slot[rows[i]] = i
         gen[i] += 1
+        if policy == STATIC:
+            count[i] = rank[rows[i]]
     state[0] = rows.size
-    state[2] = demand_rebuild(policy, num_rows, slot_row, rows.size, last, count, rank, nxt, gen, heap)
+    if policy == LRU:   # the queue: warm rows share step last = -1, in row order
+        order = np.argsort(rows)
+        for j in range(rows.size):
+            s = order[j]
+            heap[j, 0], heap[j, 1], heap[j, 2] = last[s], s, gen[s]
+        state[2], state[3] = rows.size, 0
+    else:
+        state[2] = demand_rebuild(policy, num_rows, slot_row, rows.size, last, count, rank, nxt, gen, heap)
+
+
+def bulk_threshold(capacity: int, policy: int) -> int:
+    """The fewest victims of a step chosen by one pass over the slots (``bulk_victims``) rather than the heap.
+
+    A heap pop costs about ``log2 C`` sift steps (and lfu's lazy re-pushes
+    more), a pass a few operations per slot: measured on Zipf traces at
+    15k and 50k slots, the pass wins above about C / log2 C victims for
+    lfu (and belady), C / (2 log2 C) for freqcache, whose inserted rows are
+    mostly of small dataset count and sift up the whole heap. Either way the
+    victims are the same.
+    """
+    per = 2 if policy == STATIC else 1
+    return max(1, capacity // (per * max(1, int(capacity).bit_length())))
+
+
+@jit
+def lru_compact(heap, head, tail, gen, last, mark, stamp):
+    """Drop the stale entries of the LRU queue ``heap[head:tail]`` and rows of the current batch; returns the new tail.
+
+    An entry (step, slot, generation) is current while the slot holds the
+    same row (generation) and that row was last used at ``step``.
+    """
+    n = 0
+    for j in range(head, tail):
+        s, g = heap[j, 1], heap[j, 2]
+        if gen[s] == g and last[s] == heap[j, 0] and mark[s] != stamp:
+            heap[n, 0], heap[n, 1], heap[n, 2] = heap[j, 0], s, g
+            n += 1
+    return n
+
+
+@jit
+def bulk_victims(policy, num_rows, slot_row, used, last, count, rank, nxt, mark, stamp, need, scratch, victim_slots):
+    """The ``need`` smallest keys among occupied slots not marked ``stamp``, by one pass and two partitions.
+
+    Fills ``victim_slots[:need]`` (in slot order); ``scratch`` [4, C]. Exact,
+    ties included: the need-th smallest primary key splits the slots, and
+    among those at it the smallest secondary keys (unique) fill the rest.
+    """
+    k1s, k2s, ss, ties = scratch[0], scratch[1], scratch[2], scratch[3]
+    m = 0
+    for s in range(used):
+        if mark[s] != stamp:
+            k1, k2 = demand_key(policy, s, slot_row[s], num_rows, last, count, rank, nxt)
+            k1s[m], k2s[m], ss[m] = k1, k2, s
+            m += 1
+    p1 = np.partition(k1s[:m], need - 1)[need - 1]
+    nv = nt = 0
+    for j in range(m):
+        if k1s[j] < p1:
+            victim_slots[nv] = ss[j]
+            nv += 1
+        elif k1s[j] == p1:
+            ties[nt] = k2s[j]
+            nt += 1
+    rest = need - nv   # >= 1: the tie group at p1 holds the need-th key
+    p2 = np.partition(ties[:nt], rest - 1)[rest - 1]
+    for j in range(m):
+        if k1s[j] == p1 and k2s[j] <= p2:
+            victim_slots[nv] = ss[j]
+            nv += 1
+    return nv
 
 
 @jit
 def demand_steps(policy, rows, counts, offsets, next_use, num_rows, row_slot, slot_row, last, count, rank, nxt,
-                 gen, mark, heap, aside, state, out, slots, hit, victim_slots, victim_rows):
+                 gen, mark, heap, aside, state, out, slots, hit, victim_slots, victim_rows, bulk_min):
     """Serve batches ``rows[offsets[t]:offsets[t+1]]`` (unique, ascending) in order; returns the steps done.
 
     Stops before a batch with more unique rows than slots (the caller raises).
-    ``state``: [used, step, heap size]. Per step ``out[t]`` gets lookups,
-    unique rows, hits, unique hits and evictions; ``slots`` and ``hit`` (as
-    long as ``rows``) each row's slot and whether it was resident;
-    ``victim_slots``/``victim_rows`` [C] the last step's victims, ascending by
-    slot (their count is ``out[t, EVICTIONS]``). ``next_use`` [as rows]: the
-    next step using each row (``belady`` only). ``mark`` [C]: scratch.
+    ``state``: [used, step, heap size or queue end, queue start]. Per step
+    ``out[t]`` gets lookups, unique rows, hits, unique hits and evictions;
+    ``slots`` and ``hit`` (as long as ``rows``) each row's slot and whether it
+    was resident; ``victim_slots``/``victim_rows`` [C] the last step's
+    victims, ascending by slot (their count is ``out[t, EVICTIONS]``).
+    ``next_use`` [as rows]: the next step using each row (``belady`` only).
+    ``mark`` [C]: scratch. ``bulk_min``: the fewest victims selected by a
+    pass over the slots rather than the heap (heap size -1: to be rebuilt).
+
+    ``lru`` keeps a FIFO of (step, slot, generation) in ``heap``, appended
+    per step in row order: the current entries are in key order, so the
+    victims are the first current entries not of this batch.
     """
     capacity = slot_row.size
     eager = policy == BELADY
+    lru = policy == LRU
     for t in range(offsets.size - 1):
         a, b = offsets[t], offsets[t + 1]
         u = b - a
         if u > capacity:
             return t
-        used, step, hsize = state[0], state[1], state[2]
-        if eager and hsize + u > heap.shape[0]:
-            hsize = demand_rebuild(policy, num_rows, slot_row, used, last, count, rank, nxt, gen, heap)
+        used, step, hsize, head = state[0], state[1], state[2], state[3]
         stamp = step + 1
         lookups = hits = uh = 0
         for i in range(a, b):
@@ -167,27 +255,43 @@ def demand_steps(policy, rows, counts, offsets, next_use, num_rows, row_slot, sl
                 hit[i] = False
         need = (u - uh) - (capacity - used)
         nv = 0
+        bulk = not lru and need >= bulk_min and need > 0
+        if not lru and not bulk and (hsize < 0 and need > 0 or eager and hsize >= 0 and hsize + u > heap.shape[0]):
+            hsize = demand_rebuild(policy, num_rows, slot_row, used, last, count, rank, nxt, gen, heap)
         if need > 0:
-            na = 0
-            while nv < need:
-                k1, k2, s, g = heap[0, 0], heap[0, 1], heap[0, 2], heap[0, 3]
-                hsize = heap_pop(heap, hsize)
-                if gen[s] != g:
-                    continue
-                c1, c2 = demand_key(policy, s, slot_row[s], num_rows, last, count, rank, nxt)
-                if c1 != k1 or c2 != k2:
-                    if not eager:
-                        hsize = heap_push(heap, hsize, c1, c2, s, g)
-                    continue
-                if mark[s] == stamp:   # a row of this batch: never a victim
-                    if not eager:
-                        aside[na, 0], aside[na, 1], aside[na, 2], aside[na, 3] = k1, k2, s, g
-                        na += 1
-                    continue
-                victim_slots[nv] = s
-                nv += 1
-            for j in range(na):
-                hsize = heap_push(heap, hsize, aside[j, 0], aside[j, 1], aside[j, 2], aside[j, 3])
+            if lru:
+                while nv < need:
+                    s, g = heap[head, 1], heap[head, 2]
+                    k = heap[head, 0]
+                    head += 1
+                    if gen[s] == g and last[s] == k and mark[s] != stamp:
+                        victim_slots[nv] = s
+                        nv += 1
+            elif bulk:
+                nv = bulk_victims(policy, num_rows, slot_row, used, last, count, rank, nxt, mark, stamp, need,
+                                  aside, victim_slots)
+                hsize = -1
+            else:
+                na = 0
+                while nv < need:
+                    k1, k2, s, g = heap[0, 0], heap[0, 1], heap[0, 2], heap[0, 3]
+                    hsize = heap_pop(heap, hsize)
+                    if gen[s] != g:
+                        continue
+                    c1, c2 = demand_key(policy, s, slot_row[s], num_rows, last, count, rank, nxt)
+                    if c1 != k1 or c2 != k2:
+                        if not eager:
+                            hsize = heap_push(heap, hsize, c1, c2, s, g)
+                        continue
+                    if mark[s] == stamp:   # a row of this batch: never a victim
+                        if not eager:
+                            aside[0, na], aside[1, na], aside[2, na], aside[3, na] = k1, k2, s, g
+                            na += 1
+                        continue
+                    victim_slots[nv] = s
+                    nv += 1
+                for j in range(na):
+                    hsize = heap_push(heap, hsize, aside[0, j], aside[1, j], aside[2, j], aside[3, j])
             victim_slots[:nv].sort()
             for j in range(nv):
                 r = slot_row[victim_slots[j]]
@@ -208,23 +312,35 @@ def demand_steps(policy, rows, counts, offsets, next_use, num_rows, row_slot, sl
             row_slot[r] = s
             gen[s] += 1
             slots[i] = s
-        for i in range(a, b):
-            s = slots[i]
-            if policy == LRU:
+        if lru:
+            if hsize + u > heap.shape[0]:
+                hsize = lru_compact(heap, head, hsize, gen, last, mark, stamp)
+                head = 0
+            for i in range(a, b):
+                s = slots[i]
                 last[s] = step
-            elif policy == LFU:
-                if not hit[i]:
-                    count[s] = 0
-                count[s] += counts[i]
-                last[s] = step
-            elif policy == BELADY:
-                nxt[s] = next_use[i]
-            if eager or not hit[i]:
-                k1, k2 = demand_key(policy, s, rows[i], num_rows, last, count, rank, nxt)
-                hsize = heap_push(heap, hsize, k1, k2, s, gen[s])
+                heap[hsize, 0], heap[hsize, 1], heap[hsize, 2] = step, s, gen[s]
+                hsize += 1
+        else:
+            push = hsize >= 0
+            for i in range(a, b):
+                s = slots[i]
+                if policy == LFU:
+                    if not hit[i]:
+                        count[s] = 0
+                    count[s] += counts[i]
+                    last[s] = step
+                elif policy == STATIC:
+                    if not hit[i]:
+                        count[s] = rank[rows[i]]
+                elif policy == BELADY:
+                    nxt[s] = next_use[i]
+                if push and (eager or not hit[i]):
+                    k1, k2 = demand_key(policy, s, rows[i], num_rows, last, count, rank, nxt)
+                    hsize = heap_push(heap, hsize, k1, k2, s, gen[s])
         out[t, LOOKUPS], out[t, UNIQUE], out[t, HITS], out[t, UNIQUE_HITS], out[t, EVICTIONS] = \
             lookups, u, hits, uh, nv
-        state[0], state[1], state[2] = used, step + 1, hsize
+        state[0], state[1], state[2], state[3] = used, step + 1, hsize, head
     return offsets.size - 1
 
 

@@ -68,7 +68,7 @@ class Policy:
     def bind(self, num_rows: int, capacity: int) -> None:
         self.num_rows = num_rows
         self.last = np.full(capacity, -1, dtype=np.int64)    # [C] step of last use, -1: never
-        self.count = np.zeros(capacity, dtype=np.int64)      # [C] lookups since insertion (lfu)
+        self.count = np.zeros(capacity, dtype=np.int64)      # [C] lookups since insertion (lfu), dataset count (freqcache)
         self.next = np.full(capacity, NEVER, dtype=np.int64)  # [C] next step using the row (belady)
         self.rank = np.zeros(1, dtype=np.int64)              # [N] dataset counts (freqcache's key)
 
@@ -183,9 +183,11 @@ class CacheDirectory:
         policy.bind(num_rows, capacity)
         self._gen = np.zeros(capacity, dtype=np.int64)          # [C] insertions into each slot
         self._mark = np.zeros(capacity, dtype=np.int64)         # [C] scratch: step + 1 of the batch holding it
-        self._heap = kernels.new_heap(capacity)                  # victim candidates (see hotcold.trace.kernels)
-        self._aside = np.zeros((capacity, kernels.HEAP_COLS), dtype=np.int64)
-        self._state = np.zeros(3, dtype=np.int64)                # used, step, heap size
+        self._heap = kernels.new_heap(capacity)                  # victim candidates (lru: a queue; see kernels)
+        self._aside = np.zeros((kernels.HEAP_COLS, capacity), dtype=np.int64)  # scratch of a step
+        self._state = np.zeros(4, dtype=np.int64)                # used, step, heap size (queue end), queue start
+        #: the fewest victims of a step chosen by one pass over the slots instead of the heap (not lru)
+        self.bulk_min = kernels.bulk_threshold(capacity, policy.code)
         self._victim_slots = np.zeros(capacity, dtype=np.int64)
         self._victim_rows = np.zeros(capacity, dtype=np.int64)
 
@@ -220,7 +222,7 @@ class CacheDirectory:
         done = kernels.demand_steps(p.code, rows, counts, offsets, next_use, self.num_rows, self.row_slot,
                                     self.slot_row, p.last, p.count, p.rank, p.next, self._gen, self._mark,
                                     self._heap, self._aside, self._state, out, slots, hit, self._victim_slots,
-                                    self._victim_rows)
+                                    self._victim_rows, self.bulk_min)
         if done < offsets.size - 1:
             raise self._too_small(int(offsets[done + 1] - offsets[done]), self.step)
 
