@@ -1,7 +1,7 @@
 """Whether a run's tables fit this machine, decided before anything is allocated.
 
 A store states what it will allocate for its rows (``EmbeddingStore.memory_need``:
-bytes on the host and on the trainer device); ``check_memory`` compares that
+bytes on the host and on the trainer device); ``require_memory`` compares that
 with what the machine has and raises ``InfeasibleError`` naming both, so the
 run ends as an ``infeasible`` record instead of being killed by the kernel or
 by a CUDA out-of-memory error after minutes of set-up.
@@ -88,7 +88,7 @@ def shortfall(need: MemoryNeed, device: torch.device, what: str,
     return None
 
 
-def check_memory(need: MemoryNeed, device: torch.device, what: str) -> None:
+def require_memory(need: MemoryNeed, device: torch.device, what: str) -> None:
     """Raise ``InfeasibleError`` when ``need`` does not fit this machine (``shortfall``)."""
     reason = shortfall(need, device, what)
     if reason is not None:

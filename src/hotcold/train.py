@@ -27,7 +27,7 @@ from hotcold import methods
 from hotcold.embedding.base import EmbeddingStore, StoreSpec
 from hotcold.embedding.device import DeviceStore
 from hotcold.embedding.update import RowOptimizer
-from hotcold.memory import check_memory
+from hotcold.memory import require_memory
 from hotcold.metrics import log_loss, roc_auc
 from hotcold.model import build_model
 from hotcold.model.optim import DenseAdagrad, DenseOptimizer, DenseSGD
@@ -121,10 +121,10 @@ def check_memory(cfg: RunConfig, cls: type[EmbeddingStore], spec: StoreSpec, own
     many = world is not None and world.size > 1
     label = f"{cfg.dataset}/{cfg.method}/{cfg.variant}: {spec.num_rows} rows of dimension {spec.dim}"
     if not many:
-        check_memory(cls.memory_need(spec), spec.device, f"{label} ({cls.__name__}, {cfg.train.row_optimizer})")
+        require_memory(cls.memory_need(spec), spec.device, f"{label} ({cls.__name__}, {cfg.train.row_optimizer})")
     if (many or (own_order and cls.own_schedule())) and cls is not DeviceStore:
-        check_memory(DeviceStore.memory_need(spec), spec.device,
-                   f"{label} (its device reference replay, {cfg.train.row_optimizer})")
+        require_memory(DeviceStore.memory_need(spec), spec.device,
+                       f"{label} (its device reference replay, {cfg.train.row_optimizer})")
 
 
 def default_order(cfg: RunConfig, ds: Dataset) -> Iterator[np.ndarray]:
