@@ -205,6 +205,7 @@ class SimulateConfig:
     fae_budgets: tuple[float, ...] = (0.062, 0.124, 0.248)   # FAE's 128/256/512 MiB of full Kaggle
     fae_run_lengths: tuple[int | str, ...] = (1, 16, 128, "epoch")
     fae_sample_fraction: float = 1.0
+    steps: int | None = None   # batches replayed (the workflow's run config; None: the train section's steps)
 
 
 @dataclass(frozen=True)
@@ -216,6 +217,7 @@ class ShardSimConfig:
     headrooms: tuple[float, ...] = (1.0, 1.25, 1.5, 2.0)
     batch_per_rank: int | None = 512   # weak scaling: global batch = 512 x world (None: train.batch_size)
     fixed_batch: bool = True           # also at the fixed global batch train.batch_size, for comparison
+    steps: int | None = None           # steps per scale (the workflow's run config; None: distributed.train's)
 
 
 @dataclass(frozen=True)
