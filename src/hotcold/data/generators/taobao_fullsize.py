@@ -52,7 +52,7 @@ from tqdm import tqdm
 from hotcold.config import ConfigError
 from hotcold.data.format import DatasetWriter, release_pages
 from hotcold.data.generators.config import GeneratorConfig
-from hotcold.data.generators.criteo import STATS_SAMPLES, _chunks, _every
+from hotcold.data.generators.criteo import STATS_SAMPLES, _chunks
 from hotcold.data.generators.drift import HOT_FRACTION
 from hotcold.data.generators.occurrences import (DRIFT_MIN_PER_SEGMENT, Occurrences, exact_counts,
                                                  miss_probability, table_counts)
@@ -162,7 +162,7 @@ def generate_taobao_fullsize(cfg: GeneratorConfig, out: Path, progress: bool = T
     n_hist = int(hist_start[-1])
     splits = {name: (int(row_start[i]), int(row_start[i + 1])) for i, name in enumerate(SPLITS)}
     test_lo, test_hi = splits["test"]
-    stride = max(1, -(-n_rows // STATS_SAMPLES))     # test AUC on every stride-th test row
+    stride = max(1, -(-n_rows // STATS_SAMPLES))     # test AUC on every stride-th (positive, negative) pair
 
     seen = np.zeros(n_users, dtype=np.int64)                      # clicks so far per user
     recent = np.zeros((n_users, L), dtype=np.int32)               # the last L items per user (ring)
@@ -276,7 +276,7 @@ def generate_taobao_fullsize(cfg: GeneratorConfig, out: Path, progress: bool = T
                 matched_pos += int((mpos[sel] > 0).sum())
                 matched_neg += int((mneg[sel] > 0)[: n - sel.size].sum())
                 if s == 2:
-                    keep_t = _every(r0, r0 + n, stride)
+                    keep_t = np.flatnonzero((np.arange(r0, r0 + n) // 2) % stride == 0)   # whole (positive, negative) pairs
                     auc_labels.append(lab[keep_t])
                     auc_scores.append(share[keep_t])
                 if (written + n) // RELEASE_ROWS != written // RELEASE_ROWS:
