@@ -44,7 +44,8 @@ def lookups(ds: Dataset) -> list[np.ndarray]:
 
 def test_every_user_item_and_category_occurs_over_the_full_dataset(full: Dataset) -> None:
     cfg = small()
-    assert full.manifest["rows"] == cfg.full_rows == 2 * (round(REAL_SAMPLES["taobao-style"] * SCALE) - cfg.cardinalities[0])
+    clicks = round(REAL_SAMPLES["taobao-style"] * SCALE)
+    assert full.manifest["rows"] == cfg.full_rows == 2 * (clicks - cfg.cardinalities[0])
     for t, (ids, n) in enumerate(zip(lookups(full), full.cardinalities)):
         assert np.bincount(ids, minlength=n).min() >= 1, t
     assert full.manifest["tail"]["overall"]["touched"] == 1.0
@@ -143,7 +144,8 @@ def test_label_model_equals_an_independent_count(tmp_path: Path, monkeypatch: py
     a, b = ds.split("test")
     rows = np.arange(a, b)
     rows = rows[(rows // 2) % stride == 0]
-    assert lm["category_match_auc_test"] == pytest.approx(roc_auc(labels[rows], matches[rows] / np.maximum(lens[rows], 1)))
+    share = matches[rows] / np.maximum(lens[rows], 1)
+    assert lm["category_match_auc_test"] == pytest.approx(roc_auc(labels[rows], share))
 
 
 def test_capped_taobao_is_unchanged(tmp_path: Path) -> None:

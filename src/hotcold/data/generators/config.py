@@ -78,7 +78,8 @@ class GeneratorConfig:
     seed: int = 0
     max_length: int | None = None          # taobao-style: history events per sample (default 20)
     interest_drift: float | None = None    # taobao-style: chance a click replaces a favourite category
-    full_samples: int | None = None        # real table sizes only: samples (Taobao: clicks) of the full dataset (default: the real one's)
+    full_samples: int | None = None        # real table sizes only: samples (Taobao: clicks) of the full dataset
+    #                                        (default: the real one's)
     scale: float | None = None             # real table sizes only: every table and full_samples times this (default 1)
 
     def __post_init__(self) -> None:
@@ -172,7 +173,7 @@ class GeneratorConfig:
 
     @property
     def full_rows(self) -> int | None:
-        """Samples of the full dataset: ``full_samples``; Taobao: 2 (positive, negative) per click after a user's first."""
+        """Samples of the full dataset: ``full_samples``; Taobao: 2 per click after a user's first."""
         if self.full_samples is None:
             return None
         if self.kind == "taobao-style":

@@ -98,8 +98,8 @@ def miss_probability(counts: np.ndarray, prefix: int, total: int, at_least: int 
             if c - k <= total - prefix:
                 p[i] += math.exp(math.lgamma(c + 1) - math.lgamma(k + 1) - math.lgamma(c - k + 1)
                                  + math.lgamma(total - c + 1) - math.lgamma(prefix - k + 1)
-                                 - math.lgamma(total - c - prefix + k + 1)
-                                 - math.lgamma(total + 1) + math.lgamma(prefix + 1) + math.lgamma(total - prefix + 1))
+                                 - math.lgamma(total - c - prefix + k + 1) - math.lgamma(total + 1)
+                                 + math.lgamma(prefix + 1) + math.lgamma(total - prefix + 1))
     return p[inverse.reshape(-1)]
 
 

@@ -276,7 +276,8 @@ def generate_taobao_fullsize(cfg: GeneratorConfig, out: Path, progress: bool = T
                 matched_pos += int((mpos[sel] > 0).sum())
                 matched_neg += int((mneg[sel] > 0)[: n - sel.size].sum())
                 if s == 2:
-                    keep_t = np.flatnonzero((np.arange(r0, r0 + n) // 2) % stride == 0)   # whole (positive, negative) pairs
+                    pair = np.arange(r0, r0 + n) // 2                     # whole (positive, negative) pairs
+                    keep_t = np.flatnonzero(pair % stride == 0)
                     auc_labels.append(lab[keep_t])
                     auc_scores.append(share[keep_t])
                 if (written + n) // RELEASE_ROWS != written // RELEASE_ROWS:
