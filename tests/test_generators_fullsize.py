@@ -167,10 +167,10 @@ def test_capped_output_is_unchanged(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("bad, match", [
-    ({"full_samples": 1000}, r"apply only to the Criteo kinds at their real table sizes"),
-    ({"max_rows_per_table": None, "kind": "taobao-style", "scale": 0.5}, r"apply only"),
+    ({"full_samples": 1000}, r"apply only at the real table sizes"),
+    ({"kind": "taobao-style", "max_rows_per_table": 400_000, "scale": 0.5}, r"apply only"),
     ({"max_rows_per_table": None, "scale": 0.0}, r"scale must be in \(0, 1\]"),
-    ({"max_rows_per_table": None, "scale": 1e-3, "rows": 50_000}, r"rows=50000 exceeds full_samples=45841"),
+    ({"max_rows_per_table": None, "scale": 1e-3, "rows": 50_000}, r"rows=50000 exceeds the full dataset's 45841"),
     ({"max_rows_per_table": None, "scale": 1e-3, "full_samples": 5_000, "rows": 1000}, r"full_samples must be"),
 ])
 def test_bad_full_size_config_raises(bad: dict, match: str) -> None:

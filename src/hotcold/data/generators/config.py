@@ -7,11 +7,13 @@ Knobs and kinds: ``exponent`` and ``holdout_fraction`` default per kind
 Two models of row popularity (``docs/datasets.md``): with tables capped
 (``max_rows_per_table`` an integer, the default workflow's datasets) every
 sample draws its ids independently from a power law; at the real table sizes
-(``max_rows_per_table: null``) the Criteo kinds use the full-size model of
-``generators.occurrences``, whose dataset of ``rows`` samples is the first
-``rows`` samples of a full dataset of ``full_samples`` samples in which every
-row occurs at least once. ``scale`` shrinks that full dataset (every table
-and ``full_samples``) for tests and quick looks at the same construction.
+(``max_rows_per_table: null``) every kind uses a full-size model
+(``generators.occurrences``; Taobao: ``generators.taobao_fullsize``), whose
+dataset of ``rows`` samples is the first ``rows`` samples of a full dataset
+of ``full_samples`` samples in which every row occurs at least once (Taobao:
+``full_samples`` counts the full dataset's clicks, the behaviours of the real
+log; ``full_rows`` its samples). ``scale`` shrinks that full dataset (every
+table and ``full_samples``) for tests and quick looks at the same construction.
 """
 from __future__ import annotations
 
@@ -55,7 +57,8 @@ DEFAULT_EXPONENTS = {"criteo-kaggle-style": 1.3, "criteo-terabyte-style": 1.3, "
 # Exponent of the full-size model (real table sizes): fitted so that, over Kaggle's
 # 45,840,617 samples, 998,921 rows occur more than 10 times, as measured on the real
 # file (``generators.occurrences.KAGGLE_ROWS_SEEN_OVER_10``); Terabyte assumes Kaggle's.
-FULL_SIZE_EXPONENTS = {"criteo-kaggle-style": 1.146, "criteo-terabyte-style": 1.146}
+# Taobao keeps its item exponent (no published count of rarely seen items found; docs/datasets.md).
+FULL_SIZE_EXPONENTS = {"criteo-kaggle-style": 1.146, "criteo-terabyte-style": 1.146, "taobao-style": 1.0}
 DEFAULT_HOLDOUT = {"criteo-kaggle-style": 0.1, "criteo-terabyte-style": 1 / 24, "taobao-style": 0.1}
 TAOBAO_DEFAULTS = {"max_length": 20, "interest_drift": 0.02}
 
@@ -75,7 +78,8 @@ class GeneratorConfig:
     seed: int = 0
     max_length: int | None = None          # taobao-style: history events per sample (default 20)
     interest_drift: float | None = None    # taobao-style: chance a click replaces a favourite category
-    full_samples: int | None = None        # real table sizes only: samples of the full dataset (default: the real one's)
+    full_samples: int | None = None        # real table sizes only: samples (Taobao: clicks) of the full dataset
+    #                                        (default: the real one's)
     scale: float | None = None             # real table sizes only: every table and full_samples times this (default 1)
 
     def __post_init__(self) -> None:
@@ -88,7 +92,7 @@ class GeneratorConfig:
                 object.__setattr__(self, field, default)
 
         need(self.kind in KINDS, f"unknown kind {self.kind!r}; allowed kinds: {list(KINDS)}")
-        full_size = self.max_rows_per_table is None and self.kind != "taobao-style"
+        full_size = self.max_rows_per_table is None
         resolve("name", DEFAULT_NAMES[self.kind])
         resolve("exponent", (FULL_SIZE_EXPONENTS if full_size else DEFAULT_EXPONENTS)[self.kind])
         resolve("holdout_fraction", DEFAULT_HOLDOUT[self.kind])
@@ -125,16 +129,18 @@ class GeneratorConfig:
             need(is_real(self.scale) and 0 < self.scale <= 1, f"scale must be in (0, 1], got {self.scale!r}")
             object.__setattr__(self, "scale", float(self.scale))
             resolve("full_samples", max(1, round(REAL_SAMPLES[self.kind] * self.scale)))
-            need(is_int(self.full_samples) and self.full_samples >= max(self.cardinalities),
-                 f"full_samples must be an integer >= the largest table ({max(self.cardinalities)} rows: every "
-                 f"row occurs at least once), got {self.full_samples!r}")
+            least = max(self.cardinalities)
+            if self.kind == "taobao-style":   # every user clicks twice: a first click (history only) and a sample
+                least = max(least, 2 * self.cardinalities[0])
+            need(is_int(self.full_samples) and self.full_samples >= least,
+                 f"full_samples must be an integer >= {least} (every row occurs at least once"
+                 f"{', every user clicks twice' if self.kind == 'taobao-style' else ''}), got {self.full_samples!r}")
             object.__setattr__(self, "full_samples", int(self.full_samples))
-            need(self.rows <= self.full_samples, f"rows={self.rows} exceeds full_samples={self.full_samples}: a "
-                 "dataset is a prefix of the full one")
+            need(self.rows <= self.full_rows, f"rows={self.rows} exceeds the full dataset's {self.full_rows} "
+                 f"samples (full_samples={self.full_samples}): a dataset is a prefix of the full one")
         else:
             given = [f for f in ("full_samples", "scale") if getattr(self, f) is not None]
-            need(not given, f"{given} apply only to the Criteo kinds at their real table sizes "
-                 "(max_rows_per_table: null)")
+            need(not given, f"{given} apply only at the real table sizes (max_rows_per_table: null)")
         for f in floats:
             object.__setattr__(self, f, float(getattr(self, f)))
         for f in ints:
@@ -162,8 +168,17 @@ class GeneratorConfig:
 
     @property
     def full_size(self) -> bool:
-        """True for the Criteo kinds at their real table sizes: the full-size model (``generators.occurrences``)."""
+        """True at the real table sizes: the full-size model (``generators.occurrences``)."""
         return self.full_samples is not None
+
+    @property
+    def full_rows(self) -> int | None:
+        """Samples of the full dataset: ``full_samples``; Taobao: 2 per click after a user's first."""
+        if self.full_samples is None:
+            return None
+        if self.kind == "taobao-style":
+            return 2 * (self.full_samples - self.cardinalities[0])
+        return self.full_samples
 
     @property
     def full_cardinalities(self) -> list[int]:

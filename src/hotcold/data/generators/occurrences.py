@@ -47,14 +47,25 @@ DRIFT_MIN_PER_SEGMENT = 40  # a drifting rank is seen >= 40 times per segment on
 KAGGLE_ROWS_SEEN_OVER_10 = 998_921
 
 
+def exact_counts(weights: np.ndarray, total: int, minimum: int = 1) -> np.ndarray:
+    """Lookups int64 [n] summing to ``total``: ``minimum`` each plus the rest split by ``weights`` [n] (non-increasing).
+
+    The rest is floored per row and its remainder (< n) added to the first rows.
+    """
+    n = weights.size
+    if not 1 <= minimum * n <= total:
+        raise ValueError(f"{n} rows of at least {minimum} lookups need 1 <= {minimum} * rows <= lookups, "
+                         f"got {total} lookups")
+    extra = np.floor((total - minimum * n) * (weights / weights.sum())).astype(np.int64)
+    extra[: total - minimum * n - int(extra.sum())] += 1   # the floors' remainder (< n) to the top ranks
+    return minimum + extra
+
+
 def table_counts(n: int, total: int, exponent: float) -> np.ndarray:
     """Lookups int64 [n] of each popularity rank over ``total`` lookups: all >= 1, non-increasing, summing to total."""
     if not 1 <= n <= total:
         raise ValueError(f"a table of {n} rows needs 1 <= rows <= lookups, got {total} lookups")
-    w = powerlaw_weights(n, exponent)
-    extra = np.floor((total - n) * (w / w.sum())).astype(np.int64)
-    extra[: total - n - int(extra.sum())] += 1   # the floors' remainder (< n) to the top ranks
-    return 1 + extra
+    return exact_counts(powerlaw_weights(n, exponent), total)
 
 
 def expected_touched(counts: np.ndarray, prefix: int, total: int) -> float:
@@ -73,6 +84,23 @@ def expected_touched(counts: np.ndarray, prefix: int, total: int) -> float:
                      - math.lgamma(total + 1) + math.lgamma(total - c + 1))
             missed += k * math.exp(log_p)
     return 1.0 - missed / float(rows.sum())
+
+
+def miss_probability(counts: np.ndarray, prefix: int, total: int, at_least: int = 1) -> np.ndarray:
+    """float64 [n]: chance that a row of count c (``counts`` [n]) is seen fewer than ``at_least`` times in the
+    first ``prefix`` of ``total`` positions, its c positions placed at random (hypergeometric)."""
+    if not 0 <= prefix <= total:
+        raise ValueError(f"prefix must lie in [0, {total}], got {prefix}")
+    values, inverse = np.unique(np.asarray(counts, dtype=np.int64), return_inverse=True)
+    p = np.zeros(values.size)
+    for i, c in enumerate(values.tolist()):
+        for k in range(min(at_least, c + 1, prefix + 1)):   # P(exactly k of the c in the prefix)
+            if c - k <= total - prefix:
+                p[i] += math.exp(math.lgamma(c + 1) - math.lgamma(k + 1) - math.lgamma(c - k + 1)
+                                 + math.lgamma(total - c + 1) - math.lgamma(prefix - k + 1)
+                                 - math.lgamma(total - c - prefix + k + 1) - math.lgamma(total + 1)
+                                 + math.lgamma(prefix + 1) + math.lgamma(total - prefix + 1))
+    return p[inverse.reshape(-1)]
 
 
 class PositionShuffle:
@@ -107,17 +135,24 @@ class PositionShuffle:
         return out
 
 
-class TableOccurrences:
+class Occurrences:
     """The ids of one table at any positions of the full dataset, segment by segment (time order).
 
-    ``ids(lo, hi)`` must be called with increasing, non-overlapping ranges that
-    do not straddle a segment boundary (``boundaries``); the table's
-    rank -> id permutation drifts as a range enters a new segment.
+    ``counts`` [n] (non-increasing, by rank) list ``sum(counts) <= total``
+    lookups rank by rank; position p holds element ``shuffle(p)``, which is
+    no lookup (id -1) where it is ``>= sum(counts)``. ``ids(lo, hi)`` must be
+    called with increasing, non-overlapping ranges that do not straddle a
+    segment boundary (``boundaries``); the table's rank -> id permutation
+    drifts as a range enters a new segment.
     """
 
-    def __init__(self, n: int, total: int, exponent: float, drift_share: float, segments: int,
+    def __init__(self, counts: np.ndarray, total: int, drift_share: float, segments: int,
                  rng: np.random.Generator) -> None:
-        self.counts = table_counts(n, total, exponent)                  # [n] by rank
+        n = counts.size
+        self.counts = counts                                            # [n] by rank
+        self.lookups = int(counts.sum())
+        if self.lookups > total:
+            raise ValueError(f"{self.lookups} lookups do not fit {total} positions")
         self.perm = rng.permutation(n).astype(np.int32)                 # rank -> id
         self.shuffle = PositionShuffle(total, rng)
         self.rng, self.drift_share, self.total, self.segments = rng, drift_share, total, segments
@@ -135,8 +170,8 @@ class TableOccurrences:
         run = np.searchsorted(self.run_elem, elements, side="right") - 1
         return self.run_rank[run] + (elements - self.run_elem[run]) // self.run_count[run]
 
-    def ids(self, lo: int, hi: int) -> np.ndarray:
-        """int32 [hi - lo] ids looked up by samples ``lo .. hi-1`` of the full dataset."""
+    def enter(self, lo: int, hi: int) -> None:
+        """Check that ``[lo, hi)`` lies in one segment, at or after the current one; drift into it."""
         seg = int(np.searchsorted(self.boundaries, lo, side="right")) - 1
         if hi > self.boundaries[seg + 1]:
             raise ValueError(f"positions [{lo}, {hi}) straddle the segment boundary {self.boundaries[seg + 1]}")
@@ -146,4 +181,22 @@ class TableOccurrences:
             self.segment += 1
             if self.drift_share > 0 and self.hot > 0:
                 drift(self.perm, self.hot, self.drift_share, self.rng)
-        return self.perm[self.ranks(self.shuffle(np.arange(lo, hi, dtype=np.int64)))]
+
+    def ids(self, lo: int, hi: int) -> np.ndarray:
+        """int32 [hi - lo] ids looked up by samples ``lo .. hi-1`` of the full dataset (-1: no lookup)."""
+        self.enter(lo, hi)
+        elements = self.shuffle(np.arange(lo, hi, dtype=np.int64))
+        if self.lookups == self.total:
+            return self.perm[self.ranks(elements)]
+        out = np.full(hi - lo, -1, dtype=np.int32)
+        hit = elements < self.lookups
+        out[hit] = self.perm[self.ranks(elements[hit])]
+        return out
+
+
+class TableOccurrences(Occurrences):
+    """A table whose ``total`` lookups (one per sample) have the counts ``table_counts(n, total, exponent)``."""
+
+    def __init__(self, n: int, total: int, exponent: float, drift_share: float, segments: int,
+                 rng: np.random.Generator) -> None:
+        super().__init__(table_counts(n, total, exponent), total, drift_share, segments, rng)

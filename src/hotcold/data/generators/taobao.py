@@ -7,7 +7,9 @@ clicks, oldest first, as a history of at most ``max_length`` events
 (``sequence = {"tables": [1, 2], "max_length": L}``). Half the samples
 are negatives whose target is another item, as in TBSM.
 
-The model behind the clicks: ``generate_taobao``.
+The model behind the clicks: ``generate_taobao`` (tables capped,
+``max_rows_per_table`` set); at the real table sizes every user, item and
+category occurs over a full click stream: ``generators.taobao_fullsize``.
 """
 from __future__ import annotations
 
