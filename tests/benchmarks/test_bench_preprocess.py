@@ -53,14 +53,45 @@ def criteo_file(path: Path, n: int, seed: int = 0, block: int = 250_000) -> Path
     return path
 
 
-def taobao_file(path: Path, n: int, seed: int = 0) -> Path:
-    """UserBehavior.csv: user, item, category, behaviour, timestamp."""
+TAOBAO_TIMES = (1_511_539_200, 1_512_316_800)   # 2017-11-25 .. 2017-12-03 (UTC), the real file's range
+TAOBAO_BEHAVIORS = (("pv", 0.895), ("cart", 0.055), ("fav", 0.029), ("buy", 0.021))
+
+
+def taobao_file(path: Path, n: int, seed: int = 0, block: int = 1_000_000) -> Path:
+    """UserBehavior.csv: ``user,item,category,behavior,timestamp``, ``n`` lines in random order.
+
+    Shaped like the real file (100M events, ~1M users, ~4M items, ~9.4k categories): n/100 users drawn
+    skewed (a few heavy users), n/25 items drawn Zipf(1.1) from scattered raw ids, each item with one
+    category (Zipf over n/10,000 categories; 1% of events name another), the real behaviour mix, timestamps
+    uniform over the real 9 days with 0.1% outside them, and 0.2% exact repeats of a line of the same block
+    (the real file has some: they are dropped and counted). Written in blocks by pyarrow (about a second per
+    million)."""
     rng = np.random.default_rng(seed)
-    items = np.minimum(rng.zipf(1.1, n), 400_000)
-    table = pa.table({"u": rng.integers(1, 50_000, n), "i": items, "c": items % 5_000,
-                      "b": pa.array(np.array(["pv", "buy", "cart", "fav"])[rng.integers(0, 4, n)]),
-                      "t": 1_511_500_000 + rng.integers(0, 800_000, n)})
-    pacsv.write_csv(table, str(path), pacsv.WriteOptions(include_header=False, quoting_style="none"))
+    n_users, n_items = max(100, n // 100), max(1_000, n // 25)
+    n_cats = max(20, n // 10_000)
+    user_ids = rng.choice(1_018_011, n_users, replace=False) + 1 if n_users < 1_018_011 else np.arange(1, n_users + 1)
+    item_ids = rng.choice(5_163_070, n_items, replace=False) + 1 if n_items < 5_163_070 else np.arange(1, n_items + 1)
+    cat_ids = rng.choice(5_162_429, n_cats, replace=False) + 1
+    item_cat = cat_ids[np.minimum(rng.zipf(1.2, n_items), n_cats) - 1]
+    names = np.array([b for b, _ in TAOBAO_BEHAVIORS])
+    share = np.array([p for _, p in TAOBAO_BEHAVIORS])
+    with open(path, "wb") as f:
+        for a in range(0, n, block):
+            m = min(block, n - a)
+            user = user_ids[(n_users * rng.random(m) ** 2).astype(np.int64)]
+            item = np.minimum(rng.zipf(1.1, m), n_items) - 1
+            cat = np.where(rng.random(m) < 0.01, cat_ids[rng.integers(0, n_cats, m)], item_cat[item])
+            t = rng.integers(*TAOBAO_TIMES, m)
+            out = rng.random(m) < 0.001
+            t[out] += rng.integers(-30 * 86_400, 30 * 86_400, int(out.sum()))
+            table = pa.table({"u": user, "i": item_ids[item], "c": cat,
+                              "b": names[rng.choice(len(names), m, p=share / share.sum())], "t": t})
+            rep = np.flatnonzero(rng.random(m) < 0.002)
+            rows = np.arange(m)
+            rows[rep] = rng.integers(0, m, rep.size)            # a line repeated exactly elsewhere in the block
+            buf = pa.BufferOutputStream()
+            pacsv.write_csv(table.take(rows), buf, pacsv.WriteOptions(include_header=False, quoting_style="none"))
+            f.write(buf.getvalue().to_pybytes())
     return path
 
 
