@@ -23,7 +23,8 @@ from hotcold.data.format import DatasetWriter
 from hotcold.data.skew import coverage_from_counts
 from hotcold.config import from_mapping, is_int, is_real, require
 from hotcold.data.sources.inputs import Digest, check_provenance, read_chunks, source_records
-from hotcold.data.sources.taobao_kernels import BEHAVIORS, IdIndex, group_events, parse_chunk
+from hotcold.data.sources.spill import NpyColumn
+from hotcold.data.sources.taobao_kernels import BEHAVIORS, IdIndex, fill_history, group_events, parse_chunk
 from hotcold.data.sources.textparse import MAX_BAD_SHARE, WARN_BAD_SHARE, BadLines, check_bad_line_options
 
 REASONS = {"fields": "wrong number of fields (expected 5)",
@@ -83,58 +84,74 @@ def _within(lengths: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
 
 
-EVENT = np.dtype([("user", "<i4"), ("item", "<i4"), ("cat", "<i4"), ("beh", "i1"), ("ts", "<i8")])  # 21 bytes
+FIELDS = (("user", np.int32), ("item", np.int32), ("cat", np.int32), ("beh", np.int8), ("ts", np.int64))
 BUCKET_EVENTS = 1 << 23      # events per spill bucket aimed at (bounds the grouping pass's memory)
-MIN_LINE_BYTES = 11          # "1,1,1,pv,1\n": the file size over this bounds the lines
-GZIP_RATIO = 5               # a gzipped input is taken to hold this many times its size
+GZIP_RATIO = 4               # a gzipped input is taken to hold this many times its size in text
+MAX_BUCKETS = 128            # spill files stay few (5 per bucket); past this buckets grow instead
 
 
-def _buckets(csv: Path, bucket_events: int | None) -> int:
-    """Spill buckets for ``csv``: enough that none should exceed ``bucket_events`` events."""
+def _buckets(file_bytes: int, first_chunk: tuple[int, int], bucket_events: int | None) -> int:
+    """Spill buckets for a file of ``file_bytes`` whose first chunk had ``(lines, bytes)``: enough that none
+    should exceed ``bucket_events`` events (for a gzipped file, ``file_bytes`` is a guess of its text
+    size, so the estimate may be rough: it only changes memory, never the output)."""
     per = BUCKET_EVENTS if bucket_events is None else bucket_events
     if not (is_int(per) and per >= 1):
         raise ValueError(f"bucket_events must be a positive integer, got {per!r}")
-    size = csv.stat().st_size * (GZIP_RATIO if csv.suffix == ".gz" else 1)
-    return int(min(max(1, -(-size // (MIN_LINE_BYTES * per))), 4096))
+    lines, size = first_chunk
+    estimate = file_bytes * lines / max(size, 1)
+    return int(min(max(1, math.ceil(estimate / per)), MAX_BUCKETS))
 
 
 class _EventSpill:
-    """Events appended to ``buckets`` files by user index (user % buckets), so each holds whole users in
-    file order. Plain file writes: resident memory stays at one chunk."""
+    """Events by user index (bucket: user % buckets), so a bucket holds whole users in file order. One bucket
+    stays in memory (at most about ``BUCKET_EVENTS`` events); more go to files, one per bucket and field,
+    by plain writes, so resident memory stays at one chunk."""
 
     def __init__(self, directory: Path, buckets: int) -> None:
         self.directory, self.buckets = Path(directory), buckets
-        self.directory.mkdir(parents=True, exist_ok=True)
         self.events = 0
-        self._files = [open(self._path(b), "wb") for b in range(buckets)]
+        self._held: list[list[np.ndarray]] = []
+        self._files: list[list[Any]] = []
+        if buckets > 1:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._files = [[open(self._path(b, f), "wb") for f, _ in FIELDS] for b in range(buckets)]
 
-    def _path(self, b: int) -> Path:
-        return self.directory / f"bucket{b:04d}.bin"
+    def _path(self, b: int, field: str) -> Path:
+        return self.directory / f"bucket{b:04d}.{field}.bin"
 
     def append(self, user: np.ndarray, item: np.ndarray, cat: np.ndarray, beh: np.ndarray, ts: np.ndarray) -> None:
-        rec = np.empty(user.size, dtype=EVENT)
-        rec["user"], rec["item"], rec["cat"], rec["beh"], rec["ts"] = user, item, cat, beh, ts
-        self.events += rec.size
+        cols = [np.ascontiguousarray(c, dtype=t) for c, (_, t) in zip((user, item, cat, beh, ts), FIELDS)]
+        self.events += user.size
         if self.buckets == 1:
-            self._files[0].write(memoryview(rec).cast("B"))
+            self._held.append(cols)
             return
         bucket = (user % self.buckets).astype(np.uint16)
-        rec = rec[np.argsort(bucket, kind="stable")]
+        order = np.argsort(bucket, kind="stable")
         bounds = np.concatenate(([0], np.cumsum(np.bincount(bucket, minlength=self.buckets))))
-        for b in np.flatnonzero(np.diff(bounds)):
-            self._files[b].write(memoryview(rec[bounds[b]:bounds[b + 1]]).cast("B"))
+        for c, col in enumerate(cols):
+            col = col[order]
+            for b in np.flatnonzero(np.diff(bounds)):
+                self._files[b][c].write(memoryview(col[bounds[b]:bounds[b + 1]]).cast("B"))
 
     def close(self) -> None:
-        for f in self._files:
-            f.close()
+        for files in self._files:
+            for f in files:
+                f.close()
 
-    def read(self, b: int) -> np.ndarray:
-        return np.fromfile(self._path(b), dtype=EVENT)
+    def read(self, b: int) -> list[np.ndarray]:
+        """Bucket ``b``'s user, item, cat, beh, ts columns (the held bucket is handed over once)."""
+        if self.buckets == 1:
+            held, self._held = self._held, []
+            return [np.concatenate([c[k] for c in held]) if held else np.zeros(0, t)
+                    for k, (_, t) in enumerate(FIELDS)]
+        return [np.fromfile(self._path(b, f), dtype=t) for f, t in FIELDS]
 
     def remove(self) -> None:
         self.close()
-        for b in range(self.buckets):
-            self._path(b).unlink(missing_ok=True)
+        self._held = []
+        for b in range(len(self._files)):
+            for f, _ in FIELDS:
+                self._path(b, f).unlink(missing_ok=True)
 
 
 @dataclass
@@ -151,12 +168,12 @@ class _Events:
     digest: Digest
 
 
-def _read_events(csv: Path, cfg: TaobaoConfig, name: str, progress: bool, directory: Path, buckets: int,
-                 compiled: bool | None) -> _Events:
+def _read_events(csv: Path, cfg: TaobaoConfig, name: str, progress: bool, directory: Path,
+                 bucket_events: int | None, compiled: bool | None) -> _Events:
     """Parse ``csv`` chunk by chunk; index the ids in order of first appearance and spill the events."""
     users, items, cats = IdIndex(compiled), IdIndex(compiled), IdIndex(compiled)
     item_cat = np.zeros(1 << 10, dtype=np.int32)
-    spill = _EventSpill(directory, buckets)
+    spill: _EventSpill | None = None
     bad = BadLines(REASONS, cfg.on_bad_line)
     digest, raw_lines = Digest(), 0
     try:
@@ -164,6 +181,9 @@ def _read_events(csv: Path, cfg: TaobaoConfig, name: str, progress: bool, direct
                   disable=not progress) as bar:
             for first, buf in read_chunks(csv, cfg.chunk_lines, digest, bar.update):
                 codes, _, vals, beh = parse_chunk(buf, cfg.chunk_lines, compiled)
+                if spill is None:
+                    size = csv.stat().st_size * (GZIP_RATIO if csv.suffix == ".gz" else 1)
+                    spill = _EventSpill(directory, _buckets(size, (codes.size, len(buf)), bucket_events))
                 bad.add(csv.name, first, codes)
                 raw_lines = first + codes.size
                 if not beh.size:
@@ -177,7 +197,10 @@ def _read_events(csv: Path, cfg: TaobaoConfig, name: str, progress: bool, direct
                 item_cat[items.size - new_items.size:items.size] = cat[new_items]
                 spill.append(user, item, cat, beh, vals[:, 3])
     finally:
-        spill.close()
+        if spill is not None:
+            spill.close()
+    if spill is None:
+        spill = _EventSpill(directory, 1)
     return _Events(spill, users, items, cats, item_cat[:items.size], raw_lines, bad, digest)
 
 
@@ -210,13 +233,12 @@ def _group(ev: _Events, cfg: TaobaoConfig, name: str, progress: bool, compiled: 
     filled = 0
     with tqdm(total=ev.spill.events, unit="events", desc=f"{name}: group", disable=not progress) as bar:
         for b in range(B):
-            rec = ev.spill.read(b)
-            if not rec.size:
+            user, item, cat, beh, ts = ev.spill.read(b)
+            if not user.size:
                 continue
-            local = (rec["user"] // B).astype(np.int32)
+            local = user // B if B > 1 else user
+            del user
             n_local = -(-(n_users - b) // B)               # users b, b + B, ... below n_users
-            item, cat, beh, ts = (np.ascontiguousarray(rec[f]) for f in ("item", "cat", "beh", "ts"))
-            del rec
             order = group_events(local, ts, item, cat, beh, n_local, compiled)
             item, cat, beh, ts = item[order], cat[order], beh[order], ts[order]
             cnt = np.bincount(local[order], minlength=n_local)
@@ -299,7 +321,7 @@ def preprocess_taobao(csv: Path, out: Path, cfg: TaobaoConfig, *, name: str,
         raise FileNotFoundError(f"input {csv} does not exist")
     check_provenance([csv], provenance)
     with DatasetWriter(out) as w:
-        ev = _read_events(csv, cfg, name, progress, w.tmp / "events", _buckets(csv, bucket_events), compiled)
+        ev = _read_events(csv, cfg, name, progress, w.tmp / "events", bucket_events, compiled)
         source = source_records([csv], [ev.digest], provenance,
                                 {csv.name: expected_sha256} if expected_sha256 else None)
         ev.bad.check(str(csv), ev.raw_lines, cfg.warn_bad_share, cfg.max_bad_share)
@@ -307,11 +329,11 @@ def preprocess_taobao(csv: Path, out: Path, cfg: TaobaoConfig, *, name: str,
             raise ValueError(f"{csv}: no well-formed lines")
         g = _group(ev, cfg, name, progress, compiled)
         ev.spill.remove()
-        return _write(w, csv, cfg, name, progress, ev, g, source)
+        return _write(w, csv, cfg, name, progress, ev, g, source, compiled)
 
 
 def _write(w: DatasetWriter, csv: Path, cfg: TaobaoConfig, name: str, progress: bool, ev: "_Events",
-           g: "_Grouped", source: list[dict[str, Any]]) -> dict[str, Any]:
+           g: "_Grouped", source: list[dict[str, Any]], compiled: bool | None) -> dict[str, Any]:
     """Samples from the grouped users (in renumbered ids), written to ``w``; -> the manifest."""
     n, raw_lines, bad, duplicates = g.events, ev.raw_lines, ev.bad, ev.spill.events - g.events
     behaviors = dict(zip(BEHAVIORS, g.behaviors.tolist()))
@@ -369,19 +391,18 @@ def _write(w: DatasetWriter, csv: Path, cfg: TaobaoConfig, name: str, progress: 
     sparse = w.column("sparse", np.int32, (rows, 3))
     w.column("labels", np.float32, (rows,))[:] = ~neg
     w.column("history_offsets", np.int64, (rows + 1,))[:] = offsets
-    history = w.column("history", np.int32, (int(offsets[-1]), 2))
+    history = NpyColumn(w.tmp / "history.npy", np.int32, (2,))    # file writes: no mapped pages to fault in
     step = cfg.chunk_lines
     blocks = [(a, min(a + step, stop)) for start, stop in ((0, r1), (r1, rows)) for a in range(start, stop, step)]
     with tqdm(total=rows, unit="samples", desc=f"{name}: write", disable=not progress) as bar:
         for a, b in blocks:
             sparse[a:b] = np.stack([sample_user[a:b], target[a:b], target_cat[a:b]], axis=1)
-            lengths = event[a:b] - hist_start[a:b]
-            idx = np.repeat(hist_start[a:b], lengths) + _within(lengths)
-            history[offsets[a]:offsets[b]] = np.stack([items[idx], cats[idx]], axis=1)
-            if b <= r1:
-                hist_counts[1] += np.bincount(items[idx], minlength=n_items)
-                hist_counts[2] += np.bincount(cats[idx], minlength=n_cats)
+            block = np.empty((offsets[b] - offsets[a], 2), dtype=np.int32)
+            fill_history(hist_start[a:b], event[a:b], items, cats, block, hist_counts[1], hist_counts[2], b <= r1,
+                         compiled)
+            history.append(block)
             bar.update(b - a)
+    history.finish()
     meta = {
         "name": name,
         "kind": "taobao",

@@ -342,3 +342,36 @@ def group_events(user: np.ndarray, ts: np.ndarray, item: np.ndarray, cat: np.nda
     if compiled:
         return _group_kernel(user, ts, item, cat, beh, n_users)
     return _group_numpy(user, ts, item, cat, beh)
+
+
+# ---------------------------------------------------------------- histories
+
+
+@jit
+def _history_kernel(start, stop, items, cats, out, item_counts, cat_counts, count):  # pragma: no cover
+    o = 0
+    for i in range(start.size):
+        for e in range(start[i], stop[i]):
+            out[o, 0] = items[e]
+            out[o, 1] = cats[e]
+            if count:
+                item_counts[items[e]] += 1
+                cat_counts[cats[e]] += 1
+            o += 1
+
+
+def fill_history(start: np.ndarray, stop: np.ndarray, items: np.ndarray, cats: np.ndarray, out: np.ndarray,
+                 item_counts: np.ndarray, cat_counts: np.ndarray, count: bool, compiled: bool | None = None) -> None:
+    """Write the (item, category) of events ``[start[i], stop[i])`` of every sample ``i`` to ``out`` [H, 2]
+    (one after another) and, if ``count``, add them to ``item_counts`` / ``cat_counts``."""
+    compiled = KERNEL == "numba" if compiled is None else compiled
+    if compiled:
+        _history_kernel(start, stop, items, cats, out, item_counts, cat_counts, count)
+        return
+    lengths = stop - start
+    idx = np.repeat(start, lengths) + (np.arange(int(lengths.sum()), dtype=np.int64)
+                                       - np.repeat(np.cumsum(lengths) - lengths, lengths))
+    out[:] = np.stack([items[idx], cats[idx]], axis=1)
+    if count:
+        item_counts += np.bincount(items[idx], minlength=item_counts.size)
+        cat_counts += np.bincount(cats[idx], minlength=cat_counts.size)
