@@ -24,7 +24,7 @@ from hotcold.data.skew import coverage_from_counts
 from hotcold.config import from_mapping, is_int, is_real, require
 from hotcold.data.sources.inputs import Digest, check_provenance, read_chunks, source_records
 from hotcold.data.sources.spill import NpyColumn
-from hotcold.data.sources.taobao_kernels import BEHAVIORS, IdIndex, fill_history, group_events, parse_chunk
+from hotcold.data.sources.taobao_kernels import BEHAVIORS, IdIndex, bucket_stats, fill_history, group_events, parse_chunk
 from hotcold.data.sources.textparse import MAX_BAD_SHARE, WARN_BAD_SHARE, BadLines, check_bad_line_options
 
 REASONS = {"fields": "wrong number of fields (expected 5)",
@@ -240,22 +240,13 @@ def _group(ev: _Events, cfg: TaobaoConfig, name: str, progress: bool, compiled: 
             del user
             n_local = -(-(n_users - b) // B)               # users b, b + B, ... below n_users
             order = group_events(local, ts, item, cat, beh, n_local, compiled)
-            item, cat, beh, ts = item[order], cat[order], beh[order], ts[order]
-            cnt = np.bincount(local[order], minlength=n_local)
-            del order, local
+            cnt, last_b, start_b, filled, c = bucket_stats(order, local, ts, item, cat, beh, ev.item_cat,
+                                                           cfg.min_history, S, L, n_local, item_counts, cat_counts,
+                                                           behaviors, tail_item, tail_cat, filled, compiled)
             users = b + B * np.arange(n_local, dtype=np.int64)
-            ends = np.cumsum(cnt)
-            count[users], last[users] = cnt, ts[ends - 1]
-            item_counts += np.bincount(item, minlength=n_items)
-            cat_counts += np.bincount(cat, minlength=n_cats)
-            behaviors += np.bincount(beh, minlength=len(BEHAVIORS))
-            conflicts += int(np.count_nonzero(cat != ev.item_cat[item]))
-            k = np.clip(cnt - cfg.min_history, 0, S)
-            t = np.where(k > 0, np.minimum(cnt, k + L), 0)     # events the user's samples use
-            idx = np.repeat(ends - t, t) + _within(t)
-            tail_item[filled:filled + idx.size], tail_cat[filled:filled + idx.size] = item[idx], cat[idx]
-            tail_start[users] = filled + np.cumsum(t) - t - (cnt - t)
-            filled += idx.size
+            count[users], last[users], tail_start[users] = cnt, last_b, start_b
+            conflicts += c
+            del order, local
             bar.update(ts.size)
     tail_item, tail_cat = tail_item[:filled], tail_cat[:filled]
     user_rank = _renumber(count, ev.users.raws)

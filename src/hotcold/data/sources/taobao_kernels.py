@@ -69,6 +69,50 @@ def _behavior(u8, a, b):  # pragma: no cover - compiled
 
 
 @jit
+def _digits(u8, p):  # pragma: no cover - compiled
+    """The decimal digits from ``p`` -> (value, position after them)."""
+    v = np.int64(0)
+    while True:
+        d = np.uint64(u8[p]) - np.uint64(ZERO)
+        if d > np.uint64(9):
+            return v, p
+        v = v * 10 + np.int64(d)
+        p += 1
+
+
+@jit
+def _line_fast(u8, pos, vals, beh, g):  # pragma: no cover - compiled
+    """Parse the line at ``pos`` into row ``g`` if it is well formed in the usual way (no minus sign before
+    the timestamp) -> the next line's position, or -1 (the caller then applies the general rules)."""
+    p = pos
+    for k in range(3):
+        v, q = _digits(u8, p)
+        if q == p or q - p > MAX_INT_DIGITS or u8[q] != COMMA:
+            return -1
+        vals[g, k] = v
+        p = q + 1
+    c = u8[p]
+    if c == 112 and u8[p + 1] == 118 and u8[p + 2] == COMMA:                                     # pv
+        bh, p = 0, p + 3
+    elif c == 98 and u8[p + 1] == 117 and u8[p + 2] == 121 and u8[p + 3] == COMMA:                # buy
+        bh, p = 1, p + 4
+    elif c == 99 and u8[p + 1] == 97 and u8[p + 2] == 114 and u8[p + 3] == 116 and u8[p + 4] == COMMA:  # cart
+        bh, p = 2, p + 5
+    elif c == 102 and u8[p + 1] == 97 and u8[p + 2] == 118 and u8[p + 3] == COMMA:               # fav
+        bh, p = 3, p + 4
+    else:
+        return -1
+    neg = u8[p] == MINUS
+    first = p + 1 if neg else p
+    v, q = _digits(u8, first)
+    if q == first or q - first > MAX_INT_DIGITS or u8[q] != NL:
+        return -1
+    vals[g, 3] = -v if neg else v
+    beh[g] = bh
+    return q + 1
+
+
+@jit
 def parse_taobao(u8, codes, vals, beh, good):  # pragma: no cover - compiled
     """Parse the lines of ``u8`` (ending with ``\\n``) -> (lines, good lines); lines -1 when there are more
     lines than ``codes`` holds. Good lines are packed in order into ``vals`` (int64 [., 4] user, item,
@@ -79,6 +123,14 @@ def parse_taobao(u8, codes, vals, beh, good):  # pragma: no cover - compiled
     while pos < n:
         if line == codes.size:
             return -1, g
+        nxt = _line_fast(u8, pos, vals, beh, g)
+        if nxt >= 0:
+            codes[line] = 0
+            good[g] = line
+            g += 1
+            line += 1
+            pos = nxt
+            continue
         starts[0] = pos
         f = 0
         c = u8[pos]
@@ -375,3 +427,66 @@ def fill_history(start: np.ndarray, stop: np.ndarray, items: np.ndarray, cats: n
     if count:
         item_counts += np.bincount(items[idx], minlength=item_counts.size)
         cat_counts += np.bincount(cats[idx], minlength=cat_counts.size)
+
+
+@jit
+def _bucket_kernel(order, local, ts, item, cat, beh, item_cat, min_history, per_user, max_length, cnt, last,
+                   item_counts, cat_counts, beh_counts, tail_item, tail_cat, filled, tail_start):  # pragma: no cover
+    conflicts = 0
+    kept = np.zeros(local.size, dtype=np.bool_)
+    for x in range(order.size):
+        kept[order[x]] = True
+    for e in range(local.size):                   # counts in file order: the columns are read in sequence
+        if not kept[e]:
+            continue
+        cnt[local[e]] += 1
+        item_counts[item[e]] += 1
+        cat_counts[cat[e]] += 1
+        beh_counts[beh[e]] += 1
+        conflicts += cat[e] != item_cat[item[e]]
+    end = 0
+    for u in range(cnt.size):
+        c = cnt[u]
+        end += c
+        last[u] = ts[order[end - 1]]
+        k = min(max(c - min_history, 0), per_user)
+        t = min(c, k + max_length) if k > 0 else 0
+        tail_start[u] = filled - (c - t)
+        for x in range(end - t, end):
+            tail_item[filled] = item[order[x]]
+            tail_cat[filled] = cat[order[x]]
+            filled += 1
+    return filled, conflicts
+
+
+def bucket_stats(order: np.ndarray, local: np.ndarray, ts: np.ndarray, item: np.ndarray, cat: np.ndarray,
+                 beh: np.ndarray, item_cat: np.ndarray, min_history: int, per_user: int, max_length: int,
+                 n_local: int, item_counts: np.ndarray, cat_counts: np.ndarray, beh_counts: np.ndarray,
+                 tail_item: np.ndarray, tail_cat: np.ndarray, filled: int, compiled: bool | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """Counts and tails of one bucket's kept events ``order`` (by user, time; every user has one): add to
+    ``item_counts``/``cat_counts``/``beh_counts``; write the last ``min(events, k + max_length)`` events of
+    each user with ``k = clip(events - min_history, 0, per_user) > 0`` (samples) to ``tail_item``/``tail_cat``
+    from ``filled`` -> (events per user, last time per user, where each user's position 0 would be in the
+    tail arrays, the new ``filled``, events whose category is not their item's first)."""
+    compiled = KERNEL == "numba" if compiled is None else compiled
+    cnt, last, start = (np.zeros(n_local, dtype=np.int64) for _ in range(3))
+    if compiled:
+        filled, conflicts = _bucket_kernel(order, local, ts, item, cat, beh, item_cat, min_history, per_user,
+                                           max_length, cnt, last, item_counts, cat_counts, beh_counts, tail_item,
+                                           tail_cat, filled, start)
+        return cnt, last, start, filled, conflicts
+    item, cat, beh, ts = item[order], cat[order], beh[order], ts[order]
+    cnt[:] = np.bincount(local[order], minlength=n_local)
+    ends = np.cumsum(cnt)
+    last[:] = ts[ends - 1]
+    item_counts += np.bincount(item, minlength=item_counts.size)
+    cat_counts += np.bincount(cat, minlength=cat_counts.size)
+    beh_counts += np.bincount(beh, minlength=beh_counts.size)
+    conflicts = int(np.count_nonzero(cat != item_cat[item]))
+    k = np.clip(cnt - min_history, 0, per_user)
+    t = np.where(k > 0, np.minimum(cnt, k + max_length), 0)
+    idx = np.repeat(ends - t, t) + (np.arange(int(t.sum()), dtype=np.int64) - np.repeat(np.cumsum(t) - t, t))
+    tail_item[filled:filled + idx.size], tail_cat[filled:filled + idx.size] = item[idx], cat[idx]
+    start[:] = filled + np.cumsum(t) - t - (cnt - t)
+    return cnt, last, start, filled + idx.size, conflicts
