@@ -107,10 +107,10 @@ class _EventSpill:
     stays in memory (at most about ``BUCKET_EVENTS`` events); more go to files, one per bucket and field,
     by plain writes, so resident memory stays at one chunk."""
 
-    def __init__(self, directory: Path, buckets: int) -> None:
+    def __init__(self, directory: Path, buckets: int, expected: int = 1 << 16) -> None:
         self.directory, self.buckets = Path(directory), buckets
         self.events = 0
-        self._held: list[list[np.ndarray]] = []
+        self._held = [np.empty(expected if buckets == 1 else 0, dtype=t) for _, t in FIELDS]
         self._files: list[list[Any]] = []
         if buckets > 1:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -123,7 +123,13 @@ class _EventSpill:
         cols = [np.ascontiguousarray(c, dtype=t) for c, (_, t) in zip((user, item, cat, beh, ts), FIELDS)]
         self.events += user.size
         if self.buckets == 1:
-            self._held.append(cols)
+            end = self.events
+            start = end - user.size
+            if end > self._held[0].size:
+                self._held = [np.concatenate([h[:start], np.empty(max(end, 2 * h.size) - start, dtype=h.dtype)])
+                              for h in self._held]
+            for h, c in zip(self._held, cols):
+                h[start:end] = c
             return
         bucket = (user % self.buckets).astype(np.uint16)
         order = np.argsort(bucket, kind="stable")
@@ -142,8 +148,7 @@ class _EventSpill:
         """Bucket ``b``'s user, item, cat, beh, ts columns (the held bucket is handed over once)."""
         if self.buckets == 1:
             held, self._held = self._held, []
-            return [np.concatenate([c[k] for c in held]) if held else np.zeros(0, t)
-                    for k, (_, t) in enumerate(FIELDS)]
+            return [h[:self.events] for h in held]
         return [np.fromfile(self._path(b, f), dtype=t) for f, t in FIELDS]
 
     def remove(self) -> None:
@@ -183,7 +188,8 @@ def _read_events(csv: Path, cfg: TaobaoConfig, name: str, progress: bool, direct
                 codes, _, vals, beh = parse_chunk(buf, cfg.chunk_lines, compiled)
                 if spill is None:
                     size = csv.stat().st_size * (GZIP_RATIO if csv.suffix == ".gz" else 1)
-                    spill = _EventSpill(directory, _buckets(size, (codes.size, len(buf)), bucket_events))
+                    expected = math.ceil(1.05 * size * codes.size / len(buf))
+                    spill = _EventSpill(directory, _buckets(size, (codes.size, len(buf)), bucket_events), expected)
                 bad.add(csv.name, first, codes)
                 raw_lines = first + codes.size
                 if not beh.size:

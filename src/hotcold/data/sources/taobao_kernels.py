@@ -333,31 +333,32 @@ def _group_kernel(user, ts, item, cat, beh, n_users):  # pragma: no cover - comp
         start[u + 1] += start[u]
     fill = start[:-1].copy()
     order = np.empty(n, dtype=np.int64)
+    sts = np.empty(n, dtype=np.int64)                    # the times in ``order``'s order: sorted in place
     for i in range(n):                                   # counting sort by user: file order within a user
         u = user[i]
         order[fill[u]] = i
+        sts[fill[u]] = ts[i]
         fill[u] += 1
     keep = np.ones(n, dtype=np.bool_)
     kept = 0
     for u in range(n_users):
         a, b = start[u], start[u + 1]
         if b - a > 16:
-            seg = order[a:b].copy()
-            order[a:b] = seg[np.argsort(ts[seg], kind="mergesort")]
+            by_time = np.argsort(sts[a:b], kind="mergesort")
+            order[a:b] = order[a:b][by_time]
+            sts[a:b] = sts[a:b][by_time]
         else:
             for i in range(a + 1, b):                    # insertion sort: stable
-                e = order[i]
-                t = ts[e]
+                e, t = order[i], sts[i]
                 j = i - 1
-                while j >= a and ts[order[j]] > t:
-                    order[j + 1] = order[j]
+                while j >= a and sts[j] > t:
+                    order[j + 1], sts[j + 1] = order[j], sts[j]
                     j -= 1
-                order[j + 1] = e
+                order[j + 1], sts[j + 1] = e, t
         i = a
         while i < b:
-            t = ts[order[i]]
             j = i + 1
-            while j < b and ts[order[j]] == t:
+            while j < b and sts[j] == sts[i]:
                 j += 1
             if j - i > SHORT_RUN:
                 key = np.empty(j - i, dtype=np.uint64)
