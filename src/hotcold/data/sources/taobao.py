@@ -157,6 +157,8 @@ class _EventSpill:
         for b in range(len(self._files)):
             for f, _ in FIELDS:
                 self._path(b, f).unlink(missing_ok=True)
+        if self._files:
+            self.directory.rmdir()
 
 
 @dataclass
