@@ -306,14 +306,17 @@ def preprocess_taobao(csv: Path, out: Path, cfg: TaobaoConfig, *, name: str,
     Memory (``_read_events``, ``_group``): the CSV is read once, in chunks; each
     good line's ids become int32 indices of first appearance (hash tables:
     memory grows with the distinct users, items and categories) and the event
-    (21 bytes) goes to a spill file on disk, one of ``buckets`` by user, so a
-    bucket holds whole users. Buckets are then read one at a time, sorted by
-    (user, time) and deduplicated; what stays in memory is per user (count,
-    last time: 24 bytes) and the last ``samples_per_user + max_length`` events
-    of each user that gives samples (8 bytes each), never all events. The
-    sample columns (about 40 bytes per sample) grow with the users.
-    ``bucket_events`` (events per bucket, estimated from the file size) sets the
-    memory of the grouping pass; it does not change the output.
+    (21 bytes) goes to one of ``buckets`` by user, so a bucket holds whole
+    users: a file with up to ``bucket_events`` events (estimated from the first
+    chunk's line length and the file size; default ``BUCKET_EVENTS``) keeps its
+    one bucket in memory, a longer one spills the buckets to files. Buckets are
+    then taken one at a time, sorted by (user, time) and deduplicated (about 40
+    bytes per event of the bucket while sorting); what stays is per user
+    (count, last time, tail position: 24 bytes) and the last
+    ``samples_per_user + max_length`` events of each user that gives samples
+    (8 bytes each), never all events. The sample arrays of the write pass
+    (about 60 bytes per sample) grow with the users. ``bucket_events`` changes
+    memory only, never the output.
     """
     csv = Path(csv)
     if not csv.is_file():
