@@ -22,17 +22,14 @@ from tqdm import tqdm
 from hotcold.data.format import DatasetWriter
 from hotcold.data.skew import coverage_from_counts
 from hotcold.config import from_mapping, is_int, is_real, require
-from hotcold.data.sources.inputs import Digest, check_provenance, count_lines, read_chunks, source_records
-from hotcold.data.sources.textparse import (MAX_BAD_SHARE, WARN_BAD_SHARE, BadLines, check_bad_line_options,
-                                            parse_ints, tokenize, words)
+from hotcold.data.sources.inputs import Digest, check_provenance, read_chunks, source_records
+from hotcold.data.sources.spill import NpyColumn
+from hotcold.data.sources.taobao_kernels import BEHAVIORS, IdIndex, bucket_stats, fill_history, group_events, parse_chunk
+from hotcold.data.sources.textparse import MAX_BAD_SHARE, WARN_BAD_SHARE, BadLines, check_bad_line_options
 
-BEHAVIORS = ("pv", "buy", "cart", "fav")
 REASONS = {"fields": "wrong number of fields (expected 5)",
            "integer": "user, item or category is not a non-negative integer, or timestamp not an integer",
            "behavior": "behavior_type is not one of pv, buy, cart, fav"}
-_BEHAVIOR_CODES = [int.from_bytes(b.encode(), "little") for b in BEHAVIORS]
-_BYTE_MASKS = np.array([(1 << (8 * n)) - 1 for n in range(5)], dtype=np.uint64)  # [0..4 bytes]
-INT_COLUMNS = [0, 1, 2, 4]   # user, item, category, timestamp
 
 
 @dataclass(frozen=True)
@@ -74,44 +71,11 @@ class TaobaoConfig:
         return dataclasses.asdict(self)
 
 
-def _parse_chunk(buf: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """-> (reason codes [lines], good line indices [G], int64 [G, 4] user/item/category/timestamp,
-    int8 [G] behaviour)."""
-    tok = tokenize(buf, b",", 5)
-    s, n = tok.starts, tok.lens
-    vals, ok = parse_ints(tok.u8, s[:, INT_COLUMNS], n[:, INT_COLUMNS])
-    int_ok = ok.all(1) & (n[:, INT_COLUMNS] > 0).all(1) & (vals[:, :3] >= 0).all(1)
-    blen = n[:, 3]
-    word = words(tok.u8)[s[:, 3]] & _BYTE_MASKS[np.minimum(blen, 4)]
-    behavior = np.full(blen.size, -1, dtype=np.int8)
-    for i, (name, code) in enumerate(zip(BEHAVIORS, _BEHAVIOR_CODES)):
-        behavior[(blen == len(name)) & (word == np.uint64(code))] = i
-    code = np.select([~int_ok, behavior < 0], [2, 3], 0).astype(np.int8)
-    keep = code == 0
-    return tok.line_codes(code), tok.good[keep], vals[keep], behavior[keep]
-
-
-def _first_occurrences(cols: np.ndarray, behavior: np.ndarray) -> np.ndarray:
-    """bool [n]: the events that do not repeat an earlier line exactly (all five fields).
-
-    A repeated event would make the target item its own most recent history event.
-    """
-    order = np.lexsort((behavior, *cols[::-1]))       # stable: equal rows stay in file order
-    same = np.ones(order.size - 1, dtype=bool)
-    for column in (behavior, *cols):
-        sorted_column = column[order]
-        same &= sorted_column[1:] == sorted_column[:-1]
-    keep = np.ones(behavior.size, dtype=bool)
-    keep[order[1:][same]] = False
-    return keep
-
-
-def _renumber(raw: np.ndarray) -> tuple[np.ndarray, int]:
-    """Ids 0..n-1 by descending count (ties by raw value) -> (int32 new ids, n)."""
-    uniq, inverse, counts = np.unique(raw, return_inverse=True, return_counts=True)
-    rank = np.empty(uniq.size, dtype=np.int32)
-    rank[np.lexsort((uniq, -counts))] = np.arange(uniq.size, dtype=np.int32)
-    return rank[inverse.reshape(-1)], int(uniq.size)
+def _renumber(counts: np.ndarray, raws: np.ndarray) -> np.ndarray:
+    """int32 [n] new id of each index: 0..n-1 by descending count, ties by raw value."""
+    rank = np.empty(counts.size, dtype=np.int32)
+    rank[np.lexsort((raws, -counts))] = np.arange(counts.size, dtype=np.int32)
+    return rank
 
 
 def _within(lengths: np.ndarray) -> np.ndarray:
@@ -120,9 +84,196 @@ def _within(lengths: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
 
 
+FIELDS = (("user", np.int32), ("item", np.int32), ("cat", np.int32), ("beh", np.int8), ("ts", np.int64))
+BUCKET_EVENTS = 1 << 23      # events per spill bucket aimed at (bounds the grouping pass's memory)
+GZIP_RATIO = 4               # a gzipped input is taken to hold this many times its size in text
+MAX_BUCKETS = 128            # spill files stay few (5 per bucket); past this buckets grow instead
+
+
+def _buckets(file_bytes: int, first_chunk: tuple[int, int], bucket_events: int | None) -> int:
+    """Spill buckets for a file of ``file_bytes`` whose first chunk had ``(lines, bytes)``: enough that none
+    should exceed ``bucket_events`` events (for a gzipped file, ``file_bytes`` is a guess of its text
+    size, so the estimate may be rough: it only changes memory, never the output)."""
+    per = BUCKET_EVENTS if bucket_events is None else bucket_events
+    if not (is_int(per) and per >= 1):
+        raise ValueError(f"bucket_events must be a positive integer, got {per!r}")
+    lines, size = first_chunk
+    estimate = file_bytes * lines / max(size, 1)
+    return int(min(max(1, math.ceil(estimate / per)), MAX_BUCKETS))
+
+
+class _EventSpill:
+    """Events by user index (bucket: user % buckets), so a bucket holds whole users in file order. One bucket
+    stays in memory (at most about ``BUCKET_EVENTS`` events); more go to files, one per bucket and field,
+    by plain writes, so resident memory stays at one chunk."""
+
+    def __init__(self, directory: Path, buckets: int, expected: int = 1 << 16) -> None:
+        self.directory, self.buckets = Path(directory), buckets
+        self.events = 0
+        self._held = [np.empty(expected if buckets == 1 else 0, dtype=t) for _, t in FIELDS]
+        self._files: list[list[Any]] = []
+        if buckets > 1:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._files = [[open(self._path(b, f), "wb") for f, _ in FIELDS] for b in range(buckets)]
+
+    def _path(self, b: int, field: str) -> Path:
+        return self.directory / f"bucket{b:04d}.{field}.bin"
+
+    def append(self, user: np.ndarray, item: np.ndarray, cat: np.ndarray, beh: np.ndarray, ts: np.ndarray) -> None:
+        cols = [np.ascontiguousarray(c, dtype=t) for c, (_, t) in zip((user, item, cat, beh, ts), FIELDS)]
+        self.events += user.size
+        if self.buckets == 1:
+            end = self.events
+            start = end - user.size
+            if end > self._held[0].size:
+                self._held = [np.concatenate([h[:start], np.empty(max(end, 2 * h.size) - start, dtype=h.dtype)])
+                              for h in self._held]
+            for h, c in zip(self._held, cols):
+                h[start:end] = c
+            return
+        bucket = (user % self.buckets).astype(np.uint16)
+        order = np.argsort(bucket, kind="stable")
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(bucket, minlength=self.buckets))))
+        for c, col in enumerate(cols):
+            col = col[order]
+            for b in np.flatnonzero(np.diff(bounds)):
+                self._files[b][c].write(memoryview(col[bounds[b]:bounds[b + 1]]).cast("B"))
+
+    def close(self) -> None:
+        for files in self._files:
+            for f in files:
+                f.close()
+
+    def read(self, b: int) -> list[np.ndarray]:
+        """Bucket ``b``'s user, item, cat, beh, ts columns (the held bucket is handed over once)."""
+        if self.buckets == 1:
+            held, self._held = self._held, []
+            return [h[:self.events] for h in held]
+        return [np.fromfile(self._path(b, f), dtype=t) for f, t in FIELDS]
+
+    def remove(self) -> None:
+        self.close()
+        self._held = []
+        for b in range(len(self._files)):
+            for f, _ in FIELDS:
+                self._path(b, f).unlink(missing_ok=True)
+        if self._files:
+            self.directory.rmdir()
+
+
+@dataclass
+class _Events:
+    """The first pass's result: the events spilled by user, the id indices and the line accounting."""
+
+    spill: _EventSpill
+    users: IdIndex
+    items: IdIndex
+    cats: IdIndex
+    item_cat: np.ndarray     # int32 [items] category index of each item's first event
+    raw_lines: int
+    bad: BadLines
+    digest: Digest
+
+
+def _read_events(csv: Path, cfg: TaobaoConfig, name: str, progress: bool, directory: Path,
+                 bucket_events: int | None, compiled: bool | None) -> _Events:
+    """Parse ``csv`` chunk by chunk; index the ids in order of first appearance and spill the events."""
+    users, items, cats = IdIndex(compiled), IdIndex(compiled), IdIndex(compiled)
+    item_cat = np.zeros(1 << 10, dtype=np.int32)
+    spill: _EventSpill | None = None
+    bad = BadLines(REASONS, cfg.on_bad_line)
+    digest, raw_lines = Digest(), 0
+    try:
+        with tqdm(total=csv.stat().st_size, unit="B", unit_scale=True, desc=f"{name}: read",
+                  disable=not progress) as bar:
+            for first, buf in read_chunks(csv, cfg.chunk_lines, digest, bar.update):
+                codes, _, vals, beh = parse_chunk(buf, cfg.chunk_lines, compiled)
+                if spill is None:
+                    size = csv.stat().st_size * (GZIP_RATIO if csv.suffix == ".gz" else 1)
+                    expected = math.ceil(1.05 * size * codes.size / len(buf))
+                    spill = _EventSpill(directory, _buckets(size, (codes.size, len(buf)), bucket_events), expected)
+                bad.add(csv.name, first, codes)
+                raw_lines = first + codes.size
+                if not beh.size:
+                    continue
+                user, _ = users.index(vals[:, 0])
+                item, new_items = items.index(vals[:, 1])
+                cat, _ = cats.index(vals[:, 2])
+                if items.size > item_cat.size:
+                    item_cat = np.concatenate([item_cat, np.zeros(max(items.size, 2 * item_cat.size)
+                                                                  - item_cat.size, dtype=np.int32)])
+                item_cat[items.size - new_items.size:items.size] = cat[new_items]
+                spill.append(user, item, cat, beh, vals[:, 3])
+    finally:
+        if spill is not None:
+            spill.close()
+    if spill is None:
+        spill = _EventSpill(directory, 1)
+    return _Events(spill, users, items, cats, item_cat[:items.size], raw_lines, bad, digest)
+
+
+@dataclass
+class _Grouped:
+    """Per user (renumbered ids) the deduplicated event count, last time and the events samples use."""
+
+    events: int
+    behaviors: np.ndarray    # int64 [4] events per behaviour
+    conflicts: int           # events whose category is not their item's first
+    user_events: np.ndarray  # int64 [users]
+    last: np.ndarray         # int64 [users] time of the last event
+    starts: np.ndarray       # int64 [users] where user-position 0 would be in tail_* (only the tail is there)
+    tail_item: np.ndarray    # int32 the last events of each user that gives samples
+    tail_cat: np.ndarray
+    item_cat: np.ndarray     # int32 [items] category of each item's first event
+    n_cats: int
+
+
+def _group(ev: _Events, cfg: TaobaoConfig, name: str, progress: bool, compiled: bool | None) -> _Grouped:
+    """Read the spilled buckets one at a time: order each user's events by time, drop exact repeats, count,
+    and keep the last ``samples_per_user + max_length`` events of each user that gives samples."""
+    B, n_users, n_items, n_cats = ev.spill.buckets, ev.users.size, ev.items.size, ev.cats.size
+    S, L = cfg.samples_per_user, cfg.max_length
+    count, last, tail_start = (np.zeros(n_users, dtype=np.int64) for _ in range(3))
+    item_counts, cat_counts = np.zeros(n_items, dtype=np.int64), np.zeros(n_cats, dtype=np.int64)
+    behaviors, conflicts = np.zeros(len(BEHAVIORS), dtype=np.int64), 0
+    size = min(ev.spill.events, n_users * (S + L))
+    tail_item, tail_cat = np.empty(size, dtype=np.int32), np.empty(size, dtype=np.int32)
+    filled = 0
+    with tqdm(total=ev.spill.events, unit="events", desc=f"{name}: group", disable=not progress) as bar:
+        for b in range(B):
+            user, item, cat, beh, ts = ev.spill.read(b)
+            if not user.size:
+                continue
+            local = user // B if B > 1 else user
+            del user
+            n_local = -(-(n_users - b) // B)               # users b, b + B, ... below n_users
+            order = group_events(local, ts, item, cat, beh, n_local, compiled)
+            cnt, last_b, start_b, filled, c = bucket_stats(order, local, ts, item, cat, beh, ev.item_cat,
+                                                           cfg.min_history, S, L, n_local, item_counts, cat_counts,
+                                                           behaviors, tail_item, tail_cat, filled, compiled)
+            users = b + B * np.arange(n_local, dtype=np.int64)
+            count[users], last[users], tail_start[users] = cnt, last_b, start_b
+            conflicts += c
+            del order, local
+            bar.update(ts.size)
+    tail_item, tail_cat = tail_item[:filled], tail_cat[:filled]
+    user_rank = _renumber(count, ev.users.raws)
+    item_rank = _renumber(item_counts, ev.items.raws)
+    cat_rank = _renumber(cat_counts, ev.cats.raws)
+    by_rank = np.empty(n_users, dtype=np.int64)
+    by_rank[user_rank] = np.arange(n_users)
+    np.take(item_rank, tail_item, out=tail_item)
+    np.take(cat_rank, tail_cat, out=tail_cat)
+    item_cat = np.empty(n_items, dtype=np.int32)
+    item_cat[item_rank] = cat_rank[ev.item_cat]
+    return _Grouped(int(count.sum()), behaviors, conflicts, count[by_rank], last[by_rank], tail_start[by_rank],
+                    tail_item, tail_cat, item_cat, n_cats)
+
+
 def preprocess_taobao(csv: Path, out: Path, cfg: TaobaoConfig, *, name: str,
                       provenance: Mapping[str, Any] | None = None, progress: bool = True,
-                      expected_sha256: str | None = None) -> dict[str, Any]:
+                      expected_sha256: str | None = None, bucket_events: int | None = None,
+                      compiled: bool | None = None) -> dict[str, Any]:
     """Preprocess ``UserBehavior.csv`` into sequence dataset ``out``; return its manifest.
 
     ``source`` records the size and sha256 of the bytes read; ``provenance``
@@ -152,68 +303,46 @@ def preprocess_taobao(csv: Path, out: Path, cfg: TaobaoConfig, *, name: str,
     ``labels``, ``history`` [H, 2] (item, category) with ``history_offsets``,
     ``sequence={"tables": [1, 2], "max_length": L}``.
 
-    Memory: the CSV is streamed in chunks, but all events are kept in memory as
-    numpy columns, preallocated from a line count: 4 int64 raw columns plus the
-    behaviour byte, 33 bytes per line (~3.3 GB for the ~100M lines of the real
-    file), with ~2.5 GB of temporaries while renumbering and sorting (and a
-    compacted copy of the columns when duplicate lines are dropped), then 8 bytes
-    per event (item, category) plus ~30 bytes per sample while writing. Histories
-    (up to 8 * max_length bytes per sample) go straight to the memmapped columns.
+    Memory (``_read_events``, ``_group``): the CSV is read once, in chunks; each
+    good line's ids become int32 indices of first appearance (hash tables:
+    memory grows with the distinct users, items and categories) and the event
+    (21 bytes) goes to one of ``buckets`` by user, so a bucket holds whole
+    users: a file with up to ``bucket_events`` events (estimated from the first
+    chunk's line length and the file size; default ``BUCKET_EVENTS``) keeps its
+    one bucket in memory, a longer one spills the buckets to files. Buckets are
+    then taken one at a time, sorted by (user, time) and deduplicated (about 40
+    bytes per event of the bucket while sorting); what stays is per user
+    (count, last time, tail position: 24 bytes) and the last
+    ``samples_per_user + max_length`` events of each user that gives samples
+    (8 bytes each), never all events. The sample arrays of the write pass
+    (about 60 bytes per sample) grow with the users. ``bucket_events`` changes
+    memory only, never the output.
     """
     csv = Path(csv)
     if not csv.is_file():
         raise FileNotFoundError(f"input {csv} does not exist")
     check_provenance([csv], provenance)
+    with DatasetWriter(out) as w:
+        ev = _read_events(csv, cfg, name, progress, w.tmp / "events", bucket_events, compiled)
+        source = source_records([csv], [ev.digest], provenance,
+                                {csv.name: expected_sha256} if expected_sha256 else None)
+        ev.bad.check(str(csv), ev.raw_lines, cfg.warn_bad_share, cfg.max_bad_share)
+        if ev.spill.events == 0:
+            raise ValueError(f"{csv}: no well-formed lines")
+        g = _group(ev, cfg, name, progress, compiled)
+        ev.spill.remove()
+        return _write(w, csv, cfg, name, progress, ev, g, source, compiled)
 
-    # read all events into preallocated columns
-    raw_lines = count_lines(csv, progress)
-    cols = np.empty((4, raw_lines), dtype=np.int64)   # user, item, category, timestamp
-    behavior = np.empty(raw_lines, dtype=np.int8)
-    bad = BadLines(REASONS, cfg.on_bad_line)
-    n = 0
-    with tqdm(total=raw_lines, unit="lines", desc=f"{name}: read", disable=not progress) as bar:
-        digest = Digest()
-        for first, buf in read_chunks(csv, cfg.chunk_lines, digest):
-            codes, good, vals, beh = _parse_chunk(buf)
-            bad.add(csv.name, first, codes)
-            if n + good.size > raw_lines:
-                raise ValueError(f"{csv}: more lines than counted (file changed?)")
-            cols[:, n:n + good.size], behavior[n:n + good.size] = vals.T, beh
-            n += good.size
-            bar.update(codes.size)
-    source = source_records([csv], [digest], provenance, {csv.name: expected_sha256} if expected_sha256 else None)
-    bad.check(str(csv), raw_lines, cfg.warn_bad_share, cfg.max_bad_share)
-    if n == 0:
-        raise ValueError(f"{csv}: no well-formed lines")
-    cols, behavior = cols[:, :n], behavior[:n]
-    keep = _first_occurrences(cols, behavior)
-    duplicates = n - int(keep.sum())
-    if duplicates:
-        cols, behavior, n = cols[:, keep], behavior[keep], n - duplicates
-    del keep
-    behaviors = dict(zip(BEHAVIORS, np.bincount(behavior, minlength=len(BEHAVIORS)).tolist()))
-    del behavior
 
-    user, n_users = _renumber(cols[0])
-    item, n_items = _renumber(cols[1])
-    cat, n_cats = _renumber(cols[2])
-    ts = cols[3].copy()
-    del cols
-    first_event = np.full(n_items, n, dtype=np.int64)
-    np.minimum.at(first_event, item, np.arange(n, dtype=np.int64))
-    item_cat = cat[first_event]                        # [items] category of each item's first event
-    conflicts = int(np.count_nonzero(cat != item_cat[item]))
-    del first_event
-
-    order = np.lexsort((ts, user))                     # stable: equal times keep file order
-    user_events = np.bincount(user, minlength=n_users)
-    del user
-    items, cats, ts = item[order], cat[order], ts[order]
-    del order, item, cat
-    ends = np.cumsum(user_events)
-    starts = ends - user_events
-    last = ts[ends - 1]
-    del ts
+def _write(w: DatasetWriter, csv: Path, cfg: TaobaoConfig, name: str, progress: bool, ev: "_Events",
+           g: "_Grouped", source: list[dict[str, Any]], compiled: bool | None) -> dict[str, Any]:
+    """Samples from the grouped users (in renumbered ids), written to ``w``; -> the manifest."""
+    n, raw_lines, bad, duplicates = g.events, ev.raw_lines, ev.bad, ev.spill.events - g.events
+    behaviors = dict(zip(BEHAVIORS, g.behaviors.tolist()))
+    n_users, n_items, n_cats = g.user_events.size, g.item_cat.size, int(g.n_cats)
+    items, cats, item_cat, conflicts = g.tail_item, g.tail_cat, g.item_cat, g.conflicts
+    user_events, starts, last = g.user_events, g.starts, g.last
+    ends = starts + user_events
 
     threshold = float(np.quantile(last, cfg.holdout_quantile))
     held = np.flatnonzero(last > threshold)
@@ -260,46 +389,44 @@ def preprocess_taobao(csv: Path, out: Path, cfg: TaobaoConfig, *, name: str,
     train_counts = [np.bincount(sample_user[:r1], minlength=n_users),
                     np.bincount(target[:r1], minlength=n_items), np.bincount(target_cat[:r1], minlength=n_cats)]
     hist_counts = [np.zeros(n_users, np.int64), np.zeros(n_items, np.int64), np.zeros(n_cats, np.int64)]
-    with DatasetWriter(out) as w:
-        w.column("dense", np.float32, (rows, 0))
-        sparse = w.column("sparse", np.int32, (rows, 3))
-        w.column("labels", np.float32, (rows,))[:] = ~neg
-        w.column("history_offsets", np.int64, (rows + 1,))[:] = offsets
-        history = w.column("history", np.int32, (int(offsets[-1]), 2))
-        step = cfg.chunk_lines
-        blocks = [(a, min(a + step, stop)) for start, stop in ((0, r1), (r1, rows)) for a in range(start, stop, step)]
-        with tqdm(total=rows, unit="samples", desc=f"{name}: write", disable=not progress) as bar:
-            for a, b in blocks:
-                sparse[a:b] = np.stack([sample_user[a:b], target[a:b], target_cat[a:b]], axis=1)
-                lengths = event[a:b] - hist_start[a:b]
-                idx = np.repeat(hist_start[a:b], lengths) + _within(lengths)
-                history[offsets[a]:offsets[b]] = np.stack([items[idx], cats[idx]], axis=1)
-                if b <= r1:
-                    hist_counts[1] += np.bincount(items[idx], minlength=n_items)
-                    hist_counts[2] += np.bincount(cats[idx], minlength=n_cats)
-                bar.update(b - a)
-        meta = {
-            "name": name,
-            "kind": "taobao",
-            "source": source,
-            "preprocess": cfg.to_dict(),
-            "conventions": {
-                "ids": "users, items, categories renumbered 0..n-1 by descending event count (ties by raw id)",
-                "samples": "positions of time-ordered user histories, most recent samples_per_user; "
-                           "each positive followed by its negatives (other item, with its first category)",
-                "splits": "users with last event > holdout_quantile of last events are held out; "
-                          "held-out users by last event halved val then test (val gets the odd user)",
-            },
-            "raw_lines": int(raw_lines),
-            "events": int(n),
-            "behaviors": behaviors,
-            "bad_lines": {**bad.to_dict(), "duplicates": duplicates},
-            "holdout": {"threshold_timestamp": threshold,
-                        "users": {"train": int(split_users[0]), "val": n_val_users,
-                                  "test": int(held.size - n_val_users)}},
-            "item_category_conflicts": conflicts,
-            "skew": coverage_from_counts(train_counts),
-            "skew_with_history": coverage_from_counts([c + h for c, h in zip(train_counts, hist_counts)]),
-        }
-        return w.commit(cardinalities=cards, splits={"train": (0, r1), "val": (r1, r2), "test": (r2, rows)},
-                        meta=meta, sequence={"tables": [1, 2], "max_length": cfg.max_length})
+    w.column("dense", np.float32, (rows, 0))
+    sparse = w.column("sparse", np.int32, (rows, 3))
+    w.column("labels", np.float32, (rows,))[:] = ~neg
+    w.column("history_offsets", np.int64, (rows + 1,))[:] = offsets
+    history = NpyColumn(w.tmp / "history.npy", np.int32, (2,))    # file writes: no mapped pages to fault in
+    step = cfg.chunk_lines
+    blocks = [(a, min(a + step, stop)) for start, stop in ((0, r1), (r1, rows)) for a in range(start, stop, step)]
+    with tqdm(total=rows, unit="samples", desc=f"{name}: write", disable=not progress) as bar:
+        for a, b in blocks:
+            sparse[a:b] = np.stack([sample_user[a:b], target[a:b], target_cat[a:b]], axis=1)
+            block = np.empty((offsets[b] - offsets[a], 2), dtype=np.int32)
+            fill_history(hist_start[a:b], event[a:b], items, cats, block, hist_counts[1], hist_counts[2], b <= r1,
+                         compiled)
+            history.append(block)
+            bar.update(b - a)
+    history.finish()
+    meta = {
+        "name": name,
+        "kind": "taobao",
+        "source": source,
+        "preprocess": cfg.to_dict(),
+        "conventions": {
+            "ids": "users, items, categories renumbered 0..n-1 by descending event count (ties by raw id)",
+            "samples": "positions of time-ordered user histories, most recent samples_per_user; "
+                       "each positive followed by its negatives (other item, with its first category)",
+            "splits": "users with last event > holdout_quantile of last events are held out; "
+                      "held-out users by last event halved val then test (val gets the odd user)",
+        },
+        "raw_lines": int(raw_lines),
+        "events": int(n),
+        "behaviors": behaviors,
+        "bad_lines": {**bad.to_dict(), "duplicates": duplicates},
+        "holdout": {"threshold_timestamp": threshold,
+                    "users": {"train": int(split_users[0]), "val": n_val_users,
+                              "test": int(held.size - n_val_users)}},
+        "item_category_conflicts": conflicts,
+        "skew": coverage_from_counts(train_counts),
+        "skew_with_history": coverage_from_counts([c + h for c, h in zip(train_counts, hist_counts)]),
+    }
+    return w.commit(cardinalities=cards, splits={"train": (0, r1), "val": (r1, r2), "test": (r2, rows)},
+                    meta=meta, sequence={"tables": [1, 2], "max_length": cfg.max_length})

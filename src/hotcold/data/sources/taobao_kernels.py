@@ -1,0 +1,493 @@
+"""The Taobao preprocessor's per-event steps, compiled with numba and as vectorised numpy.
+
+Three steps touch every event (``taobao.preprocess_taobao``); each has a
+compiled kernel (used when ``hotcold.jit.KERNEL == "numba"``) and a numpy
+version giving the same result (the tests compare them, and the kernels'
+plain-Python bodies, on random and malformed input):
+
+- ``parse_chunk``: a chunk of ``UserBehavior.csv`` lines -> each line's reason
+  code (0 good, 1 field count, 2 integer, 3 behaviour; the first failing check
+  wins) and the good lines' user, item, category, timestamp and behaviour. The
+  rules are ``textparse``'s: an integer is an optional ``-`` and 1..16 decimal
+  digits; user, item and category must not be negative.
+- ``IdIndex``: raw int64 ids -> int32 indices in order of first appearance
+  (a hash table with the kernels, a sorted table with numpy), remembering each
+  index's raw value and the position of its first event.
+- ``group_events``: one bucket of events (whole users, in file order) -> the
+  indices of the events to keep, ordered by (user, timestamp, file order); an
+  event that repeats an earlier one exactly (same user, timestamp, item,
+  category and behaviour) is dropped.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hotcold.jit import KERNEL, jit
+from hotcold.data.sources.textparse import MAX_INT_DIGITS, tokenize, parse_ints, words
+
+NL, COMMA, MINUS, ZERO = 10, 44, 45, 48
+BEHAVIORS = ("pv", "buy", "cart", "fav")
+INT_COLUMNS = [0, 1, 2, 4]   # user, item, category, timestamp
+_BEHAVIOR_CODES = [int.from_bytes(b.encode(), "little") for b in BEHAVIORS]
+_BYTE_MASKS = np.array([(1 << (8 * n)) - 1 for n in range(5)], dtype=np.uint64)  # [0..4 bytes]
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+SHORT_RUN = 8                # events at one (user, timestamp) compared pairwise; longer runs are sorted
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def _parse_numpy(buf: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    tok = tokenize(buf, b",", 5)
+    s, n = tok.starts, tok.lens
+    vals, ok = parse_ints(tok.u8, s[:, INT_COLUMNS], n[:, INT_COLUMNS])
+    int_ok = ok.all(1) & (n[:, INT_COLUMNS] > 0).all(1) & (vals[:, :3] >= 0).all(1)
+    blen = n[:, 3]
+    word = words(tok.u8)[s[:, 3]] & _BYTE_MASKS[np.minimum(blen, 4)]
+    behavior = np.full(blen.size, -1, dtype=np.int8)
+    for i, (name, code) in enumerate(zip(BEHAVIORS, _BEHAVIOR_CODES)):
+        behavior[(blen == len(name)) & (word == np.uint64(code))] = i
+    code = np.select([~int_ok, behavior < 0], [2, 3], 0).astype(np.int8)
+    keep = code == 0
+    return tok.line_codes(code), tok.good[keep], vals[keep], behavior[keep]
+
+
+@jit
+def _behavior(u8, a, b):  # pragma: no cover - compiled
+    """Index in BEHAVIORS of the bytes [a, b), or -1."""
+    m = b - a
+    c0 = u8[a] if m > 0 else 0
+    if m == 2 and c0 == 112 and u8[a + 1] == 118:                                        # pv
+        return 0
+    if m == 3 and c0 == 98 and u8[a + 1] == 117 and u8[a + 2] == 121:                    # buy
+        return 1
+    if m == 4 and c0 == 99 and u8[a + 1] == 97 and u8[a + 2] == 114 and u8[a + 3] == 116:  # cart
+        return 2
+    if m == 3 and c0 == 102 and u8[a + 1] == 97 and u8[a + 2] == 118:                    # fav
+        return 3
+    return -1
+
+
+@jit
+def _digits(u8, p):  # pragma: no cover - compiled
+    """The decimal digits from ``p`` -> (value, position after them)."""
+    v = np.int64(0)
+    while True:
+        d = np.uint64(u8[p]) - np.uint64(ZERO)
+        if d > np.uint64(9):
+            return v, p
+        v = v * 10 + np.int64(d)
+        p += 1
+
+
+@jit
+def _line_fast(u8, pos, vals, beh, g):  # pragma: no cover - compiled
+    """Parse the line at ``pos`` into row ``g`` if it is well formed in the usual way (no minus sign before
+    the timestamp) -> the next line's position, or -1 (the caller then applies the general rules)."""
+    p = pos
+    for k in range(3):
+        v, q = _digits(u8, p)
+        if q == p or q - p > MAX_INT_DIGITS or u8[q] != COMMA:
+            return -1
+        vals[g, k] = v
+        p = q + 1
+    c = u8[p]
+    if c == 112 and u8[p + 1] == 118 and u8[p + 2] == COMMA:                                     # pv
+        bh, p = 0, p + 3
+    elif c == 98 and u8[p + 1] == 117 and u8[p + 2] == 121 and u8[p + 3] == COMMA:                # buy
+        bh, p = 1, p + 4
+    elif c == 99 and u8[p + 1] == 97 and u8[p + 2] == 114 and u8[p + 3] == 116 and u8[p + 4] == COMMA:  # cart
+        bh, p = 2, p + 5
+    elif c == 102 and u8[p + 1] == 97 and u8[p + 2] == 118 and u8[p + 3] == COMMA:               # fav
+        bh, p = 3, p + 4
+    else:
+        return -1
+    neg = u8[p] == MINUS
+    first = p + 1 if neg else p
+    v, q = _digits(u8, first)
+    if q == first or q - first > MAX_INT_DIGITS or u8[q] != NL:
+        return -1
+    vals[g, 3] = -v if neg else v
+    beh[g] = bh
+    return q + 1
+
+
+@jit
+def parse_taobao(u8, codes, vals, beh, good):  # pragma: no cover - compiled
+    """Parse the lines of ``u8`` (ending with ``\\n``) -> (lines, good lines); lines -1 when there are more
+    lines than ``codes`` holds. Good lines are packed in order into ``vals`` (int64 [., 4] user, item,
+    category, timestamp), ``beh`` and ``good`` (their index in the chunk)."""
+    n = u8.size
+    starts = np.empty(6, dtype=np.int64)
+    pos, line, g = 0, 0, 0
+    while pos < n:
+        if line == codes.size:
+            return -1, g
+        nxt = _line_fast(u8, pos, vals, beh, g)
+        if nxt >= 0:
+            codes[line] = 0
+            good[g] = line
+            g += 1
+            line += 1
+            pos = nxt
+            continue
+        starts[0] = pos
+        f = 0
+        c = u8[pos]
+        while c != NL:
+            if c == COMMA:
+                f += 1
+                if f <= 4:
+                    starts[f] = pos + 1
+            pos += 1
+            c = u8[pos]
+        starts[5] = pos + 1
+        pos += 1
+        if f != 4:
+            codes[line] = 1
+            line += 1
+            continue
+        code = 0
+        for k in range(5):
+            if k == 3:
+                continue
+            a, b = starts[k], starts[k + 1] - 1              # the field's bytes [a, b)
+            neg = b > a and u8[a] == MINUS
+            q = a + 1 if neg else a
+            if b - q < 1 or b - q > MAX_INT_DIGITS:
+                code = 2
+                break
+            v = np.int64(0)
+            for i in range(q, b):
+                d = np.int64(u8[i]) - ZERO
+                if d < 0 or d > 9:
+                    code = 2
+                    break
+                v = v * 10 + d
+            if code:
+                break
+            if neg:
+                if k < 3 and v != 0:
+                    code = 2
+                    break
+                v = -v
+            vals[g, k if k < 3 else 3] = v
+        if code == 0:
+            bh = _behavior(u8, starts[3], starts[4] - 1)
+            if bh < 0:
+                code = 3
+            else:
+                beh[g] = bh
+                good[g] = line
+                g += 1
+        codes[line] = code
+        line += 1
+    return line, g
+
+
+def _parse_compiled(buf: bytes, max_lines: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    if not buf.endswith(b"\n"):
+        buf += b"\n"
+    if b"\r" in buf:
+        buf = buf.replace(b"\r\n", b"\n")
+    m = max_lines
+    codes, good = np.empty(m, dtype=np.int8), np.empty(m, dtype=np.int64)
+    vals, beh = np.empty((m, 4), dtype=np.int64), np.empty(m, dtype=np.int8)
+    n, g = parse_taobao(np.frombuffer(buf, dtype=np.uint8), codes, vals, beh, good)
+    if n < 0:
+        raise ValueError(f"a chunk holds more than {max_lines} lines")
+    return codes[:n], good[:g], vals[:g], beh[:g]
+
+
+def parse_chunk(buf: bytes, max_lines: int, compiled: bool | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A chunk of at most ``max_lines`` whole lines -> (int8 reason code of every line, int64 indices of the
+    good lines, int64 [G, 4] user/item/category/timestamp, int8 [G] behaviour)."""
+    compiled = KERNEL == "numba" if compiled is None else compiled
+    return _parse_compiled(buf, max_lines) if compiled else _parse_numpy(buf)
+
+
+# ---------------------------------------------------------------- id index
+
+
+@jit
+def _hash_insert(slots, slot_ids, bits, values, out, raws, first, size):  # pragma: no cover - compiled
+    """Index ``values`` (int64) in the open-addressing table ``slots``/``slot_ids`` (id -1: free) -> the new
+    size; a value not seen before gets the next index, its raw value in ``raws`` and its position in
+    ``values`` in ``first[index - size]``."""
+    mask = slots.size - 1
+    shift = np.uint64(64 - bits)
+    start = size
+    for i in range(values.size):
+        v = values[i]
+        h = np.int64((np.uint64(v) * np.uint64(0x9E3779B97F4A7C15)) >> shift)
+        while True:
+            s = slot_ids[h]
+            if s < 0:
+                slots[h] = v
+                slot_ids[h] = size
+                raws[size] = v
+                first[size - start] = i
+                out[i] = size
+                size += 1
+                break
+            if slots[h] == v:
+                out[i] = s
+                break
+            h = (h + 1) & mask
+    return size
+
+
+class IdIndex:
+    """Raw int64 ids -> int32 indices 0, 1, ... in order of first appearance; memory grows with the distinct
+    ids (hashed: about 40 bytes each; sorted: 24), never with the events."""
+
+    def __init__(self, compiled: bool | None = None) -> None:
+        self.compiled = KERNEL == "numba" if compiled is None else compiled
+        self.size = 0
+        self._raws = np.zeros(1 << 10, dtype=np.int64)
+        if self.compiled:
+            self._bits = 10
+            self._slots = np.zeros(1 << self._bits, dtype=np.int64)
+            self._slot_ids = np.full(1 << self._bits, -1, dtype=np.int32)
+        else:
+            self._keys = np.zeros(0, dtype=np.int64)     # ascending
+            self._ids = np.zeros(0, dtype=np.int32)
+
+    @property
+    def raws(self) -> np.ndarray:
+        """int64 [size]: the raw value of each index."""
+        return self._raws[:self.size]
+
+    def index(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """-> (int32 index of each value, positions in ``values`` of the first event of each new index)."""
+        values = np.ascontiguousarray(values, dtype=np.int64)
+        need = self.size + values.size
+        if need > self._raws.size:
+            self._raws = np.concatenate([self._raws, np.zeros(max(need, 2 * self._raws.size) - self._raws.size,
+                                                              dtype=np.int64)])
+        out = np.empty(values.size, dtype=np.int32)
+        if self.compiled:
+            if 2 * need > self._slots.size:
+                self._grow(need)
+            first = np.empty(values.size, dtype=np.int64)
+            old = self.size
+            self.size = _hash_insert(self._slots, self._slot_ids, self._bits, values, out, self._raws, first,
+                                     self.size)
+            return out, first[:self.size - old]
+        uniq, first_at, inverse = np.unique(values, return_index=True, return_inverse=True)
+        at = np.searchsorted(self._keys, uniq)
+        found = at < self._keys.size
+        found[found] = self._keys[at[found]] == uniq[found]
+        ids = np.empty(uniq.size, dtype=np.int32)
+        ids[found] = self._ids[at[found]]
+        new = np.flatnonzero(~found)
+        new = new[np.argsort(first_at[new], kind="stable")]          # new ids in order of first appearance
+        ids[new] = np.arange(self.size, self.size + new.size, dtype=np.int32)
+        self._raws[self.size:self.size + new.size] = uniq[new]
+        self.size += new.size
+        self._keys = np.insert(self._keys, at[~found], uniq[~found])
+        self._ids = np.insert(self._ids, at[~found], ids[~found])
+        out[:] = ids[inverse.reshape(-1)]
+        return out, first_at[new]
+
+    def _grow(self, need: int) -> None:
+        bits = self._bits
+        while (1 << bits) < 2 * need:
+            bits += 1
+        self._bits = bits
+        self._slots = np.zeros(1 << bits, dtype=np.int64)
+        self._slot_ids = np.full(1 << bits, -1, dtype=np.int32)
+        out = np.empty(self.size, dtype=np.int32)
+        _hash_insert(self._slots, self._slot_ids, bits, self._raws[:self.size].copy(), out,
+                     np.zeros(self.size, dtype=np.int64), np.zeros(self.size, dtype=np.int64), 0)
+
+
+# ---------------------------------------------------------------- grouping by user
+
+
+def first_occurrences(cols: list[np.ndarray]) -> np.ndarray:
+    """bool [n]: the events that do not repeat an earlier one exactly (equal in every column of ``cols``)."""
+    order = np.lexsort(cols[::-1])                      # stable: equal rows stay in file order
+    same = np.ones(order.size - 1, dtype=bool)
+    for column in cols:
+        sorted_column = column[order]
+        same &= sorted_column[1:] == sorted_column[:-1]
+    keep = np.ones(order.size, dtype=bool)
+    keep[order[1:][same]] = False
+    return keep
+
+
+def _group_numpy(user, ts, item, cat, beh) -> np.ndarray:
+    kept = np.flatnonzero(first_occurrences([user, item, cat, ts, beh]))
+    return kept[np.lexsort((ts[kept], user[kept]))]
+
+
+@jit
+def _group_kernel(user, ts, item, cat, beh, n_users):  # pragma: no cover - compiled
+    n = user.size
+    start = np.zeros(n_users + 1, dtype=np.int64)
+    for i in range(n):
+        start[user[i] + 1] += 1
+    for u in range(n_users):
+        start[u + 1] += start[u]
+    fill = start[:-1].copy()
+    order = np.empty(n, dtype=np.int64)
+    sts = np.empty(n, dtype=np.int64)                    # the times in ``order``'s order: sorted in place
+    for i in range(n):                                   # counting sort by user: file order within a user
+        u = user[i]
+        order[fill[u]] = i
+        sts[fill[u]] = ts[i]
+        fill[u] += 1
+    keep = np.ones(n, dtype=np.bool_)
+    kept = 0
+    for u in range(n_users):
+        a, b = start[u], start[u + 1]
+        if b - a > 16:
+            by_time = np.argsort(sts[a:b], kind="mergesort")
+            order[a:b] = order[a:b][by_time]
+            sts[a:b] = sts[a:b][by_time]
+        else:
+            for i in range(a + 1, b):                    # insertion sort: stable
+                e, t = order[i], sts[i]
+                j = i - 1
+                while j >= a and sts[j] > t:
+                    order[j + 1], sts[j + 1] = order[j], sts[j]
+                    j -= 1
+                order[j + 1], sts[j + 1] = e, t
+        i = a
+        while i < b:
+            j = i + 1
+            while j < b and sts[j] == sts[i]:
+                j += 1
+            if j - i > SHORT_RUN:
+                key = np.empty(j - i, dtype=np.uint64)
+                for x in range(i, j):
+                    e = order[x]
+                    key[x - i] = (np.uint64(item[e]) << np.uint64(33)) | (np.uint64(cat[e]) << np.uint64(2)) \
+                        | np.uint64(beh[e])
+                by_key = np.argsort(key, kind="mergesort")    # stable: the first of equal keys is the earliest
+                for x in range(1, j - i):
+                    if key[by_key[x]] == key[by_key[x - 1]]:
+                        keep[i + by_key[x]] = False
+            else:
+                for x in range(i + 1, j):
+                    e = order[x]
+                    for y in range(i, x):
+                        f = order[y]
+                        if item[e] == item[f] and cat[e] == cat[f] and beh[e] == beh[f]:
+                            keep[x] = False
+                            break
+            i = j
+    for x in range(n):
+        if keep[x]:
+            order[kept] = order[x]
+            kept += 1
+    return order[:kept]
+
+
+def group_events(user: np.ndarray, ts: np.ndarray, item: np.ndarray, cat: np.ndarray, beh: np.ndarray,
+                 n_users: int, compiled: bool | None = None) -> np.ndarray:
+    """int64 indices of the events to keep, by (user, timestamp, file order). ``user`` holds indices below
+    ``n_users`` (int32), item and category non-negative int32 indices, ``beh`` int8 0..3; the arrays are in
+    file order."""
+    compiled = KERNEL == "numba" if compiled is None else compiled
+    if compiled:
+        return _group_kernel(user, ts, item, cat, beh, n_users)
+    return _group_numpy(user, ts, item, cat, beh)
+
+
+# ---------------------------------------------------------------- histories
+
+
+@jit
+def _history_kernel(start, stop, items, cats, out, item_counts, cat_counts, count):  # pragma: no cover
+    o = 0
+    for i in range(start.size):
+        for e in range(start[i], stop[i]):
+            out[o, 0] = items[e]
+            out[o, 1] = cats[e]
+            if count:
+                item_counts[items[e]] += 1
+                cat_counts[cats[e]] += 1
+            o += 1
+
+
+def fill_history(start: np.ndarray, stop: np.ndarray, items: np.ndarray, cats: np.ndarray, out: np.ndarray,
+                 item_counts: np.ndarray, cat_counts: np.ndarray, count: bool, compiled: bool | None = None) -> None:
+    """Write the (item, category) of events ``[start[i], stop[i])`` of every sample ``i`` to ``out`` [H, 2]
+    (one after another) and, if ``count``, add them to ``item_counts`` / ``cat_counts``."""
+    compiled = KERNEL == "numba" if compiled is None else compiled
+    if compiled:
+        _history_kernel(start, stop, items, cats, out, item_counts, cat_counts, count)
+        return
+    lengths = stop - start
+    idx = np.repeat(start, lengths) + (np.arange(int(lengths.sum()), dtype=np.int64)
+                                       - np.repeat(np.cumsum(lengths) - lengths, lengths))
+    out[:] = np.stack([items[idx], cats[idx]], axis=1)
+    if count:
+        item_counts += np.bincount(items[idx], minlength=item_counts.size)
+        cat_counts += np.bincount(cats[idx], minlength=cat_counts.size)
+
+
+@jit
+def _bucket_kernel(order, local, ts, item, cat, beh, item_cat, min_history, per_user, max_length, cnt, last,
+                   item_counts, cat_counts, beh_counts, tail_item, tail_cat, filled, tail_start):  # pragma: no cover
+    conflicts = 0
+    kept = np.zeros(local.size, dtype=np.bool_)
+    for x in range(order.size):
+        kept[order[x]] = True
+    for e in range(local.size):                   # counts in file order: the columns are read in sequence
+        if not kept[e]:
+            continue
+        cnt[local[e]] += 1
+        item_counts[item[e]] += 1
+        cat_counts[cat[e]] += 1
+        beh_counts[beh[e]] += 1
+        conflicts += cat[e] != item_cat[item[e]]
+    end = 0
+    for u in range(cnt.size):
+        c = cnt[u]
+        end += c
+        last[u] = ts[order[end - 1]]
+        k = min(max(c - min_history, 0), per_user)
+        t = min(c, k + max_length) if k > 0 else 0
+        tail_start[u] = filled - (c - t)
+        for x in range(end - t, end):
+            tail_item[filled] = item[order[x]]
+            tail_cat[filled] = cat[order[x]]
+            filled += 1
+    return filled, conflicts
+
+
+def bucket_stats(order: np.ndarray, local: np.ndarray, ts: np.ndarray, item: np.ndarray, cat: np.ndarray,
+                 beh: np.ndarray, item_cat: np.ndarray, min_history: int, per_user: int, max_length: int,
+                 n_local: int, item_counts: np.ndarray, cat_counts: np.ndarray, beh_counts: np.ndarray,
+                 tail_item: np.ndarray, tail_cat: np.ndarray, filled: int, compiled: bool | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """Counts and tails of one bucket's kept events ``order`` (by user, time; every user has one): add to
+    ``item_counts``/``cat_counts``/``beh_counts``; write the last ``min(events, k + max_length)`` events of
+    each user with ``k = clip(events - min_history, 0, per_user) > 0`` (samples) to ``tail_item``/``tail_cat``
+    from ``filled`` -> (events per user, last time per user, where each user's position 0 would be in the
+    tail arrays, the new ``filled``, events whose category is not their item's first)."""
+    compiled = KERNEL == "numba" if compiled is None else compiled
+    cnt, last, start = (np.zeros(n_local, dtype=np.int64) for _ in range(3))
+    if compiled:
+        filled, conflicts = _bucket_kernel(order, local, ts, item, cat, beh, item_cat, min_history, per_user,
+                                           max_length, cnt, last, item_counts, cat_counts, beh_counts, tail_item,
+                                           tail_cat, filled, start)
+        return cnt, last, start, filled, conflicts
+    item, cat, beh, ts = item[order], cat[order], beh[order], ts[order]
+    cnt[:] = np.bincount(local[order], minlength=n_local)
+    ends = np.cumsum(cnt)
+    last[:] = ts[ends - 1]
+    item_counts += np.bincount(item, minlength=item_counts.size)
+    cat_counts += np.bincount(cat, minlength=cat_counts.size)
+    beh_counts += np.bincount(beh, minlength=beh_counts.size)
+    conflicts = int(np.count_nonzero(cat != item_cat[item]))
+    k = np.clip(cnt - min_history, 0, per_user)
+    t = np.where(k > 0, np.minimum(cnt, k + max_length), 0)
+    idx = np.repeat(ends - t, t) + (np.arange(int(t.sum()), dtype=np.int64) - np.repeat(np.cumsum(t) - t, t))
+    tail_item[filled:filled + idx.size], tail_cat[filled:filled + idx.size] = item[idx], cat[idx]
+    start[:] = filled + np.cumsum(t) - t - (cnt - t)
+    return cnt, last, start, filled + idx.size, conflicts

@@ -1,0 +1,219 @@
+"""The Taobao preprocessor's kernels and paths: compiled, plain Python and numpy agree; buckets on disk and
+in memory give the same dataset; without numba the same bytes come out."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hotcold.data.format import Dataset
+from hotcold.data.sources import taobao_kernels as tk
+from hotcold.data.sources.taobao import TaobaoConfig, preprocess_taobao
+from hotcold.jit import KERNEL, python
+
+needs_numba = pytest.mark.skipif(KERNEL != "numba", reason="numba not installed")
+BEHAVIORS = ["pv", "buy", "cart", "fav"]
+MALFORMED = ["1,2,3,pv", "1,2,3,pv,4,5", "", "a,2,3,pv,4", "1,2,3,pv,", "-1,2,3,pv,4", "1,-2,3,buy,4",
+             "1,2,-3,cart,4", "-0,2,3,fav,4", "1,2,3,pv,-4", "1,2,3,pv,--4", "1,2,3,pv,-", "1,2,3,PV,4",
+             "1,2,3,pvv,4", "1,2,3,p,4", "1,2,3,,4", "12345678901234567,2,3,pv,4", "1234567890123456,2,3,fav,9",
+             "1,2,3,pv,12345678901234567", "1,2,3,pv,4\r", "1 ,2,3,pv,4", ",2,3,pv,4", "1,2,3,cart,4x",
+             "1,2,3,buy\r,4", "1,2,3,fav,4,", "99999999,0,0,cart,-1234567890123456"]
+
+
+def random_lines(n: int, seed: int, bad_share: float = 0.2) -> list[str]:
+    rng = np.random.default_rng(seed)
+    lines = []
+    for _ in range(n):
+        if rng.random() < bad_share:
+            lines.append(MALFORMED[rng.integers(len(MALFORMED))])
+        else:
+            lines.append(f"{rng.integers(0, 50)},{rng.integers(0, 10**rng.integers(1, 12))},{rng.integers(0, 30)},"
+                         f"{BEHAVIORS[rng.integers(4)]},{rng.integers(-10**6, 10**10)}")
+    return lines
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_parse_paths_agree(seed: int) -> None:
+    lines = random_lines(400, seed)
+    buf = ("\n".join(lines) + ("\n" if seed else "")).encode()      # seed 0: no newline after the last line
+    if seed == 2:
+        buf = buf.replace(b"\n", b"\r\n")
+    want = tk.parse_chunk(buf, 1000, compiled=False)
+    assert want[0].size == len(lines) and (want[0] != 0).any() and (want[0] == 0).any()
+    paths = [tk.parse_chunk(buf, 1000, compiled=True)] if KERNEL == "numba" else []
+    m = 1000
+    codes, good, vals, beh = (np.empty(m, np.int8), np.empty(m, np.int64), np.empty((m, 4), np.int64),
+                              np.empty(m, np.int8))
+    data = buf if buf.endswith(b"\n") else buf + b"\n"
+    n, g = python(tk.parse_taobao)(np.frombuffer(data.replace(b"\r\n", b"\n"), np.uint8), codes, vals, beh, good)
+    paths.append((codes[:n], good[:g], vals[:g], beh[:g]))
+    for got in paths:
+        for a, b in zip(want, got):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_parse_reasons() -> None:
+    codes, _, vals, beh = tk.parse_chunk(b"7,8,9,cart,-5\n1,2,3\n1,x,3,pv,4\n1,2,3,click,4\n-0,0,0,fav,0\n", 10)
+    assert codes.tolist() == [0, 1, 2, 3, 0]
+    assert vals.tolist() == [[7, 8, 9, -5], [0, 0, 0, 0]] and beh.tolist() == [2, 3]
+
+
+def test_parse_refuses_a_chunk_longer_than_promised() -> None:
+    if KERNEL == "numba":
+        with pytest.raises(ValueError, match="more than 2 lines"):
+            tk.parse_chunk(b"1,2,3,pv,4\n" * 3, 2)
+
+
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=needs_numba)])
+def test_id_index_is_first_appearance(compiled: bool) -> None:
+    rng = np.random.default_rng(0)
+    index = tk.IdIndex(compiled)
+    seen: dict[int, int] = {}
+    for chunk in range(12):                                  # grows past its first table
+        values = rng.integers(-5, 3_000, 500) * (10**12 if chunk % 2 else 1)
+        ids, first = index.index(values)
+        new_before = len(seen)
+        want = []
+        for pos, v in enumerate(values.tolist()):
+            if v not in seen:
+                seen[v] = len(seen)
+                want.append(pos)
+        assert ids.tolist() == [seen[v] for v in values.tolist()]
+        assert first.tolist() == want and index.size == len(seen) == new_before + len(want)
+    assert index.raws.tolist() == list(seen)
+
+
+def simple_group(user, ts, item, cat, beh) -> list[int]:
+    """Kept events by (user, time, file order), dropping exact repeats: a plain loop."""
+    seen, kept = set(), []
+    for i in range(user.size):
+        key = (user[i], ts[i], item[i], cat[i], beh[i])
+        if key not in seen:
+            seen.add(key)
+            kept.append(i)
+    return sorted(kept, key=lambda i: (user[i], ts[i], i))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_group_paths_agree_with_a_plain_loop(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n, n_users = 3000, 40
+    user = rng.integers(0, n_users, n).astype(np.int32)
+    user[:400] = 7                                          # one long user: the merge sort
+    ts = rng.integers(0, 50, n).astype(np.int64)
+    ts[400:440] = 3                                         # a long run at one (user, time): sorted dedup
+    user[400:440] = 5
+    item = rng.integers(0, 4, n).astype(np.int32)
+    cat = rng.integers(0, 2, n).astype(np.int32)
+    beh = rng.integers(0, 2, n).astype(np.int8)
+    want = simple_group(user, ts, item, cat, beh)
+    assert len(want) < n
+    got = [tk.group_events(user, ts, item, cat, beh, n_users, compiled=False),
+           python(tk._group_kernel)(user, ts, item, cat, beh, n_users)]
+    if KERNEL == "numba":
+        got.append(tk.group_events(user, ts, item, cat, beh, n_users, compiled=True))
+    for g in got:
+        assert g.tolist() == want
+
+
+def test_bucket_stats_and_history_paths_agree() -> None:
+    rng = np.random.default_rng(3)
+    n, n_users, n_items, n_cats = 2000, 30, 50, 7
+    user = rng.integers(0, n_users, n).astype(np.int32)
+    user[:n_users] = np.arange(n_users)                     # every user has an event
+    ts = rng.integers(0, 100, n).astype(np.int64)
+    item, cat = rng.integers(0, n_items, n).astype(np.int32), rng.integers(0, n_cats, n).astype(np.int32)
+    beh = rng.integers(0, 4, n).astype(np.int8)
+    item_cat = rng.integers(0, n_cats, n_items).astype(np.int32)
+    order = tk.group_events(user, ts, item, cat, beh, n_users, compiled=False)
+    results = []
+    for compiled in [False] + ([True] if KERNEL == "numba" else []):
+        counts = [np.zeros(n_items, np.int64), np.zeros(n_cats, np.int64), np.zeros(4, np.int64)]
+        tails = [np.full(n, -1, np.int32), np.full(n, -1, np.int32)]
+        out = tk.bucket_stats(order, user, ts, item, cat, beh, item_cat, 2, 5, 4, n_users, *counts, *tails, 10,
+                              compiled)
+        hist = np.empty((40, 2), np.int32)
+        hc = [np.zeros(n_items, np.int64), np.zeros(n_cats, np.int64)]
+        start = np.array([11, 15, 20], np.int64)
+        tk.fill_history(start, start + [4, 0, 3], tails[0], tails[1], hist[:7], *hc, True, compiled)
+        results.append([*out, *counts, *tails, hist[:7], *hc])
+    cnt = results[0][0]
+    assert cnt.tolist() == np.bincount(user[order], minlength=n_users).tolist()
+    assert results[0][3] == 10 + int(np.minimum(cnt, np.clip(cnt - 2, 0, 5) + 4)[cnt > 2].sum())
+    for a, b in zip(results[0], results[-1]):
+        np.testing.assert_array_equal(a, b)
+
+
+def write_events(path: Path, n: int, seed: int) -> Path:
+    rng = np.random.default_rng(seed)
+    user = rng.integers(1, 300, n)
+    item = np.minimum(rng.zipf(1.3, n), 2000) * 7
+    cat = np.where(rng.random(n) < 0.05, rng.integers(0, 40, n), item % 37)
+    beh = np.array(BEHAVIORS)[rng.integers(0, 4, n)]
+    t = 1_511_500_000 + rng.integers(0, 5_000, n)
+    lines = [f"{u},{i},{c},{b},{s}" for u, i, c, b, s in zip(user, item, cat, beh, t)]
+    lines += lines[:: 50]                                   # exact repeats
+    lines.insert(17, "1,2,3,click,4")
+    path.write_text("\n".join(lines[i] for i in rng.permutation(len(lines))) + "\n")
+    return path
+
+
+def columns(path: Path) -> dict[str, bytes]:
+    ds = Dataset.open(path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    return {"sha256": manifest["sha256"], "meta": {k: v for k, v in manifest.items() if k not in ("name",)},
+            "rows": len(ds.labels)}
+
+
+def test_buckets_on_disk_and_numpy_path_give_the_same_dataset(tmp_path: Path) -> None:
+    csv = write_events(tmp_path / "UserBehavior.csv", 6000, seed=5)
+    cfg = TaobaoConfig(max_length=6, samples_per_user=4, negative_ratio=1.5, chunk_lines=700, max_bad_share=0.5)
+    runs = {"held": dict(), "disk": dict(bucket_events=500), "numpy": dict(compiled=False),
+            "numpy-disk": dict(compiled=False, bucket_events=900)}
+    out = {}
+    for key, kw in runs.items():
+        preprocess_taobao(csv, tmp_path / key, cfg, name="tb", progress=False, **kw)
+        out[key] = columns(tmp_path / key)
+        assert not (tmp_path / key / "events").exists()
+    assert all(o == out["held"] for o in out.values())
+    assert out["held"]["meta"]["bad_lines"]["duplicates"] > 0
+    assert out["held"]["meta"]["bad_lines"]["by_reason"]["behavior"] == 1
+
+
+def test_without_numba_the_same_bytes(tmp_path: Path) -> None:
+    csv = write_events(tmp_path / "UserBehavior.csv", 3000, seed=6)
+    cfg = TaobaoConfig(max_length=5, chunk_lines=400, max_bad_share=0.5)
+    want = preprocess_taobao(csv, tmp_path / "a", cfg, name="tb", progress=False, bucket_events=700)["sha256"]
+    script = ("import sys, json; sys.modules['numba'] = None\n"
+              "from pathlib import Path\n"
+              "from hotcold.jit import KERNEL; assert KERNEL == 'python', KERNEL\n"
+              "from hotcold.data.sources.taobao import TaobaoConfig, preprocess_taobao\n"
+              f"cfg = TaobaoConfig.from_dict({json.dumps(cfg.to_dict())})\n"
+              f"m = preprocess_taobao(Path({str(csv)!r}), Path({str(tmp_path / 'b')!r}), cfg, name='tb', "
+              "progress=False, bucket_events=700)\n"
+              "print(json.dumps(m['sha256']))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == want
+
+
+def test_progress_bars_on_the_long_passes(tmp_path: Path, capsys) -> None:
+    csv = write_events(tmp_path / "UserBehavior.csv", 2000, seed=7)
+    preprocess_taobao(csv, tmp_path / "a", TaobaoConfig(max_bad_share=0.5), name="tb", progress=True)
+    err = capsys.readouterr().err
+    assert all(f"tb: {step}" in err for step in ("read", "group", "write"))
+    preprocess_taobao(csv, tmp_path / "b", TaobaoConfig(max_bad_share=0.5), name="tb", progress=False)
+    assert "tb:" not in capsys.readouterr().err
+
+
+def test_bucket_events_must_be_positive(tmp_path: Path) -> None:
+    csv = write_events(tmp_path / "UserBehavior.csv", 100, seed=8)
+    with pytest.raises(ValueError, match="bucket_events"):
+        preprocess_taobao(csv, tmp_path / "a", TaobaoConfig(max_bad_share=0.5), name="tb", progress=False,
+                          bucket_events=0)
