@@ -14,6 +14,8 @@ rule generate:
         out=lambda wildcards, output: str(Path(output.manifest).parent),
     wildcard_constraints:
         dataset=one_of(MATRIX.generated()),
+    benchmark:
+        "results/benchmarks/{dataset}/generate.tsv"
     log:
         "results/logs/generate/{dataset}.log",
     conda:
@@ -52,6 +54,8 @@ rule preprocess:
         out=lambda wildcards, output: str(Path(output.manifest).parent),
     wildcard_constraints:
         dataset=one_of(MATRIX.sourced()),
+    benchmark:
+        "results/benchmarks/{dataset}/preprocess.tsv"
     log:
         "results/logs/preprocess/{dataset}.log",
     conda:
@@ -76,6 +80,8 @@ rule profile:
         batches=config["profile"]["batches"],
         batch_size=batch_size,
         seed=MATRIX.first_seed(),
+    benchmark:
+        "results/benchmarks/{dataset}/profile.tsv"
     log:
         "results/logs/profile/{dataset}.log",
     conda:
@@ -103,6 +109,8 @@ rule simulate:
         fae_run_lengths=config["simulate"]["fae_run_lengths"],
         fae_sample_fraction=config["simulate"]["fae_sample_fraction"],
         trained_ratios=trained_ratios,
+    benchmark:
+        "results/benchmarks/{dataset}/simulate.tsv"
     log:
         "results/logs/simulate/{dataset}.log",
     conda:
@@ -129,6 +137,8 @@ rule shard_sim:
         headrooms=MATRIX.shard_sim_headrooms(),
         batch_per_rank=MATRIX.shard_sim_batch_per_rank() or "none",
         fixed_batch="--fixed-batch" if MATRIX.shard_sim_fixed_batch() else "--no-fixed-batch",
+    benchmark:
+        "results/benchmarks/{dataset}/shard_sim.tsv"
     log:
         "results/logs/shard_sim/{dataset}.log",
     conda:
