@@ -139,3 +139,18 @@ def test_taobao_without_a_path_explains_the_download(tmp_path: Path, capsys: pyt
     assert main(["download", "--spec", spec, "--out", str(tmp_path / "raw"), "--name", "taobao"]) == 2
     err = capsys.readouterr().err
     assert "tianchi.aliyun.com" in err and "datasets.taobao.source.path" in err
+
+
+def test_a_run_config_file_in_json_keeps_its_numbers(tmp_path: Path) -> None:
+    """A .json file is read as JSON: YAML 1.1 would read 1e-08 as a string (as a record's config writes it)."""
+    from hotcold.cli.args import load_mapping
+    from hotcold.config import ConfigError
+
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"train": {"adagrad_eps": 1e-8, "lr": 0.05}}))
+    assert load_mapping(str(path)) == {"train": {"adagrad_eps": 1e-8, "lr": 0.05}}
+    (tmp_path / "run.yaml").write_text("train: {adagrad_eps: 1.0e-8}\n")
+    assert load_mapping(str(tmp_path / "run.yaml")) == {"train": {"adagrad_eps": 1e-8}}
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(ConfigError, match="bad.json: not valid JSON"):
+        load_mapping(str(tmp_path / "bad.json"))

@@ -19,6 +19,11 @@ def load_json_or_file(text: str, opening: str, what: str) -> Any:
     path = Path(text)
     if not path.is_file():
         raise ConfigError(f"{text!r} is neither {what} nor an existing file")
+    if path.suffix.lower() == ".json":  # YAML 1.1 would read JSON's 1e-08 as a string
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}: not valid JSON ({e})") from None
     import yaml
 
     return yaml.safe_load(path.read_text())
