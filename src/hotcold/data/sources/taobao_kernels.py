@@ -81,19 +81,22 @@ def _digits(u8, p):  # pragma: no cover - compiled
 
 
 @jit
-def _line(u8, pos, v):  # pragma: no cover - compiled
+def _line(u8, pos):  # pragma: no cover - compiled
     """Parse the line at ``pos`` (``u8`` ends with ``\\n``; a ``\\r`` before a line's ``\\n`` is not part of it)
-    -> (the next line's position, reason code); a good line's user, item, category, timestamp and
-    behaviour go to ``v[0:5]``."""
+    -> (the next line's position, reason code, user, item, category, timestamp, behaviour); the values are
+    those of a good line (code 0)."""
     p = pos
-    fast = True
-    for k in range(3):                                   # the usual line first: digits, no minus sign
-        x, q = _digits(u8, p)
-        if q == p or q - p > MAX_INT_DIGITS or u8[q] != COMMA:
-            fast = False
-            break
-        v[k] = x
+    fast = False
+    v0, q = _digits(u8, p)                               # the usual line first: digits, no minus sign
+    if q > p and q - p <= MAX_INT_DIGITS and u8[q] == COMMA:
         p = q + 1
+        v1, q = _digits(u8, p)
+        if q > p and q - p <= MAX_INT_DIGITS and u8[q] == COMMA:
+            p = q + 1
+            v2, q = _digits(u8, p)
+            if q > p and q - p <= MAX_INT_DIGITS and u8[q] == COMMA:
+                p = q + 1
+                fast = True
     if fast:
         c = u8[p]
         bh = -1
@@ -113,10 +116,9 @@ def _line(u8, pos, v):  # pragma: no cover - compiled
                 if u8[q] == CR and u8[q + 1] == NL:
                     q += 1
                 if u8[q] == NL:
-                    v[3] = -x if neg else x
-                    v[4] = bh
-                    return q + 1, 0
+                    return q + 1, 0, v0, v1, v2, -x if neg else x, bh
     starts = np.empty(6, dtype=np.int64)                 # the general rules, field by field
+    vals = np.empty(4, dtype=np.int64)
     starts[0] = pos
     f = 0
     p = pos
@@ -132,7 +134,7 @@ def _line(u8, pos, v):  # pragma: no cover - compiled
     if p > pos and u8[p - 1] == CR:                      # the line ends before its \r\n
         p -= 1
     if f != 4:
-        return nxt, 1
+        return nxt, 1, 0, 0, 0, 0, 0
     starts[5] = p + 1
     for k in range(5):
         if k == 3:
@@ -141,23 +143,22 @@ def _line(u8, pos, v):  # pragma: no cover - compiled
         neg = b > a and u8[a] == MINUS
         q = a + 1 if neg else a
         if b - q < 1 or b - q > MAX_INT_DIGITS:
-            return nxt, 2
+            return nxt, 2, 0, 0, 0, 0, 0
         x = np.int64(0)
         for i in range(q, b):
             d = np.int64(u8[i]) - ZERO
             if d < 0 or d > 9:
-                return nxt, 2
+                return nxt, 2, 0, 0, 0, 0, 0
             x = x * 10 + d
         if neg:
             if k < 3 and x != 0:
-                return nxt, 2
+                return nxt, 2, 0, 0, 0, 0, 0
             x = -x
-        v[k if k < 3 else 3] = x
+        vals[k if k < 3 else 3] = x
     bh = _behavior(u8, starts[3], starts[4] - 1)
     if bh < 0:
-        return nxt, 3
-    v[4] = bh
-    return nxt, 0
+        return nxt, 3, 0, 0, 0, 0, 0
+    return nxt, 0, vals[0], vals[1], vals[2], vals[3], np.int64(bh)
 
 
 @jit
@@ -166,17 +167,15 @@ def parse_taobao(u8, codes, vals, beh, good):  # pragma: no cover - compiled
     lines than ``codes`` holds. Good lines are packed in order into ``vals`` (int64 [., 4] user, item,
     category, timestamp), ``beh`` and ``good`` (their index in the chunk)."""
     n = u8.size
-    v = np.empty(5, dtype=np.int64)
     pos, line, g = 0, 0, 0
     while pos < n:
         if line == codes.size:
             return -1, g
-        pos, code = _line(u8, pos, v)
+        pos, code, u, i, c, t, b = _line(u8, pos)
         codes[line] = code
         if code == 0:
-            for k in range(4):
-                vals[g, k] = v[k]
-            beh[g] = v[4]
+            vals[g, 0], vals[g, 1], vals[g, 2], vals[g, 3] = u, i, c, t
+            beh[g] = b
             good[g] = line
             g += 1
         line += 1
@@ -317,16 +316,15 @@ def parse_index(u8, pos, codes, vals, users, user_raws, items, item_raws, cats, 
     scratch; the tables must have room for ``codes.size`` new ids. The ids are looked up after the
     chunk is parsed, table by table (independent lookups: their cache misses overlap)."""
     n = u8.size
-    v = np.empty(5, dtype=np.int64)
     line, g = 0, 0
     while pos < n and line < codes.size:
-        pos, code = _line(u8, pos, v)
+        pos, code, u, i, c, t, b = _line(u8, pos)
         codes[line] = code
         line += 1
         if code == 0:
-            vals[g, 0], vals[g, 1], vals[g, 2] = v[0], v[1], v[2]
-            ts[at + g] = v[3]
-            beh[at + g] = v[4]
+            vals[g, 0], vals[g, 1], vals[g, 2] = u, i, c
+            ts[at + g] = t
+            beh[at + g] = b
             g += 1
     size = sizes[0]
     for x in range(g):
