@@ -478,10 +478,10 @@ def _group_packed(user, ts, item, cat, beh, n_users, tmin, shift):  # pragma: no
                 t = key[x] >> sh
                 lo = min(lo, t)
                 hi = max(hi, t)
-            span = np.int64(hi - lo) + 1
-            bin_start[:m + 1] = 0
+            scale = m / (np.float64(hi - lo) + 1.0)      # bins by a float product, not a division per key:
+            bin_start[:m + 1] = 0                        # monotone in time, which is all the bins need
             for x in range(a, b):
-                k = np.int64((key[x] >> sh) - lo) * m // span
+                k = min(np.int64(np.float64((key[x] >> sh) - lo) * scale), m - 1)
                 bins[x - a] = k
                 bin_start[k + 1] += 1
             for k in range(m):
