@@ -12,11 +12,15 @@ plain-Python bodies, on random and malformed input):
   digits; user, item and category must not be negative.
 - ``IdIndex``: raw int64 ids -> int32 indices in order of first appearance
   (a hash table with the kernels, a sorted table with numpy), remembering each
-  index's raw value and the position of its first event.
+  index's raw value and the position of its first event. The compiled read
+  pass does both in one kernel per chunk (``parse_index``: parse, look the ids
+  up, write the events where they are kept), tested against the two.
 - ``group_events``: one bucket of events (whole users, in file order) -> the
   indices of the events to keep, ordered by (user, timestamp, file order); an
   event that repeats an earlier one exactly (same user, timestamp, item,
-  category and behaviour) is dropped.
+  category and behaviour) is dropped. Compiled, a user's events are sorted by
+  unique packed (time, index) keys in time bins (``_group_packed``), or, when
+  times are too wide to pack, by a merge sort (``_group_kernel``).
 """
 from __future__ import annotations
 
