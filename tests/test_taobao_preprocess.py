@@ -2,6 +2,7 @@
 in memory give the same dataset; without numba the same bytes come out."""
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from hotcold.data.format import Dataset
-from hotcold.data.sources import taobao_kernels as tk
+from hotcold.data.sources import taobao, taobao_kernels as tk
 from hotcold.data.sources.taobao import TaobaoConfig, preprocess_taobao
 from hotcold.jit import KERNEL, python
 
@@ -37,8 +38,14 @@ def random_lines(n: int, seed: int, bad_share: float = 0.2) -> list[str]:
     return lines
 
 
+def plain_helpers(monkeypatch) -> None:
+    """Make the kernels' plain-Python bodies call the plain-Python bodies of the kernels they use."""
+    for name in ("_line", "_digits", "_behavior", "_lookup", "_sort_small"):
+        monkeypatch.setattr(tk, name, python(getattr(tk, name)))
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_parse_paths_agree(seed: int) -> None:
+def test_parse_paths_agree(seed: int, monkeypatch) -> None:
     lines = random_lines(400, seed)
     buf = ("\n".join(lines) + ("\n" if seed else "")).encode()      # seed 0: no newline after the last line
     if seed == 2:
@@ -50,7 +57,8 @@ def test_parse_paths_agree(seed: int) -> None:
     codes, good, vals, beh = (np.empty(m, np.int8), np.empty(m, np.int64), np.empty((m, 4), np.int64),
                               np.empty(m, np.int8))
     data = buf if buf.endswith(b"\n") else buf + b"\n"
-    n, g = python(tk.parse_taobao)(np.frombuffer(data.replace(b"\r\n", b"\n"), np.uint8), codes, vals, beh, good)
+    plain_helpers(monkeypatch)
+    n, g = python(tk.parse_taobao)(np.frombuffer(data, np.uint8), codes, vals, beh, good)
     paths.append((codes[:n], good[:g], vals[:g], beh[:g]))
     for got in paths:
         for a, b in zip(want, got):
@@ -88,6 +96,39 @@ def test_id_index_is_first_appearance(compiled: bool) -> None:
     assert index.raws.tolist() == list(seen)
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")    # the plain hash wraps, as compiled
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=needs_numba)])
+def test_parse_index_agrees_with_parse_and_index(compiled: bool, monkeypatch) -> None:
+    """The read pass's one kernel (parse, index ids, write events, from a position, at most ``codes.size``
+    lines) gives what ``parse_chunk`` and ``IdIndex`` give."""
+    lines = random_lines(900, 4) + ["7,8,9,pv,5\r", "7,8,9,pv,6\r\r"]
+    buf = ("\r\n".join(lines) + "\n").encode()
+    codes, _, vals, beh = tk.parse_chunk(buf, 2000, compiled=False)
+    index = [tk.IdIndex(False) for _ in range(3)]
+    ids = [ix.index(vals[:, k])[0] for k, ix in enumerate(index)]
+    item_cat = ids[2][tk.IdIndex(False).index(vals[:, 1])[1]]   # the category of each item's first event
+    if not compiled:
+        plain_helpers(monkeypatch)
+    kernel = tk.parse_index if compiled else python(tk.parse_index)
+    tables = [tk.IdIndex(True) for _ in range(3)]
+    raws = [t.reserve(len(lines)) for t in tables]
+    sizes, got_cat = np.zeros(3, np.int64), np.full(len(lines), -1, np.int32)
+    cols = [np.full(len(lines) + 5, -1, t) for t in (np.int32, np.int32, np.int32, np.int8, np.int64)]
+    got_codes, pos, at = [], 0, 5                               # from row 5 of the columns, 128 lines a call
+    while pos < len(buf):
+        c = np.empty(128, np.int8)
+        pos, n, g = kernel(np.frombuffer(buf, np.uint8), pos, c, np.empty((128, 3), np.int64), tables[0].table,
+                           raws[0], tables[1].table, raws[1], tables[2].table, raws[2], sizes, got_cat, *cols, at)
+        got_codes += c[:n].tolist()
+        at += g
+    assert got_codes == codes.tolist() and at - 5 == beh.size
+    for col, want in zip(cols, [*ids, beh, vals[:, 3]]):
+        assert col[5:at].tolist() == want.tolist() and (col[at:] == -1).all()
+    assert sizes.tolist() == [ix.size for ix in index]
+    assert got_cat[:sizes[1]].tolist() == item_cat.tolist()
+    assert [r[:s].tolist() for r, s in zip(raws, sizes)] == [ix.raws.tolist() for ix in index]
+
+
 def simple_group(user, ts, item, cat, beh) -> list[int]:
     """Kept events by (user, time, file order), dropping exact repeats: a plain loop."""
     seen, kept = set(), []
@@ -114,11 +155,33 @@ def test_group_paths_agree_with_a_plain_loop(seed: int) -> None:
     want = simple_group(user, ts, item, cat, beh)
     assert len(want) < n
     got = [tk.group_events(user, ts, item, cat, beh, n_users, compiled=False),
-           python(tk._group_kernel)(user, ts, item, cat, beh, n_users)]
+           python(tk._group_kernel)(user, ts, item, cat, beh, n_users),
+           python(tk._group_packed)(user, ts, item, cat, beh, n_users, *tk._packed_shift(ts, n))]
     if KERNEL == "numba":
         got.append(tk.group_events(user, ts, item, cat, beh, n_users, compiled=True))
     for g in got:
         assert g.tolist() == want
+
+
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=needs_numba)])
+def test_group_by_time_bins_and_the_wide_time_fallback(compiled: bool) -> None:
+    """Users long enough for the time bins, with skewed and equal times; times too wide to pack fall back."""
+    rng = np.random.default_rng(2)
+    n, n_users = 5000, 6
+    user = rng.integers(0, n_users, n).astype(np.int32)
+    ts = np.where(rng.random(n) < 0.9, rng.integers(0, 30, n), rng.integers(-10**6, 10**6, n)).astype(np.int64)
+    ts[user == 2] = 77                                      # one user with a single time
+    item, cat = rng.integers(0, 3, n).astype(np.int32), rng.integers(0, 2, n).astype(np.int32)
+    beh = rng.integers(0, 2, n).astype(np.int8)
+    want = simple_group(user, ts, item, cat, beh)
+    assert tk._packed_shift(ts, n) is not None
+    group = tk.group_events if compiled else (lambda *a: python(tk._group_packed)(*a[:6], *tk._packed_shift(ts, n)))
+    assert group(user, ts, item, cat, beh, n_users).tolist() == want
+    wide = ts.copy()
+    wide[0], wide[1] = -(2**62), 2**62                      # no room for the event index: the general kernel
+    assert tk._packed_shift(wide, n) is None
+    assert tk.group_events(user, wide, item, cat, beh, n_users, compiled).tolist() == \
+        simple_group(user, wide, item, cat, beh)
 
 
 def test_bucket_stats_and_history_paths_agree() -> None:
@@ -183,6 +246,29 @@ def test_buckets_on_disk_and_numpy_path_give_the_same_dataset(tmp_path: Path) ->
     assert all(o == out["held"] for o in out.values())
     assert out["held"]["meta"]["bad_lines"]["duplicates"] > 0
     assert out["held"]["meta"]["bad_lines"]["by_reason"]["behavior"] == 1
+
+
+@pytest.mark.parametrize("form", ["plain", "crlf-no-final-newline", "gzip"])
+def test_small_read_blocks_give_the_same_dataset(tmp_path: Path, monkeypatch, form: str) -> None:
+    """Lines cut across read blocks, a line longer than the block, CRLF, no final newline, gzip: the compiled
+    read pass gives the numpy path's dataset."""
+    csv = write_events(tmp_path / "UserBehavior.csv", 3000, seed=9)
+    text = csv.read_bytes().replace(b"\n", b"\n" + b"9" * 300 + b",1,2,pv,3\n", 1)   # one 310-byte line
+    if form == "crlf-no-final-newline":
+        text = text.replace(b"\n", b"\r\n")[:-2]
+    if form == "gzip":
+        csv = tmp_path / "UserBehavior.csv.gz"
+        csv.write_bytes(gzip.compress(text, mtime=0))
+    else:
+        csv.write_bytes(text)
+    cfg = TaobaoConfig(max_length=5, chunk_lines=300, max_bad_share=0.5)
+    monkeypatch.setattr(taobao, "READ_BYTES", 100)
+    out = {}
+    for key, kw in {"numpy": dict(compiled=False), "compiled": dict()}.items():
+        preprocess_taobao(csv, tmp_path / key, cfg, name="tb", progress=False, **kw)
+        out[key] = columns(tmp_path / key)
+    assert out["numpy"] == out["compiled"]
+    assert out["numpy"]["meta"]["bad_lines"]["by_reason"]["integer"] == 1        # the long line
 
 
 def test_without_numba_the_same_bytes(tmp_path: Path) -> None:

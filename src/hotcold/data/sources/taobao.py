@@ -14,7 +14,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 from tqdm import tqdm
@@ -22,9 +22,11 @@ from tqdm import tqdm
 from hotcold.data.format import DatasetWriter
 from hotcold.data.skew import coverage_from_counts
 from hotcold.config import from_mapping, is_int, is_real, require
-from hotcold.data.sources.inputs import Digest, check_provenance, read_chunks, source_records
+from hotcold.data.sources.inputs import Digest, _raw, check_provenance, open_input, read_chunks, source_records
 from hotcold.data.sources.spill import NpyColumn
-from hotcold.data.sources.taobao_kernels import BEHAVIORS, IdIndex, bucket_stats, fill_history, group_events, parse_chunk
+from hotcold.data.sources.taobao_kernels import (BEHAVIORS, NL, IdIndex, bucket_stats, fill_history, group_events,
+                                                 parse_chunk, parse_index)
+from hotcold.jit import KERNEL
 from hotcold.data.sources.textparse import MAX_BAD_SHARE, WARN_BAD_SHARE, BadLines, check_bad_line_options
 
 REASONS = {"fields": "wrong number of fields (expected 5)",
@@ -87,6 +89,7 @@ def _within(lengths: np.ndarray) -> np.ndarray:
 FIELDS = (("user", np.int32), ("item", np.int32), ("cat", np.int32), ("beh", np.int8), ("ts", np.int64))
 BUCKET_EVENTS = 1 << 23      # events per spill bucket aimed at (bounds the grouping pass's memory)
 GZIP_RATIO = 4               # a gzipped input is taken to hold this many times its size in text
+READ_BYTES = 1 << 22        # bytes read at a time by the compiled read pass
 MAX_BUCKETS = 128            # spill files stay few (5 per bucket); past this buckets grow instead
 
 
@@ -111,6 +114,7 @@ class _EventSpill:
         self.directory, self.buckets = Path(directory), buckets
         self.events = 0
         self._held = [np.empty(expected if buckets == 1 else 0, dtype=t) for _, t in FIELDS]
+        self._scratch = [np.empty(0, dtype=t) for _, t in FIELDS]
         self._files: list[list[Any]] = []
         if buckets > 1:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -119,18 +123,20 @@ class _EventSpill:
     def _path(self, b: int, field: str) -> Path:
         return self.directory / f"bucket{b:04d}.{field}.bin"
 
+    def _grow(self, end: int) -> None:
+        if end > self._held[0].size:
+            self._held = [np.concatenate([h[:self.events], np.empty(max(end, 2 * h.size) - self.events, dtype=h.dtype)])
+                          for h in self._held]
+
     def append(self, user: np.ndarray, item: np.ndarray, cat: np.ndarray, beh: np.ndarray, ts: np.ndarray) -> None:
         cols = [np.ascontiguousarray(c, dtype=t) for c, (_, t) in zip((user, item, cat, beh, ts), FIELDS)]
-        self.events += user.size
         if self.buckets == 1:
-            end = self.events
-            start = end - user.size
-            if end > self._held[0].size:
-                self._held = [np.concatenate([h[:start], np.empty(max(end, 2 * h.size) - start, dtype=h.dtype)])
-                              for h in self._held]
+            self._grow(self.events + user.size)
             for h, c in zip(self._held, cols):
-                h[start:end] = c
+                h[self.events:self.events + user.size] = c
+            self.events += user.size
             return
+        self.events += user.size
         bucket = (user % self.buckets).astype(np.uint16)
         order = np.argsort(bucket, kind="stable")
         bounds = np.concatenate(([0], np.cumsum(np.bincount(bucket, minlength=self.buckets))))
@@ -138,6 +144,23 @@ class _EventSpill:
             col = col[order]
             for b in np.flatnonzero(np.diff(bounds)):
                 self._files[b][c].write(memoryview(col[bounds[b]:bounds[b + 1]]).cast("B"))
+
+    def room(self, n: int) -> tuple[list[np.ndarray], int]:
+        """Columns (user, item, cat, beh, ts) and the row from which a kernel may write up to ``n`` events;
+        ``commit`` the ones written."""
+        if self.buckets == 1:
+            self._grow(self.events + n)
+            return self._held, self.events
+        if self._scratch[0].size < n:
+            self._scratch = [np.empty(n, dtype=t) for _, t in FIELDS]
+        return self._scratch, 0
+
+    def commit(self, n: int) -> None:
+        """Take the ``n`` events written to ``room``'s columns."""
+        if self.buckets == 1:
+            self.events += n
+        else:
+            self.append(*(c[:n] for c in self._scratch))
 
     def close(self) -> None:
         for files in self._files:
@@ -165,7 +188,7 @@ class _EventSpill:
 class _Events:
     """The first pass's result: the events spilled by user, the id indices and the line accounting."""
 
-    spill: _EventSpill
+    spill: _EventSpill | None
     users: IdIndex
     items: IdIndex
     cats: IdIndex
@@ -178,38 +201,115 @@ class _Events:
 def _read_events(csv: Path, cfg: TaobaoConfig, name: str, progress: bool, directory: Path,
                  bucket_events: int | None, compiled: bool | None) -> _Events:
     """Parse ``csv`` chunk by chunk; index the ids in order of first appearance and spill the events."""
-    users, items, cats = IdIndex(compiled), IdIndex(compiled), IdIndex(compiled)
-    item_cat = np.zeros(1 << 10, dtype=np.int32)
-    spill: _EventSpill | None = None
-    bad = BadLines(REASONS, cfg.on_bad_line)
-    digest, raw_lines = Digest(), 0
+    compiled = KERNEL == "numba" if compiled is None else compiled
+    ev = _Events(None, IdIndex(compiled), IdIndex(compiled), IdIndex(compiled), np.zeros(1 << 10, dtype=np.int32),
+                 0, BadLines(REASONS, cfg.on_bad_line), Digest())
     try:
         with tqdm(total=csv.stat().st_size, unit="B", unit_scale=True, desc=f"{name}: read",
                   disable=not progress) as bar:
-            for first, buf in read_chunks(csv, cfg.chunk_lines, digest, bar.update):
-                codes, _, vals, beh = parse_chunk(buf, cfg.chunk_lines, compiled)
-                if spill is None:
-                    size = csv.stat().st_size * (GZIP_RATIO if csv.suffix == ".gz" else 1)
-                    expected = math.ceil(1.05 * size * codes.size / len(buf))
-                    spill = _EventSpill(directory, _buckets(size, (codes.size, len(buf)), bucket_events), expected)
-                bad.add(csv.name, first, codes)
-                raw_lines = first + codes.size
-                if not beh.size:
-                    continue
-                user, _ = users.index(vals[:, 0])
-                item, new_items = items.index(vals[:, 1])
-                cat, _ = cats.index(vals[:, 2])
-                if items.size > item_cat.size:
-                    item_cat = np.concatenate([item_cat, np.zeros(max(items.size, 2 * item_cat.size)
-                                                                  - item_cat.size, dtype=np.int32)])
-                item_cat[items.size - new_items.size:items.size] = cat[new_items]
-                spill.append(user, item, cat, beh, vals[:, 3])
+            (_read_compiled if compiled else _read_numpy)(csv, cfg, ev, directory, bucket_events, bar.update)
     finally:
-        if spill is not None:
-            spill.close()
-    if spill is None:
-        spill = _EventSpill(directory, 1)
-    return _Events(spill, users, items, cats, item_cat[:items.size], raw_lines, bad, digest)
+        if ev.spill is not None:
+            ev.spill.close()
+    if ev.spill is None:
+        ev.spill = _EventSpill(directory, 1)
+    ev.item_cat = ev.item_cat[:ev.items.size]
+    return ev
+
+
+def _new_spill(csv: Path, cfg: TaobaoConfig, directory: Path, bucket_events: int | None, lines: int,
+               size: int) -> _EventSpill:
+    """The spill for ``csv`` whose first ``lines`` lines took ``size`` bytes."""
+    file_bytes = csv.stat().st_size * (GZIP_RATIO if csv.suffix == ".gz" else 1)
+    expected = math.ceil(1.05 * file_bytes * lines / max(size, 1)) + cfg.chunk_lines
+    return _EventSpill(directory, _buckets(file_bytes, (lines, size), bucket_events), expected)
+
+
+def _read_numpy(csv: Path, cfg: TaobaoConfig, ev: _Events, directory: Path, bucket_events: int | None,
+                progress: Callable[[int], Any]) -> None:
+    """The read pass by ``parse_chunk`` and ``IdIndex.index`` on chunks of ``chunk_lines`` lines."""
+    for first, buf in read_chunks(csv, cfg.chunk_lines, ev.digest, progress):
+        codes, _, vals, beh = parse_chunk(buf, cfg.chunk_lines, False)
+        if ev.spill is None:
+            ev.spill = _new_spill(csv, cfg, directory, bucket_events, codes.size, len(buf))
+        ev.bad.add(csv.name, first, codes)
+        ev.raw_lines = first + codes.size
+        if not beh.size:
+            continue
+        user, _ = ev.users.index(vals[:, 0])
+        item, new_items = ev.items.index(vals[:, 1])
+        cat, _ = ev.cats.index(vals[:, 2])
+        _room_item_cat(ev, ev.items.size)
+        ev.item_cat[ev.items.size - new_items.size:ev.items.size] = cat[new_items]
+        ev.spill.append(user, item, cat, beh, vals[:, 3])
+
+
+def _room_item_cat(ev: _Events, n: int) -> None:
+    if n > ev.item_cat.size:
+        ev.item_cat = np.concatenate([ev.item_cat, np.zeros(max(n, 2 * ev.item_cat.size) - ev.item_cat.size,
+                                                            dtype=np.int32)])
+
+
+def _read_compiled(csv: Path, cfg: TaobaoConfig, ev: _Events, directory: Path, bucket_events: int | None,
+                   progress: Callable[[int], Any]) -> None:
+    """The read pass by one kernel (``parse_index``: parse, index the ids, write the events) over blocks of
+    ``READ_BYTES`` read straight into one buffer (hashed as they are read); a block's unfinished last line
+    is carried to the next."""
+    m = cfg.chunk_lines
+    codes, vals = np.empty(m, dtype=np.int8), np.empty((m, 3), dtype=np.int64)
+    sizes = np.zeros(3, dtype=np.int64)
+    buf = np.empty(READ_BYTES + 1, dtype=np.uint8)
+    keep, told = 0, 0                                  # bytes carried over; file bytes told to the progress bar
+    with open_input(csv, ev.digest) as f:
+        raw = _raw(f)
+        while True:
+            end = keep
+            while end < buf.size - 1 and (n := f.readinto(memoryview(buf)[end:buf.size - 1])):
+                end += n
+            progress(raw.count - told)
+            told = raw.count
+            if end == keep:                            # the end of the file
+                if keep == 0:
+                    break
+                buf[end] = NL                          # its last line lacks a newline
+                stop = end = end + 1
+            else:
+                stop = _after_last_newline(buf, end)
+                if stop == 0:                          # one line longer than the buffer
+                    buf = np.concatenate([buf, np.empty(buf.size, dtype=np.uint8)])
+                    keep = end
+                    continue
+            text, pos = buf[:stop], 0
+            while pos < stop:
+                raws = [index.reserve(m) for index in (ev.users, ev.items, ev.cats)]
+                _room_item_cat(ev, ev.items.size + m)
+                if ev.spill is None:
+                    lines = min(m, int(np.count_nonzero(text[:1 << 20] == NL)))
+                    ev.spill = _new_spill(csv, cfg, directory, bucket_events, max(lines, 1),
+                                          _after_last_newline(text[:1 << 20], min(stop, 1 << 20)))
+                cols, at = ev.spill.room(m)
+                sizes[:] = ev.users.size, ev.items.size, ev.cats.size
+                pos, lines, good = parse_index(text, pos, codes, vals, ev.users.table, raws[0], ev.items.table, raws[1],
+                                               ev.cats.table, raws[2], sizes, ev.item_cat, *cols, at)
+                ev.users.size, ev.items.size, ev.cats.size = (int(x) for x in sizes)
+                ev.bad.add(csv.name, ev.raw_lines, codes[:lines])
+                ev.raw_lines += lines
+                ev.spill.commit(good)
+            keep = end - stop
+            buf[:keep] = buf[stop:end]
+
+
+def _after_last_newline(buf: np.ndarray, end: int) -> int:
+    """The position after the last ``\\n`` in ``buf[:end]``; 0 when there is none."""
+    look = 1 << 12
+    while True:
+        lo = max(end - look, 0)
+        nl = np.flatnonzero(buf[lo:end] == NL)
+        if nl.size:
+            return lo + int(nl[-1]) + 1
+        if lo == 0:
+            return 0
+        look *= 4
 
 
 @dataclass

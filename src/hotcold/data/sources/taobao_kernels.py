@@ -12,11 +12,15 @@ plain-Python bodies, on random and malformed input):
   digits; user, item and category must not be negative.
 - ``IdIndex``: raw int64 ids -> int32 indices in order of first appearance
   (a hash table with the kernels, a sorted table with numpy), remembering each
-  index's raw value and the position of its first event.
+  index's raw value and the position of its first event. The compiled read
+  pass does both in one kernel per chunk (``parse_index``: parse, look the ids
+  up, write the events where they are kept), tested against the two.
 - ``group_events``: one bucket of events (whole users, in file order) -> the
   indices of the events to keep, ordered by (user, timestamp, file order); an
   event that repeats an earlier one exactly (same user, timestamp, item,
-  category and behaviour) is dropped.
+  category and behaviour) is dropped. Compiled, a user's events are sorted by
+  unique packed (time, index) keys in time bins (``_group_packed``), or, when
+  times are too wide to pack, by a merge sort (``_group_kernel``).
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ import numpy as np
 from hotcold.jit import KERNEL, jit
 from hotcold.data.sources.textparse import MAX_INT_DIGITS, tokenize, parse_ints, words
 
-NL, COMMA, MINUS, ZERO = 10, 44, 45, 48
+NL, CR, COMMA, MINUS, ZERO = 10, 13, 44, 45, 48
 BEHAVIORS = ("pv", "buy", "cart", "fav")
 INT_COLUMNS = [0, 1, 2, 4]   # user, item, category, timestamp
 _BEHAVIOR_CODES = [int.from_bytes(b.encode(), "little") for b in BEHAVIORS]
@@ -73,43 +77,92 @@ def _digits(u8, p):  # pragma: no cover - compiled
     """The decimal digits from ``p`` -> (value, position after them)."""
     v = np.int64(0)
     while True:
-        d = np.uint64(u8[p]) - np.uint64(ZERO)
-        if d > np.uint64(9):
+        c = u8[p]
+        if c < ZERO or c > ZERO + 9:
             return v, p
-        v = v * 10 + np.int64(d)
+        v = v * 10 + np.int64(c - ZERO)
         p += 1
 
 
 @jit
-def _line_fast(u8, pos, vals, beh, g):  # pragma: no cover - compiled
-    """Parse the line at ``pos`` into row ``g`` if it is well formed in the usual way (no minus sign before
-    the timestamp) -> the next line's position, or -1 (the caller then applies the general rules)."""
+def _line(u8, pos):  # pragma: no cover - compiled
+    """Parse the line at ``pos`` (``u8`` ends with ``\\n``; a ``\\r`` before a line's ``\\n`` is not part of it)
+    -> (the next line's position, reason code, user, item, category, timestamp, behaviour); the values are
+    those of a good line (code 0)."""
     p = pos
-    for k in range(3):
-        v, q = _digits(u8, p)
-        if q == p or q - p > MAX_INT_DIGITS or u8[q] != COMMA:
-            return -1
-        vals[g, k] = v
+    fast = False
+    v0, q = _digits(u8, p)                               # the usual line first: digits, no minus sign
+    if q > p and q - p <= MAX_INT_DIGITS and u8[q] == COMMA:
         p = q + 1
+        v1, q = _digits(u8, p)
+        if q > p and q - p <= MAX_INT_DIGITS and u8[q] == COMMA:
+            p = q + 1
+            v2, q = _digits(u8, p)
+            if q > p and q - p <= MAX_INT_DIGITS and u8[q] == COMMA:
+                p = q + 1
+                fast = True
+    if fast:
+        c = u8[p]
+        bh = -1
+        if c == 112 and u8[p + 1] == 118 and u8[p + 2] == COMMA:                                     # pv
+            bh, p = 0, p + 3
+        elif c == 98 and u8[p + 1] == 117 and u8[p + 2] == 121 and u8[p + 3] == COMMA:                # buy
+            bh, p = 1, p + 4
+        elif c == 99 and u8[p + 1] == 97 and u8[p + 2] == 114 and u8[p + 3] == 116 and u8[p + 4] == COMMA:
+            bh, p = 2, p + 5                                                                           # cart
+        elif c == 102 and u8[p + 1] == 97 and u8[p + 2] == 118 and u8[p + 3] == COMMA:               # fav
+            bh, p = 3, p + 4
+        if bh >= 0:
+            neg = u8[p] == MINUS
+            first = p + 1 if neg else p
+            x, q = _digits(u8, first)
+            if q > first and q - first <= MAX_INT_DIGITS:
+                if u8[q] == CR and u8[q + 1] == NL:
+                    q += 1
+                if u8[q] == NL:
+                    return q + 1, 0, v0, v1, v2, -x if neg else x, bh
+    starts = np.empty(6, dtype=np.int64)                 # the general rules, field by field
+    vals = np.empty(4, dtype=np.int64)
+    starts[0] = pos
+    f = 0
+    p = pos
     c = u8[p]
-    if c == 112 and u8[p + 1] == 118 and u8[p + 2] == COMMA:                                     # pv
-        bh, p = 0, p + 3
-    elif c == 98 and u8[p + 1] == 117 and u8[p + 2] == 121 and u8[p + 3] == COMMA:                # buy
-        bh, p = 1, p + 4
-    elif c == 99 and u8[p + 1] == 97 and u8[p + 2] == 114 and u8[p + 3] == 116 and u8[p + 4] == COMMA:  # cart
-        bh, p = 2, p + 5
-    elif c == 102 and u8[p + 1] == 97 and u8[p + 2] == 118 and u8[p + 3] == COMMA:               # fav
-        bh, p = 3, p + 4
-    else:
-        return -1
-    neg = u8[p] == MINUS
-    first = p + 1 if neg else p
-    v, q = _digits(u8, first)
-    if q == first or q - first > MAX_INT_DIGITS or u8[q] != NL:
-        return -1
-    vals[g, 3] = -v if neg else v
-    beh[g] = bh
-    return q + 1
+    while c != NL:
+        if c == COMMA:
+            f += 1
+            if f <= 4:
+                starts[f] = p + 1
+        p += 1
+        c = u8[p]
+    nxt = p + 1
+    if p > pos and u8[p - 1] == CR:                      # the line ends before its \r\n
+        p -= 1
+    if f != 4:
+        return nxt, 1, 0, 0, 0, 0, 0
+    starts[5] = p + 1
+    for k in range(5):
+        if k == 3:
+            continue
+        a, b = starts[k], starts[k + 1] - 1              # the field's bytes [a, b)
+        neg = b > a and u8[a] == MINUS
+        q = a + 1 if neg else a
+        if b - q < 1 or b - q > MAX_INT_DIGITS:
+            return nxt, 2, 0, 0, 0, 0, 0
+        x = np.int64(0)
+        for i in range(q, b):
+            d = np.int64(u8[i]) - ZERO
+            if d < 0 or d > 9:
+                return nxt, 2, 0, 0, 0, 0, 0
+            x = x * 10 + d
+        if neg:
+            if k < 3 and x != 0:
+                return nxt, 2, 0, 0, 0, 0, 0
+            x = -x
+        vals[k if k < 3 else 3] = x
+    bh = _behavior(u8, starts[3], starts[4] - 1)
+    if bh < 0:
+        return nxt, 3, 0, 0, 0, 0, 0
+    return nxt, 0, vals[0], vals[1], vals[2], vals[3], np.int64(bh)
 
 
 @jit
@@ -118,69 +171,17 @@ def parse_taobao(u8, codes, vals, beh, good):  # pragma: no cover - compiled
     lines than ``codes`` holds. Good lines are packed in order into ``vals`` (int64 [., 4] user, item,
     category, timestamp), ``beh`` and ``good`` (their index in the chunk)."""
     n = u8.size
-    starts = np.empty(6, dtype=np.int64)
     pos, line, g = 0, 0, 0
     while pos < n:
         if line == codes.size:
             return -1, g
-        nxt = _line_fast(u8, pos, vals, beh, g)
-        if nxt >= 0:
-            codes[line] = 0
+        pos, code, u, i, c, t, b = _line(u8, pos)
+        codes[line] = code
+        if code == 0:
+            vals[g, 0], vals[g, 1], vals[g, 2], vals[g, 3] = u, i, c, t
+            beh[g] = b
             good[g] = line
             g += 1
-            line += 1
-            pos = nxt
-            continue
-        starts[0] = pos
-        f = 0
-        c = u8[pos]
-        while c != NL:
-            if c == COMMA:
-                f += 1
-                if f <= 4:
-                    starts[f] = pos + 1
-            pos += 1
-            c = u8[pos]
-        starts[5] = pos + 1
-        pos += 1
-        if f != 4:
-            codes[line] = 1
-            line += 1
-            continue
-        code = 0
-        for k in range(5):
-            if k == 3:
-                continue
-            a, b = starts[k], starts[k + 1] - 1              # the field's bytes [a, b)
-            neg = b > a and u8[a] == MINUS
-            q = a + 1 if neg else a
-            if b - q < 1 or b - q > MAX_INT_DIGITS:
-                code = 2
-                break
-            v = np.int64(0)
-            for i in range(q, b):
-                d = np.int64(u8[i]) - ZERO
-                if d < 0 or d > 9:
-                    code = 2
-                    break
-                v = v * 10 + d
-            if code:
-                break
-            if neg:
-                if k < 3 and v != 0:
-                    code = 2
-                    break
-                v = -v
-            vals[g, k if k < 3 else 3] = v
-        if code == 0:
-            bh = _behavior(u8, starts[3], starts[4] - 1)
-            if bh < 0:
-                code = 3
-            else:
-                beh[g] = bh
-                good[g] = line
-                g += 1
-        codes[line] = code
         line += 1
     return line, g
 
@@ -188,8 +189,6 @@ def parse_taobao(u8, codes, vals, beh, good):  # pragma: no cover - compiled
 def _parse_compiled(buf: bytes, max_lines: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     if not buf.endswith(b"\n"):
         buf += b"\n"
-    if b"\r" in buf:
-        buf = buf.replace(b"\r\n", b"\n")
     m = max_lines
     codes, good = np.empty(m, dtype=np.int8), np.empty(m, dtype=np.int64)
     vals, beh = np.empty((m, 4), dtype=np.int64), np.empty(m, dtype=np.int8)
@@ -211,30 +210,34 @@ def parse_chunk(buf: bytes, max_lines: int, compiled: bool | None = None
 
 
 @jit
-def _hash_insert(slots, slot_ids, bits, values, out, raws, first, size):  # pragma: no cover - compiled
-    """Index ``values`` (int64) in the open-addressing table ``slots``/``slot_ids`` (id -1: free) -> the new
-    size; a value not seen before gets the next index, its raw value in ``raws`` and its position in
-    ``values`` in ``first[index - size]``."""
-    mask = slots.size - 1
-    shift = np.uint64(64 - bits)
+def _lookup(table, raws, size, v):  # pragma: no cover - compiled
+    """The index of raw id ``v`` in the open-addressing ``table`` (int64 [2 * slots]: key, index; index -1:
+    free; slots a power of two, at most half full) -> (index, new size); a new value gets index ``size``
+    and its raw value in ``raws``."""
+    mask = (table.size >> 1) - 1
+    h = np.int64((np.uint64(v) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) & mask
+    while True:
+        s = table[2 * h + 1]
+        if s < 0:
+            table[2 * h] = v
+            table[2 * h + 1] = size
+            raws[size] = v
+            return size, size + 1
+        if table[2 * h] == v:
+            return s, size
+        h = (h + 1) & mask
+
+
+@jit
+def _hash_insert(table, values, out, raws, first, size):  # pragma: no cover - compiled
+    """Index ``values`` (int64) in ``table`` -> the new size; a value not seen before gets the next index,
+    its raw value in ``raws`` and its position in ``values`` in ``first[index - size]``."""
     start = size
     for i in range(values.size):
-        v = values[i]
-        h = np.int64((np.uint64(v) * np.uint64(0x9E3779B97F4A7C15)) >> shift)
-        while True:
-            s = slot_ids[h]
-            if s < 0:
-                slots[h] = v
-                slot_ids[h] = size
-                raws[size] = v
-                first[size - start] = i
-                out[i] = size
-                size += 1
-                break
-            if slots[h] == v:
-                out[i] = s
-                break
-            h = (h + 1) & mask
+        out[i], n = _lookup(table, raws, size, values[i])
+        if n > size:
+            first[size - start] = i
+            size = n
     return size
 
 
@@ -247,9 +250,7 @@ class IdIndex:
         self.size = 0
         self._raws = np.zeros(1 << 10, dtype=np.int64)
         if self.compiled:
-            self._bits = 10
-            self._slots = np.zeros(1 << self._bits, dtype=np.int64)
-            self._slot_ids = np.full(1 << self._bits, -1, dtype=np.int32)
+            self.table = _empty_table(1 << 10)
         else:
             self._keys = np.zeros(0, dtype=np.int64)     # ascending
             self._ids = np.zeros(0, dtype=np.int32)
@@ -259,21 +260,31 @@ class IdIndex:
         """int64 [size]: the raw value of each index."""
         return self._raws[:self.size]
 
-    def index(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """-> (int32 index of each value, positions in ``values`` of the first event of each new index)."""
-        values = np.ascontiguousarray(values, dtype=np.int64)
-        need = self.size + values.size
+    def reserve(self, new: int) -> np.ndarray:
+        """Room for ``new`` more ids -> the raw values' array (for a kernel that indexes ids itself)."""
+        need = self.size + new
         if need > self._raws.size:
             self._raws = np.concatenate([self._raws, np.zeros(max(need, 2 * self._raws.size) - self._raws.size,
                                                               dtype=np.int64)])
+        if self.compiled and 2 * need > self.table.size // 2:
+            slots = self.table.size // 2
+            while slots < 2 * need:
+                slots *= 2
+            self.table = _empty_table(slots)
+            out = np.empty(self.size, dtype=np.int32)
+            _hash_insert(self.table, self._raws[:self.size].copy(), out, np.zeros(self.size, dtype=np.int64),
+                         np.zeros(self.size, dtype=np.int64), 0)
+        return self._raws
+
+    def index(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """-> (int32 index of each value, positions in ``values`` of the first event of each new index)."""
+        values = np.ascontiguousarray(values, dtype=np.int64)
+        self.reserve(values.size)
         out = np.empty(values.size, dtype=np.int32)
         if self.compiled:
-            if 2 * need > self._slots.size:
-                self._grow(need)
             first = np.empty(values.size, dtype=np.int64)
             old = self.size
-            self.size = _hash_insert(self._slots, self._slot_ids, self._bits, values, out, self._raws, first,
-                                     self.size)
+            self.size = _hash_insert(self.table, values, out, self._raws, first, self.size)
             return out, first[:self.size - old]
         uniq, first_at, inverse = np.unique(values, return_index=True, return_inverse=True)
         at = np.searchsorted(self._keys, uniq)
@@ -291,16 +302,51 @@ class IdIndex:
         out[:] = ids[inverse.reshape(-1)]
         return out, first_at[new]
 
-    def _grow(self, need: int) -> None:
-        bits = self._bits
-        while (1 << bits) < 2 * need:
-            bits += 1
-        self._bits = bits
-        self._slots = np.zeros(1 << bits, dtype=np.int64)
-        self._slot_ids = np.full(1 << bits, -1, dtype=np.int32)
-        out = np.empty(self.size, dtype=np.int32)
-        _hash_insert(self._slots, self._slot_ids, bits, self._raws[:self.size].copy(), out,
-                     np.zeros(self.size, dtype=np.int64), np.zeros(self.size, dtype=np.int64), 0)
+
+def _empty_table(slots: int) -> np.ndarray:
+    table = np.empty(2 * slots, dtype=np.int64)
+    table[1::2] = -1
+    return table
+
+
+@jit
+def parse_index(u8, pos, codes, vals, users, user_raws, items, item_raws, cats, cat_raws, sizes, item_cat,
+                user, item, cat, beh, ts, at):  # pragma: no cover - compiled
+    """Parse lines of ``u8`` (ending with ``\\n``) from ``pos``, at most ``codes.size`` of them, their reason
+    codes into ``codes``; index the good lines' users, items and categories in the hash tables ``users``,
+    ``items``, ``cats`` (``_lookup``; ``sizes`` [3] their sizes, updated; a new item's category index goes
+    to ``item_cat``) and write their events to ``user``/``item``/``cat``/``beh``/``ts`` from row ``at``
+    -> (position after the last line parsed, lines, good lines). ``vals`` (int64 [codes.size, 3]) is
+    scratch; the tables must have room for ``codes.size`` new ids. The ids are looked up after the
+    chunk is parsed, table by table (independent lookups: their cache misses overlap)."""
+    n = u8.size
+    line, g = 0, 0
+    while pos < n and line < codes.size:
+        pos, code, u, i, c, t, b = _line(u8, pos)
+        codes[line] = code
+        line += 1
+        if code == 0:
+            vals[g, 0], vals[g, 1], vals[g, 2] = u, i, c
+            ts[at + g] = t
+            beh[at + g] = b
+            g += 1
+    size = sizes[0]
+    for x in range(g):
+        user[at + x], size = _lookup(users, user_raws, size, vals[x, 0])
+    sizes[0] = size
+    size = sizes[2]
+    for x in range(g):
+        cat[at + x], size = _lookup(cats, cat_raws, size, vals[x, 2])
+    sizes[2] = size
+    size = sizes[1]
+    for x in range(g):
+        i, new = _lookup(items, item_raws, size, vals[x, 1])
+        if new > size:
+            item_cat[i] = cat[at + x]
+            size = new
+        item[at + x] = i
+    sizes[1] = size
+    return pos, line, g
 
 
 # ---------------------------------------------------------------- grouping by user
@@ -386,6 +432,120 @@ def _group_kernel(user, ts, item, cat, beh, n_users):  # pragma: no cover - comp
     return order[:kept]
 
 
+@jit
+def _sort_small(key, a, b):  # pragma: no cover - compiled
+    """Sort ``key[a:b]`` in place: insertion sort when short, else the library sort."""
+    if b - a > 16:
+        key[a:b].sort()
+        return
+    for i in range(a + 1, b):
+        k = key[i]
+        j = i - 1
+        while j >= a and key[j] > k:
+            key[j + 1] = key[j]
+            j -= 1
+        key[j + 1] = k
+
+
+@jit
+def _group_packed(user, ts, item, cat, beh, n_users, tmin, shift):  # pragma: no cover - compiled
+    """``_group_kernel`` for a bucket whose times and event indices fit one uint64 key
+    ``(ts - tmin) << shift | index``: keys are unique, so sorting them orders by (time, file order). Each
+    user's keys are spread over about as many bins as it has events by time (a counting sort), then each
+    bin is sorted (few keys: insertion sort)."""
+    n = user.size
+    start = np.zeros(n_users + 1, dtype=np.int64)
+    for i in range(n):
+        start[user[i] + 1] += 1
+    longest = 0
+    for u in range(n_users):
+        longest = max(longest, start[u + 1])
+        start[u + 1] += start[u]
+    fill = start[:-1].copy()
+    key = np.empty(n, dtype=np.uint64)
+    sh = np.uint64(shift)
+    for i in range(n):                                   # counting sort by user: file order within a user
+        u = user[i]
+        key[fill[u]] = (np.uint64(ts[i] - tmin) << sh) | np.uint64(i)
+        fill[u] += 1
+    mask = (np.uint64(1) << sh) - np.uint64(1)
+    tmp = np.empty(longest, dtype=np.uint64)
+    bins = np.empty(longest, dtype=np.int64)
+    bin_start = np.empty(longest + 1, dtype=np.int64)
+    keep = np.ones(n, dtype=np.bool_)
+    for u in range(n_users):
+        a, b = start[u], start[u + 1]
+        m = b - a
+        if m > 16:
+            lo, hi = key[a] >> sh, key[a] >> sh
+            for x in range(a, b):
+                t = key[x] >> sh
+                lo = min(lo, t)
+                hi = max(hi, t)
+            scale = m / (np.float64(hi - lo) + 1.0)      # bins by a float product, not a division per key:
+            bin_start[:m + 1] = 0                        # monotone in time, which is all the bins need
+            for x in range(a, b):
+                k = min(np.int64(np.float64((key[x] >> sh) - lo) * scale), m - 1)
+                bins[x - a] = k
+                bin_start[k + 1] += 1
+            for k in range(m):
+                bin_start[k + 1] += bin_start[k]
+            for x in range(a, b):                        # stable: keys within a bin stay ascending by index
+                k = bins[x - a]
+                tmp[bin_start[k]] = key[x]
+                bin_start[k] += 1
+            lo_k = 0
+            for k in range(m):                           # bin_start[k] is now the end of bin k
+                hi_k = bin_start[k]
+                if hi_k - lo_k > 1:
+                    _sort_small(tmp, lo_k, hi_k)
+                lo_k = hi_k
+            key[a:b] = tmp[:m]
+        else:
+            _sort_small(key, a, b)
+        i = a
+        while i < b:                                     # exact repeats among the events at one time
+            t = key[i] >> sh
+            j = i + 1
+            while j < b and (key[j] >> sh) == t:
+                j += 1
+            if j - i > SHORT_RUN:
+                rk = np.empty(j - i, dtype=np.uint64)
+                for x in range(i, j):
+                    e = np.int64(key[x] & mask)
+                    rk[x - i] = (np.uint64(item[e]) << np.uint64(33)) | (np.uint64(cat[e]) << np.uint64(2)) \
+                        | np.uint64(beh[e])
+                by_key = np.argsort(rk, kind="mergesort")     # stable: the first of equal keys is the earliest
+                for x in range(1, j - i):
+                    if rk[by_key[x]] == rk[by_key[x - 1]]:
+                        keep[i + by_key[x]] = False
+            else:
+                for x in range(i + 1, j):
+                    e = np.int64(key[x] & mask)
+                    for y in range(i, x):
+                        f = np.int64(key[y] & mask)
+                        if item[e] == item[f] and cat[e] == cat[f] and beh[e] == beh[f]:
+                            keep[x] = False
+                            break
+            i = j
+    order = np.empty(n, dtype=np.int64)
+    kept = 0
+    for x in range(n):
+        if keep[x]:
+            order[kept] = np.int64(key[x] & mask)
+            kept += 1
+    return order[:kept]
+
+
+def _packed_shift(ts: np.ndarray, n: int) -> tuple[int, int] | None:
+    """(tmin, bits of an event index) when ``(ts - tmin) << bits | index`` fits 63 bits, else None."""
+    if not ts.size:
+        return None
+    tmin, tmax = int(ts.min()), int(ts.max())
+    bits = max(int(n).bit_length(), 1)
+    return (tmin, bits) if (tmax - tmin).bit_length() + bits <= 63 else None
+
+
 def group_events(user: np.ndarray, ts: np.ndarray, item: np.ndarray, cat: np.ndarray, beh: np.ndarray,
                  n_users: int, compiled: bool | None = None) -> np.ndarray:
     """int64 indices of the events to keep, by (user, timestamp, file order). ``user`` holds indices below
@@ -393,6 +553,9 @@ def group_events(user: np.ndarray, ts: np.ndarray, item: np.ndarray, cat: np.nda
     file order."""
     compiled = KERNEL == "numba" if compiled is None else compiled
     if compiled:
+        packed = _packed_shift(ts, user.size)
+        if packed is not None:
+            return _group_packed(user, ts, item, cat, beh, n_users, *packed)
         return _group_kernel(user, ts, item, cat, beh, n_users)
     return _group_numpy(user, ts, item, cat, beh)
 
