@@ -16,9 +16,9 @@ export PATH := $(BIN):$(PATH)
 setup: $(STAMP)
 
 # The optional peers (envs/peers.txt) stay only if they install beside the pinned packages and import.
-# --no-compile: Python compiles the modules a run imports on first use, not every file of torch at install
-# (half of the set-up's time).
-PIP := $(BIN)/python -m pip install --quiet --no-compile
+# pip compiles every module to bytecode at install: a run never pays it, even where the environment sets
+# PYTHONDONTWRITEBYTECODE (without it each process of the workflow spent 1.4 s more importing torch).
+PIP := $(BIN)/python -m pip install --quiet
 $(STAMP): envs/requirements.txt envs/peers.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) -r envs/requirements.txt
