@@ -62,13 +62,8 @@ def heap_push(h, n, k1, k2, slot, gen):
 
 
 @jit
-def heap_pop(h, n):
-    """Remove the root of ``h[:n]`` (read it first); returns the new size."""
-    n -= 1
-    if n == 0:
-        return 0
-    k1, k2, slot, gen = h[n, 0], h[n, 1], h[n, 2], h[n, 3]
-    i = 0
+def _sift_down(h, n, i, k1, k2, slot, gen):
+    """Place the entry (k1, k2, slot, gen) at ``i`` of ``h[:n]`` and move it down to where it belongs."""
     while True:
         c = 2 * i + 1
         if c >= n:
@@ -80,6 +75,14 @@ def heap_pop(h, n):
         h[i, 0], h[i, 1], h[i, 2], h[i, 3] = h[c, 0], h[c, 1], h[c, 2], h[c, 3]
         i = c
     h[i, 0], h[i, 1], h[i, 2], h[i, 3] = k1, k2, slot, gen
+
+
+@jit
+def heap_pop(h, n):
+    """Remove the root of ``h[:n]`` (read it first); returns the new size."""
+    n -= 1
+    if n > 0:
+        _sift_down(h, n, 0, h[n, 0], h[n, 1], h[n, 2], h[n, 3])
     return n
 
 
@@ -87,19 +90,7 @@ def heap_pop(h, n):
 def heapify(h, n):
     """Make ``h[:n]`` a heap in place."""
     for start in range((n - 2) // 2, -1, -1):
-        k1, k2, slot, gen = h[start, 0], h[start, 1], h[start, 2], h[start, 3]
-        i = start
-        while True:
-            c = 2 * i + 1
-            if c >= n:
-                break
-            if c + 1 < n and (h[c + 1, 0] < h[c, 0] or (h[c + 1, 0] == h[c, 0] and h[c + 1, 1] < h[c, 1])):
-                c += 1
-            if k1 < h[c, 0] or (k1 == h[c, 0] and k2 < h[c, 1]):
-                break
-            h[i, 0], h[i, 1], h[i, 2], h[i, 3] = h[c, 0], h[c, 1], h[c, 2], h[c, 3]
-            i = c
-        h[i, 0], h[i, 1], h[i, 2], h[i, 3] = k1, k2, slot, gen
+        _sift_down(h, n, start, h[start, 0], h[start, 1], h[start, 2], h[start, 3])
 
 
 @jit

@@ -42,7 +42,6 @@ and one chunk: independent of ``rows``.
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -209,7 +208,6 @@ def generate_taobao_fullsize(cfg: GeneratorConfig, out: Path, progress: bool = T
                 last = kstart + ksize - 1
                 slots[key[last]] = cat[last]
             item[idx] = pop.items(s_pick[idx], cat)
-            category = model.cat_of_item[item]
 
             # Histories: each user's previous L clicks, from this chunk or the ring of earlier ones.
             order = np.argsort(u, kind="stable")
