@@ -370,6 +370,30 @@ def _group_numpy(user, ts, item, cat, beh) -> np.ndarray:
 
 
 @jit
+def _drop_repeats(events, i, j, item, cat, beh, keep):  # pragma: no cover - compiled
+    """Clear ``keep[x]`` for each of ``events[i:j]`` (one user's events at one time, earliest first) that
+    repeats an earlier one exactly (item, category, behaviour): pairwise when few, by a stable sort else."""
+    if j - i > SHORT_RUN:
+        key = np.empty(j - i, dtype=np.uint64)
+        for x in range(i, j):
+            e = events[x]
+            key[x - i] = (np.uint64(item[e]) << np.uint64(33)) | (np.uint64(cat[e]) << np.uint64(2)) \
+                | np.uint64(beh[e])
+        by_key = np.argsort(key, kind="mergesort")    # stable: the first of equal keys is the earliest
+        for x in range(1, j - i):
+            if key[by_key[x]] == key[by_key[x - 1]]:
+                keep[i + by_key[x]] = False
+    else:
+        for x in range(i + 1, j):
+            e = events[x]
+            for y in range(i, x):
+                f = events[y]
+                if item[e] == item[f] and cat[e] == cat[f] and beh[e] == beh[f]:
+                    keep[x] = False
+                    break
+
+
+@jit
 def _group_kernel(user, ts, item, cat, beh, n_users):  # pragma: no cover - compiled
     n = user.size
     start = np.zeros(n_users + 1, dtype=np.int64)
@@ -406,24 +430,7 @@ def _group_kernel(user, ts, item, cat, beh, n_users):  # pragma: no cover - comp
             j = i + 1
             while j < b and sts[j] == sts[i]:
                 j += 1
-            if j - i > SHORT_RUN:
-                key = np.empty(j - i, dtype=np.uint64)
-                for x in range(i, j):
-                    e = order[x]
-                    key[x - i] = (np.uint64(item[e]) << np.uint64(33)) | (np.uint64(cat[e]) << np.uint64(2)) \
-                        | np.uint64(beh[e])
-                by_key = np.argsort(key, kind="mergesort")    # stable: the first of equal keys is the earliest
-                for x in range(1, j - i):
-                    if key[by_key[x]] == key[by_key[x - 1]]:
-                        keep[i + by_key[x]] = False
-            else:
-                for x in range(i + 1, j):
-                    e = order[x]
-                    for y in range(i, x):
-                        f = order[y]
-                        if item[e] == item[f] and cat[e] == cat[f] and beh[e] == beh[f]:
-                            keep[x] = False
-                            break
+            _drop_repeats(order, i, j, item, cat, beh, keep)
             i = j
     for x in range(n):
         if keep[x]:
@@ -473,6 +480,7 @@ def _group_packed(user, ts, item, cat, beh, n_users, tmin, shift):  # pragma: no
     bins = np.empty(longest, dtype=np.int64)
     bin_start = np.empty(longest + 1, dtype=np.int64)
     keep = np.ones(n, dtype=np.bool_)
+    events = np.empty(n, dtype=np.int64)                 # the event index of each sorted key
     for u in range(n_users):
         a, b = start[u], start[u + 1]
         m = b - a
@@ -503,38 +511,22 @@ def _group_packed(user, ts, item, cat, beh, n_users, tmin, shift):  # pragma: no
             key[a:b] = tmp[:m]
         else:
             _sort_small(key, a, b)
+        for x in range(a, b):
+            events[x] = np.int64(key[x] & mask)
         i = a
         while i < b:                                     # exact repeats among the events at one time
             t = key[i] >> sh
             j = i + 1
             while j < b and (key[j] >> sh) == t:
                 j += 1
-            if j - i > SHORT_RUN:
-                rk = np.empty(j - i, dtype=np.uint64)
-                for x in range(i, j):
-                    e = np.int64(key[x] & mask)
-                    rk[x - i] = (np.uint64(item[e]) << np.uint64(33)) | (np.uint64(cat[e]) << np.uint64(2)) \
-                        | np.uint64(beh[e])
-                by_key = np.argsort(rk, kind="mergesort")     # stable: the first of equal keys is the earliest
-                for x in range(1, j - i):
-                    if rk[by_key[x]] == rk[by_key[x - 1]]:
-                        keep[i + by_key[x]] = False
-            else:
-                for x in range(i + 1, j):
-                    e = np.int64(key[x] & mask)
-                    for y in range(i, x):
-                        f = np.int64(key[y] & mask)
-                        if item[e] == item[f] and cat[e] == cat[f] and beh[e] == beh[f]:
-                            keep[x] = False
-                            break
+            _drop_repeats(events, i, j, item, cat, beh, keep)
             i = j
-    order = np.empty(n, dtype=np.int64)
     kept = 0
     for x in range(n):
         if keep[x]:
-            order[kept] = np.int64(key[x] & mask)
+            events[kept] = events[x]
             kept += 1
-    return order[:kept]
+    return events[:kept]
 
 
 def _packed_shift(ts: np.ndarray, n: int) -> tuple[int, int] | None:
