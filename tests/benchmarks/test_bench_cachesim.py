@@ -22,7 +22,6 @@ import time
 import numpy as np
 import pytest
 
-from hotcold.data.format import Dataset
 from hotcold.trace.cachesim import dataset_trace, simulate
 from hotcold.trace.fae_schedule import plan
 from hotcold.trace.faesim import simulate_fae
@@ -32,20 +31,6 @@ BATCH = 2048
 BATCHES = int(os.environ.get("BENCH_BATCHES", "200"))
 RATIOS = (0.015, 0.05)
 FAE_BUDGETS = (0.062, 0.124, 0.248)
-
-
-@pytest.fixture(scope="module")
-def kaggle(tmp_path_factory) -> Dataset:
-    path = os.environ.get("HOTCOLD_BENCH_KAGGLE")
-    if path:
-        return Dataset.open(path)
-    from hotcold.data.generators.config import GeneratorConfig
-    from hotcold.data.generators.run import generate
-
-    out = tmp_path_factory.mktemp("bench") / "kaggle"
-    generate(GeneratorConfig(kind="criteo-kaggle-style", rows=1_000_000, max_rows_per_table=None, seed=0), out,
-             progress=False)
-    return Dataset.open(out)
 
 
 def _timed(fn) -> float:

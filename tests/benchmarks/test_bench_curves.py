@@ -15,21 +15,10 @@ import os
 
 import pytest
 
-from hotcold.data.format import Dataset
-from hotcold.data.generators.config import GeneratorConfig
-from hotcold.data.generators.run import generate
 from hotcold.trace import stackdist
 from hotcold.trace.cachesim import Trace, dataset_trace
 
-SAMPLES, BATCH = 1_000_000, 2048
-
-
-@pytest.fixture(scope="module")
-def kaggle(tmp_path_factory) -> Dataset:
-    out = tmp_path_factory.mktemp("bench") / "kaggle"
-    generate(GeneratorConfig(kind="criteo-kaggle-style", rows=SAMPLES, max_rows_per_table=None, seed=0), out,
-             progress=False)
-    return Dataset.open(out)
+BATCH = 2048
 
 
 @pytest.fixture(scope="module")

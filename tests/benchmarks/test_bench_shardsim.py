@@ -16,24 +16,13 @@ import numpy as np
 import pytest
 
 from hotcold.config import RunConfig
-from hotcold.data.format import Dataset
-from hotcold.data.generators.config import GeneratorConfig
-from hotcold.data.generators.run import generate
 from hotcold.data.skew import row_counts
 from hotcold.distributed.routing import route_counts
 from hotcold.distributed.shardsim import Scale, dense_parameters, plan_scale, table_batches
 from hotcold.jit import KERNEL
 
-SAMPLES, PER_RANK, BATCHES, SCALE = 1_000_000, 512, 12, Scale(16, 8)
+PER_RANK, BATCHES, SCALE = 512, 12, Scale(16, 8)
 PLANS = ["row", "recshard", "flexshard"]
-
-
-@pytest.fixture(scope="module")
-def kaggle(tmp_path_factory) -> Dataset:
-    out = tmp_path_factory.mktemp("bench") / "kaggle"
-    generate(GeneratorConfig(kind="criteo-kaggle-style", rows=SAMPLES, max_rows_per_table=None, seed=0), out,
-             progress=False)
-    return Dataset.open(out)
 
 
 @pytest.fixture(scope="module")
