@@ -134,8 +134,8 @@ def scratchpad_reference(batches: list[np.ndarray], window: int, capacity: int) 
 
     Admission order as the store's: batches 0..W at step 0, then batch t+W
     at step t; a batch holds its rows until it trains; victims are unheld
-    rows, least recently admitted first (free slots before any victim, then
-    lowest slot).
+    rows, least recently admitted first (free slots before any victim, by
+    slot), ties by the rows they hold.
     """
     slot_row: list[int | None] = [None] * capacity
     last = [-1] * capacity
@@ -152,7 +152,7 @@ def scratchpad_reference(batches: list[np.ndarray], window: int, capacity: int) 
             mine = [slot_row.index(row) for row in rows if row in slot_row]  # hits first: never evicted
             for row in (r for r in rows if r not in slot_row):
                 free = [s for s in range(capacity) if s not in held and s not in mine]
-                s = min(free, key=lambda s: (last[s], s))
+                s = min(free, key=lambda s: (last[s], -1 if slot_row[s] is None else slot_row[s], s))
                 evicted += slot_row[s] is not None
                 slot_row[s] = row
                 fetched += 1

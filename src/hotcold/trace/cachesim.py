@@ -122,9 +122,9 @@ def simulate(trace: Trace, policy: str, capacity: int = 0, frequencies: np.ndarr
     t0 = time.perf_counter()
     if policy.startswith(SCRATCHPIPE):
         window = _window(policy)
-        needed = working_set_peak((r for r, _ in _batches(trace)), trace.num_rows, window)[0]
-        capacity = capacity or needed
-        frame = _scratchpipe(trace, window, capacity, sizes)
+        if not capacity:
+            capacity = working_set_peak((r for r, _ in _batches(trace)), trace.num_rows, window)[0]
+        frame, needed = _scratchpipe(trace, window, capacity, sizes)
         return SimResult(policy, capacity, frame, 0, needed, time.perf_counter() - t0)
     if policy in ("freqcache", "freqcache-lfu", STATIC) and frequencies is None:
         frequencies = trace.frequencies()
@@ -198,8 +198,9 @@ def _batches(trace: Trace) -> Iterator[tuple[np.ndarray, np.ndarray]]:
             yield rows[off[i]:off[i + 1]], counts[off[i]:off[i + 1]]
 
 
-def _scratchpipe(trace: Trace, window: int, capacity: int, sizes: RowSizes) -> pd.DataFrame:
-    """The ``scratchpipe`` store's admissions, without training (see ``hotcold.trace.scratchpad``).
+def _scratchpipe(trace: Trace, window: int, capacity: int, sizes: RowSizes) -> tuple[pd.DataFrame, int]:
+    """The ``scratchpipe`` store's admissions, without training (see ``hotcold.trace.scratchpad``), and
+    the most slots held at once: the window's largest working set (``working_set_peak``).
 
     Streams the trace: only the batches between the one training and the one
     admitted (W + 1) are held.
@@ -209,14 +210,16 @@ def _scratchpipe(trace: Trace, window: int, capacity: int, sizes: RowSizes) -> p
     held: dict[int, np.ndarray] = {}
     out = []
     n = len(trace)
+    peak = 0
     for t in range(n):
         admit = range(0, min(window, n - 1) + 1) if t == 0 else ([t + window] if t + window < n else [])
         for j in admit:
             adm = d.admit(next(ahead)[0])
             held[j] = adm.slots
             out.append((t, j, adm.hits, adm.missing.size, adm.victim_rows.size))
+            peak = max(peak, d.held)
         d.release(held.pop(t))
-    return _scratch_frame(trace, out, sizes.param)
+    return _scratch_frame(trace, out, sizes.param), peak
 
 
 def _scratch_frame(trace: Trace, admissions: list[tuple[int, int, int, int, int]], param_bytes: int) -> pd.DataFrame:

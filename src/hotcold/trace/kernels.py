@@ -338,29 +338,44 @@ def demand_steps(policy, rows, counts, offsets, next_use, num_rows, row_slot, sl
 # -- ScratchPipe's scratchpad ------------------------------------------------------------------------
 
 
+def scratch_queue(capacity: int) -> np.ndarray:
+    """The unheld slots' queue: int64 [2C + 2, 2] (last admission, slot); every slot, never used, in slot order."""
+    q = np.zeros((2 * capacity + 2, 2), dtype=np.int64)
+    q[:capacity, 0] = -1
+    q[:capacity, 1] = np.arange(capacity)
+    return q
+
+
 @jit
-def scratch_rebuild(last_use, hold, heap):
-    """A heap of the unheld slots keyed (last admission needing it, slot); returns its size."""
+def _scratch_compact(queue, head, tail, last_use, hold):
+    """Move the current entries of ``queue[head:tail]`` to its front, in order; returns their count."""
     n = 0
-    for s in range(hold.size):
-        if hold[s] == 0:
-            heap[n, 0], heap[n, 1], heap[n, 2], heap[n, 3] = last_use[s], s, s, 0
+    for i in range(head, tail):
+        s = queue[i, 1]
+        if hold[s] == 0 and last_use[s] == queue[i, 0]:
+            queue[n, 0], queue[n, 1] = queue[i, 0], s
             n += 1
-    heapify(heap, n)
     return n
 
 
 @jit
-def scratch_admit(uniq, row_to_slot, slot_to_row, last_use, hold, heap, state, slots, hit, victim_slots,
+def scratch_admit(uniq, row_to_slot, slot_to_row, last_use, hold, queue, state, slots, hit, victim_slots,
                   victim_rows):
     """Admit a batch's distinct rows ``uniq``: hold the resident ones, give the missing ones slots.
 
-    ``state``: [admissions so far, held slots, heap size]. Fills ``slots``
-    and ``hit`` [U], and ``victim_slots``/``victim_rows`` with the evicted
-    slots in the order they were taken. Returns (unique hits, victims), or
-    (-1, slots free or evictable) without changing anything when the missing
-    rows outnumber the unheld slots. Missing rows (ascending) take unheld
-    slots by ascending (last admission, slot): never-used slots first.
+    ``state``: [admissions so far, held slots, queue head, queue tail]. Fills
+    ``slots`` and ``hit`` [U], and ``victim_slots``/``victim_rows`` with the
+    evicted slots in the order they were taken. Returns (unique hits,
+    victims), or (-1, slots free or evictable) without changing anything when
+    the missing rows outnumber the unheld slots. Missing rows (ascending)
+    take the unheld slots from the queue's front: never-used slots first (by
+    slot), then by (last admission, row that admission gave the slot).
+
+    A slot released by batch t is needed by no later admitted batch, so its
+    last admission is t's: releases come in admission order, and a queue to
+    which each release appends its slots (in its rows' order) is sorted by
+    that key. An entry whose slot was held again since is stale (its slot's
+    last admission moved on, or it is held) and skipped.
     """
     capacity = hold.size
     seq = state[0]
@@ -377,21 +392,22 @@ def scratch_admit(uniq, row_to_slot, slot_to_row, last_use, hold, heap, state, s
     available = capacity - state[1] - newly_held
     if missing > available:
         return -1, available
-    for i in range(uniq.size):
+    for i in range(uniq.size):  # hold the hits first: no missing row may take their slots
         s = slots[i]
         hit[i] = s >= 0
         if s >= 0:
             if hold[s] == 0:
                 state[1] += 1
             hold[s] += 1
-    hsize = state[2]
+            last_use[s] = seq
+    head = state[2]
     nv = 0
     for i in range(uniq.size):
         if hit[i]:
             continue
         while True:
-            lu, s = heap[0, 0], heap[0, 2]
-            hsize = heap_pop(heap, hsize)
+            lu, s = queue[head, 0], queue[head, 1]
+            head += 1
             if hold[s] == 0 and last_use[s] == lu:
                 break
         old = slot_to_row[s]
@@ -403,27 +419,29 @@ def scratch_admit(uniq, row_to_slot, slot_to_row, last_use, hold, heap, state, s
         slot_to_row[s] = uniq[i]
         row_to_slot[uniq[i]] = s
         hold[s] = 1
+        last_use[s] = seq
         state[1] += 1
         slots[i] = s
-    for i in range(uniq.size):
-        last_use[slots[i]] = seq
     state[0] = seq + 1
-    state[2] = hsize
+    state[2] = head
     return uh, nv
 
 
 @jit
-def scratch_release(slots, last_use, hold, heap, state):
-    """A batch has trained: drop its holds; a slot no batch holds becomes evictable again."""
-    hsize = state[2]
-    if hsize + slots.size > heap.shape[0]:
-        hsize = scratch_rebuild(last_use, hold, heap)
+def scratch_release(slots, last_use, hold, queue, state):
+    """A batch has trained: drop its holds (``slots`` in its admission's order); a slot no batch holds
+    becomes evictable again, at the queue's back."""
+    head, tail = state[2], state[3]
+    if tail + slots.size > queue.shape[0]:
+        tail = _scratch_compact(queue, head, tail, last_use, hold)
+        head = 0
     for s in slots:
         hold[s] -= 1
         if hold[s] == 0:
             state[1] -= 1
-            hsize = heap_push(heap, hsize, last_use[s], s, s, 0)
-    state[2] = hsize
+            queue[tail, 0], queue[tail, 1] = last_use[s], s
+            tail += 1
+    state[2], state[3] = head, tail
 
 
 # -- unique rows of batches --------------------------------------------------------------------------

@@ -75,7 +75,8 @@ class ScratchpadDirectory:
     Admission order: the first step admits batches 0..W in order; step i >= 1
     admits batch i+W (when there is one); batch i's holds are released after it
     trains. The store and the simulator both plan with ``kernels.scratch_admit``
-    and ``kernels.scratch_release`` (a heap of the unheld slots, lazily updated).
+    and ``kernels.scratch_release`` (a queue of the unheld slots, least recently
+    needed first, stale entries skipped).
     """
 
     def __init__(self, num_rows: int, capacity: int) -> None:
@@ -84,15 +85,19 @@ class ScratchpadDirectory:
         self.slot_to_row = np.full(capacity, -1, dtype=np.int64)   # [C] row in each slot, -1 if free
         self.last_use = np.full(capacity, -1, dtype=np.int64)      # [C] admission that last needed the slot
         self.hold = np.zeros(capacity, dtype=np.int32)             # [C] admitted, untrained batches needing it
-        self._heap = kernels.new_heap(capacity)                     # unheld slots by (last_use, slot)
-        self._state = np.zeros(3, dtype=np.int64)                   # admissions, held slots, heap size
-        self._state[2] = kernels.scratch_rebuild(self.last_use, self.hold, self._heap)
+        self._queue = kernels.scratch_queue(capacity)              # unheld slots, next victim first
+        self._state = np.array([0, 0, 0, capacity], dtype=np.int64)  # admissions, held slots, queue head, tail
         self._victim_slots = np.zeros(capacity, dtype=np.int64)
         self._victim_rows = np.zeros(capacity, dtype=np.int64)
 
     @property
     def seq(self) -> int:
         return int(self._state[0])
+
+    @property
+    def held(self) -> int:
+        """Slots held by admitted, untrained batches."""
+        return int(self._state[1])
 
     def admit(self, uniq: np.ndarray) -> Admission:
         """Hold the distinct rows ``uniq`` [U] of a batch; give the missing ones slots."""
@@ -101,7 +106,7 @@ class ScratchpadDirectory:
         hit = np.empty(uniq.size, dtype=bool)
         seq = self.seq
         hits, victims = kernels.scratch_admit(uniq, self.row_to_slot, self.slot_to_row, self.last_use, self.hold,
-                                              self._heap, self._state, slots, hit, self._victim_slots,
+                                              self._queue, self._state, slots, hit, self._victim_slots,
                                               self._victim_rows)
         if hits < 0:
             raise InfeasibleError(
@@ -113,6 +118,6 @@ class ScratchpadDirectory:
                          self._victim_slots[:victims].copy())
 
     def release(self, slots: np.ndarray) -> None:
-        """A batch has trained: drop its holds."""
-        kernels.scratch_release(np.ascontiguousarray(slots, dtype=np.int64), self.last_use, self.hold, self._heap,
+        """A batch has trained: drop its holds (``slots``: its ``Admission.slots``, in their order)."""
+        kernels.scratch_release(np.ascontiguousarray(slots, dtype=np.int64), self.last_use, self.hold, self._queue,
                                 self._state)
