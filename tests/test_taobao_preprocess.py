@@ -212,6 +212,21 @@ def test_bucket_stats_and_history_paths_agree() -> None:
         np.testing.assert_array_equal(a, b)
 
 
+
+def test_events_by_bucket_keep_file_order_within_a_bucket() -> None:
+    rng = np.random.default_rng(4)
+    n = 500
+    cols = [rng.integers(0, 40, n).astype(np.int32), rng.integers(0, 9, n).astype(np.int32),
+            rng.integers(0, 9, n).astype(np.int32), rng.integers(0, 4, n).astype(np.int8), np.arange(n, dtype=np.int64)]
+    for compiled in [False] + ([True] if KERNEL == "numba" else []):
+        out = [np.empty(n + 3, c.dtype) for c in cols]
+        got, bounds = tk.by_bucket(cols, 3, out, compiled)
+        assert bounds.tolist() == [0, *np.cumsum(np.bincount(cols[0] % 3, minlength=3)).tolist()]
+        for b in range(3):
+            mine = np.flatnonzero(cols[0] % 3 == b)             # the bucket's events, in file order
+            for g, c in zip(got, cols):
+                np.testing.assert_array_equal(g[bounds[b]:bounds[b + 1]], c[mine])
+
 def write_events(path: Path, n: int, seed: int) -> Path:
     rng = np.random.default_rng(seed)
     user = rng.integers(1, 300, n)

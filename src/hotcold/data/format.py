@@ -13,6 +13,7 @@ import hashlib
 import json
 import mmap
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from hotcold.data.dirswap import remove_stale, swap_in, temp_dir
-from hotcold.files import file_sha256
+from hotcold.files import file_sha256, fsync_file
 
 FORMAT_VERSION = 1
 COLUMNS = ("dense", "sparse", "labels")
@@ -102,14 +103,23 @@ class DatasetWriter:
         meta: dict[str, Any],
         sequence: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Check the columns, write ``manifest.json`` and move the directory into place."""
-        for arr in self._columns.values():
-            arr.flush()
+        """Check the columns, write ``manifest.json`` and move the directory into place.
+
+        The column files go to disk (fsync) in a thread while they are checked
+        and hashed here: the wait for the disk overlaps the work.
+        """
+        mapped = list(self._columns.values())
         self._columns.clear()
-        cols = {name: np.load(self.tmp / f"{name}.npy", mmap_mode="r")
-                for name in COLUMNS + (SEQUENCE_COLUMNS if sequence else ())
-                if (self.tmp / f"{name}.npy").exists()}
-        _check_columns(cols, cardinalities, splits, sequence)
+        files = {name: self.tmp / f"{name}.npy" for name in COLUMNS + (SEQUENCE_COLUMNS if sequence else ())
+                 if (self.tmp / f"{name}.npy").exists()}
+        with ThreadPoolExecutor(1) as pool:
+            synced = pool.submit(_to_disk, mapped, list(files.values()))
+            cols = {name: np.load(path, mmap_mode="r") for name, path in files.items()}
+            try:
+                _check_columns(cols, cardinalities, splits, sequence)
+                digests = {path.name: file_sha256(path) for path in files.values()}
+            finally:
+                synced.result()
         manifest = {
             "format_version": FORMAT_VERSION,
             **meta,
@@ -121,12 +131,20 @@ class DatasetWriter:
                              "max_length": int(sequence["max_length"])}} if sequence else {}),
             "columns": {n: {"file": f"{n}.npy", "dtype": str(a.dtype), "shape": list(a.shape)}
                         for n, a in cols.items()},
-            "sha256": {f"{n}.npy": file_sha256(self.tmp / f"{n}.npy") for n in cols},
+            "sha256": digests,
         }
         del cols
         (self.tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         swap_in(self.tmp, self.out)
         return manifest
+
+
+def _to_disk(mapped: list[np.ndarray], files: list[Path]) -> None:
+    """Write memory-mapped columns back and fsync the column files."""
+    for arr in mapped:
+        arr.flush()
+    for path in files:
+        fsync_file(path)
 
 
 DTYPES = {"dense": np.float32, "sparse": np.int32, "labels": np.float32,

@@ -24,8 +24,8 @@ from hotcold.data.skew import coverage_from_counts
 from hotcold.config import from_mapping, is_int, is_real, require
 from hotcold.data.sources.inputs import Digest, _raw, check_provenance, open_input, read_chunks, source_records
 from hotcold.data.sources.spill import NpyColumn
-from hotcold.data.sources.taobao_kernels import (BEHAVIORS, NL, IdIndex, bucket_stats, fill_history, group_events,
-                                                 parse_chunk, parse_index)
+from hotcold.data.sources.taobao_kernels import (BEHAVIORS, NL, IdIndex, bucket_stats, by_bucket, fill_history,
+                                                 group_events, parse_chunk, parse_index)
 from hotcold.jit import KERNEL
 from hotcold.data.sources.textparse import MAX_BAD_SHARE, WARN_BAD_SHARE, BadLines, check_bad_line_options
 
@@ -110,11 +110,12 @@ class _EventSpill:
     stays in memory (at most about ``BUCKET_EVENTS`` events); more go to files, one per bucket and field,
     by plain writes, so resident memory stays at one chunk."""
 
-    def __init__(self, directory: Path, buckets: int, expected: int = 1 << 16) -> None:
-        self.directory, self.buckets = Path(directory), buckets
+    def __init__(self, directory: Path, buckets: int, expected: int = 1 << 16, compiled: bool | None = None) -> None:
+        self.directory, self.buckets, self.compiled = Path(directory), buckets, compiled
         self.events = 0
         self._held = [np.empty(expected if buckets == 1 else 0, dtype=t) for _, t in FIELDS]
         self._scratch = [np.empty(0, dtype=t) for _, t in FIELDS]
+        self._sorted = [np.empty(0, dtype=t) for _, t in FIELDS]    # a chunk's events by bucket
         self._files: list[list[Any]] = []
         if buckets > 1:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -137,11 +138,10 @@ class _EventSpill:
             self.events += user.size
             return
         self.events += user.size
-        bucket = (user % self.buckets).astype(np.uint16)
-        order = np.argsort(bucket, kind="stable")
-        bounds = np.concatenate(([0], np.cumsum(np.bincount(bucket, minlength=self.buckets))))
+        if self._sorted[0].size < user.size:
+            self._sorted = [np.empty(user.size, dtype=t) for _, t in FIELDS]
+        cols, bounds = by_bucket(cols, self.buckets, self._sorted, self.compiled)
         for c, col in enumerate(cols):
-            col = col[order]
             for b in np.flatnonzero(np.diff(bounds)):
                 self._files[b][c].write(memoryview(col[bounds[b]:bounds[b + 1]]).cast("B"))
 
@@ -218,11 +218,11 @@ def _read_events(csv: Path, cfg: TaobaoConfig, name: str, progress: bool, direct
 
 
 def _new_spill(csv: Path, cfg: TaobaoConfig, directory: Path, bucket_events: int | None, lines: int,
-               size: int) -> _EventSpill:
+               size: int, compiled: bool) -> _EventSpill:
     """The spill for ``csv`` whose first ``lines`` lines took ``size`` bytes."""
     file_bytes = csv.stat().st_size * (GZIP_RATIO if csv.suffix == ".gz" else 1)
     expected = math.ceil(1.05 * file_bytes * lines / max(size, 1)) + cfg.chunk_lines
-    return _EventSpill(directory, _buckets(file_bytes, (lines, size), bucket_events), expected)
+    return _EventSpill(directory, _buckets(file_bytes, (lines, size), bucket_events), expected, compiled)
 
 
 def _read_numpy(csv: Path, cfg: TaobaoConfig, ev: _Events, directory: Path, bucket_events: int | None,
@@ -231,7 +231,7 @@ def _read_numpy(csv: Path, cfg: TaobaoConfig, ev: _Events, directory: Path, buck
     for first, buf in read_chunks(csv, cfg.chunk_lines, ev.digest, progress):
         codes, _, vals, beh = parse_chunk(buf, cfg.chunk_lines, False)
         if ev.spill is None:
-            ev.spill = _new_spill(csv, cfg, directory, bucket_events, codes.size, len(buf))
+            ev.spill = _new_spill(csv, cfg, directory, bucket_events, codes.size, len(buf), False)
         ev.bad.add(csv.name, first, codes)
         ev.raw_lines = first + codes.size
         if not beh.size:
@@ -286,7 +286,7 @@ def _read_compiled(csv: Path, cfg: TaobaoConfig, ev: _Events, directory: Path, b
                 if ev.spill is None:
                     lines = min(m, int(np.count_nonzero(text[:1 << 20] == NL)))
                     ev.spill = _new_spill(csv, cfg, directory, bucket_events, max(lines, 1),
-                                          _after_last_newline(text[:1 << 20], min(stop, 1 << 20)))
+                                          _after_last_newline(text[:1 << 20], min(stop, 1 << 20)), True)
                 cols, at = ev.spill.room(m)
                 sizes[:] = ev.users.size, ev.items.size, ev.cats.size
                 pos, lines, good = parse_index(text, pos, codes, vals, ev.users.table, raws[0], ev.items.table, raws[1],

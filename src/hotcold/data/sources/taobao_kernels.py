@@ -349,6 +349,40 @@ def parse_index(u8, pos, codes, vals, users, user_raws, items, item_raws, cats, 
     return pos, line, g
 
 
+@jit
+def _by_bucket(user, item, cat, beh, ts, buckets, o_user, o_item, o_cat, o_beh, o_ts, bounds):  # pragma: no cover
+    """Counting sort of the events by ``user % buckets`` (stable) into the ``o_*`` columns."""
+    n = user.size
+    bounds[:] = 0
+    for i in range(n):
+        bounds[user[i] % buckets + 1] += 1
+    for b in range(buckets):
+        bounds[b + 1] += bounds[b]
+    at = bounds[:-1].copy()
+    for i in range(n):
+        b = user[i] % buckets
+        p = at[b]
+        at[b] = p + 1
+        o_user[p], o_item[p], o_cat[p], o_beh[p], o_ts[p] = user[i], item[i], cat[i], beh[i], ts[i]
+
+
+def by_bucket(cols: list[np.ndarray], buckets: int, out: list[np.ndarray], compiled: bool | None = None
+              ) -> tuple[list[np.ndarray], np.ndarray]:
+    """The events ``cols`` (user, item, cat, beh, ts; user indices non-negative) ordered by
+    ``user % buckets``, file order within a bucket -> (the columns so ordered, int64 [buckets + 1] bounds).
+    The compiled path writes them into ``out`` (columns at least as long)."""
+    compiled = KERNEL == "numba" if compiled is None else compiled
+    n = cols[0].size
+    if compiled:
+        bounds = np.empty(buckets + 1, dtype=np.int64)
+        _by_bucket(*cols, buckets, *(o[:n] for o in out), bounds)
+        return [o[:n] for o in out], bounds
+    bucket = (cols[0] % buckets).astype(np.uint16)
+    order = np.argsort(bucket, kind="stable")
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(bucket, minlength=buckets))))
+    return [c[order] for c in cols], bounds
+
+
 # ---------------------------------------------------------------- grouping by user
 
 
@@ -430,7 +464,8 @@ def _group_kernel(user, ts, item, cat, beh, n_users):  # pragma: no cover - comp
             j = i + 1
             while j < b and sts[j] == sts[i]:
                 j += 1
-            _drop_repeats(order, i, j, item, cat, beh, keep)
+            if j - i > 1:                                # a call per event costs more than the rest
+                _drop_repeats(order, i, j, item, cat, beh, keep)
             i = j
     for x in range(n):
         if keep[x]:
@@ -519,7 +554,8 @@ def _group_packed(user, ts, item, cat, beh, n_users, tmin, shift):  # pragma: no
             j = i + 1
             while j < b and (key[j] >> sh) == t:
                 j += 1
-            _drop_repeats(events, i, j, item, cat, beh, keep)
+            if j - i > 1:                                # a call per event costs more than the rest
+                _drop_repeats(events, i, j, item, cat, beh, keep)
             i = j
     kept = 0
     for x in range(n):
@@ -589,11 +625,12 @@ def fill_history(start: np.ndarray, stop: np.ndarray, items: np.ndarray, cats: n
 def _bucket_kernel(order, local, ts, item, cat, beh, item_cat, min_history, per_user, max_length, cnt, last,
                    item_counts, cat_counts, beh_counts, tail_item, tail_cat, filled, tail_start):  # pragma: no cover
     conflicts = 0
-    kept = np.zeros(local.size, dtype=np.bool_)
+    dest = np.full(local.size, -2, dtype=np.int32)  # per event: -2 dropped, -1 kept, >= 0 its place in the
+    first = filled                                  # tail after ``first`` (a bucket holds under 2**31 events)
     for x in range(order.size):
-        kept[order[x]] = True
+        dest[order[x]] = -1
     for e in range(local.size):                   # counts in file order: the columns are read in sequence
-        if not kept[e]:
+        if dest[e] == -2:
             continue
         cnt[local[e]] += 1
         item_counts[item[e]] += 1
@@ -609,9 +646,13 @@ def _bucket_kernel(order, local, ts, item, cat, beh, item_cat, min_history, per_
         t = min(c, k + max_length) if k > 0 else 0
         tail_start[u] = filled - (c - t)
         for x in range(end - t, end):
-            tail_item[filled] = item[order[x]]
-            tail_cat[filled] = cat[order[x]]
+            dest[order[x]] = filled - first
             filled += 1
+    for e in range(local.size):                   # the tails copied in file order: scattered writes, not reads
+        d = dest[e]
+        if d >= 0:
+            tail_item[first + d] = item[e]
+            tail_cat[first + d] = cat[e]
     return filled, conflicts
 
 
