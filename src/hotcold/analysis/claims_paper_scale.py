@@ -55,7 +55,8 @@ def _sweep_rate_knobs(claim: C.Claim, knobs: dict[str, tuple[tuple[str, ...], bo
             continue
         for f in FACTORS:
             value = value_at(sweep_profile(profile, rates, faster, f))
-            out.append(_sweep_row(claim, f"{knob} ({profile.name})", f"{f:g}x the profile's {knob}", f, value))
+            setting = f"{f:g}x the profile's {knob}" if faster else f"the profile's {knob} / {f:g}"
+            out.append(_sweep_row(claim, f"{knob} ({profile.name})", setting, f, value))
     return out
 
 

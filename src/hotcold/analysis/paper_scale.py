@@ -40,7 +40,7 @@ EARLY_STEPS = 4
 SPEED_KNOBS: dict[str, tuple[tuple[str, ...], bool]] = {
     "PCIe bandwidth": (("pcie_h2d_bw", "pcie_d2h_bw"), True),
     "host memory bandwidth": (("host_memory_bw",), True),
-    "host per-row and per-id speed": (("host_gather_row_ns", "host_scatter_row_ns", "host_id_plan_ns",
+    "host per-row and per-id costs": (("host_gather_row_ns", "host_scatter_row_ns", "host_id_plan_ns",
                                        "host_unique_ns", "host_directory_row_ns", "host_directory_slot_ns",
                                        "host_cached_gather_row_ns", "host_cached_scatter_row_ns",
                                        "host_data_sample_ns", "host_op_us"), False),
