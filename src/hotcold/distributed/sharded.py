@@ -18,7 +18,7 @@ import torch
 from hotcold.config import is_int, is_positive_int, is_real, require
 from hotcold.counters import all_resident
 from hotcold.distributed.comm import Comm, Pending, ids_tensor
-from hotcold.distributed.flexshard import DEFAULT_INTER_GBPS, DEFAULT_INTRA_GBPS, UNACCESSED
+from hotcold.distributed.flexshard import DEFAULT_INTER_GBPS, DEFAULT_INTRA_GBPS, REPLICA_SYNC, UNACCESSED
 from hotcold.distributed.plan_types import ALL, DEFAULT_HEADROOM, NODE, SHARDED, PlanInputs
 from hotcold.distributed.plans import PLANS, build_plan
 from hotcold.distributed.replica_sync import SPARSE, sync_sends
@@ -77,11 +77,13 @@ class FlexShardOptions(StoreOptions):
     intra_node_gbps: float = DEFAULT_INTRA_GBPS   # GB/s per rank inside a node
     inter_node_gbps: float = DEFAULT_INTER_GBPS   # GB/s per rank between nodes
     unaccessed_rows: str = UNACCESSED[0]          # rows the profile never saw: "host" (off the budget) or "device"
+    replica_sync: str = REPLICA_SYNC[0]           # "free": train the sync-free plan (replicas priced at zero)
 
     def validate(self, where: str) -> None:
         _check_headroom(where, self.memory_headroom)
-        require(self.unaccessed_rows in UNACCESSED, where,
-                f"unaccessed_rows must be one of {list(UNACCESSED)}, got {self.unaccessed_rows!r}")
+        for key, known in (("unaccessed_rows", UNACCESSED), ("replica_sync", REPLICA_SYNC)):
+            require(getattr(self, key) in known, where, f"{key} must be one of {list(known)}, "
+                    f"got {getattr(self, key)!r}")
         for key in ("intra_node_gbps", "inter_node_gbps"):
             v = getattr(self, key)
             require(is_real(v) and math.isfinite(v) and v > 0, where, f"{key} must be a positive number of GB/s, "
@@ -89,7 +91,7 @@ class FlexShardOptions(StoreOptions):
 
     def planner_options(self) -> dict[str, Any]:
         return {"intra_node_gbps": self.intra_node_gbps, "inter_node_gbps": self.inter_node_gbps,
-                "unaccessed_rows": self.unaccessed_rows}
+                "unaccessed_rows": self.unaccessed_rows, "replica_sync": self.replica_sync}
 
 
 @dataclass
