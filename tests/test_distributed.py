@@ -301,3 +301,25 @@ def test_one_process_methods_refuse_several_ranks(small_dataset, tmp_path, capsy
                  "--out", str(tmp_path / "run"), "--no-progress"])
     assert code == 2
     assert "runs in one process" in capsys.readouterr().err
+
+
+def test_sparse_replica_sync_sends_fewer_bytes_than_the_dense_tier(multi_rank):
+    """The sync-free plan's many rarely touched replicas: the trained store all-gathered the touched rows, so its
+    replica bytes are below the dense all-reduce of every tier every step (which it would send otherwise)."""
+    from hotcold.distributed.sweep import replica_matrix
+
+    world, rpn, cases, results, datasets = multi_rank
+    checked = 0
+    for case in cases:
+        if case["method"] != "flexshard" or world // rpn < 2:
+            continue
+        ds = datasets[case["data"]]
+        start, stop = ds.split("train")
+        inputs = PlanInputs.for_training(ds.cardinalities, row_counts(ds, "train"), Topology(world, rpn), 8,
+                                         1 if case["opt"] == "adagrad" else 0, SPARSE_SYNC["memory_headroom"],
+                                         {"replica_sync": "free"}, 128 / (stop - start))
+        dense = int(replica_matrix(build_plan("flexshard", inputs), 8).sum()) * STEPS
+        got = results[case["name"]]["report"]["collectives"]["replica_allreduce"]["bytes"]
+        assert 0 < got < dense, case["name"]
+        checked += 1
+    assert checked or world // rpn < 2
