@@ -114,11 +114,11 @@ class ProactiveStore(ShardedStore):
             self._early_count = ahead.early
         timer.mark("emb_fwd")
         pending = self.comm.all_to_all(vectors, ex.recv_counts, ex.send_counts, "output_a2a", async_op=True)
+        self._last = ex  # the rows this step updates: known to the windows from now on
         self._window("output_a2a", pending)
         timer.mark("early_lookup")
         out = self.to_batch(self.assemble(ex, pending.wait()), ex.lk)
         timer.mark("output_a2a")
-        self._last = ex
         return out
 
     def begin_backward(self, grad: torch.Tensor, timer: Marker) -> None:
