@@ -107,12 +107,20 @@ def all_cases(datasets, world: int, ranks_per_node: int) -> list[dict]:
     return cases
 
 
+def negative_controls(ds, world: int, ranks_per_node: int) -> list[dict]:
+    """Proactive reading rows before their update (``distributed_worker.reads_before_update``): must diverge."""
+    return [{"name": f"broken/{ds.name}/{plan}", "dataset": str(ds.path), "broken": True, "ranks_per_node": ranks_per_node,
+             "run_config": case_cfg("proactive", plan, {}, "adagrad", world, ranks_per_node).to_dict()}
+            for plan in ("row", "column")]
+
+
 #: the 4-rank world (2 nodes of 2: intra- and inter-node links) runs by default, 2 ranks in the slow tier
 @pytest.fixture(scope="module", params=[pytest.param((2, 1), marks=pytest.mark.slow), (4, 2)], ids=["2x1", "4x2"])
 def multi_rank(request, small_dataset, sequence_dataset, tmp_path_factory):
     world, rpn = request.param
     cases = all_cases([small_dataset, sequence_dataset], world, rpn)
-    _, results = launch(cases, world, tmp_path_factory.mktemp(f"w{world}"), "cases")
+    _, results = launch(cases + negative_controls(small_dataset, world, rpn), world,
+                        tmp_path_factory.mktemp(f"w{world}"), "cases")
     return world, rpn, cases, results, {small_dataset.name: small_dataset, sequence_dataset.name: sequence_dataset}
 
 
@@ -168,6 +176,31 @@ def test_proactive_moves_the_same_bytes_and_looks_up_early(multi_rank):
         assert 0 < got["report"]["early_lookup_share"] < 1
         assert 0 <= got["report"]["hidden_lookup_share"] <= 1
         assert sum(c["early_lookups"] for _, c in got["counters"]) > 0
+        report = got["report"]
+        windows = report["windows"]
+        assert sum(w["lookups"] for w in windows.values()) + report["late_lookups"] == \
+            sum(report["served_lookups_per_rank"])
+        assert all(0 <= w["hidden_ms"] <= w["ms"] for w in windows.values())
+
+
+def test_proactive_early_share_does_not_depend_on_depth(multi_rank):
+    """Depth spreads a step's early lookups over more windows; which rows are early does not change."""
+    _, _, cases, results, _ = multi_rank
+    for case in cases:
+        if case["method"] == "proactive" and "depth" in case["name"]:
+            got = results[case["name"]]
+            one = results[case["name"].replace("proactive{'depth': 2}", "proactive{}")]
+            assert [c["early_lookups"] for _, c in got["counters"]] == [c["early_lookups"] for _, c in one["counters"]]
+
+
+def test_negative_control_diverges_at_several_ranks(multi_rank):
+    """The exactness check above can fail: Proactive reading rows before their update trains another model."""
+    world, _, _, results, datasets = multi_rank
+    broken = [name for name in results if name.startswith("broken/")]
+    assert len(broken) == 2
+    for name in broken:
+        want = reference(datasets[name.split("/")[1]], "adagrad", world).named_parameters()
+        assert rel_diff(results[name]["params"], want) > 1e-3, name
 
 
 def test_counters_against_an_independent_count():

@@ -29,10 +29,10 @@ TIMEOUT_S = 300  # a rank that stops answering fails the others after this long
 
 
 class Pending:
-    """An asynchronous collective: ``wait()`` returns its result."""
+    """An asynchronous collective: ``wait()`` returns its result; ``name``: the counted collective it is."""
 
-    def __init__(self, work: Any, result: torch.Tensor) -> None:
-        self._work, self._result = work, result
+    def __init__(self, work: Any, result: torch.Tensor, name: str | None = None) -> None:
+        self._work, self._result, self.name = work, result, name
 
     def done(self) -> bool:
         return self._work is None or self._work.is_completed()
@@ -54,6 +54,7 @@ class Comm:
         self.device = device or torch.device("cpu")
         self.ledger = Ledger(topology)
         self._groups: dict[tuple[int, ...], Any] = {}
+        self._flying: list[Pending] = []  # asynchronous collectives issued and perhaps not yet done
         if self.world > 1:
             if not dist.is_initialized():
                 raise RuntimeError("a Comm over several ranks needs an initialised process group")
@@ -98,7 +99,7 @@ class Comm:
         out = torch.empty((int(np.sum(recv_counts)), *data.shape[1:]), dtype=data.dtype, device=data.device)
         work = dist.all_to_all_single(out, data.contiguous(), [int(c) for c in recv_counts],
                                       [int(c) for c in send_counts], async_op=async_op)
-        return Pending(work if async_op else None, out)
+        return self._issued(Pending(work if async_op else None, out, collective))
 
     # -- all-reduce ----------------------------------------------------------------------------
     def all_reduce(self, tensor: torch.Tensor, group: Sequence[int] | None, collective: str | None,
@@ -112,7 +113,18 @@ class Comm:
             return Pending(None, tensor)
         pg = None if len(members) == self.world else self._groups[members]
         work = dist.all_reduce(tensor, group=pg, async_op=async_op)
-        return Pending(work if async_op else None, tensor)
+        return self._issued(Pending(work if async_op else None, tensor, collective))
+
+    # -- what is in flight ------------------------------------------------------------------------
+    def _issued(self, pending: Pending) -> Pending:
+        if not pending.done():
+            self._flying.append(pending)
+        return pending
+
+    def in_flight(self) -> list[str]:
+        """The collectives issued asynchronously and not yet done, oldest first (their names; "" uncounted)."""
+        self._flying = [p for p in self._flying if not p.done()]
+        return [p.name or "" for p in self._flying]
 
     # -- all-gather (replica synchronisation, ``replica_sync``) ----------------------------------------
     def all_gather_counts(self, count: int, group: Sequence[int] | None, collective: str | None) -> np.ndarray:

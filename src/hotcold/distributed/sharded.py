@@ -105,6 +105,24 @@ class Exchange:
     served: torch.Tensor           # int64 [R] local positions of the rows asked of this rank, by source rank
 
 
+@dataclass
+class RouteInFlight:
+    """An ``Exchange`` whose ids' all-to-all is still in flight: ``wait()`` fills in the rows asked of this rank."""
+
+    ex: Exchange
+    ids: Pending | None            # the rows others ask of this rank, global indices [R]; None: arrived
+    local_index: np.ndarray        # global row -> local position (the store's)
+
+    def done(self) -> bool:
+        return self.ids is None or self.ids.done()
+
+    def wait(self) -> Exchange:
+        if self.ids is not None:
+            self.ex.served = torch.from_numpy(self.local_index[self.ids.wait().cpu().numpy()])
+            self.ids = None
+        return self.ex
+
+
 class ShardedStore(EmbeddingStore):
     """Rows owned per a sharding plan, served to the other ranks by all-to-alls.
 
@@ -166,6 +184,10 @@ class ShardedStore(EmbeddingStore):
     # -- routing ---------------------------------------------------------------------------------
     def route(self, ids: torch.Tensor, collective: str | None = "input_a2a") -> Exchange:
         """Send this rank's lookups to the ranks serving them; learn which rows others ask of it."""
+        return self.send_route(ids, collective).wait()
+
+    def send_route(self, ids: torch.Tensor, collective: str | None = "input_a2a") -> "RouteInFlight":
+        """``route`` with the ids' all-to-all left in flight (the counts before it are exchanged at once)."""
         lk = self.plan(ids)
         rows = lk.rows.numpy()
         p = self.world
@@ -179,9 +201,9 @@ class ShardedStore(EmbeddingStore):
             send_counts = np.bincount(dest, minlength=p).astype(np.int64)
             data, order = rows[order_np], torch.from_numpy(order_np)
         recv_counts = self.comm.exchange_counts(send_counts, collective)
-        got = self.comm.all_to_all(ids_tensor(data, self.device), send_counts, recv_counts, collective).wait()
-        served = torch.from_numpy(self.local_index[got.cpu().numpy()])
-        return Exchange(lk, order, send_counts, recv_counts, served)
+        got = self.comm.all_to_all(ids_tensor(data, self.device), send_counts, recv_counts, collective, async_op=True)
+        return RouteInFlight(Exchange(lk, order, send_counts, recv_counts, torch.empty(0, dtype=torch.int64)), got,
+                             self.local_index)
 
     def gather_rows(self, positions: torch.Tensor) -> torch.Tensor:
         """Held rows at local ``positions`` [R] -> [R, width]."""
@@ -189,7 +211,10 @@ class ShardedStore(EmbeddingStore):
 
     def answer(self, ex: Exchange, vectors: torch.Tensor, collective: str | None = "output_a2a") -> torch.Tensor:
         """Send the served vectors [R, width] back; assemble this rank's lookups [L, D] in lookup order."""
-        got = self.comm.all_to_all(vectors, ex.recv_counts, ex.send_counts, collective).wait()
+        return self.assemble(ex, self.comm.all_to_all(vectors, ex.recv_counts, ex.send_counts, collective).wait())
+
+    def assemble(self, ex: Exchange, got: torch.Tensor) -> torch.Tensor:
+        """The vectors the output all-to-all brought [L, width or D] -> this rank's lookups [L, D] in lookup order."""
         if ex.order is None:  # column-wise: one slice from every rank
             n = ex.lk.size
             return got.view(self.world, n, self.width).permute(1, 0, 2).reshape(n, self.dim)

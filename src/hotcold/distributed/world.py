@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -99,7 +99,8 @@ class World:
         self._acc = grads if self._acc is None else self._acc.add_(grads)
         model.zero_grad(set_to_none=True)
 
-    def sync_dense(self, model: nn.Module, emb: torch.Tensor, timer: Any) -> None:
+    def sync_dense(self, model: nn.Module, emb: torch.Tensor, timer: Any,
+                   beside: Callable[[torch.Tensor, Any], None] | None = None) -> None:
         """The global batch's gradient: dense gradients summed over slices in float64 and divided by P
         (one counted all-reduce across ranks); embedding gradients scaled by 1/P. One process: nothing.
 
@@ -113,7 +114,11 @@ class World:
         ``World.replay(P)`` computes the same gradient in one process, slice by
         slice: the ``device`` store trained that way is the exact reference of a
         run over P ranks. Embedding gradients are scaled by ``1/P`` here too, so a
-        store sums the same values whether its rows came from one process or many."""
+        store sums the same values whether its rows came from one process or many.
+
+        Over several ranks the all-reduce is issued asynchronously and
+        ``beside`` (the store's ``begin_backward``) runs while it is in flight,
+        with the embedding gradient already scaled."""
         p = self.data_parallel
         if p == 1:
             return
@@ -121,7 +126,11 @@ class World:
         if self.slices > 1:
             total, self._acc = self._acc, None
         else:
-            total = self.comm.all_reduce(_flat_grads(model).double(), None, "dense_allreduce").wait()
+            pending = self.comm.all_reduce(_flat_grads(model).double(), None, "dense_allreduce", async_op=True)
+            emb.grad.mul_(1.0 / p)
+            if beside is not None:
+                beside(emb.grad, timer)
+            total = pending.wait()
             timer.mark("dense_allreduce")
         flat = (total / p).float()
         offset = 0
@@ -129,7 +138,8 @@ class World:
             n = param.numel()
             param.grad = flat[offset:offset + n].view_as(param)  # disjoint views of a fresh tensor
             offset += n
-        emb.grad.mul_(1.0 / p)
+        if self.slices > 1:
+            emb.grad.mul_(1.0 / p)
 
     def combine_counters(self, counters: list[tuple[int, dict[str, int]]]) -> list[tuple[int, dict[str, int]]]:
         """Every step's counters summed over ranks (bytes and lookups of the whole world)."""
