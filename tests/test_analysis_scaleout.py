@@ -83,7 +83,8 @@ def records() -> list[dict]:
         record("sharded", "table", "table", 4, 2, inter_a2a=1500.0),
         record("proactive", "row", "row", 4, 2, inter_a2a=2000.0, options={"plan": "row", "depth": 1},
                store={"depth": 1, "early_lookup_share": 0.4, "hidden_lookup_share": 0.25, "lookup_ms_early": 2.0,
-                      "lookup_ms_late": 3.0}, step_ms=9.0),
+                      "lookup_ms_late": 3.0, "window_lookup_share_input_a2a": 0.5, "hidden_share_dense_allreduce": 0.1},
+               step_ms=9.0),
         record("sharded", "column", "column", 4, 2, status="infeasible"),
     ]
 
@@ -146,6 +147,8 @@ def test_proactive_table(records: list[dict]) -> None:
     assert (row.early_lookup_share, row.hidden_lookup_share, row.depth) == (0.4, 0.25, 1)
     assert (row.step_ms_p50, row.sharded_step_ms_p50) == (9.0, 10.0)
     assert (row.early_lookups_per_step, row.served_lookups_per_step) == (200.0, 500.0)
+    assert (row.window_lookup_share_input_a2a, row.hidden_share_dense_allreduce) == (0.5, 0.1)
+    assert pd.isna(row.hidden_share_grad_a2a)                  # a window the record does not report stays empty
 
 
 def test_shard_sim_csv_must_be_shard_sim_output(tmp_path: Path) -> None:

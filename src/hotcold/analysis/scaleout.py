@@ -22,7 +22,7 @@ from hotcold import methods
 from hotcold.analysis.markdown import to_markdown
 from hotcold.analysis.tables import load_records, plan_of, scale_of
 from hotcold.distributed.batch import GLOBAL, PER_RANK
-from hotcold.distributed.traffic import COLLECTIVES
+from hotcold.distributed.traffic import COLLECTIVES, PROACTIVE_WINDOWS
 from hotcold.files import atomic_write_text
 from hotcold.records import STATUS_OK, record_status
 
@@ -52,9 +52,12 @@ HEADROOM_WHOLE = ["inter_replica_flexshard", "inter_total_flexshard", "inter_den
                   "total_reduction_device_vs_row", "replica_sparse_share"]
 HEADROOM_COLUMNS = [*HEADROOM_KEYS, "flexshard_status", *(f"inter_a2a_{p}" for p in HEADROOM_PLANS),
                     "reduction_vs_row", "reduction_vs_table", *HEADROOM_WHOLE]
+#: per Proactive window, the share of served lookups done in it and the share of all lookup time it hid
+PROACTIVE_WINDOW_COLUMNS = [f"{kind}_{w}" for w in PROACTIVE_WINDOWS for kind in ("window_lookup_share", "hidden_share")]
 PROACTIVE_COLUMNS = ["dataset", "variant", "plan", "world", "ranks_per_node", "seed", "depth", "early_lookup_share",
-                     "hidden_lookup_share", "lookup_ms_early", "lookup_ms_late", "early_lookups_per_step",
-                     "served_lookups_per_step", "timer", "step_ms_p50", "sharded_step_ms_p50"]
+                     "hidden_lookup_share", *PROACTIVE_WINDOW_COLUMNS, "lookup_ms_early", "lookup_ms_late",
+                     "early_lookups_per_step", "served_lookups_per_step", "timer", "step_ms_p50",
+                     "sharded_step_ms_p50"]
 
 
 class ShardSimError(ValueError):
@@ -287,7 +290,9 @@ def proactive_table(records: list[dict[str, Any]]) -> pd.DataFrame:
 
     The early share is the share of its served lookups done early (while an
     earlier step's collectives ran), the hidden share the share of its lookup
-    time hidden behind communication.
+    time hidden behind communication; per window (``PROACTIVE_WINDOWS``) the
+    share of the lookups done in it and of the lookup time it hid (absent
+    for records made before the windows: empty).
     """
     step_ms = {}
     for rec in records:
@@ -303,8 +308,8 @@ def proactive_table(records: list[dict[str, Any]]) -> pd.DataFrame:
         rows.append({
             "dataset": rec["dataset"], "variant": rec["variant"], "plan": plan_of(rec), "world": world_rpn[0],
             "ranks_per_node": world_rpn[1], "seed": int(rec["seed"]), "depth": store.get("depth"),
-            **{k: store.get(k) for k in ("early_lookup_share", "hidden_lookup_share", "lookup_ms_early",
-                                         "lookup_ms_late")},
+            **{k: store.get(k) for k in ("early_lookup_share", "hidden_lookup_share", *PROACTIVE_WINDOW_COLUMNS,
+                                         "lookup_ms_early", "lookup_ms_late")},
             "early_lookups_per_step": counters.get("early_lookups"),
             "served_lookups_per_step": counters.get("served_lookups"),
             "timer": summary.get("timer"), "step_ms_p50": summary.get("step_ms_p50"),

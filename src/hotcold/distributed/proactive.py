@@ -34,11 +34,12 @@ import torch
 from hotcold.distributed.comm import Pending
 from hotcold.distributed.plan_types import SHARDED
 from hotcold.distributed.sharded import Exchange, ProactiveOptions, RouteInFlight, ShardedStore
+from hotcold.distributed.traffic import PROACTIVE_WINDOWS
 from hotcold.embedding.base import Marker, StoreSpec
 
 CHUNK = 4096  # rows per lookup chunk between polls of the collective
 #: the windows of a step, in order: the collective each one waits on
-WINDOWS = ("input_a2a", "output_a2a", "dense_allreduce", "grad_a2a")
+WINDOWS = PROACTIVE_WINDOWS
 
 
 @dataclass

@@ -16,6 +16,8 @@ from hotcold.distributed.topology import Topology
 
 #: the collectives a step may run, in step order
 COLLECTIVES = ("input_a2a", "output_a2a", "grad_a2a", "replica_allreduce", "column_allreduce", "dense_allreduce")
+#: the collectives in flight while Proactive looks rows up early, in step order (``distributed.proactive``)
+PROACTIVE_WINDOWS = ("input_a2a", "output_a2a", "dense_allreduce", "grad_a2a")
 ID_BYTES = 8       # int64 row ids
 SPLIT_BYTES = 8    # one int64 count per peer in the size exchange before an uneven all-to-all
 REDUCE_BYTES = 8  # an all-reduced element: runs over ranks reduce in float64, so that sums are order-independent
