@@ -31,7 +31,7 @@ from hotcold.train import train
 
 CPU = torch.device("cpu")
 ROOT = Path(__file__).resolve().parents[1]
-PLANS = ["row", "table", "column", "recshard", "flexshard"]
+PLANS = ["row", "table", "column", "balanced", "flexshard"]
 METHODS = [("sharded", {}), ("proactive", {}), ("proactive", {"depth": 2})]
 STEPS = 12
 HEADROOM = 4.0  # room for table-wise on the fixtures' few tables

@@ -46,6 +46,7 @@ class Plan:
     slot: np.ndarray            # int32 [N]: owner rank (SHARDED), index in the node (NODE), -1 (ALL)
     columns: int = 1            # > 1: column-wise, every rank holds 1/columns of every row
     details: dict[str, Any] = field(default_factory=dict)  # plan-specific numbers for the record
+    host: np.ndarray | None = None  # bool [N]: sharded rows kept in their owner's host memory (RecShard's UVM)
 
     @property
     def num_rows(self) -> int:
@@ -94,12 +95,14 @@ class Plan:
                 | (self.tier == ALL))
 
     def rows_held(self) -> np.ndarray:
-        """int64 [P]: the rows (column-wise: row slices) every rank holds, ``owned(r).sum()`` for all r in one pass."""
+        """int64 [P]: the rows (column-wise: row slices) every rank holds in device memory: ``owned(r).sum()`` for
+        all r in one pass, less the rows it keeps in host memory (``host``)."""
         topo = self.topology
         p = topo.world
         if self.columns > 1:
             return np.full(p, self.num_rows, dtype=np.int64)
-        sharded = np.bincount(self.slot[self.tier == SHARDED], minlength=p)[:p]
+        on_device = (self.tier == SHARDED) if self.host is None else (self.tier == SHARDED) & ~self.host
+        sharded = np.bincount(self.slot[on_device], minlength=p)[:p]  # host rows are off the device budget
         node = np.bincount(self.slot[self.tier == NODE], minlength=topo.ranks_per_node)[:topo.ranks_per_node]
         everywhere = int((self.tier == ALL).sum())
         return (sharded + node[np.arange(p) % topo.ranks_per_node] + everywhere).astype(np.int64)
@@ -109,7 +112,10 @@ class Plan:
         return self.rows_held() * (dim // self.columns + state_width) * counters.FLOAT_BYTES
 
     def tier_rows(self) -> dict[str, int]:
-        return {name: int((self.tier == t).sum()) for t, name in TIER_NAMES.items()}
+        out = {name: int((self.tier == t).sum()) for t, name in TIER_NAMES.items()}
+        if self.host is not None:
+            out["host"] = int(self.host.sum())
+        return out
 
     def describe(self, dim: int, state_width: int, budget: int) -> dict[str, Any]:
         """The plan's numbers for the run record."""
