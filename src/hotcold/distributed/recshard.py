@@ -79,9 +79,9 @@ def _option_error(name: str, why: str) -> ConfigError:
     return ConfigError(f"plan recshard: {name} {why}")
 
 
-def costs_of(inputs: PlanInputs) -> LookupCosts:
-    """The prices the options give: ``device_lookup_ns`` and ``host_lookup_ns``, else ``hardware_profile``'s."""
-    o = inputs.options
+def costs_of(o: Mapping[str, Any], dim: int) -> LookupCosts:
+    """The prices the options ``o`` give: ``device_lookup_ns`` and ``host_lookup_ns``, else ``hardware_profile``'s
+    (at ``dim`` floats a row)."""
     given = {k: o.get(k) for k in ("device_lookup_ns", "host_lookup_ns") if o.get(k) is not None}
     for k, v in given.items():
         if not (is_real(v) and math.isfinite(v) and v > 0):
@@ -104,12 +104,11 @@ def costs_of(inputs: PlanInputs) -> LookupCosts:
     if profile.kind != "gpu":
         raise _option_error("hardware_profile", f"{path} is a {profile.kind} profile; RecShard splits device "
                                                 "from host memory, which needs a gpu profile")
-    return lookup_costs(profile, inputs.dim)
+    return lookup_costs(profile, dim)
 
 
-def solver_options(inputs: PlanInputs) -> tuple[int, float, float]:
-    """(breakpoints, time_limit_s, mip_rel_gap) from the options, checked."""
-    o = inputs.options
+def solver_options(o: Mapping[str, Any]) -> tuple[int, float, float]:
+    """(breakpoints, time_limit_s, mip_rel_gap) from the options ``o``, checked."""
     k = o.get("breakpoints", DEFAULT_BREAKPOINTS)
     if not (is_int(k) and k >= 1):
         raise _option_error("breakpoints", f"must be an integer >= 1, got {k!r}")
@@ -120,12 +119,6 @@ def solver_options(inputs: PlanInputs) -> tuple[int, float, float]:
     if not (is_real(gap) and 0 <= gap < 1):
         raise _option_error("mip_rel_gap", f"must be a number in [0, 1), got {gap!r}")
     return int(k), float(t), float(gap)
-
-
-def check_options(inputs: PlanInputs) -> None:
-    """Fail on a bad option before planning (``ConfigError`` naming it)."""
-    costs_of(inputs)
-    solver_options(inputs)
 
 
 def cdf_points(counts: np.ndarray, breakpoints: int) -> tuple[np.ndarray, np.ndarray]:
@@ -261,8 +254,8 @@ def fill_budget(counts: list[np.ndarray], rank: np.ndarray, rows: np.ndarray, wo
 
 def recshard(inputs: PlanInputs) -> Plan:
     """Whole tables on ranks and each table's hottest rows in device memory, the rest in its rank's host memory."""
-    costs = costs_of(inputs)
-    breakpoints, time_limit_s, gap = solver_options(inputs)
+    costs = costs_of(inputs.options, inputs.dim)
+    breakpoints, time_limit_s, gap = solver_options(inputs.options)
     p, sizes, bounds = inputs.topology.world, list(inputs.table_sizes), inputs.bounds
     counts = np.asarray(inputs.counts, dtype=np.int64)
     per_table = [counts[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
@@ -300,6 +293,19 @@ def expected_cost(plan: Plan, counts: np.ndarray, costs: LookupCosts) -> np.ndar
             + np.bincount(owner[host], weights=counts[host], minlength=p) * costs.host_ns)
 
 
-def plan_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """The recshard options among ``options`` (the rest belong to other planners)."""
-    return {k: options[k] for k in OPTIONS if k in options}
+def check_plan_options(where: str, plan: str, options: Mapping[str, Any] | None) -> None:
+    """A store's ``plan_options``: a mapping of ``OPTIONS`` (the recshard plan's), given to that plan only."""
+    if options is None:
+        return
+    if not isinstance(options, Mapping):
+        raise ConfigError(f"{where}: plan_options must map recshard's options to values, got {options!r}")
+    if plan != "recshard":
+        raise ConfigError(f"{where}: plan_options are the recshard plan's; plan {plan!r} takes none")
+    for key in options:
+        if key not in OPTIONS:
+            raise ConfigError(f"{where}: plan_options: unknown option {key!r}; known: {list(OPTIONS)}")
+    try:
+        solver_options(options)
+        costs_of(options, 16)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
