@@ -98,6 +98,7 @@ def test_deterministic():
 @pytest.mark.parametrize("options,name", [
     ({"breakpoints": 0}, "breakpoints"),
     ({"time_limit_s": -1}, "time_limit_s"),
+    ({"node_limit": 0}, "node_limit"),
     ({"mip_rel_gap": 1.5}, "mip_rel_gap"),
     ({"device_lookup_ns": 2.0}, "host_lookup_ns"),
     ({"device_lookup_ns": 0, "host_lookup_ns": 1.0}, "device_lookup_ns"),

@@ -43,9 +43,10 @@ from hotcold.distributed.plan_types import Plan, PlanInputs, sharded_plan
 #: the profile the prices come from when the options name none (the repository's GPU cluster)
 DEFAULT_PROFILE = Path(__file__).resolve().parents[3] / "workflows" / "config" / "hardware" / "h100-cluster.yaml"
 DEFAULT_BREAKPOINTS = 8
-DEFAULT_TIME_LIMIT_S = 60.0
+DEFAULT_NODE_LIMIT = 50
 DEFAULT_MIP_REL_GAP = 1e-4
-OPTIONS = ("hardware_profile", "device_lookup_ns", "host_lookup_ns", "breakpoints", "time_limit_s", "mip_rel_gap")
+OPTIONS = ("hardware_profile", "device_lookup_ns", "host_lookup_ns", "breakpoints", "node_limit", "time_limit_s",
+           "mip_rel_gap")
 
 
 @dataclass(frozen=True)
@@ -107,18 +108,34 @@ def costs_of(o: Mapping[str, Any], dim: int) -> LookupCosts:
     return lookup_costs(profile, dim)
 
 
-def solver_options(o: Mapping[str, Any]) -> tuple[int, float, float]:
-    """(breakpoints, time_limit_s, mip_rel_gap) from the options ``o``, checked."""
+@dataclass(frozen=True)
+class SolverOptions:
+    """The program's size and the solver's limits. The branch-and-bound stops at ``mip_rel_gap`` or after
+    ``node_limit`` nodes (the best plan found so far, its gap recorded): a count, so every rank of a run, each
+    planning alone, gets the same plan. ``time_limit_s`` (default none) also stops it, at a time that depends
+    on the machine: the ranks could then disagree, so it is for planning outside training only."""
+
+    breakpoints: int = DEFAULT_BREAKPOINTS
+    node_limit: int = DEFAULT_NODE_LIMIT
+    time_limit_s: float | None = None
+    mip_rel_gap: float = DEFAULT_MIP_REL_GAP
+
+
+def solver_options(o: Mapping[str, Any]) -> SolverOptions:
+    """``SolverOptions`` from the options ``o``, checked."""
     k = o.get("breakpoints", DEFAULT_BREAKPOINTS)
     if not (is_int(k) and k >= 1):
         raise _option_error("breakpoints", f"must be an integer >= 1, got {k!r}")
-    t = o.get("time_limit_s", DEFAULT_TIME_LIMIT_S)
-    if not (is_real(t) and math.isfinite(t) and t > 0):
+    nodes = o.get("node_limit", DEFAULT_NODE_LIMIT)
+    if not (is_int(nodes) and nodes >= 1):
+        raise _option_error("node_limit", f"must be an integer >= 1, got {nodes!r}")
+    t = o.get("time_limit_s")
+    if t is not None and not (is_real(t) and math.isfinite(t) and t > 0):
         raise _option_error("time_limit_s", f"must be a positive number of seconds, got {t!r}")
     gap = o.get("mip_rel_gap", DEFAULT_MIP_REL_GAP)
     if not (is_real(gap) and 0 <= gap < 1):
         raise _option_error("mip_rel_gap", f"must be a number in [0, 1), got {gap!r}")
-    return int(k), float(t), float(gap)
+    return SolverOptions(int(k), int(nodes), None if t is None else float(t), float(gap))
 
 
 def cdf_points(counts: np.ndarray, breakpoints: int) -> tuple[np.ndarray, np.ndarray]:
@@ -154,16 +171,17 @@ class Model:
 
 def build_model(sizes: list[int], points: list[tuple[np.ndarray, np.ndarray]], costs: LookupCosts,
                 world: int, budget_rows: int) -> Model:
-    """The program over variables ``[y (T*P), x (T*P), h (T*P), z]`` (index ``t * P + g`` in each block).
+    """The program over variables ``[y (T*P), x (T*P), f (T*P), z]`` (index ``t * P + g`` in each block).
 
-    Lookups are scaled so that all of them cost 1 at the host price (the solver's tolerances then read as
-    shares of the total).
+    ``f`` is ``h / L_t``, the share of the table's lookups served from device memory, and costs are scaled so
+    that all lookups cost 1 at the host price: every coefficient but the row counts' is then a share, which
+    keeps the solver's tolerances meaningful (unscaled, a 16-rank Kaggle-sized program read as infeasible).
     """
     t_n, p = len(sizes), world
     m = t_n * p
     nv = 3 * m + 1
     lookups = np.array([pts[1][-1] for pts in points])
-    scale = 1.0 / max(1.0, float(lookups.sum()) * costs.host_ns)
+    share = lookups / max(1.0, float(lookups.sum()))
     y0, x0, h0, z = 0, m, 2 * m, 3 * m
     rows, lb, ub = [], [], []
 
@@ -183,21 +201,22 @@ def build_model(sizes: list[int], points: list[tuple[np.ndarray, np.ndarray]], c
         for g in range(p):
             i = t * p + g
             row({x0 + i: 1.0, y0 + i: -float(sizes[t])}, -np.inf, 0.0)   # x <= n_t y
-            row({h0 + i: 1.0, y0 + i: -float(hs[-1])}, -np.inf, 0.0)      # h <= L_t y
-            for k in range(xs.size - 1):                                  # h <= a_k x + b_k y
+            row({h0 + i: 1.0, y0 + i: -1.0}, -np.inf, 0.0)                # f <= y
+            total = max(1.0, float(hs[-1]))
+            for k in range(xs.size - 1):                                  # f <= (a_k x + b_k y) / L_t
                 dx = float(xs[k + 1] - xs[k])
                 if dx <= 0:
                     continue
                 a = float(hs[k + 1] - hs[k]) / dx
                 b = float(hs[k]) - a * float(xs[k])
-                row({h0 + i: 1.0, x0 + i: -a, y0 + i: -b}, -np.inf, 0.0)
-    saving = costs.host_ns - costs.device_ns
+                row({h0 + i: 1.0, x0 + i: -a / total, y0 + i: -b / total}, -np.inf, 0.0)
+    saving = (costs.host_ns - costs.device_ns) / costs.host_ns
 
     def cost(g: int, sign: float) -> dict[int, float]:
         out: dict[int, float] = {}
         for t in range(t_n):
-            out[y0 + t * p + g] = sign * costs.host_ns * float(lookups[t]) * scale
-            out[h0 + t * p + g] = -sign * saving * scale
+            out[y0 + t * p + g] = sign * float(share[t])
+            out[h0 + t * p + g] = -sign * saving * float(share[t])
         return out
 
     for g in range(p):                                     # z >= cost[g]
@@ -211,18 +230,19 @@ def build_model(sizes: list[int], points: list[tuple[np.ndarray, np.ndarray]], c
     c[z] = 1.0
     integrality = np.concatenate([np.ones(2 * m), np.zeros(m + 1)])
     upper = np.concatenate([np.ones(m), np.repeat(np.asarray(sizes, dtype=np.float64), p),
-                            np.repeat(lookups, p), [np.inf]])
+                            np.ones(m), [np.inf]])
     return Model(t_n, p, rows, lb, ub, c, integrality, upper)
 
 
-def solve(model: Model, time_limit_s: float, mip_rel_gap: float) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+def solve(model: Model, opts: SolverOptions) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """(rank of every table [T], its device rows [T], the solver's record) by ``scipy.optimize.milp``."""
     from scipy.optimize import Bounds, LinearConstraint, milp
 
     a = np.vstack(model.rows)
     res = milp(model.c, integrality=model.integrality, bounds=Bounds(np.zeros(model.c.size), model.upper),
                constraints=LinearConstraint(a, np.array(model.lb), np.array(model.ub)),
-               options={"time_limit": time_limit_s, "mip_rel_gap": mip_rel_gap, "presolve": True})
+               options={"node_limit": opts.node_limit, "mip_rel_gap": opts.mip_rel_gap, "presolve": True,
+                        **({} if opts.time_limit_s is None else {"time_limit": opts.time_limit_s})})
     if res.x is None:
         raise RuntimeError(f"recshard: the integer program found no plan ({res.message})")
     m = model.tables * model.ranks
@@ -255,13 +275,13 @@ def fill_budget(counts: list[np.ndarray], rank: np.ndarray, rows: np.ndarray, wo
 def recshard(inputs: PlanInputs) -> Plan:
     """Whole tables on ranks and each table's hottest rows in device memory, the rest in its rank's host memory."""
     costs = costs_of(inputs.options, inputs.dim)
-    breakpoints, time_limit_s, gap = solver_options(inputs.options)
+    opts = solver_options(inputs.options)
     p, sizes, bounds = inputs.topology.world, list(inputs.table_sizes), inputs.bounds
     counts = np.asarray(inputs.counts, dtype=np.int64)
     per_table = [counts[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
     budget = inputs.budget_rows()
-    points = [cdf_points(c, breakpoints) for c in per_table]
-    rank, rows, record = solve(build_model(sizes, points, costs, p, budget), time_limit_s, gap)
+    points = [cdf_points(c, opts.breakpoints) for c in per_table]
+    rank, rows, record = solve(build_model(sizes, points, costs, p, budget), opts)
     rows = fill_budget(per_table, rank, rows, p, budget)
     owner = np.repeat(rank, sizes)
     host = np.zeros(inputs.num_rows, dtype=bool)
@@ -277,7 +297,7 @@ def recshard(inputs: PlanInputs) -> Plan:
                         expected_host_lookups_per_rank=host_lookups.tolist(),
                         expected_cost_ns_per_rank=cost.tolist(), expected_cost_imbalance=imbalance(cost),
                         device_lookup_ns=costs.device_ns, host_lookup_ns=costs.host_ns,
-                        cdf_breakpoints=breakpoints, **record)
+                        cdf_breakpoints=opts.breakpoints, **record)
     plan.host = host
     return plan
 
