@@ -315,7 +315,7 @@ def check_plan_options(where: str, plan: str, options: Mapping[str, Any] | None)
         return
     if not isinstance(options, Mapping):
         raise ConfigError(f"{where}: plan_options must map recshard's options to values, got {options!r}")
-    if plan != "recshard":
+    if plan != "recshard" and options:
         raise ConfigError(f"{where}: plan_options are the recshard plan's; plan {plan!r} takes none")
     for key in options:
         if key not in OPTIONS:
