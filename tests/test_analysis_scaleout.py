@@ -318,3 +318,33 @@ def test_figures_draw_a_panel_per_dataset_and_batch(records: list[dict]) -> None
     per_rank, fixed = [ax for ax in figs["inter_node_bytes"].axes if ax.get_visible()][:2]
     assert not any(line.get_marker() == "D" and len(line.get_xdata()) for line in per_rank.lines)
     assert any(line.get_marker() == "D" and len(line.get_xdata()) for line in fixed.lines)
+
+
+def test_flexshard_reported_whole_total_and_sync_free_bound() -> None:
+    """Total (all-to-alls + replica sync) and the sync-free bound against row-wise's total, the dense all-reduce
+    apart, and the plan that keeps never-seen rows on the device beside."""
+    from hotcold.analysis.scaleout import comm_traffic_table
+
+    key = {"dataset": "t", "world": 16, "ranks_per_node": 8, "nodes": 2, "memory_headroom": 1.0, "steps": 4,
+           "status": "ok", "batching": "per-rank", "batch_size": 8192, "batch_per_rank": 512}
+    rows = []
+    for plan, a2a, rep, free in (("row", 100.0, 0.0, None), ("flexshard", 30.0, 10.0, 5.0),
+                                 ("flexshard-device", 90.0, 1.0, 80.0)):
+        rows.append({**key, "plan": plan, "inter_node_a2a_bytes": a2a, "inter_node_replica_bytes": rep,
+                     "inter_node_dense_bytes": 7.0, "inter_node_embedding_bytes": a2a + rep,
+                     "inter_node_bytes": a2a + rep + 7.0, "syncfree_inter_node_a2a_bytes": free,
+                     "replica_sparse_share": 0.25 if rep else None})
+    sims = pd.DataFrame(rows)
+    curve = flexshard_headroom_table(sims).iloc[0]
+    assert curve.reduction_vs_row == pytest.approx(0.7)
+    assert curve.total_reduction_vs_row == pytest.approx(0.6)      # 1 - (30 + 10) / 100
+    assert curve.syncfree_bound_vs_row == pytest.approx(0.95)      # 1 - 5 / 100
+    assert curve.reduction_device_vs_row == pytest.approx(0.1)
+    assert curve.total_reduction_device_vs_row == pytest.approx(0.09)
+    assert (curve.inter_dense, curve.inter_replica_flexshard, curve.inter_total_flexshard) == (7.0, 10.0, 40.0)
+    assert curve.replica_sparse_share == 0.25
+    table = comm_traffic_table([], sims).set_index("plan")
+    assert table.loc["flexshard", "inter_total_reduction_vs_row"] == pytest.approx(0.6)
+    assert table.loc["flexshard", "syncfree_bound_vs_row"] == pytest.approx(0.95)
+    assert table.loc["row", "inter_total_reduction_vs_row"] == pytest.approx(0.0)
+    assert math.isnan(table.loc["row", "syncfree_bound_vs_row"])

@@ -76,15 +76,15 @@ def test_plan_shape_and_budget():
         bounds = inp.bounds
         for t, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
             assert np.unique(plan.slot[a:b]).size == 1
-            dev, host = counts[a:b][~plan.host[a:b]], counts[a:b][plan.host[a:b]]
+            dev, host = counts[a:b][~plan.off_device[a:b]], counts[a:b][plan.off_device[a:b]]
             if host.size and dev.size:
                 assert dev.min() >= host.max()
-        device_rows = np.bincount(plan.slot[~plan.host], minlength=world)
-        host_rows = np.bincount(plan.slot[plan.host], minlength=world)
+        device_rows = np.bincount(plan.slot[~plan.off_device], minlength=world)
+        host_rows = np.bincount(plan.slot[plan.off_device], minlength=world)
         assert ((host_rows == 0) | (device_rows == budget)).all()
         assert plan.details["host_rows_per_rank"] == host_rows.tolist()
         if headroom == 1.0:
-            assert plan.host.any()  # the 3000-row table outgrows every rank
+            assert plan.off_device.any()  # the 3000-row table outgrows every rank
 
 
 def test_deterministic():
@@ -92,7 +92,7 @@ def test_deterministic():
     counts = skewed(sizes, 4, scale=800)
     inp = PlanInputs(sizes, counts, Topology(4, 2), 8, 1, 1.0, PRICES)
     a, b = build_plan("recshard", inp), build_plan("recshard", inp)
-    assert np.array_equal(a.slot, b.slot) and np.array_equal(a.host, b.host)
+    assert np.array_equal(a.slot, b.slot) and np.array_equal(a.off_device, b.off_device)
 
 
 @pytest.mark.parametrize("options,name", [
@@ -141,7 +141,7 @@ def test_shard_sim_counts_host_lookups_as_a_per_lookup_loop():
     topo = Topology(4, 2)
     inp = PlanInputs(sizes, counts, topo, 8, 1, 1.0, PRICES)
     plan = build_plan("recshard", inp)
-    assert plan.host.any()
+    assert plan.off_device.any()
     rng = np.random.default_rng(7)
     bounds = inp.bounds
     batches = []
@@ -155,14 +155,14 @@ def test_shard_sim_counts_host_lookups_as_a_per_lookup_loop():
     for batch, step in zip(batches, steps):
         want = 0
         for row in batch.reshape(-1):
-            if row >= 0 and plan.host[row]:
+            if row >= 0 and plan.off_device[row]:
                 want += 1
                 total[plan.slot[row]] += 1
         assert step["host_lookups"] == want
         assert step["vector_bytes_h2d"] == step["grad_bytes_d2h"] == want * 8 * 4
     sweep = ScaleSweep(topo, plan.num_rows)
     i = sweep.add(plan, 8, 1, 0)
-    same_routes = dataclasses.replace(plan, host=None)  # same owners, no host rows: booked apart
+    same_routes = dataclasses.replace(plan, off_device=None)  # same owners, no host rows: booked apart
     j = sweep.add(same_routes, 8, 1, 0)
     assert i != j
     sweep.run(iter(batches))

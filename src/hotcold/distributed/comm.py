@@ -22,7 +22,8 @@ import torch
 import torch.distributed as dist
 
 from hotcold.distributed.topology import Topology
-from hotcold.distributed.traffic import ID_BYTES, SPLIT_BYTES, Ledger, a2a_matrix, ring_allreduce_matrix
+from hotcold.distributed.traffic import (ID_BYTES, SPLIT_BYTES, Ledger, a2a_matrix, ring_allgather_matrix,
+                                         ring_allreduce_matrix)
 
 TIMEOUT_S = 300  # a rank that stops answering fails the others after this long
 
@@ -112,6 +113,47 @@ class Comm:
         pg = None if len(members) == self.world else self._groups[members]
         work = dist.all_reduce(tensor, group=pg, async_op=async_op)
         return Pending(work if async_op else None, tensor)
+
+    # -- all-gather (replica synchronisation, ``replica_sync``) ----------------------------------------
+    def all_gather_counts(self, count: int, group: Sequence[int] | None, collective: str | None) -> np.ndarray:
+        """int64 [g]: every member's ``count``, in ascending rank order (a ring all-gather of one integer each)."""
+        members = tuple(range(self.world)) if group is None else tuple(sorted(group))
+        if collective is not None:
+            self._book(collective, ring_allgather_matrix(members, [SPLIT_BYTES] * len(members), self.world))
+        if len(members) < 2:
+            return np.array([count], dtype=np.int64)
+        out = [torch.zeros(1, dtype=torch.int64, device=self.device) for _ in members]
+        dist.all_gather(out, torch.tensor([count], dtype=torch.int64, device=self.device), group=self._group(members))
+        return torch.cat(out).cpu().numpy()
+
+    def all_gather_rows(self, ids: torch.Tensor, values: torch.Tensor, counts: np.ndarray,
+                        group: Sequence[int] | None, collective: str | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Every member's (ids [t_i], values [t_i, ...]), in ascending rank order; ``counts`` [g]: every t_i.
+
+        Counted as the ring all-gather of the blocks (``ring_allgather_matrix``); the transfer pads each block
+        to the largest, as torch's all-gather takes equal blocks (the algorithm's bytes, as for the all-reduce).
+        """
+        members = tuple(range(self.world)) if group is None else tuple(sorted(group))
+        row = ids.element_size() + math.prod(values.shape[1:]) * values.element_size()
+        if collective is not None:
+            self._book(collective, ring_allgather_matrix(members, np.asarray(counts, dtype=np.int64) * row,
+                                                         self.world))
+        if len(members) < 2:
+            return [(ids, values)]
+        top = int(np.max(counts))
+        pg = self._group(members)
+        pad_ids = torch.zeros(top, dtype=ids.dtype, device=ids.device)
+        pad_ids[:ids.shape[0]] = ids
+        pad_values = torch.zeros((top, *values.shape[1:]), dtype=values.dtype, device=values.device)
+        pad_values[:values.shape[0]] = values
+        got_ids = [torch.empty_like(pad_ids) for _ in members]
+        got_values = [torch.empty_like(pad_values) for _ in members]
+        dist.all_gather(got_ids, pad_ids, group=pg)
+        dist.all_gather(got_values, pad_values, group=pg)
+        return [(i[:int(c)], v[:int(c)]) for i, v, c in zip(got_ids, got_values, counts)]
+
+    def _group(self, members: tuple[int, ...]) -> Any:
+        return None if len(members) == self.world else self._groups[members]
 
     # -- uncounted helpers ------------------------------------------------------------------------
     def gather_objects(self, obj: Any) -> list[Any]:

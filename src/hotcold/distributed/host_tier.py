@@ -1,6 +1,6 @@
-"""The rows a rank owns in its host memory (a plan's ``host`` rows, RecShard's UVM rows): kept, served and counted.
+"""The rows a rank owns in its host memory (``Plan.off_device``: RecShard's UVM rows, FlexShard's unseen rows).
 
-A plan may keep some sharded rows in their owner's host memory (``Plan.host``).
+A plan may keep some sharded rows in their owner's host memory (``Plan.off_device``).
 The owner holds them apart from its device rows: weights and optimizer state
 in host memory, after the device rows in its local order (``device_first``).
 A lookup of one gathers it on the host and copies the vector to the device;

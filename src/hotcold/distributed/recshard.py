@@ -20,7 +20,7 @@ lookups); the program minimises ``z >= cost[g]`` for every ``g`` under
 and ``scipy.optimize.milp`` (HiGHS) solves it (ordering the identical ranks'
 costs to cut symmetric branches was tried: at a node limit it kept HiGHS from
 finding good plans on 16 ranks). After the solve each rank's unused device rows take the hottest of
-its tables' host rows (never more cost). The plan's host rows (``Plan.host``)
+its tables' host rows (never more cost). The plan's host rows (``Plan.off_device``)
 live in their owner's host memory: the owner serves them, and a lookup of one
 moves its vector to the device and its gradient back, as the ``hybrid`` store.
 
@@ -294,7 +294,7 @@ def recshard(inputs: PlanInputs) -> Plan:
                         expected_cost_ns_per_rank=cost.tolist(), expected_cost_imbalance=imbalance(cost),
                         device_lookup_ns=costs.device_ns, host_lookup_ns=costs.host_ns,
                         cdf_breakpoints=opts.breakpoints, **record)
-    plan.host = host
+    plan.off_device = host
     return plan
 
 
@@ -302,7 +302,7 @@ def expected_cost(plan: Plan, counts: np.ndarray, costs: LookupCosts) -> np.ndar
     """float [P]: every rank's expected embedding cost (ns over ``counts``' lookups) of any sharded-tier plan:
     its device rows' lookups at the device price, its host rows' at the host price."""
     p = plan.topology.world
-    host = plan.host if plan.host is not None else np.zeros(plan.num_rows, dtype=bool)
+    host = plan.off_device if plan.off_device is not None else np.zeros(plan.num_rows, dtype=bool)
     counts = np.asarray(counts, dtype=np.float64)
     owner = plan.slot.astype(np.int64)
     return (np.bincount(owner[~host], weights=counts[~host], minlength=p) * costs.device_ns

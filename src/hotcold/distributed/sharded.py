@@ -18,11 +18,12 @@ import torch
 from hotcold.config import is_int, is_positive_int, is_real, require
 from hotcold.counters import all_resident
 from hotcold.distributed.comm import Comm, Pending, ids_tensor
+from hotcold.distributed.flexshard import DEFAULT_INTER_GBPS, DEFAULT_INTRA_GBPS, REPLICA_SYNC, UNACCESSED
 from hotcold.distributed.host_tier import HostTier, device_first, host_counts
-from hotcold.distributed.flexshard import DEFAULT_INTER_GBPS, DEFAULT_INTRA_GBPS
 from hotcold.distributed.plan_types import ALL, DEFAULT_HEADROOM, NODE, SHARDED, PlanInputs
 from hotcold.distributed.plans import PLANS, build_plan
 from hotcold.distributed.recshard import check_plan_options
+from hotcold.distributed.replica_sync import SPARSE, sync_sends
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import Ledger
 from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
@@ -80,16 +81,22 @@ class FlexShardOptions(StoreOptions):
     memory_headroom: float = DEFAULT_HEADROOM
     intra_node_gbps: float = DEFAULT_INTRA_GBPS   # GB/s per rank inside a node
     inter_node_gbps: float = DEFAULT_INTER_GBPS   # GB/s per rank between nodes
+    unaccessed_rows: str = UNACCESSED[0]          # rows the profile never saw: "host" (off the budget) or "device"
+    replica_sync: str = REPLICA_SYNC[0]           # "free": train the sync-free plan (replicas priced at zero)
 
     def validate(self, where: str) -> None:
         _check_headroom(where, self.memory_headroom)
+        for key, known in (("unaccessed_rows", UNACCESSED), ("replica_sync", REPLICA_SYNC)):
+            require(getattr(self, key) in known, where, f"{key} must be one of {list(known)}, "
+                    f"got {getattr(self, key)!r}")
         for key in ("intra_node_gbps", "inter_node_gbps"):
             v = getattr(self, key)
             require(is_real(v) and math.isfinite(v) and v > 0, where, f"{key} must be a positive number of GB/s, "
                     f"got {v!r}")
 
     def planner_options(self) -> dict[str, Any]:
-        return {"intra_node_gbps": self.intra_node_gbps, "inter_node_gbps": self.inter_node_gbps}
+        return {"intra_node_gbps": self.intra_node_gbps, "inter_node_gbps": self.inter_node_gbps,
+                "unaccessed_rows": self.unaccessed_rows, "replica_sync": self.replica_sync}
 
 
 @dataclass
@@ -140,7 +147,7 @@ class ShardedStore(EmbeddingStore):
         sh = self.sharding
         self.width = spec.dim // sh.columns
         self.col0 = self.rank * self.width if sh.columns > 1 else 0
-        owned, on_device = device_first(np.flatnonzero(sh.owned(self.rank)), sh.host)  # host rows last (host_tier)
+        owned, on_device = device_first(np.flatnonzero(sh.owned(self.rank)), sh.off_device)  # host rows last (host_tier)
         self.owned_rows = owned                                          # [M] global rows held here
         self.local_index = np.full(sh.num_rows, -1, dtype=np.int64)
         self.local_index[owned] = np.arange(owned.size)
@@ -255,16 +262,26 @@ class ShardedStore(EmbeddingStore):
         self._last = None
 
     def _reduce_replicas(self, uniq: torch.Tensor, summed: torch.Tensor) -> None:
-        """All-reduce each replicated tier's whole gradient over its group, then update the rows touched anywhere.
+        """Sum each replicated tier's gradient over its group, then update the rows touched anywhere.
 
-        Rows no rank touched have a zero gradient and are left alone, as in the ``device`` store.
+        Per group and step, the cheaper of a dense all-reduce of the whole tier and an all-gather of the rows its
+        members touched (``replica_sync.sync_sends``, after an all-gather of their counts; the gathered rows are
+        summed in rank order). Rows no rank touched have a zero gradient and are left alone, as in the ``device``
+        store.
         """
         for positions, index, group in self.replicas:
             at = index.index_select(0, uniq)                  # [U] index in this tier, -1: another tier
             here = (at >= 0).nonzero().squeeze(1)
+            mine, values = at[here].to(self.device), summed[here.to(self.device)]
+            counts = self.comm.all_gather_counts(int(mine.numel()), group, "replica_allreduce")
             grad = torch.zeros(positions.numel(), self.width, dtype=summed.dtype, device=summed.device)
-            grad.index_copy_(0, at[here].to(self.device), summed[here.to(self.device)])
-            grad = self.comm.all_reduce(grad, group, "replica_allreduce").wait()
+            how, _ = sync_sends(counts, positions.numel(), self.width, summed.element_size())
+            if how == SPARSE:
+                for ids, got in self.comm.all_gather_rows(mine, values, counts, group, "replica_allreduce"):
+                    grad.index_add_(0, ids, got)
+            else:
+                grad.index_copy_(0, mine, values)
+                grad = self.comm.all_reduce(grad, group, "replica_allreduce").wait()
             touched = grad.ne(0).any(dim=1)
             self.optimizer.apply(self.weight, self.state, positions.to(self.device)[touched], grad[touched])
 
@@ -311,7 +328,7 @@ class ShardedStore(EmbeddingStore):
         for c, m in ledger.total.items():
             collectives[c]["matrix"] = m.tolist()
         mean = float(np.mean(served)) if served else 0.0
-        host = {} if self.sharding.host is None else {
+        host = {} if self.sharding.off_device is None else {
             "host_lookups_per_rank": [int(h) for h in self.comm.gather_objects(self._host_total)]}
         return {**self.sharding.describe(self.dim, self.optimizer.state_width, self.inputs.budget_bytes()),
                 "served_lookups_per_rank": [int(s) for s in served],
