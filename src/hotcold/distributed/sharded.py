@@ -147,7 +147,7 @@ class ShardedStore(EmbeddingStore):
         sh = self.sharding
         self.width = spec.dim // sh.columns
         self.col0 = self.rank * self.width if sh.columns > 1 else 0
-        owned, on_device = device_first(np.flatnonzero(sh.owned(self.rank)), sh.off_device)  # host rows last (host_tier)
+        owned, on_device = device_first(np.flatnonzero(sh.owned(self.rank)), sh.off_device)  # host rows last
         self.owned_rows = owned                                          # [M] global rows held here
         self.local_index = np.full(sh.num_rows, -1, dtype=np.int64)
         self.local_index[owned] = np.arange(owned.size)
