@@ -315,7 +315,7 @@ def test_proactive_early_lookups_hide_behind_the_gradient_all_to_all():
     look = early.terms_ms["early_lookup.early_gather"]
     assert 0 < look < a2a
     assert early.terms_ms["grad_a2a.comm"] == pytest.approx(a2a - look)
-    assert early.hidden_ms["proactive_early_lookup"] == pytest.approx(look)
+    assert early.hidden_ms["proactive_grad_a2a"] == pytest.approx(look)  # the only window open
 
 
 # -- every technique's pricing ---------------------------------------------------------------------------
@@ -326,9 +326,13 @@ EVERY = {"lookups": 2000, "unique_rows": 300, "param_rows_h2d": 40, "param_rows_
          "dense_allreduce_bytes": 4e3, "intra_node_bytes": 7e4, "inter_node_bytes": 6e4}
 _EXCHANGE = ("data h2d dense_fwd_bwd input_a2a emb_fwd output_a2a grad_a2a emb_update replica_allreduce "
              "dense_allreduce")
-_EARLY = _EXCHANGE.replace("grad_a2a", "early_lookup grad_a2a")
+#: Proactive: the early lookups after the output all-to-all, the dense all-reduce beside the gradient all-to-all
+_EARLY = ("data h2d dense_fwd_bwd input_a2a emb_fwd output_a2a early_lookup dense_allreduce grad_a2a emb_update "
+          "replica_allreduce")
 #: (method, profile kind) -> (step ms, hidden ms, phases in order): the numbers of the cost model as one
-#: module, before it became a package; a change to the model changes them, a change of its code's home never
+#: module, before it became a package; a change to the model changes them, a change of its code's home never.
+#: Proactive's changed with its windows (issue 20): its own lookups hide behind the input all-to-all, the
+#: early ones behind the output all-to-all, the dense all-reduce runs beside the gradient all-to-all.
 PINNED = {
     ("device", "cpu"): (0.5252753600000001, 0, "data h2d dense_fwd_bwd emb_fwd emb_update"),
     ("fae", "cpu"): (0.47304536, 0, "data h2d dense_fwd_bwd emb_fwd emb_update d2h"),
@@ -337,7 +341,7 @@ PINNED = {
     ("hybrid", "cpu"): (0.52327536, 0, "data h2d dense_fwd_bwd emb_fwd d2h emb_update"),
     ("lfu", "cpu"): (0.37912536, 0, "data h2d dense_fwd_bwd d2h emb_fwd emb_update"),
     ("lru", "cpu"): (0.37912536, 0, "data h2d dense_fwd_bwd d2h emb_fwd emb_update"),
-    ("proactive", "cpu"): (0.53205768, 0.01125, _EARLY),
+    ("proactive", "cpu"): (0.4909807569230769, 0.021788461538461538, _EARLY),
     ("scratchpipe", "cpu"): (0.36223536, 0.00589, "h2d emb_fwd emb_update data dense_fwd_bwd"),
     ("sharded", "cpu"): (0.53205768, 0, _EXCHANGE),
     ("device", "gpu"): (0.50792336, 0, "data h2d dense_fwd_bwd emb_fwd emb_update"),
@@ -347,7 +351,7 @@ PINNED = {
     ("hybrid", "gpu"): (0.84787536, 0, "data h2d dense_fwd_bwd emb_fwd d2h emb_update"),
     ("lfu", "gpu"): (0.67313296, 0, "data h2d dense_fwd_bwd d2h emb_fwd emb_update"),
     ("lru", "gpu"): (0.67313296, 0, "data h2d dense_fwd_bwd d2h emb_fwd emb_update"),
-    ("proactive", "gpu"): (0.49847884000000003, 0.01016, _EARLY),
+    ("proactive", "gpu"): (0.47806284, 0.020576, _EARLY),
     ("scratchpipe", "gpu"): (0.51902336, 0.047909600000000004, "h2d emb_fwd emb_update data dense_fwd_bwd"),
     ("sharded", "gpu"): (0.49847884000000003, 0, _EXCHANGE),
 }
