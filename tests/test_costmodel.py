@@ -22,6 +22,7 @@ from hotcold.costmodel import (
     Workload,
     collective_ms,
     comm_ms,
+    concurrent_ms,
     load_profile,
     oversubscription,
     predict,
@@ -361,8 +362,6 @@ def test_host_rows_take_the_hybrid_stores_path():
 def test_collectives_in_flight_together_share_the_links():
     """Rank 1 sends 80 MB of gradients and 10 MB of the dense all-reduce per step (4 steps in the report), all
     inter-node at 10 GB/s: alone 8 ms and 1 ms (each plus the latency), together 9 ms plus one latency."""
-    from hotcold.costmodel.collectives import concurrent_ms
-
     grad, dense = [[0, 40e6 * 4], [80e6 * 4, 0]], [[0, 10e6 * 4], [10e6 * 4, 0]]
     w = _workload("proactive", {"grad_a2a_bytes": 120e6, "dense_allreduce_bytes": 20e6}, world=2,
                   ranks_per_node=1, report={"collectives": {"grad_a2a": {"bytes": 480e6, "matrix": grad},

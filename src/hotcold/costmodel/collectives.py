@@ -8,8 +8,9 @@ From a run's record the per-rank bytes come from the store report's [P, P]
 matrices (``collective_ms``); from totals only (``shard-sim`` rows,
 counters: ``comm_ms``), each collective's bytes are assumed split evenly
 over ranks and between intra- and inter-node links in the proportion of the
-totals. The collectives are ``distributed.traffic``'s, the names the runs
-count and time.
+totals. Collectives in flight at once share the links (``concurrent_ms``:
+their bytes summed per rank, one latency). The collectives are
+``distributed.traffic``'s, the names the runs count and time.
 """
 from __future__ import annotations
 
