@@ -359,6 +359,18 @@ def test_host_rows_take_the_hybrid_stores_path():
     assert _predict(_host_tier(400), prof).step_ms - none.step_ms == pytest.approx(added - replaced)
 
 
+def test_a_shard_sim_row_brings_its_host_tier():
+    """A ``shard-sim`` row of a plan with host rows (per step, over ranks) prices them as a trained run's counters."""
+    from hotcold.costmodel.simulated import shard_sim_workload
+
+    row = {"plan": "recshard", "world": 2, "ranks_per_node": 1, "batch_size": 10, "steps": 4, "status": "ok",
+           "load_imbalance": 1.0, "host_lookups": 400.0, "vector_bytes_h2d": 400.0 * 64, "grad_bytes_d2h": 400.0 * 64}
+    w = shard_sim_workload(row, _shape(100_000), lookups=1000, unique_rows=100, row_optimizer="sgd")
+    assert (w.c("host_lookups"), w.c("vector_bytes_h2d"), w.c("grad_bytes_d2h")) == (400, 400 * 64, 400 * 64)
+    t = _predict(w, _profile("gpu", **NET)).terms_ms
+    assert t["emb_fwd.host_gather"] == pytest.approx(200 * (10e-6 + 64 / 1e6))  # the shard's 50,000 rows: large
+
+
 def test_collectives_in_flight_together_share_the_links():
     """Rank 1 sends 80 MB of gradients and 10 MB of the dense all-reduce per step (4 steps in the report), all
     inter-node at 10 GB/s: alone 8 ms and 1 ms (each plus the latency), together 9 ms plus one latency."""
