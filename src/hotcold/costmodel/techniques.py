@@ -236,7 +236,7 @@ def _lookup_ms(c: Costs, w: Workload, x: _Exchange, n: float) -> float:
     """The time of an owner's gather of ``n`` served lookups (``_lookups``)."""
     part = Terms()
     _lookups(part, c, w, x, "emb_fwd", "owner_gather", n)
-    return sum(ms for _, _, ms in part.items) if n > 0 else 0.0
+    return sum(ms for _, _, ms in part.items)
 
 
 def proactive_windows(c: Costs, w: Workload, x: _Exchange) -> dict[str, float]:
@@ -279,7 +279,8 @@ def price_proactive(t: Terms, c: Costs, w: Workload) -> None:
     gradient all-to-all, not after the exchange.
     """
     x = _Exchange.of(c, w)
-    own, early = _lookup_ms(c, w, x, x.mine - x.early), _lookup_ms(c, w, x, x.early)
+    own = _lookup_ms(c, w, x, x.mine - x.early) if x.mine - x.early > 0 or x.early <= 0 else 0.0
+    early = _lookup_ms(c, w, x, x.early) if x.early > 0 else 0.0
     windows = proactive_windows(c, w, x)
     hidden: dict[str, float] = {}
     left = early
@@ -295,7 +296,8 @@ def price_proactive(t: Terms, c: Costs, w: Workload) -> None:
         left -= take
     _route(t, c, x)
     t.add("input_a2a", "comm", windows["input_a2a"] - hidden["input_a2a"])
-    _lookups(t, c, w, x, "emb_fwd", "owner_gather", x.mine - x.early)
+    if x.mine - x.early > 0 or x.early <= 0:  # every served row looked up early: no gather of its own
+        _lookups(t, c, w, x, "emb_fwd", "owner_gather", x.mine - x.early)
     _output(t, c, w, x, windows["output_a2a"] - hidden["output_a2a"])
     if x.early > 0:
         _lookups(t, c, w, x, "early_lookup", "early_gather", x.early)
