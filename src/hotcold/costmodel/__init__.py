@@ -11,7 +11,8 @@ Modules: ``profile`` (rates), ``workload`` (what a record says a step did),
 function per technique), ``collectives`` (a scale-out step's collectives),
 ``prediction`` (the sum by phase, ranks sharing cores).
 """
-from hotcold.costmodel.collectives import COLLECTIVES, collective_ms, comm_ms, comm_rates, slowest_rank_ms
+from hotcold.costmodel.collectives import (COLLECTIVES, collective_ms, comm_ms, comm_rates, concurrent_ms,
+                                           slowest_rank_ms)
 from hotcold.costmodel.prediction import STEP_ORDER, Prediction, oversubscription, predict, predict_record
 from hotcold.costmodel.pricing import Costs, Terms
 from hotcold.costmodel.profile import (
@@ -41,6 +42,6 @@ from hotcold.costmodel.workload import ModelShape, Workload
 
 __all__ = ["ALL_RATES", "COLLECTIVES", "COMM_RATES", "DEVICE_RATES", "HOST_RATES", "KINDS", "SHARED_RATES",
            "STEP_ORDER", "Costs", "HardwareProfile", "ModelShape", "Prediction", "PriceFn", "Rate", "Terms", "Workload",
-           "collective_ms", "comm_ms", "comm_rates", "load_profile", "oversubscription", "predict", "predict_record",
-           "price_cache", "price_device", "price_fae", "price_hybrid", "price_proactive", "price_scratchpipe",
-           "price_sharded", "profile_from_dict", "required_rates", "slowest_rank_ms"]
+           "collective_ms", "comm_ms", "comm_rates", "concurrent_ms", "load_profile", "oversubscription", "predict",
+           "predict_record", "price_cache", "price_device", "price_fae", "price_hybrid", "price_proactive",
+           "price_scratchpipe", "price_sharded", "profile_from_dict", "required_rates", "slowest_rank_ms"]

@@ -8,8 +8,9 @@ From a run's record the per-rank bytes come from the store report's [P, P]
 matrices (``collective_ms``); from totals only (``shard-sim`` rows,
 counters: ``comm_ms``), each collective's bytes are assumed split evenly
 over ranks and between intra- and inter-node links in the proportion of the
-totals. The collectives are ``distributed.traffic``'s, the names the runs
-count and time.
+totals. Collectives in flight at once share the links (``concurrent_ms``:
+their bytes summed per rank, one latency). The collectives are
+``distributed.traffic``'s, the names the runs count and time.
 """
 from __future__ import annotations
 
@@ -70,31 +71,48 @@ def comm_ms(per_step_bytes: Mapping[str, float], world: int, ranks_per_node: int
     return out
 
 
-def collective_ms(w: Workload, profile: HardwareProfile) -> dict[str, float]:
-    """Per-step ms of each collective of a scale-out run: from the store report's [P, P] matrices when
-    present (the slowest rank exactly), else from the counters' totals (``comm_ms``)."""
+def _rank_bytes(w: Workload) -> dict[str, tuple[Any, Any]]:
+    """Each collective's per-rank (intra-node, inter-node) bytes sent per step of a scale-out run: from the store
+    report's [P, P] matrices when present, else the counters' totals split as ``comm_ms`` splits them."""
     collectives = w.report.get("collectives") or {}
     steps = None
     if collectives:
         total = sum(float(v.get("bytes", 0)) for v in collectives.values())
         per_step = sum(w.c(f"{n}_bytes") for n in COLLECTIVES)
         steps = total / per_step if per_step > 0 else None
-    if not steps or not all("matrix" in v for v in collectives.values()):
-        counters = {k: w.c(k) for k in w.counters}
-        out = comm_ms(counters, w.world, w.ranks_per_node, profile)
-        out.pop("total")
-        return out
-    # the report covers every step of the run (warm-up too): scale its bytes to the counters' mean step
     p, g = w.world, w.ranks_per_node
+    if not steps or not all("matrix" in v for v in collectives.values()):
+        if p < 1 or g < 1 or p % g:
+            raise ConfigError(f"comm_ms: ranks_per_node {g} must divide world {p}")
+        intra, inter = w.c("intra_node_bytes"), w.c("inter_node_bytes")
+        share = 0.0 if p // g == 1 else 1.0 if g == 1 else inter / (intra + inter) if intra + inter > 0 else 0.0
+        return {name: ([w.c(f"{name}_bytes") / p * (1 - share)] * p, [w.c(f"{name}_bytes") / p * share] * p)
+                for name in COLLECTIVES}
+    # the report covers every step of the run (warm-up too): scale its bytes to the counters' mean step
     nodes = np.arange(p) // g
     inter_mask = nodes[:, None] != nodes[None, :]
-    out = {}
+    out: dict[str, tuple[Any, Any]] = {}
     for name in COLLECTIVES:
         entry = collectives.get(name)
         if not entry:
-            out[name] = 0.0
+            out[name] = (np.zeros(p), np.zeros(p))
             continue
         m = np.asarray(entry["matrix"], dtype=np.float64) / steps  # [P, P] bytes per step
         np.fill_diagonal(m, 0.0)
-        out[name] = slowest_rank_ms((m * ~inter_mask).sum(axis=1), (m * inter_mask).sum(axis=1), profile)
+        out[name] = ((m * ~inter_mask).sum(axis=1), (m * inter_mask).sum(axis=1))
     return out
+
+
+def collective_ms(w: Workload, profile: HardwareProfile) -> dict[str, float]:
+    """Per-step ms of each collective of a scale-out run: from the store report's [P, P] matrices when
+    present (the slowest rank exactly), else from the counters' totals (``comm_ms``)."""
+    return {name: slowest_rank_ms(intra, inter, profile) for name, (intra, inter) in _rank_bytes(w).items()}
+
+
+def concurrent_ms(w: Workload, profile: HardwareProfile, names: tuple[str, ...]) -> float:
+    """Per-step ms of the collectives ``names`` in flight at once: they share the links, so each rank sends their
+    bytes together (intra and inter links in parallel, as ``slowest_rank_ms``) and the latency is paid once."""
+    per_rank = _rank_bytes(w)
+    intra = np.sum([np.asarray(per_rank[n][0], dtype=np.float64) for n in names], axis=0)
+    inter = np.sum([np.asarray(per_rank[n][1], dtype=np.float64) for n in names], axis=0)
+    return slowest_rank_ms(intra, inter, profile)

@@ -126,18 +126,34 @@ def row_update(t: Terms, c: Costs, w: Workload, phase: str, lookups: float, uniq
                on_host: bool, table_rows: float) -> None:
     """``sum_by_index`` (into a [unique, D] buffer) then ``RowOptimizer.apply`` on ``unique`` rows of a
     table of ``table_rows`` rows (on the host or the trainer device)."""
+    grad_sum(t, c, w, phase, lookups, unique, on_host)
+    row_optimizer(t, c, w, phase, unique, on_host, table_rows)
+
+
+def grad_sum(t: Terms, c: Costs, w: Workload, phase: str, lookups: float, unique: float, on_host: bool) -> None:
+    """``sum_by_index``: ``lookups`` gradients summed into a [unique, D] buffer (on the host or the device)."""
+    d_bytes = w.vector_bytes
+    scatter = c.host_scatter if on_host else c.dev_scatter
+    stream = c.host_bytes if on_host else c.dev_bytes
+    ops = c.host_ops if on_host else c.ops
+    t.add(phase, "grad_sum", stream(unique * d_bytes) + scatter(lookups, d_bytes, unique * d_bytes) + ops(2))
+
+
+def row_optimizer(t: Terms, c: Costs, w: Workload, phase: str, unique: float, on_host: bool, table_rows: float,
+                  name: str = "row_optimizer") -> None:
+    """``RowOptimizer.apply`` on ``unique`` rows of a table of ``table_rows`` rows: read and write each row
+    (and its Adagrad state), the element-wise passes."""
     d_bytes = w.vector_bytes
     gather = c.host_gather if on_host else c.dev_gather
     scatter = c.host_scatter if on_host else c.dev_scatter
     stream = c.host_bytes if on_host else c.dev_bytes
     ops = c.host_ops if on_host else c.ops
-    t.add(phase, "grad_sum", stream(unique * d_bytes) + scatter(lookups, d_bytes, unique * d_bytes) + ops(2))
     passes = 6 if w.state_width else 2  # adagrad: square, mean, divide, sqrt, scale, subtract
     weights, state = w.table_bytes(table_rows), w.table_bytes(table_rows, FLOAT_BYTES)
     rows = gather(unique, d_bytes, weights) + scatter(unique, d_bytes, weights)
     if w.state_width:
         rows += gather(unique, FLOAT_BYTES, state) + scatter(unique, FLOAT_BYTES, state)
-    t.add(phase, "row_optimizer", rows + stream(passes * unique * d_bytes) + ops(14 if w.state_width else 5))
+    t.add(phase, name, rows + stream(passes * unique * d_bytes) + ops(14 if w.state_width else 5))
 
 
 def batch_terms(t: Terms, c: Costs, w: Workload) -> None:

@@ -96,12 +96,13 @@ def shard_sim_workload(row: Mapping[str, Any], shape: ModelShape, lookups: float
                        row_optimizer: str = "adagrad") -> Workload:
     """The workload of one ``hotcold shard-sim`` row (bytes per step, summed over ranks) at its global batch:
     ``lookups``, ``unique_rows`` and ``early_lookups`` (Proactive) per step come from the trace, which the
-    row does not carry; the row's ``load_imbalance`` is the report's."""
+    row does not carry; the row's ``load_imbalance`` is the report's, its host tier's lookups (``host_lookups``,
+    ``vector_bytes_h2d``, ``grad_bytes_d2h``: RecShard's host rows) the counters'."""
     if str(row.get("status", "ok")) != "ok":
         raise ConfigError(f"shard-sim {row.get('plan')} at {row.get('world')} ranks: {row.get('status')}")
     counters = {f: 0.0 for f in FIELDS if f != "prefetch_batch"}
-    for f in FIELDS:
-        if f.endswith("_bytes") and f in row:
+    for f in FIELDS:  # bytes per step, and a host tier's lookups with their vectors and gradients
+        if (f.endswith("_bytes") or f in ("host_lookups", "vector_bytes_h2d", "grad_bytes_d2h")) and f in row:
             counters[f] = _number(row, f)
     counters.update(lookups=float(lookups), unique_rows=float(unique_rows), served_lookups=float(lookups),
                     early_lookups=float(early_lookups))

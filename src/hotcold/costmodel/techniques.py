@@ -14,10 +14,12 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from hotcold.costmodel.collectives import collective_ms
-from hotcold.costmodel.pricing import Costs, Terms, device_lookup, host_lookup, param_move, row_update
+from hotcold.costmodel.collectives import collective_ms, comm_rates, concurrent_ms
+from hotcold.costmodel.pricing import (Costs, Terms, device_lookup, grad_sum, host_lookup, param_move, row_optimizer,
+                                      row_update)
 from hotcold.costmodel.workload import Workload
 from hotcold.counters import FLOAT_BYTES
+from hotcold.distributed.traffic import PROACTIVE_WINDOWS
 
 #: a technique's pricing: adds its terms of one step of the workload to the terms, at the profile's costs
 PriceFn = Callable[[Terms, Costs, Workload], None]
@@ -143,6 +145,11 @@ class _Exchange:
     early: float            # of which looked up early (Proactive; none in a plain exchange)
     shard_rows: float       # a row plan's rows, a column plan's slice: 1/P of the table
     comm: dict[str, float]  # collective -> ms
+    unique: float = 0.0     # distinct rows the rank updates
+    host: float = 0.0       # of the lookups it serves, those of rows in its host memory (``host_tier``)
+    host_rows: float = 0.0  # the rows it keeps in host memory
+    h2d_bytes: float = 0.0  # the host rows' vectors copied to the device (``vector_bytes_h2d``)
+    d2h_bytes: float = 0.0  # their gradients copied back (``grad_bytes_d2h``)
 
     @classmethod
     def of(cls, c: Costs, w: Workload) -> "_Exchange":
@@ -150,52 +157,153 @@ class _Exchange:
         local, mine = lookups / max(1, w.world), _per_rank(w, served)
         early = _per_rank(w, w.c("early_lookups"))
         comm = collective_ms(w, c.p)
-        return cls(local, mine, early, w.table_rows() / max(1, w.world), comm)
+        shard_rows = w.table_rows() / max(1, w.world)
+        host = min(mine, _per_rank(w, w.c("host_lookups")))
+        held = w.report.get("host_rows_per_rank") or []
+        host_rows = float(sum(held)) / len(held) if held else (shard_rows if host > 0 else 0.0)
+        return cls(local, mine, early, shard_rows, comm, _per_rank(w, w.c("unique_rows")) or mine, host,
+                   min(host_rows, shard_rows), _per_rank(w, w.c("vector_bytes_h2d")) if host else 0.0,
+                   _per_rank(w, w.c("grad_bytes_d2h")) if host else 0.0)
+
+    @property
+    def host_share(self) -> float:
+        """The share of the rank's served lookups (and, assumed alike, of its distinct rows) in host memory."""
+        return self.host / self.mine if self.mine > 0 else 0.0
+
+
+def _lookups(t: Terms, c: Costs, w: Workload, x: _Exchange, phase: str, name: str, n: float) -> None:
+    """An owner's gather of ``n`` of its served lookups: from its device rows, and (a host tier) the host-row
+    share of them gathered on the host and their vectors copied to the device (the ``hybrid`` store's blocks)."""
+    on_host = n * x.host_share
+    device_rows = x.shard_rows - x.host_rows
+    t.add(phase, name, c.dev_gather(n - on_host, w.vector_bytes, w.table_bytes(device_rows)) + c.ops(2))
+    if on_host > 0:
+        t.add(phase, "host_gather", c.host_gather(on_host, w.vector_bytes, w.table_bytes(x.host_rows)))
+        t.add(phase, "vectors_h2d", c.h2d(x.h2d_bytes * n / x.mine, 1) + c.ops(1))
+
+
+def _route(t: Terms, c: Costs, x: _Exchange) -> None:
+    """Ids to their owners: the global rows of the rank's slice, grouped by owner."""
+    t.add("input_a2a", "route_ids", c.ids(x.local, "host_id_plan_ns") + c.host_gather(x.local, 8, x.local * 8)
+          + c.host_ops(8))
+
+
+def _output(t: Terms, c: Costs, w: Workload, x: _Exchange, comm: float) -> None:
+    """The vectors back to the ranks that asked (``comm``: the output all-to-all's exposed ms), in the batch's order."""
+    t.add("output_a2a", "comm", comm)
+    t.add("output_a2a", "reorder", c.dev_gather(x.local, w.vector_bytes, w.table_bytes(x.local)) + c.ops(2))
 
 
 def _forward(t: Terms, c: Costs, w: Workload, x: _Exchange) -> None:
     """Ids to their owners, the owners' gathers (but the early ones), vectors back in the batch's order."""
-    shard = w.table_bytes(x.shard_rows)
-    t.add("input_a2a", "route_ids", c.ids(x.local, "host_id_plan_ns") + c.host_gather(x.local, 8, x.local * 8)
-          + c.host_ops(8))
+    _route(t, c, x)
     t.add("input_a2a", "comm", x.comm.get("input_a2a", 0.0))
-    t.add("emb_fwd", "owner_gather", c.dev_gather(x.mine - x.early, w.vector_bytes, shard) + c.ops(2))
-    t.add("output_a2a", "comm", x.comm.get("output_a2a", 0.0))
-    t.add("output_a2a", "reorder", c.dev_gather(x.local, w.vector_bytes, w.table_bytes(x.local)) + c.ops(2))
+    _lookups(t, c, w, x, "emb_fwd", "owner_gather", x.mine - x.early)
+    _output(t, c, w, x, x.comm.get("output_a2a", 0.0))
 
 
-def _update(t: Terms, c: Costs, w: Workload, x: _Exchange) -> None:
-    """The owners' row update after the gradient all-to-all, then the step's all-reduces."""
+def _update(t: Terms, c: Costs, w: Workload, x: _Exchange, dense: bool = True) -> None:
+    """The owners' row update after the gradient all-to-all, then the step's all-reduces (``dense``: the dense
+    all-reduce too, where it runs blocking after the exchange).
+
+    The gradients of every served lookup are summed on the device; a host tier's share of the distinct rows
+    has its sums copied to the host and updated there (``HostTier.apply``), the rest on the device."""
     t.add("emb_update", "unique_ids", c.ids(x.mine, "host_unique_ns"))
-    row_update(t, c, w, "emb_update", x.mine, _per_rank(w, w.c("unique_rows")) or x.mine, on_host=c.host,
-               table_rows=x.shard_rows)
-    for name in ("replica_allreduce", "column_allreduce", "dense_allreduce"):
+    grad_sum(t, c, w, "emb_update", x.mine, x.unique, on_host=c.host)
+    host_unique = x.unique * x.host_share
+    row_optimizer(t, c, w, "emb_update", x.unique - host_unique, on_host=c.host, table_rows=x.shard_rows - x.host_rows)
+    if host_unique > 0:
+        t.add("emb_update", "grads_d2h", c.d2h(x.d2h_bytes, 1) + c.ops(1))
+        row_optimizer(t, c, w, "emb_update", host_unique, on_host=True, table_rows=x.host_rows,
+                      name="host_row_optimizer")
+    for name in ("replica_allreduce", "column_allreduce") + (("dense_allreduce",) if dense else ()):
         if x.comm.get(name, 0.0) > 0:
             t.add(name, "comm", x.comm[name])
 
 
 def price_sharded(t: Terms, c: Costs, w: Workload) -> None:
-    """The hybrid-parallel exchange over a plan's shards (table, row, column, balanced; FlexShard's tiers
-    show in its counters: served lookups, the replicas' all-reduce)."""
+    """The hybrid-parallel exchange over a plan's shards (table, row, column, balanced, RecShard; FlexShard's
+    tiers show in its counters: served lookups, the replicas' all-reduce). Every collective blocks. A plan's
+    host rows (RecShard's, FlexShard's never-seen rows: ``host_lookups``) take the ``hybrid`` store's path:
+    gathered on the host, vectors copied over, summed gradients copied back, updated on the host."""
     x = _Exchange.of(c, w)
     _forward(t, c, w, x)
     t.add("grad_a2a", "comm", x.comm.get("grad_a2a", 0.0))
     _update(t, c, w, x)
 
 
-def price_proactive(t: Terms, c: Costs, w: Workload) -> None:
-    """The exchange with Proactive's early lookups hidden behind the gradient all-to-all.
+def _lookup_ms(c: Costs, w: Workload, x: _Exchange, n: float) -> float:
+    """The time of an owner's gather of ``n`` served lookups (``_lookups``)."""
+    part = Terms()
+    _lookups(part, c, w, x, "emb_fwd", "owner_gather", n)
+    return sum(ms for _, _, ms in part.items)
 
-    The early lookups run while the gradient all-to-all is in flight;
-    ``early_lookup`` is their time, and ``grad_a2a`` is what remains of the
-    collective after them (``max(0, a2a - early)``).
+
+def proactive_windows(c: Costs, w: Workload, x: _Exchange) -> dict[str, float]:
+    """The ms each of Proactive's windows (``PROACTIVE_WINDOWS``) is open: while its collective is in flight.
+
+    The input and output all-to-alls fly alone. The dense all-reduce and the gradient all-to-all are issued
+    together and share the links: together they take their bytes over the link rate, the latency once
+    (``concurrent_ms``). Sharing the links fairly, the smaller finishes first: the dense all-reduce is in flight
+    for ``latency + t_d + min(t_d, t_g)`` (``t``: a collective's time alone, less its latency), the gradient
+    all-to-all's window is the rest of the pair's time (none when the all-reduce finishes last)."""
+    comm = x.comm
+    out = {"input_a2a": comm.get("input_a2a", 0.0), "output_a2a": comm.get("output_a2a", 0.0)}
+    dense, grad = comm.get("dense_allreduce", 0.0), comm.get("grad_a2a", 0.0)
+    if dense > 0 and grad > 0:
+        latency = comm_rates(c.p)[2]
+        both = concurrent_ms(w, c.p, ("dense_allreduce", "grad_a2a"))
+        t_d, t_g = max(0.0, dense - latency), max(0.0, grad - latency)
+        out["dense_allreduce"] = min(both, latency + t_d + min(t_d, t_g))
+        out["grad_a2a"] = both - out["dense_allreduce"]
+    else:
+        out["dense_allreduce"], out["grad_a2a"] = dense, grad
+    return out
+
+
+def price_proactive(t: Terms, c: Costs, w: Workload) -> None:
+    """The exchange with Proactive's lookups done while its collectives are in flight (``distributed.proactive``).
+
+    Four windows a step (``proactive_windows``), in step order. In the
+    input all-to-all's window (the next step's ids on their way) an owner
+    looks up the current step's own rows (``served - early``), then early
+    rows with the window's time left; the early lookups (``early_lookups``,
+    looked up for this step in an earlier step's windows) fill the output
+    all-to-all's, the dense all-reduce's and the gradient all-to-all's
+    windows in that order, and what is left runs at the end of the gradient
+    window, exposed. Lookups are charged in full in their phases (own:
+    ``emb_fwd``, early: ``early_lookup``); each window's collective is
+    charged only its time not covered by the lookups in it, and that cover
+    is ``t.hidden["proactive_<window>"]``: at most the window, and all of
+    them together at most the lookups. The dense all-reduce runs beside the
+    gradient all-to-all, not after the exchange.
     """
     x = _Exchange.of(c, w)
-    _forward(t, c, w, x)
-    early_ms = c.dev_gather(x.early, w.vector_bytes, w.table_bytes(x.shard_rows)) + (c.ops(2) if x.early else 0.0)
-    a2a = x.comm.get("grad_a2a", 0.0)
-    t.add("early_lookup", "early_gather", early_ms)
-    t.add("grad_a2a", "comm", max(0.0, a2a - early_ms))
-    t.hidden["proactive_early_lookup"] = min(early_ms, a2a)
-    _update(t, c, w, x)
-
+    own = _lookup_ms(c, w, x, x.mine - x.early) if x.mine - x.early > 0 or x.early <= 0 else 0.0
+    early = _lookup_ms(c, w, x, x.early) if x.early > 0 else 0.0
+    windows = proactive_windows(c, w, x)
+    hidden: dict[str, float] = {}
+    left = early
+    for name in PROACTIVE_WINDOWS:
+        open_ms = windows[name]
+        if name == "input_a2a":
+            hidden[name] = min(own, open_ms)
+            open_ms -= hidden[name]
+        else:
+            hidden[name] = 0.0
+        take = min(left, open_ms)
+        hidden[name] += take
+        left -= take
+    _route(t, c, x)
+    t.add("input_a2a", "comm", windows["input_a2a"] - hidden["input_a2a"])
+    if x.mine - x.early > 0 or x.early <= 0:  # every served row looked up early: no gather of its own
+        _lookups(t, c, w, x, "emb_fwd", "owner_gather", x.mine - x.early)
+    _output(t, c, w, x, windows["output_a2a"] - hidden["output_a2a"])
+    if x.early > 0:
+        _lookups(t, c, w, x, "early_lookup", "early_gather", x.early)
+    for name in ("dense_allreduce", "grad_a2a"):
+        if windows[name] > 0 or name == "grad_a2a":
+            t.add(name, "comm", windows[name] - hidden[name])
+    for name in PROACTIVE_WINDOWS:
+        t.hidden[f"proactive_{name}"] = hidden[name]
+    _update(t, c, w, x, dense=False)
