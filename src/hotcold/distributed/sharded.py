@@ -130,7 +130,7 @@ class ShardedStore(EmbeddingStore):
         counts = spec.frequencies.numpy() if spec.frequencies is not None else np.zeros(spec.num_rows, np.int64)
         self.inputs = PlanInputs.for_training(
             spec.table_sizes, counts, self.comm.topology, spec.dim, self.optimizer.state_width,
-            opts.memory_headroom, opts.planner_options(), spec.batch_share)
+            opts.memory_headroom, opts.planner_options(), spec.batch_share, wire=self.comm.wire)
         self.sharding = build_plan(opts.plan, self.inputs)
         sh = self.sharding
         self.width = spec.dim // sh.columns
@@ -182,7 +182,8 @@ class ShardedStore(EmbeddingStore):
 
     def answer(self, ex: Exchange, vectors: torch.Tensor, collective: str | None = "output_a2a") -> torch.Tensor:
         """Send the served vectors [R, width] back; assemble this rank's lookups [L, D] in lookup order."""
-        got = self.comm.all_to_all(vectors, ex.recv_counts, ex.send_counts, collective).wait()
+        got = self.comm.all_to_all(vectors, ex.recv_counts, ex.send_counts, collective, on_wire=True).wait()
+        got = got.to(self.weight.dtype)
         if ex.order is None:  # column-wise: one slice from every rank
             n = ex.lk.size
             return got.view(self.world, n, self.width).permute(1, 0, 2).reshape(n, self.dim)
@@ -212,7 +213,7 @@ class ShardedStore(EmbeddingStore):
             g = g.view(n, self.world, self.width).permute(1, 0, 2).reshape(self.world * n, self.width)
         else:
             g = g.index_select(0, ex.order.to(g.device))
-        return self.comm.all_to_all(g, ex.send_counts, ex.recv_counts, "grad_a2a", async_op=async_op)
+        return self.comm.all_to_all(g, ex.send_counts, ex.recv_counts, "grad_a2a", async_op=async_op, on_wire=True)
 
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
         assert self._last is not None, "backward without forward"
@@ -223,6 +224,7 @@ class ShardedStore(EmbeddingStore):
 
     def update(self, ex: Exchange, received: torch.Tensor, timer: Marker) -> None:
         """Sum the received gradients by row, reduce replicas, apply the row optimizer; book the step."""
+        received = received.to(self.weight.dtype)  # from the wire's type
         groups = RowGroups.of(ex.served)  # planned on the host
         uniq = groups.rows
         slots = uniq.to(self.device, non_blocking=True)
@@ -235,7 +237,8 @@ class ShardedStore(EmbeddingStore):
             slots, summed = slots[sharded], summed[sharded]
         sq_mean = None
         if self.sharding.columns > 1 and self.optimizer.state_width:  # each row's squares, over all its columns
-            sq_mean = self.comm.all_reduce(summed.pow(2).sum(dim=1), None, "column_allreduce").wait() / self.dim
+            squares = self.comm.all_reduce(summed.pow(2).sum(dim=1), None, "column_allreduce", on_wire=True).wait()
+            sq_mean = squares.to(summed.dtype) / self.dim
             timer.mark("column_allreduce")
         self.optimizer.apply(self.weight, self.state, slots, summed, sq_mean)
         timer.mark("emb_update")
@@ -252,7 +255,7 @@ class ShardedStore(EmbeddingStore):
             here = (at >= 0).nonzero().squeeze(1)
             grad = torch.zeros(positions.numel(), self.width, dtype=summed.dtype, device=summed.device)
             grad.index_copy_(0, at[here].to(self.device), summed[here.to(self.device)])
-            grad = self.comm.all_reduce(grad, group, "replica_allreduce").wait()
+            grad = self.comm.all_reduce(grad, group, "replica_allreduce", on_wire=True).wait().to(summed.dtype)
             touched = grad.ne(0).any(dim=1)
             self.optimizer.apply(self.weight, self.state, positions.to(self.device)[touched], grad[touched])
 
@@ -297,6 +300,7 @@ class ShardedStore(EmbeddingStore):
         return {**self.sharding.describe(self.dim, self.optimizer.state_width, self.inputs.budget_bytes()),
                 "served_lookups_per_rank": [int(s) for s in served],
                 "load_imbalance": float(max(served) / mean) if mean > 0 else float("nan"),
+                "wire": self.comm.wire.record(),
                 "collectives": collectives}
 
 

@@ -16,31 +16,31 @@ from typing import Iterable
 
 import numpy as np
 
-from hotcold.counters import FLOAT_BYTES
 from hotcold.distributed.plan_types import ALL, NODE, Plan
 from hotcold.distributed.routing import DistinctCounter, lookups_per_rank, route_counts
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import (
     COLLECTIVES,
     ID_BYTES,
-    REDUCE_BYTES,
     SPLIT_BYTES,
     Ledger,
+    Wire,
     ring_allreduce_matrix,
     ring_edges,
     split_intra_inter,
 )
 
 
-def replica_matrix(plan: Plan, dim: int) -> np.ndarray:
+def replica_matrix(plan: Plan, dim: int, wire: Wire | None = None) -> np.ndarray:
     """[P, P] bytes of one step's replica all-reduces: the ``ALL`` tier over every rank, each ``NODE`` slot's rows
-    across the nodes (the whole tier every step, touched or not, as the training store reduces it)."""
+    across the nodes (the whole tier every step, touched or not, as the training store reduces it), each element
+    ``wire.reduce_bytes`` (default: the float32 wire)."""
     topo = plan.topology
-    p, width = topo.world, dim // plan.columns
-    out = ring_allreduce_matrix(range(p), int((plan.tier == ALL).sum()) * width * REDUCE_BYTES, p)
+    p, width, element = topo.world, dim // plan.columns, (wire or Wire()).reduce_bytes
+    out = ring_allreduce_matrix(range(p), int((plan.tier == ALL).sum()) * width * element, p)
     node_rows = np.bincount(plan.slot[plan.tier == NODE], minlength=topo.ranks_per_node)
     for local in range(topo.ranks_per_node):
-        out += ring_allreduce_matrix(topo.cross_node_group(local), int(node_rows[local]) * width * REDUCE_BYTES, p)
+        out += ring_allreduce_matrix(topo.cross_node_group(local), int(node_rows[local]) * width * element, p)
     return out
 
 
@@ -51,19 +51,21 @@ class PlanTraffic:
     ``route`` / ``routing.route_counts``, ``distinct`` the batch's distinct
     rows (read only by the column-wise plan with a row-optimizer state).
     ``keep_steps`` also keeps every step's bytes (``StepCounters`` names), as
-    the training store's counters give them.
+    the training store's counters give them. ``wire``: what the collectives send (default: the float32 wire).
     """
 
-    def __init__(self, plan: Plan, dim: int, state_width: int, dense_params: int, keep_steps: bool = False) -> None:
+    def __init__(self, plan: Plan, dim: int, state_width: int, dense_params: int, keep_steps: bool = False,
+                 wire: Wire | None = None) -> None:
         topo = self.topology = plan.topology
         p = topo.world
+        self.wire = wire or Wire()
         self.columns = plan.columns
-        self.vector_bytes = dim // plan.columns * FLOAT_BYTES
+        self.vector_bytes = dim // plan.columns * self.wire.vector_bytes
         self.needs_distinct = plan.columns > 1 and state_width > 0
         self.off = ~np.eye(p, dtype=bool)
         self.inter = topo.inter_mask()
-        self.replica = replica_matrix(plan, dim)
-        self.dense = ring_allreduce_matrix(range(p), dense_params * REDUCE_BYTES, p)
+        self.replica = replica_matrix(plan, dim, self.wire)
+        self.dense = ring_allreduce_matrix(range(p), dense_params * self.wire.reduce_bytes, p)
         self.ring = ring_edges(range(p), p)
         self.pairs = split_intra_inter(self.off.astype(np.int64), topo) if p > 1 else (0, 0)
         self.fixed = {"replica_allreduce": split_intra_inter(self.replica, topo),
@@ -79,7 +81,7 @@ class PlanTraffic:
         p = self.topology.world
         if not self.needs_distinct or p < 2 or not distinct:
             return 0
-        return 2 * (p - 1) * (distinct * REDUCE_BYTES) // p
+        return 2 * (p - 1) * (distinct * self.wire.reduce_bytes) // p
 
     def add_step(self, counts: np.ndarray, distinct: int | None = None) -> None:
         self.counts += counts
@@ -140,11 +142,13 @@ class PlanTraffic:
 
 class ScaleSweep:
     """Every plan x headroom of one scale, fed the same batches once: one pass over each batch's lookups routes
-    it through all of them (plans whose placement is identical share one ``PlanTraffic``)."""
+    it through all of them (plans whose placement is identical share one ``PlanTraffic``). ``wire``: what every
+    plan's collectives send."""
 
-    def __init__(self, topo: Topology, num_rows: int) -> None:
+    def __init__(self, topo: Topology, num_rows: int, wire: Wire | None = None) -> None:
         self.topology = topo
         self.num_rows = num_rows
+        self.wire = wire or Wire()
         self.traffic: list[PlanTraffic] = []
         self._codes: list[np.ndarray | None] = []  # a row plan's route codes; None: column-wise
         self.codes: np.ndarray | None = None      # [N, M] of the row plans, built by ``freeze``
@@ -161,7 +165,7 @@ class ScaleSweep:
                 codes is not None and other is not None and np.array_equal(codes, other))
             if same:
                 return i
-        self.traffic.append(PlanTraffic(plan, dim, state_width, dense_params))
+        self.traffic.append(PlanTraffic(plan, dim, state_width, dense_params, wire=self.wire))
         self._codes.append(codes)
         return len(self.traffic) - 1
 
@@ -183,7 +187,7 @@ class ScaleSweep:
         if self.codes is None:
             self.freeze()
         assert self.codes is not None
-        one = ScaleSweep(self.topology, self.num_rows)
+        one = ScaleSweep(self.topology, self.num_rows, self.wire)
         traffic = copy.copy(self.traffic[index])
         traffic.counts, traffic.steps, traffic.column_send = np.zeros_like(traffic.counts), 0, 0
         traffic.step_bytes = None
