@@ -19,7 +19,7 @@ setup: $(STAMP)
 # pip compiles every module to bytecode at install: a run never pays it, even where the environment sets
 # PYTHONDONTWRITEBYTECODE (without it each process of the workflow spent 1.4 s more importing torch).
 PIP := $(BIN)/python -m pip install --quiet
-$(STAMP): envs/requirements.txt envs/peers.txt pyproject.toml
+$(STAMP): envs/requirements.txt envs/peers.txt envs/peers-nodeps.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) -r envs/requirements.txt
 	$(PIP) --no-deps --no-build-isolation -e .
@@ -28,6 +28,11 @@ $(STAMP): envs/requirements.txt envs/peers.txt pyproject.toml
 	then echo "peers: fbgemm installed (envs/peers.txt); the fbgemm runs train"; \
 	else $(BIN)/python -m pip uninstall --quiet --yes fbgemm-gpu-cpu >/dev/null 2>&1 || true; \
 		echo "peers: fbgemm not installed (envs/peers.txt did not install or import here); the fbgemm runs are skipped"; fi
+	@if $(BIN)/python -c 'import fbgemm_gpu' >/dev/null 2>&1 && $(PIP) --no-deps -r envs/peers-nodeps.txt \
+		&& $(BIN)/python -c 'import sys; from hotcold.distributed.torchrec_peer import available; r = available(); r and print(r); sys.exit(r is not None)'; \
+	then echo "peers: torchrec installed (envs/peers-nodeps.txt); torchrec-peer runs"; \
+	else $(BIN)/python -m pip uninstall --quiet --yes torchrec >/dev/null 2>&1 || true; \
+		echo "peers: torchrec not installed (envs/peers-nodeps.txt); torchrec-peer and its tests are skipped"; fi
 	touch $(STAMP)
 
 reproduce: $(STAMP)

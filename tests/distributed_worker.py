@@ -2,7 +2,8 @@
 
 Usage (under torchrun): ``python -m torch.distributed.run --standalone --nproc-per-node P
 tests/distributed_worker.py CASES.json OUT.pt``. CASES.json: a list of
-``{"name", "dataset" (directory), "run_config" (RunConfig dict)}``; rank 0
+``{"name", "dataset" (directory), "run_config" (RunConfig dict)}``, and
+``"broken": true`` for a negative control (Proactive with ``reads_before_update``); rank 0
 saves ``{name: {"params", "counters", "report", "summary"}}`` with torch.save.
 """
 from __future__ import annotations
@@ -10,13 +11,25 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import nullcontext
+from unittest import mock
 
 import torch
 
 from hotcold.config import RunConfig
 from hotcold.data.format import Dataset
+from hotcold.distributed.proactive import ProactiveStore
 from hotcold.distributed.world import World
 from hotcold.train import train
+
+
+def reads_before_update(store: ProactiveStore, target: int) -> torch.Tensor:
+    """NEGATIVE CONTROL, tests only: Proactive's eligible rows without excluding those the steps in between
+    update, so rows are read before their update (must diverge from the ``device`` store)."""
+    served = store._ahead[target].ex.served
+    if target == store._step:
+        return torch.arange(served.numel())
+    return store._early_ok.index_select(0, served).nonzero().squeeze(1)
 
 
 def main(cases_path: str, out_path: str) -> None:
@@ -27,7 +40,8 @@ def main(cases_path: str, out_path: str) -> None:
     results = {}
     for case in cases:
         cfg = RunConfig.from_dict(case["run_config"])
-        res = train(cfg, Dataset.open(case["dataset"]), cpu, progress=False, world=world)
+        with mock.patch.object(ProactiveStore, "eligible", reads_before_update) if case.get("broken") else nullcontext():
+            res = train(cfg, Dataset.open(case["dataset"]), cpu, progress=False, world=world)
         if world.is_main:
             results[case["name"]] = {"params": res.named_parameters(), "counters": res.counters,
                                      "report": res.store_report, "summary": res.summary}

@@ -83,7 +83,8 @@ def records() -> list[dict]:
         record("sharded", "table", "table", 4, 2, inter_a2a=1500.0),
         record("proactive", "row", "row", 4, 2, inter_a2a=2000.0, options={"plan": "row", "depth": 1},
                store={"depth": 1, "early_lookup_share": 0.4, "hidden_lookup_share": 0.25, "lookup_ms_early": 2.0,
-                      "lookup_ms_late": 3.0}, step_ms=9.0),
+                      "lookup_ms_late": 3.0, "window_lookup_share_input_a2a": 0.5, "hidden_share_dense_allreduce": 0.1},
+               step_ms=9.0),
         record("sharded", "column", "column", 4, 2, status="infeasible"),
     ]
 
@@ -146,6 +147,8 @@ def test_proactive_table(records: list[dict]) -> None:
     assert (row.early_lookup_share, row.hidden_lookup_share, row.depth) == (0.4, 0.25, 1)
     assert (row.step_ms_p50, row.sharded_step_ms_p50) == (9.0, 10.0)
     assert (row.early_lookups_per_step, row.served_lookups_per_step) == (200.0, 500.0)
+    assert (row.window_lookup_share_input_a2a, row.hidden_share_dense_allreduce) == (0.5, 0.1)
+    assert pd.isna(row.hidden_share_grad_a2a)                  # a window the record does not report stays empty
 
 
 def test_shard_sim_csv_must_be_shard_sim_output(tmp_path: Path) -> None:
@@ -335,3 +338,33 @@ def test_exact_is_never_claimed_outside_exact_mode(tmp_path: Path) -> None:
     row = one(summary, variant="row")
     assert pd.isna(row.exact) and row.param_rel_diff == 0.0 and "not exact mode" in row.exact_reference
     assert bool(one(summary, variant="table").exact) and bool(one(summary, variant="column").exact)
+
+
+def test_flexshard_reported_whole_total_and_sync_free_bound() -> None:
+    """Total (all-to-alls + replica sync) and the sync-free bound against row-wise's total, the dense all-reduce
+    apart, and the plan that keeps never-seen rows on the device beside."""
+    from hotcold.analysis.scaleout import comm_traffic_table
+
+    key = {"dataset": "t", "world": 16, "ranks_per_node": 8, "nodes": 2, "memory_headroom": 1.0, "steps": 4,
+           "status": "ok", "batching": "per-rank", "batch_size": 8192, "batch_per_rank": 512}
+    rows = []
+    for plan, a2a, rep, free in (("row", 100.0, 0.0, None), ("flexshard", 30.0, 10.0, 5.0),
+                                 ("flexshard-device", 90.0, 1.0, 80.0)):
+        rows.append({**key, "plan": plan, "inter_node_a2a_bytes": a2a, "inter_node_replica_bytes": rep,
+                     "inter_node_dense_bytes": 7.0, "inter_node_embedding_bytes": a2a + rep,
+                     "inter_node_bytes": a2a + rep + 7.0, "syncfree_inter_node_a2a_bytes": free,
+                     "replica_sparse_share": 0.25 if rep else None})
+    sims = pd.DataFrame(rows)
+    curve = flexshard_headroom_table(sims).iloc[0]
+    assert curve.reduction_vs_row == pytest.approx(0.7)
+    assert curve.total_reduction_vs_row == pytest.approx(0.6)      # 1 - (30 + 10) / 100
+    assert curve.syncfree_bound_vs_row == pytest.approx(0.95)      # 1 - 5 / 100
+    assert curve.reduction_device_vs_row == pytest.approx(0.1)
+    assert curve.total_reduction_device_vs_row == pytest.approx(0.09)
+    assert (curve.inter_dense, curve.inter_replica_flexshard, curve.inter_total_flexshard) == (7.0, 10.0, 40.0)
+    assert curve.replica_sparse_share == 0.25
+    table = comm_traffic_table([], sims).set_index("plan")
+    assert table.loc["flexshard", "inter_total_reduction_vs_row"] == pytest.approx(0.6)
+    assert table.loc["flexshard", "syncfree_bound_vs_row"] == pytest.approx(0.95)
+    assert table.loc["row", "inter_total_reduction_vs_row"] == pytest.approx(0.0)
+    assert math.isnan(table.loc["row", "syncfree_bound_vs_row"])

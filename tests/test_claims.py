@@ -12,13 +12,14 @@ from hotcold.analysis.claims_figure import UNSTABLE_HATCH, claims_figure
 
 
 def record(method, variant, samples_per_s, seed=0, dataset="kaggle", world=1, rpn=1, stable=True,
-           counters=None, phases=None, timer="cpu"):
+           counters=None, phases=None, timer="cpu", store=None, report=None):
     return {
         "dataset": dataset, "method": method, "variant": variant, "seed": seed, "status": "ok",
         "summary": {"samples_per_s": samples_per_s, "timer": timer, "stable": stable, "world": world,
                     "ranks_per_node": rpn, "counters_per_step": counters or {}, "phase_ms_mean": phases or {}},
         "provenance": {"device": "cpu", "cpu": "TestCPU", "threads": 2},
-        "config": {"distributed": {"world": world, "ranks_per_node": rpn}},
+        "config": {"distributed": {"world": world, "ranks_per_node": rpn}, "store": store or {}},
+        "store": report or {},
     }
 
 
@@ -125,7 +126,7 @@ def test_a2a_reduction_comes_from_the_largest_simulated_scale_at_the_claims_head
 
 def test_comm_latency_is_modelled_from_the_simulated_bytes_and_measured_from_trained_phases():
     comm = {"input_a2a": 2.0, "output_a2a": 1.0, "grad_a2a": 1.0, "dense_allreduce": 4.0}
-    recs = [record("sharded", "row", 1.0, dataset="taobao", world=4, rpn=2, phases=comm),
+    recs = [record("sharded", "row", 1.0, dataset="taobao", world=4, rpn=2, phases=comm, store={"plan": "row"}),
             record("flexshard", "base", 1.0, dataset="taobao", world=4, rpn=2,
                    phases={**comm, "input_a2a": 0.5, "replica_allreduce": 0.5})]
     row = table(recs, comm_rows(), claims=(LATENCY,)).loc["lat"]

@@ -20,7 +20,7 @@ from hotcold.cli import main
 from hotcold.data.format import Dataset
 
 VERBS = ("generate", "download", "preprocess", "profile", "dataset-stats", "train", "train-group", "infeasible", "simulate",
-         "shard-sim", "scaleout-tables", "cache-sim", "aggregate", "figures", "claims", "calibrate",
+         "shard-sim", "torchrec-peer", "scaleout-tables", "cache-sim", "aggregate", "figures", "claims", "calibrate",
          "costmodel-validation", "bench", "hit-rate-curves")
 
 

@@ -35,6 +35,9 @@ PLANS = ["row", "table", "column", "recshard", "flexshard"]
 METHODS = [("sharded", {}), ("proactive", {}), ("proactive", {"depth": 2})]
 STEPS = 12
 HEADROOM = 4.0  # room for table-wise on the fixtures' few tables
+#: the ``flexshard`` method training its sync-free plan: many replicas, few touched a step, so most replica syncs
+#: send the touched rows (ALL and NODE tiers at 4x2); the plain plans above mostly all-reduce densely
+SPARSE_SYNC = {"replica_sync": "free", "memory_headroom": 1.5}
 
 
 #: wire modes of the multi-rank cases: exact (float64 all-reduces: equal to the replay) for every case, the
@@ -87,10 +90,21 @@ def launch(cases: list[dict], world: int, tmp: Path, name: str) -> tuple[int, di
     return proc.returncode, results
 
 
+def flexshard_cfg(row_optimizer: str, world: int = 1, ranks_per_node: int = 1):
+    cfg = run_cfg("flexshard", row_optimizer, steps=STEPS, eval_samples=256)
+    return dataclasses.replace(cfg, store=dict(SPARSE_SYNC), distributed=dataclasses.replace(
+        cfg.distributed, world=world, ranks_per_node=ranks_per_node, **WIRES["exact"]))
+
+
 def all_cases(datasets, world: int, ranks_per_node: int) -> list[dict]:
     """Every plan x method x row optimizer in exact mode; the sharded store on the float32 and bfloat16 wires too."""
     cases = []
     for ds in datasets:
+        for opt in ("sgd", "adagrad"):
+            cases.append({"name": f"{ds.name}/flexshard/sparse-sync/{opt}", "dataset": str(ds.path),
+                          "run_config": flexshard_cfg(opt, world, ranks_per_node).to_dict(),
+                          "ranks_per_node": ranks_per_node, "data": ds.name, "opt": opt, "plan": "flexshard",
+                          "method": "flexshard", "wire": "exact"})
         for plan in PLANS:
             for method, extra in METHODS:
                 for opt in ("sgd", "adagrad"):
@@ -105,12 +119,20 @@ def all_cases(datasets, world: int, ranks_per_node: int) -> list[dict]:
     return cases
 
 
+def negative_controls(ds, world: int, ranks_per_node: int) -> list[dict]:
+    """Proactive reading rows before their update (``distributed_worker.reads_before_update``): must diverge."""
+    return [{"name": f"broken/{ds.name}/{plan}", "dataset": str(ds.path), "broken": True, "ranks_per_node": ranks_per_node,
+             "run_config": case_cfg("proactive", plan, {}, "adagrad", world, ranks_per_node).to_dict()}
+            for plan in ("row", "column")]
+
+
 #: the 4-rank world (2 nodes of 2: intra- and inter-node links) runs by default, 2 ranks in the slow tier
 @pytest.fixture(scope="module", params=[pytest.param((2, 1), marks=pytest.mark.slow), (4, 2)], ids=["2x1", "4x2"])
 def multi_rank(request, small_dataset, sequence_dataset, tmp_path_factory):
     world, rpn = request.param
     cases = all_cases([small_dataset, sequence_dataset], world, rpn)
-    _, results = launch(cases, world, tmp_path_factory.mktemp(f"w{world}"), "cases")
+    _, results = launch(cases + negative_controls(small_dataset, world, rpn), world,
+                        tmp_path_factory.mktemp(f"w{world}"), "cases")
     return world, rpn, cases, results, {small_dataset.name: small_dataset, sequence_dataset.name: sequence_dataset}
 
 
@@ -143,15 +165,18 @@ def test_trained_bytes_equal_shard_sim(multi_rank):
     """Per step, every collective's bytes summed over ranks equal shard-sim's for the same batches and plan."""
     world, rpn, cases, results, datasets = multi_rank
     for case in cases:
-        if case["method"] != "sharded":
+        if case["method"] == "proactive":
             continue
         ds = datasets[case["data"]]
         cfg = case_cfg("sharded", case["plan"], {}, case["opt"], world, rpn, case["wire"])
         wire = cfg.distributed.wire()
         start, stop = ds.split("train")
+        sparse = case["method"] == "flexshard"
+        options = {"replica_sync": SPARSE_SYNC["replica_sync"]} if sparse else {}
         inputs = PlanInputs.for_training(ds.cardinalities, row_counts(ds, "train"), Topology(world, rpn), 8,
-                                         1 if case["opt"] == "adagrad" else 0, HEADROOM, {}, 128 / (stop - start),
-                                         wire=wire)
+                                         1 if case["opt"] == "adagrad" else 0,
+                                         SPARSE_SYNC["memory_headroom"] if sparse else HEADROOM, options,
+                                         128 / (stop - start), wire=wire)
         plan = build_plan(case["plan"], inputs)
         ledger, sim_steps, served = simulate_plan(plan, global_batches(ds, cfg), 8, inputs.state_width,
                                                   dense_parameters(ds, cfg), wire)
@@ -177,6 +202,31 @@ def test_proactive_moves_the_same_bytes_and_looks_up_early(multi_rank):
         assert 0 < got["report"]["early_lookup_share"] < 1
         assert 0 <= got["report"]["hidden_lookup_share"] <= 1
         assert sum(c["early_lookups"] for _, c in got["counters"]) > 0
+        report = got["report"]
+        windows = report["windows"]
+        assert sum(w["lookups"] for w in windows.values()) + report["late_lookups"] == \
+            sum(report["served_lookups_per_rank"])
+        assert all(0 <= w["hidden_ms"] <= w["ms"] for w in windows.values())
+
+
+def test_proactive_early_share_does_not_depend_on_depth(multi_rank):
+    """Depth spreads a step's early lookups over more windows; which rows are early does not change."""
+    _, _, cases, results, _ = multi_rank
+    for case in cases:
+        if case["method"] == "proactive" and "depth" in case["name"]:
+            got = results[case["name"]]
+            one = results[case["name"].replace("proactive{'depth': 2}", "proactive{}")]
+            assert [c["early_lookups"] for _, c in got["counters"]] == [c["early_lookups"] for _, c in one["counters"]]
+
+
+def test_negative_control_diverges_at_several_ranks(multi_rank):
+    """The exactness check above can fail: Proactive reading rows before their update trains another model."""
+    world, _, _, results, datasets = multi_rank
+    broken = [name for name in results if name.startswith("broken/")]
+    assert len(broken) == 2
+    for name in broken:
+        want = reference(datasets[name.split("/")[1]], "adagrad", world).named_parameters()
+        assert rel_diff(results[name]["params"], want) > 1e-3, name
 
 
 def test_counters_against_an_independent_count():
@@ -334,9 +384,16 @@ def test_every_collective_priced_as_the_wire_sends_it(mode, vector, reduce):
         for row in sample[sample >= 0]:
             server = r if row == 0 else (r // 2) * 2 + 1 if row == 1 else row % 4
             sent[r, server] += r != server
+    # replica syncs (``replica_sync``): each group first all-gathers its members' touched counts (g - 1 int64
+    # counts sent per member). The ALL ring (4 ranks, row 0, touched by rank 0 alone) then all-gathers that one
+    # row (its id and vector, passed on by 3 members: 3 (8 + dim reduce) bytes) or all-reduces the tier (4 members
+    # x 2 * 3 * dim reduce / 4 = 12 reduce bytes), whichever sends fewer: the all-gather only for reduce > 4
+    # (float64, exact mode). The NODE ring of row 1 (ranks 1 and 3, each touched it) all-reduces:
+    # 2 (8 + dim reduce) > 2 * (2 * 1 * dim reduce / 2).
+    all_ring = 3 * (8 + dim * reduce) if reduce == 8 else 4 * (2 * 3 * dim * reduce // 4)
     want = {"input_a2a": 8 * sent.sum() + 8 * 12, "output_a2a": sent.sum() * dim * vector,
             "grad_a2a": sent.sum() * dim * vector,
-            "replica_allreduce": 4 * (2 * 3 * dim * reduce // 4) + 2 * (2 * 1 * dim * reduce // 2),
+            "replica_allreduce": all_ring + 4 * 3 * 8 + 2 * (2 * 1 * dim * reduce // 2) + 2 * 1 * 8,
             "column_allreduce": 0, "dense_allreduce": 4 * (2 * 3 * dense * reduce // 4)}
     got = step_matrices(plan, batch, dim, 1, dense, wire=wire)
     assert {c: int(m.sum()) for c, m in got.items()} == want
@@ -358,3 +415,26 @@ def test_bad_wire_options_fail_with_one_line_naming_the_option(bad, option):
     with pytest.raises(ConfigError) as e:
         from_mapping(DistributedConfig, bad, "distributed")
     assert "\n" not in str(e.value) and str(e.value).startswith("distributed:") and option in str(e.value)
+
+
+def test_sparse_replica_sync_sends_fewer_bytes_than_the_dense_tier(multi_rank):
+    """The sync-free plan's many rarely touched replicas: the trained store all-gathered the touched rows, so its
+    replica bytes are below the dense all-reduce of every tier every step (which it would send otherwise)."""
+    from hotcold.distributed.sweep import replica_matrix
+    from hotcold.distributed.traffic import Wire
+
+    world, rpn, cases, results, datasets = multi_rank
+    checked = 0
+    for case in cases:
+        if case["method"] != "flexshard" or world // rpn < 2:
+            continue
+        ds = datasets[case["data"]]
+        start, stop = ds.split("train")
+        inputs = PlanInputs.for_training(ds.cardinalities, row_counts(ds, "train"), Topology(world, rpn), 8,
+                                         1 if case["opt"] == "adagrad" else 0, SPARSE_SYNC["memory_headroom"],
+                                         {"replica_sync": "free"}, 128 / (stop - start), wire=Wire(exact=True))
+        dense = int(replica_matrix(build_plan("flexshard", inputs), 8, inputs.wire).sum()) * STEPS
+        got = results[case["name"]]["report"]["collectives"]["replica_allreduce"]["bytes"]
+        assert 0 < got < dense, case["name"]
+        checked += 1
+    assert checked or world // rpn < 2

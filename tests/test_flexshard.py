@@ -105,16 +105,28 @@ def check_valid(plan: Plan, inp: PlanInputs) -> None:
 
 
 @pytest.mark.parametrize("wire", list(WIRES))
+@pytest.mark.parametrize("unaccessed", ["host", "device"])
 @pytest.mark.parametrize("per_step", [PER_STEP, 64 * PER_STEP], ids=["small-batch", "big-batch"])
 @pytest.mark.parametrize("topo", TOPOLOGIES, ids=lambda t: t.label())
-def test_flexshard_fits_and_beats_simplest_and_sharded(topo: Topology, per_step: int, wire: str) -> None:
+def test_flexshard_fits_and_beats_simplest_and_sharded(topo: Topology, per_step: int, unaccessed: str,
+                                                       wire: str) -> None:
     """Small batches: the best tiering fits with room to spare; big batches: the memory budget binds.
     The solver prices each element as the wire sends it (float32 by default, float64 reductions in exact mode)."""
     previous = math.inf
     mode, vector, reduce = WIRES[wire]
     for headroom in HEADROOMS:
-        inp = inputs(topo, headroom, lookups_per_step=per_step, wire=mode)
+        inp = inputs(topo, headroom, lookups_per_step=per_step, wire=mode, unaccessed_rows=unaccessed)
         plan = build_plan("flexshard", inp)
+        unseen = inp.counts == 0
+        assert unseen.any()  # the fixture has never-seen rows
+        if unaccessed == "host":  # they sit on their row-wise owner, off the device budget
+            assert (plan.off_device == unseen).all() and (plan.tier[unseen] == SHARDED).all()
+            assert (plan.slot[unseen] == row_wise(inp).slot[unseen]).all()
+            assert plan.host_rows_held().sum() == unseen.sum()
+            assert plan.rows_held().sum() == inp.num_rows - unseen.sum() + (topo.nodes - 1) * (
+                plan.tier == NODE).sum() + (topo.world - 1) * (plan.tier == ALL).sum()
+        else:
+            assert plan.off_device is None
         check_valid(plan, inp)
         cost = modelled_seconds(plan, inp.counts, per_step, vector, reduce)
         assert cost == pytest.approx(plan.details["tiering"]["modelled_seconds_per_step"], rel=1e-6, abs=1e-15)
@@ -123,8 +135,10 @@ def test_flexshard_fits_and_beats_simplest_and_sharded(topo: Topology, per_step:
         assert cost <= modelled_seconds(row_wise(inp), inp.counts, per_step, vector, reduce) * (1 + 1e-9) + 1e-15
         assert cost <= previous * (1 + 1e-9) + 1e-15       # more headroom never costs more
         previous = cost
-        if headroom == 1.0:
+        if headroom == 1.0 and unaccessed == "device":  # no room for a copy: the row-wise shard is full
             assert plan.tier_rows() == {"sharded": inp.num_rows, "node": 0, "all": 0}
+        if headroom == 1.0 and unaccessed == "host" and topo.world > 1 and per_step == PER_STEP:
+            assert plan.tier_rows()["sharded"] < inp.num_rows  # the unseen rows' room holds replicas
 
 
 @pytest.mark.parametrize("topo", [Topology(4, 2), Topology(8, 4)], ids=lambda t: t.label())

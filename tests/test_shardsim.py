@@ -272,10 +272,13 @@ def test_bench_shard_sim_verb(small_dataset, tmp_path, capsys):
 
 
 def test_same_rows_without_numba(small_dataset, monkeypatch):
-    """Without numba (the numpy routing, np.unique for distinct rows) shard-sim gives the same rows."""
-    from hotcold.distributed import routing
+    """Without numba (the numpy routing, np.unique for distinct and touched rows) shard-sim gives the same rows."""
+    from hotcold.distributed import replica_sync, routing
 
     args = (small_dataset, sim_cfg(), ["row", "flexshard", "column"], [Scale(2, 2)], [2.0])
     compiled = shard_sim(*args, batch_per_rank=8)
     monkeypatch.setattr(routing, "KERNEL", "python")
+    monkeypatch.setattr(replica_sync, "KERNEL", "python")
     assert shard_sim(*args, batch_per_rank=8) == compiled
+    flex = next(r for r in compiled if r["plan"] == "flexshard")
+    assert flex["replica_allreduce_bytes"] > 0 and 0 <= flex["replica_sparse_share"] <= 1

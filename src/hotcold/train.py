@@ -179,7 +179,7 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
                 x = (dense, emb, valid, labels) if part is None else (dense[part], emb[part], valid[part], labels[part])
                 loss_fn(model(*x[:3]), x[3]).backward()
                 world.accumulate(model)
-            world.sync_dense(model, emb, timer)
+            world.sync_dense(model, emb, timer, store.begin_backward)
             opt.step()
             timer.mark("dense_fwd_bwd")
             store.backward(emb.grad, timer)

@@ -51,9 +51,12 @@ rule claims:
         comm_traffic="results/tables/comm_traffic.csv",
         manifests=per_dataset("results/data/{dataset}/manifest.json"),
         profiles=hardware_profiles(),
+        sims=per_dataset("results/sim/{dataset}.csv"),
+        shard_sims=per_dataset("results/shard_sim/{dataset}.csv"),
     output:
         csv=report("results/tables/claims.csv", caption="../report/claims.rst", category="Tables"),
         md="results/tables/claims.md",
+        sweep="results/tables/claims_sweep.csv",
         png=figure("claims", "png"),
         pdf=figure("claims", "pdf"),
     params:
@@ -61,6 +64,8 @@ rule claims:
         out=lambda wildcards, output: str(Path(output.csv).parent),
         figures=lambda wildcards, output: str(Path(output.pdf).parent),
         data=lambda wildcards, input: str(Path(input.manifests[0]).parent.parent),
+        sim_configs=lambda wildcards: to_json({d: {"simulate": MATRIX.simulate_config(d),
+                                                   "shard_sim": MATRIX.shard_sim_config(d)} for d in MATRIX.datasets()}),
     log:
         "results/logs/claims.log",
     conda:
@@ -68,4 +73,5 @@ rule claims:
     shell:
         "{params.cli} claims {input.records:q} --comm-traffic {input.comm_traffic:q}"
         " --profiles {input.profiles:q} --data {params.data} --out {params.out:q} --figures {params.figures:q}"
+        " --sims {input.sims:q} --shard-sims {input.shard_sims:q} --sim-configs {params.sim_configs:q}"
         " > {log:q} 2>&1"

@@ -38,12 +38,18 @@ def model_shapes(data_dir: str | Path) -> ShapeOf:
 
 
 def claims_report(records: Sequence[Path], comm_traffic: Path, profiles: Sequence[str | Path], data_dir: str | Path,
-                  out_dir: Path, figures_dir: Path) -> tuple[pd.DataFrame, list[Path]]:
-    """Write ``claims.csv``/``.md`` to ``out_dir`` and the claims figure to ``figures_dir``; the table and figures.
+                  out_dir: Path, figures_dir: Path, sims: Sequence[Path] = (), shard_sims: Sequence[Path] = (),
+                  sim_configs: str | dict[str, Any] | None = None) -> tuple[pd.DataFrame, list[Path]]:
+    """Write ``claims.csv``/``.md``/``claims_sweep.csv`` to ``out_dir`` and the claims figure to ``figures_dir``;
+    the table and figures.
 
     ``comm_traffic``: the table of ``hotcold scaleout-tables``; ``profiles``:
-    the hardware profiles the modelled values use.
+    the hardware profiles the modelled values use; ``sims``, ``shard_sims``
+    and ``sim_configs``: the simulations (``<dataset>.csv``) and the configs
+    they ran under, for the paper-scale columns (``paper_scale.PaperScale``).
     """
+    from hotcold.analysis.paper_scale import PaperScale
+
     from hotcold.analysis.claims import load_profiles, write_claims
     from hotcold.analysis.claims_figure import claims_figure
     from hotcold.analysis.plotting import read_table, save_atomic
@@ -52,9 +58,10 @@ def claims_report(records: Sequence[Path], comm_traffic: Path, profiles: Sequenc
     loaded = load_records(list(records))
     comm = read_table(Path(comm_traffic), "run `hotcold scaleout-tables` first")
     shape_of = model_shapes(data_dir)
+    paper = PaperScale.load(sims, shard_sims, sim_configs, data_dir)
     frame = write_claims(loaded, comm, load_profiles(profiles), Path(out_dir),
                          predict=lambda rec, profile: predict_record(rec, profile, methods.price(rec["method"]),
-                                                                            shape_of(rec)))
+                                                                     shape_of(rec)), paper=paper, shape_of=shape_of)
     return frame, save_atomic(claims_figure(frame), Path(figures_dir), "claims")
 
 

@@ -22,29 +22,42 @@ from hotcold import methods
 from hotcold.analysis.markdown import to_markdown
 from hotcold.analysis.tables import load_records, plan_of, scale_of
 from hotcold.distributed.batch import GLOBAL, PER_RANK
-from hotcold.distributed.traffic import COLLECTIVES
+from hotcold.distributed.traffic import COLLECTIVES, PROACTIVE_WINDOWS
 from hotcold.files import atomic_write_text
 from hotcold.records import STATUS_OK, record_status
 
 A2A = ("input_a2a", "output_a2a", "grad_a2a")
-BYTE_COLUMNS = [f"{c}_bytes" for c in COLLECTIVES] + ["intra_node_bytes", "inter_node_bytes", "inter_node_a2a_bytes"]
+#: inter-node bytes of: the all-to-alls, the replica synchronisation, the dense all-reduce (the same for every plan)
+#: and every collective of the embeddings (all but the dense all-reduce: the plans' total)
+INTER_PARTS = ["inter_node_a2a_bytes", "inter_node_replica_bytes", "inter_node_dense_bytes",
+               "inter_node_embedding_bytes"]
+BYTE_COLUMNS = [f"{c}_bytes" for c in COLLECTIVES] + ["intra_node_bytes", "inter_node_bytes", *INTER_PARTS]
 REDUCTIONS = {"row": "inter_a2a_reduction_vs_row", "table": "inter_a2a_reduction_vs_table"}
+#: FlexShard's whole picture against row-wise: total (all-to-alls + replica sync) and the sync-free bound
+WHOLE = ["inter_total_reduction_vs_row", "syncfree_bound_vs_row"]
+FLEX_EXTRA = ["syncfree_inter_node_a2a_bytes", "replica_sparse_share", "host_bytes_per_rank_max"]
 BATCH_KEYS = ["batching", "batch_size", "batch_per_rank"]
 COMM_KEYS = ["dataset", "source", "method", "variant", "plan", "world", "ranks_per_node", "nodes", "memory_headroom",
              *BATCH_KEYS, "seed"]
-COMM_COLUMNS = [*COMM_KEYS, "status", "steps", *BYTE_COLUMNS, *REDUCTIONS.values(), "load_imbalance",
-                "memory_used_share", "reason"]
+COMM_COLUMNS = [*COMM_KEYS, "status", "steps", *BYTE_COLUMNS, *REDUCTIONS.values(), *WHOLE, *FLEX_EXTRA,
+                "load_imbalance", "memory_used_share", "reason"]
 # rows compared with each other: same dataset, source, scale, headroom, global batch and seed
 COMPARABLE = ["dataset", "source", "world", "ranks_per_node", "memory_headroom", "batch_size", "seed"]
 SIM_REQUIRED = ("dataset", "plan", "world", "ranks_per_node", "nodes", "memory_headroom", "steps", "status",
                 "inter_node_a2a_bytes")
-HEADROOM_PLANS = ("flexshard", "row", "table")
+HEADROOM_PLANS = ("flexshard", "row", "table", "flexshard-device")
 HEADROOM_KEYS = ["dataset", "nodes", "ranks_per_node", "world", *BATCH_KEYS, "memory_headroom"]
+HEADROOM_WHOLE = ["inter_replica_flexshard", "inter_total_flexshard", "inter_dense", "syncfree_inter_a2a_flexshard",
+                  "total_reduction_vs_row", "syncfree_bound_vs_row", "reduction_device_vs_row",
+                  "total_reduction_device_vs_row", "replica_sparse_share"]
 HEADROOM_COLUMNS = [*HEADROOM_KEYS, "flexshard_status", *(f"inter_a2a_{p}" for p in HEADROOM_PLANS),
-                    "reduction_vs_row", "reduction_vs_table"]
+                    "reduction_vs_row", "reduction_vs_table", *HEADROOM_WHOLE]
+#: per Proactive window, the share of served lookups done in it and the share of all lookup time it hid
+PROACTIVE_WINDOW_COLUMNS = [f"{kind}_{w}" for w in PROACTIVE_WINDOWS for kind in ("window_lookup_share", "hidden_share")]
 PROACTIVE_COLUMNS = ["dataset", "variant", "plan", "world", "ranks_per_node", "seed", "depth", "early_lookup_share",
-                     "hidden_lookup_share", "lookup_ms_early", "lookup_ms_late", "early_lookups_per_step",
-                     "served_lookups_per_step", "timer", "step_ms_p50", "sharded_step_ms_p50"]
+                     "hidden_lookup_share", *PROACTIVE_WINDOW_COLUMNS, "lookup_ms_early", "lookup_ms_late",
+                     "early_lookups_per_step", "served_lookups_per_step", "timer", "step_ms_p50",
+                     "sharded_step_ms_p50"]
 
 
 class ShardSimError(ValueError):
@@ -119,6 +132,9 @@ def _trained_bytes(rec: dict[str, Any]) -> dict[str, float]:
     out["intra_node_bytes"] = sum(get(c, "intra_node_bytes") for c in COLLECTIVES)
     out["inter_node_bytes"] = sum(get(c, "inter_node_bytes") for c in COLLECTIVES)
     out["inter_node_a2a_bytes"] = sum(get(c, "inter_node_bytes") for c in A2A)
+    out["inter_node_replica_bytes"] = get("replica_allreduce", "inter_node_bytes")
+    out["inter_node_dense_bytes"] = get("dense_allreduce", "inter_node_bytes")
+    out["inter_node_embedding_bytes"] = out["inter_node_bytes"] - out["inter_node_dense_bytes"]
     return out
 
 
@@ -147,7 +163,7 @@ def trained_rows(records: list[dict[str, Any]]) -> pd.DataFrame:
             "memory_used_share": store.get("memory_used_share", max(held) / budget if held and budget else None),
             "reason": rec.get("reason"),
         })
-    return pd.DataFrame(rows, columns=[c for c in COMM_COLUMNS if c not in REDUCTIONS.values()])
+    return pd.DataFrame(rows, columns=[c for c in COMM_COLUMNS if c not in [*REDUCTIONS.values(), *WHOLE]])
 
 
 def simulated_rows(sims: pd.DataFrame) -> pd.DataFrame:
@@ -157,14 +173,17 @@ def simulated_rows(sims: pd.DataFrame) -> pd.DataFrame:
     out["method"], out["variant"], out["seed"] = "", "", pd.NA
     if "memory_bytes_per_rank_max" in out and "memory_budget_bytes" in out:
         out["memory_used_share"] = out["memory_bytes_per_rank_max"] / out["memory_budget_bytes"]
-    return out.reindex(columns=[c for c in COMM_COLUMNS if c not in REDUCTIONS.values()])
+    if "inter_node_embedding_bytes" not in out and "inter_node_bytes" in out:  # a table from before these columns
+        out["inter_node_embedding_bytes"] = out["inter_node_a2a_bytes"]
+    return out.reindex(columns=[c for c in COMM_COLUMNS if c not in [*REDUCTIONS.values(), *WHOLE]])
 
 
-def _reference(group: pd.DataFrame, plan: str) -> float:
-    """Inter-node all-to-all bytes of the group's feasible ``plan`` row (the ``sharded`` run first); NaN if none."""
+def _reference(group: pd.DataFrame, plan: str, column: str = "inter_node_a2a_bytes") -> float:
+    """``column`` (inter-node all-to-all bytes) of the group's feasible ``plan`` row (the ``sharded`` run first);
+    NaN if none."""
     cands = group[(group["plan"] == plan) & (group["status"] == STATUS_OK)]
     cands = cands.sort_values("method", key=lambda m: m != "sharded", kind="stable")
-    return float(cands["inter_node_a2a_bytes"].iloc[0]) if not cands.empty else float("nan")
+    return float(cands[column].iloc[0]) if not cands.empty else float("nan")
 
 
 def reduction(values: pd.Series, reference: float) -> pd.Series:
@@ -197,15 +216,19 @@ def comm_traffic_table(records: list[dict[str, Any]], sims: pd.DataFrame) -> pd.
     if not parts:
         return pd.DataFrame(columns=COMM_COLUMNS)
     frame = pd.concat(parts, ignore_index=True)
-    for col in [*BYTE_COLUMNS, "batch_size", "batch_per_rank"]:
+    for col in [*BYTE_COLUMNS, *FLEX_EXTRA, "batch_size", "batch_per_rank"]:
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("float64")
     frame["memory_headroom"] = frame["memory_headroom"].astype("float64")
-    for plan, col in REDUCTIONS.items():
+    for col in [*REDUCTIONS.values(), *WHOLE]:
         frame[col] = np.nan
     for _, group in frame.groupby(COMPARABLE, dropna=False, sort=False):
         for plan, col in REDUCTIONS.items():
             frame.loc[group.index, col] = reduction(group["inter_node_a2a_bytes"], _reference(group, plan))
-    frame.loc[frame["status"] != STATUS_OK, list(REDUCTIONS.values())] = np.nan
+        row_total = _reference(group, "row", "inter_node_embedding_bytes")
+        frame.loc[group.index, "inter_total_reduction_vs_row"] = reduction(group["inter_node_embedding_bytes"],
+                                                                            row_total)
+        frame.loc[group.index, "syncfree_bound_vs_row"] = reduction(group["syncfree_inter_node_a2a_bytes"], row_total)
+    frame.loc[frame["status"] != STATUS_OK, [*REDUCTIONS.values(), *WHOLE]] = np.nan
     frame = frame[COMM_COLUMNS]
     return frame.sort_values(["dataset", "source", "world", "ranks_per_node", "batch_size", "memory_headroom", "plan",
                               "method", "variant", "seed"], kind="stable", key=_plan_key).reset_index(drop=True)
@@ -227,10 +250,20 @@ def flexshard_headroom_table(sims: pd.DataFrame) -> pd.DataFrame:
     sims = with_batch(sims[sims["plan"].isin(HEADROOM_PLANS)]) if not sims.empty else sims
     if sims.empty:
         return pd.DataFrame(columns=HEADROOM_COLUMNS)
-    ok = sims[sims["status"] == STATUS_OK]
-    wide = ok.groupby([*HEADROOM_KEYS, "plan"], dropna=False)["inter_node_a2a_bytes"].first().unstack("plan")
-    wide = wide.reindex(columns=list(HEADROOM_PLANS))
-    wide.columns = [f"inter_a2a_{p}" for p in wide.columns]
+    ok = simulated_rows(sims[sims["status"] == STATUS_OK])
+    for col in [*INTER_PARTS, *FLEX_EXTRA]:
+        ok[col] = pd.to_numeric(ok[col], errors="coerce").astype("float64")
+
+    def per_plan(column: str, prefix: str) -> pd.DataFrame:
+        w = ok.groupby([*HEADROOM_KEYS, "plan"], dropna=False)[column].first().unstack("plan")
+        w = w.reindex(columns=list(HEADROOM_PLANS))
+        w.columns = [f"{prefix}{p}" for p in w.columns]
+        return w
+
+    total, replica = per_plan("inter_node_embedding_bytes", "total_"), per_plan("inter_node_replica_bytes", "rep_")
+    free, share = per_plan("syncfree_inter_node_a2a_bytes", "free_"), per_plan("replica_sparse_share", "share_")
+    dense = ok.groupby(HEADROOM_KEYS, dropna=False)["inter_node_dense_bytes"].first().rename("inter_dense")
+    wide = pd.concat([per_plan("inter_node_a2a_bytes", "inter_a2a_"), total, replica, free, share, dense], axis=1)
     keys = sims[HEADROOM_KEYS].drop_duplicates()
     out = keys.merge(wide.reset_index(), on=HEADROOM_KEYS, how="left")
     status = sims[sims["plan"] == "flexshard"][[*HEADROOM_KEYS, "status"]].rename(columns={"status": "flexshard_status"})
@@ -240,6 +273,14 @@ def flexshard_headroom_table(sims: pd.DataFrame) -> pd.DataFrame:
     for plan in ("row", "table"):
         ref = out[f"inter_a2a_{plan}"].astype("float64")
         out[f"reduction_vs_{plan}"] = (1.0 - flex / ref).where(ref > 0)
+    row_total = out["total_row"].astype("float64").where(lambda v: v > 0)
+    out["inter_replica_flexshard"], out["inter_total_flexshard"] = out["rep_flexshard"], out["total_flexshard"]
+    out["syncfree_inter_a2a_flexshard"] = out["free_flexshard"]
+    out["replica_sparse_share"] = out["share_flexshard"]
+    out["total_reduction_vs_row"] = 1.0 - out["total_flexshard"] / row_total
+    out["syncfree_bound_vs_row"] = 1.0 - out["free_flexshard"] / row_total
+    out["reduction_device_vs_row"] = 1.0 - out["inter_a2a_flexshard-device"] / row_total
+    out["total_reduction_device_vs_row"] = 1.0 - out["total_flexshard-device"] / row_total
     out = out[HEADROOM_COLUMNS]
     return out.sort_values(HEADROOM_KEYS, kind="stable").reset_index(drop=True)
 
@@ -249,7 +290,9 @@ def proactive_table(records: list[dict[str, Any]]) -> pd.DataFrame:
 
     The early share is the share of its served lookups done early (while an
     earlier step's collectives ran), the hidden share the share of its lookup
-    time hidden behind communication.
+    time hidden behind communication; per window (``PROACTIVE_WINDOWS``) the
+    share of the lookups done in it and of the lookup time it hid (absent
+    for records made before the windows: empty).
     """
     step_ms = {}
     for rec in records:
@@ -265,8 +308,8 @@ def proactive_table(records: list[dict[str, Any]]) -> pd.DataFrame:
         rows.append({
             "dataset": rec["dataset"], "variant": rec["variant"], "plan": plan_of(rec), "world": world_rpn[0],
             "ranks_per_node": world_rpn[1], "seed": int(rec["seed"]), "depth": store.get("depth"),
-            **{k: store.get(k) for k in ("early_lookup_share", "hidden_lookup_share", "lookup_ms_early",
-                                         "lookup_ms_late")},
+            **{k: store.get(k) for k in ("early_lookup_share", "hidden_lookup_share", *PROACTIVE_WINDOW_COLUMNS,
+                                         "lookup_ms_early", "lookup_ms_late")},
             "early_lookups_per_step": counters.get("early_lookups"),
             "served_lookups_per_step": counters.get("served_lookups"),
             "timer": summary.get("timer"), "step_ms_p50": summary.get("step_ms_p50"),
@@ -278,7 +321,9 @@ def proactive_table(records: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 BYTE_FORMATS = {c: "{:,.0f}" for c in BYTE_COLUMNS}
-SHARE_FORMATS = {c: "{:+.1%}" for c in [*REDUCTIONS.values(), "reduction_vs_row", "reduction_vs_table"]}
+SHARE_FORMATS = {c: "{:+.1%}" for c in [*REDUCTIONS.values(), *WHOLE, "reduction_vs_row", "reduction_vs_table",
+                                        "total_reduction_vs_row", "reduction_device_vs_row",
+                                        "total_reduction_device_vs_row"]}
 BATCH_FORMATS = {"batch_size": "{:,.0f}", "batch_per_rank": "{:,.6g}"}
 BATCHING_TEXT = (f"`{PER_RANK}` rows are weak-scaled (every rank trains on `batch_per_rank` samples a step, so the "
                  f"global `batch_size` grows with the world, as the papers' runs); `{GLOBAL}` rows split the fixed "
@@ -294,10 +339,19 @@ def comm_traffic_markdown(frame: pd.DataFrame) -> str:
         "records (the whole run's bytes over its steps), `simulated` from `hotcold shard-sim` on the same "
         "batches. `inter_node_a2a_bytes`: the input, output and gradient all-to-alls' bytes between nodes. "
         "`inter_a2a_reduction_vs_row` / `_vs_table`: 1 - bytes / the row-wise (table-wise) plan's at the same "
-        "dataset, source, scale, memory headroom and seed (+30% = 30% fewer bytes). `infeasible`: the plan "
+        "dataset, source, scale, memory headroom and seed (+30% = 30% fewer bytes). "
+        "`inter_node_embedding_bytes`: every collective but the dense all-reduce (all-to-alls, replica "
+        "synchronisation, column all-reduce) between nodes, `inter_node_dense_bytes` the dense all-reduce's (the "
+        "same for every plan); `inter_total_reduction_vs_row`: 1 - embedding bytes / row-wise's; "
+        "`syncfree_bound_vs_row`: the same for FlexShard's plan with replica synchronisation priced at zero (its "
+        "all-to-alls only). `replica_sparse_share`: replica syncs that all-gathered the touched rows rather than "
+        "all-reducing the tier; `host_bytes_per_rank_max`: rows the profile never saw, in host memory. "
+        "`infeasible`: the plan "
         "does not fit its per-rank memory budget (memory_headroom x the row-wise shard); no bytes. "
         f"`batching`: {BATCHING_TEXT}\n\n"
         + to_markdown(shown, {**BYTE_FORMATS, **SHARE_FORMATS, **BATCH_FORMATS, "memory_headroom": "{:g}",
+                              "syncfree_inter_node_a2a_bytes": "{:,.0f}", "replica_sparse_share": "{:.0%}",
+                              "host_bytes_per_rank_max": "{:,.0f}",
                               "seed": "{:.0f}", "load_imbalance": "{:.3f}", "memory_used_share": "{:.2f}"})
     )
 
@@ -307,10 +361,17 @@ def flexshard_headroom_markdown(frame: pd.DataFrame) -> str:
         "# FlexShard against row-wise and table-wise over memory headroom (simulated)\n\n"
         "Inter-node all-to-all bytes per step (`hotcold shard-sim`) at each per-rank memory budget "
         "(memory_headroom x the row-wise shard), simulated scale (nodes x ranks_per_node) and batch. "
-        "`reduction_vs_row` / `_vs_table`: FlexShard's share of bytes saved; empty where a plan is infeasible "
-        f"or not simulated. `batching`: {BATCHING_TEXT}\n\n"
-        + to_markdown(frame, {**{c: "{:,.0f}" for c in frame.columns if c.startswith("inter_a2a_")},
-                              **SHARE_FORMATS, **BATCH_FORMATS, "memory_headroom": "{:g}"})
+        "`reduction_vs_row` / `_vs_table`: FlexShard's share of all-to-all bytes saved; empty where a plan is "
+        "infeasible or not simulated. FlexShard whole: `inter_replica_flexshard` (its replica synchronisation), "
+        "`inter_total_flexshard` (all-to-alls + replica sync), `inter_dense` (the dense all-reduce, the same for "
+        "every plan, not in the totals), `total_reduction_vs_row` (1 - total / row-wise's), "
+        "`syncfree_bound_vs_row` (the all-to-all bytes of FlexShard's plan with replica sync priced at zero, "
+        "against row-wise's total), `reduction_device_vs_row` / `total_reduction_device_vs_row` (the plan "
+        "`flexshard-device`, which keeps the never-seen rows on the device budget), `replica_sparse_share` "
+        f"(replica syncs that all-gathered the touched rows). `batching`: {BATCHING_TEXT}\n\n"
+        + to_markdown(frame, {**{c: "{:,.0f}" for c in frame.columns if c.startswith(("inter_", "syncfree_inter"))},
+                              **SHARE_FORMATS, **BATCH_FORMATS, "memory_headroom": "{:g}",
+                              "replica_sparse_share": "{:.0%}"})
     )
 
 

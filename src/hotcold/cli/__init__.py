@@ -20,8 +20,8 @@ DESCRIPTION = "``hotcold <verb>``: every workflow rule runs one verb; each also 
 #: every verb, in the order ``hotcold --help`` lists them
 VERBS = (data.add_generate, data.add_download, data.add_preprocess, data.add_profile, data.add_dataset_stats,
          train.add_train, train.add_train_group, train.add_infeasible, simulate.add_simulate, simulate.add_shard_sim,
-         simulate.add_cache_sim, report.add_aggregate, report.add_scaleout_tables, report.add_figures,
-         report.add_claims, bench.add_calibrate, report.add_costmodel_validation, bench.add_bench,
+         simulate.add_torchrec_peer, simulate.add_cache_sim, report.add_aggregate, report.add_scaleout_tables,
+         report.add_figures, report.add_claims, bench.add_calibrate, report.add_costmodel_validation, bench.add_bench,
          report.add_hit_rate_curves)
 
 

@@ -68,6 +68,11 @@ def add_claims(sub: argparse._SubParsersAction) -> None:
     cl.add_argument("--data", default="results/data", help="datasets directory (the dense model's sizes)")
     cl.add_argument("--out", default="results/tables")
     cl.add_argument("--figures", default="paper_figs")
+    cl.add_argument("--sims", nargs="*", default=[], help="`hotcold simulate` CSVs (<dataset>.csv): paper-scale "
+                                                          "counters of what the configuration does not train")
+    cl.add_argument("--shard-sims", nargs="*", default=[], help="`hotcold shard-sim` CSVs (<dataset>.csv)")
+    cl.add_argument("--sim-configs", default="{}", help="JSON: dataset -> {simulate: {seed, train}, shard_sim: "
+                                                        "{seed, train, model}}, the configs the simulations ran under")
     cl.set_defaults(func=cmd_claims)
 
 
@@ -75,7 +80,8 @@ def cmd_claims(args: argparse.Namespace) -> None:
     from hotcold.analysis.modelled import claims_report
 
     frame, written = claims_report([Path(p) for p in args.records], Path(args.comm_traffic), args.profiles,
-                                   args.data, Path(args.out), Path(args.figures))
+                                   args.data, Path(args.out), Path(args.figures), [Path(p) for p in args.sims],
+                                   [Path(p) for p in args.shard_sims], args.sim_configs)
     print(f"wrote {len(frame)} claims into {Path(args.out) / 'claims.md'} and {', '.join(map(str, written))}")
 
 

@@ -167,3 +167,53 @@ def cmd_cache_sim(args: argparse.Namespace) -> None:
     frame = cache_sim_table([Path(p) for p in args.sims])
     atomic_write_text(Path(args.out), frame.to_csv(index=False))
     print(f"wrote {args.out}: {len(frame)} rows from {len(args.sims)} simulation(s)")
+
+
+def add_torchrec_peer(sub: argparse._SubParsersAction) -> None:
+    tp = sub.add_parser("torchrec-peer", help="TorchRec's own plan and collectives on P gloo ranks: the bytes it "
+                                              "sends for shard-sim's batches (optional peer)")
+    tp.add_argument("--dataset", required=True, help="dataset directory (DLRM-style: no histories)")
+    tp.add_argument("--run-config", default="{}", help="run config: train (batch order, steps), model (dim)")
+    tp.add_argument("--out", required=True, help="JSON to write: TorchRec's plan and bytes per collective")
+    tp.add_argument("--nproc", type=int, default=2, help="ranks to launch with torchrun")
+    tp.add_argument("--ranks-per-node", type=int, default=1, help="ranks per node TorchRec's planner is told")
+    tp.add_argument("--batch-per-rank", type=int, default=512, help="samples per rank per step")
+    tp.add_argument("--sharding", default="auto", help="TorchRec sharding type forced on every table, or 'auto' "
+                                                       "(its planner's plan)")
+    tp.set_defaults(func=cmd_torchrec_peer)
+
+
+def cmd_torchrec_peer(args: argparse.Namespace) -> None:
+    from hotcold.config import ConfigError
+    from hotcold.distributed.comm import launched
+    from hotcold.distributed.launch import launch_ranks
+    from hotcold.distributed.torchrec_peer import SHARDINGS, available, run_rank, write_result
+
+    if args.sharding not in SHARDINGS:
+        raise ConfigError(f"--sharding must be one of {', '.join(SHARDINGS)}, got {args.sharding!r}")
+    for flag, value in (("--nproc", args.nproc), ("--ranks-per-node", args.ranks_per_node),
+                        ("--batch-per-rank", args.batch_per_rank)):
+        if value < 1:
+            raise ConfigError(f"{flag} must be a positive integer, got {value}")
+    if args.nproc % args.ranks_per_node:
+        raise ConfigError(f"--nproc {args.nproc} is not a multiple of --ranks-per-node {args.ranks_per_node}")
+    cfg = _run_config(args.run_config)         # bad options fail here, before any rank starts
+    reason = available()
+    if reason is not None:
+        raise ConfigError(f"torchrec-peer: {reason}; install the peers (envs/peers-nodeps.txt)")
+    if not launched():
+        status = launch_ranks(args.nproc, ["torchrec-peer", *_peer_args(args)])
+        if status != 0:
+            raise OSError(f"torchrec-peer: a rank failed (torchrun exit status {status})")
+        print(f"wrote {args.out}")
+        return
+    result = run_rank(args.dataset, cfg, args.sharding, args.batch_per_rank,
+                      args.ranks_per_node)
+    if result is not None:
+        write_result(result, Path(args.out))
+
+
+def _peer_args(args: argparse.Namespace) -> list[str]:
+    """The ranks' arguments (not ``--nproc``: torchrun would take it for its own ``--nproc-per-node``)."""
+    return ["--dataset", args.dataset, "--run-config", args.run_config, "--out", args.out, "--ranks-per-node",
+            str(args.ranks_per_node), "--batch-per-rank", str(args.batch_per_rank), "--sharding", args.sharding]

@@ -26,8 +26,8 @@ import torch
 import torch.distributed as dist
 
 from hotcold.distributed.topology import Topology
-from hotcold.distributed.traffic import ELEMENT_BYTES, ID_BYTES, SPLIT_BYTES, Ledger, Wire, a2a_matrix, \
-    ring_allreduce_matrix
+from hotcold.distributed.traffic import (ELEMENT_BYTES, ID_BYTES, SPLIT_BYTES, Ledger, Wire, a2a_matrix,
+                                         ring_allgather_matrix, ring_allreduce_matrix)
 
 TIMEOUT_S = 300  # a rank that stops answering fails the others after this long
 TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -35,10 +35,10 @@ assert all(torch.empty(0, dtype=t).element_size() == ELEMENT_BYTES[n] for n, t i
 
 
 class Pending:
-    """An asynchronous collective: ``wait()`` returns its result."""
+    """An asynchronous collective: ``wait()`` returns its result; ``name``: the counted collective it is."""
 
-    def __init__(self, work: Any, result: torch.Tensor) -> None:
-        self._work, self._result = work, result
+    def __init__(self, work: Any, result: torch.Tensor, name: str | None = None) -> None:
+        self._work, self._result, self.name = work, result, name
 
     def done(self) -> bool:
         return self._work is None or self._work.is_completed()
@@ -61,6 +61,7 @@ class Comm:
         self.ledger = Ledger(topology)
         self.wire = Wire()
         self._groups: dict[tuple[int, ...], Any] = {}
+        self._flying: list[Pending] = []  # asynchronous collectives issued and perhaps not yet done
         if self.world > 1:
             if not dist.is_initialized():
                 raise RuntimeError("a Comm over several ranks needs an initialised process group")
@@ -120,7 +121,7 @@ class Comm:
         out = torch.empty((int(np.sum(recv_counts)), *data.shape[1:]), dtype=data.dtype, device=data.device)
         work = dist.all_to_all_single(out, data.contiguous(), [int(c) for c in recv_counts],
                                       [int(c) for c in send_counts], async_op=async_op)
-        return Pending(work if async_op else None, out)
+        return self._issued(Pending(work if async_op else None, out, collective))
 
     # -- all-reduce ----------------------------------------------------------------------------
     def all_reduce(self, tensor: torch.Tensor, group: Sequence[int] | None, collective: str | None,
@@ -140,7 +141,65 @@ class Comm:
             return Pending(None, tensor)
         pg = None if len(members) == self.world else self._groups[members]
         work = dist.all_reduce(tensor, group=pg, async_op=async_op)
-        return Pending(work if async_op else None, tensor)
+        return self._issued(Pending(work if async_op else None, tensor, collective))
+
+    # -- what is in flight ------------------------------------------------------------------------
+    def _issued(self, pending: Pending) -> Pending:
+        if not pending.done():
+            self._flying.append(pending)
+        return pending
+
+    def in_flight(self) -> list[str]:
+        """The collectives issued asynchronously and not yet done, oldest first (their names; "" uncounted)."""
+        self._flying = [p for p in self._flying if not p.done()]
+        return [p.name or "" for p in self._flying]
+
+    # -- all-gather (replica synchronisation, ``replica_sync``) ----------------------------------------
+    def all_gather_counts(self, count: int, group: Sequence[int] | None, collective: str | None) -> np.ndarray:
+        """int64 [g]: every member's ``count``, in ascending rank order (a ring all-gather of one integer each)."""
+        members = tuple(range(self.world)) if group is None else tuple(sorted(group))
+        if collective is not None:
+            self._book(collective, ring_allgather_matrix(members, [SPLIT_BYTES] * len(members), self.world))
+        if len(members) < 2:
+            return np.array([count], dtype=np.int64)
+        out = [torch.zeros(1, dtype=torch.int64, device=self.device) for _ in members]
+        dist.all_gather(out, torch.tensor([count], dtype=torch.int64, device=self.device), group=self._group(members))
+        return torch.cat(out).cpu().numpy()
+
+    def all_gather_rows(self, ids: torch.Tensor, values: torch.Tensor, counts: np.ndarray,
+                        group: Sequence[int] | None, collective: str | None,
+                        on_wire: bool = False) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Every member's (ids [t_i], values [t_i, ...]), in ascending rank order; ``counts`` [g]: every t_i.
+
+        ``on_wire``: the values are sent in the wire's reduce type (they stand in for an all-reduce; float64 in
+        exact mode) and come back in that type.
+
+        Counted as the ring all-gather of the blocks (``ring_allgather_matrix``); the transfer pads each block
+        to the largest, as torch's all-gather takes equal blocks (the algorithm's bytes, as for the all-reduce).
+        """
+        if on_wire:
+            values = values.to(self.reduce_dtype())
+        members = tuple(range(self.world)) if group is None else tuple(sorted(group))
+        row = ids.element_size() + math.prod(values.shape[1:]) * values.element_size()
+        if collective is not None:
+            self._book(collective, ring_allgather_matrix(members, np.asarray(counts, dtype=np.int64) * row,
+                                                         self.world))
+        if len(members) < 2:
+            return [(ids, values)]
+        top = int(np.max(counts))
+        pg = self._group(members)
+        pad_ids = torch.zeros(top, dtype=ids.dtype, device=ids.device)
+        pad_ids[:ids.shape[0]] = ids
+        pad_values = torch.zeros((top, *values.shape[1:]), dtype=values.dtype, device=values.device)
+        pad_values[:values.shape[0]] = values
+        got_ids = [torch.empty_like(pad_ids) for _ in members]
+        got_values = [torch.empty_like(pad_values) for _ in members]
+        dist.all_gather(got_ids, pad_ids, group=pg)
+        dist.all_gather(got_values, pad_values, group=pg)
+        return [(i[:int(c)], v[:int(c)]) for i, v, c in zip(got_ids, got_values, counts)]
+
+    def _group(self, members: tuple[int, ...]) -> Any:
+        return None if len(members) == self.world else self._groups[members]
 
     # -- uncounted helpers ------------------------------------------------------------------------
     def gather_objects(self, obj: Any) -> list[Any]:

@@ -8,9 +8,28 @@ across the nodes), and the cold rest is sharded over all ranks (``SHARDED``:
 a lookup leaves its node with probability (P - G) / P). The bytes per step
 (``unit_bytes``, ``expected_lookups``) are priced on the links
 (``Bandwidths``), and ``Solver`` finds the exact best (h, w) under the memory budget.
+
+Two options change what it plans:
+
+- ``unaccessed_rows``: ``"host"`` (default) keeps the rows the planning
+  profile never saw (count zero) off the device budget: they stay in the
+  sharded tier on their row-wise owner (``plan_types.rowwise_owner``), held
+  in that rank's host memory (``Plan.off_device``), so the budget they would
+  take goes to replicas ("no extra memory": FlexShard's tiers in the
+  row-wise plan's device memory). A lookup of such a row later (the profile
+  was a sample, or evaluation) is served by its owner like any sharded row,
+  so training stays exact; it costs the same bytes as under row-wise.
+  ``"device"`` plans every row on the device, as row-wise does.
+- ``replica_sync``: ``"priced"`` (default) prices each replica's dense
+  all-reduce; ``"free"`` prices it at zero: the plan FlexShard would choose
+  if replicas cost nothing to keep in sync, whose all-to-all bytes are the
+  sync-free bound ``shard-sim`` reports. The store sends the cheaper of the
+  dense all-reduce and an all-gather of the touched rows
+  (``replica_sync``), so the dense price is an upper bound of what is sent.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -18,13 +37,15 @@ from typing import Any
 import numpy as np
 
 from hotcold.config import is_real, require
-from hotcold.distributed.plan_types import ALL, NODE, SHARDED, Plan, PlanInputs
+from hotcold.distributed.plan_types import ALL, NODE, SHARDED, Plan, PlanInputs, rowwise_owner
 from hotcold.distributed.recshard import balance, descending, imbalance
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import ID_BYTES, Wire
 
 DEFAULT_INTRA_GBPS = 300.0   # GB/s per GPU, NVLink-class
 DEFAULT_INTER_GBPS = 25.0    # GB/s per GPU, a 200 Gb/s NIC
+UNACCESSED = ("host", "device")   # ``unaccessed_rows``: where rows the profile never saw are kept (first: default)
+REPLICA_SYNC = ("priced", "free")  # ``replica_sync``: the solver's price of keeping replicas in sync (first: default)
 
 
 @dataclass(frozen=True)
@@ -46,7 +67,7 @@ def ring_links(members: list[int], topo: Topology) -> tuple[int, int]:
     return len(ranks) - inter, inter
 
 
-def unit_bytes(topo: Topology, dim: int, wire: Wire | None = None) -> UnitBytes:
+def unit_bytes(topo: Topology, dim: int, wire: Wire | None = None, sync_free: bool = False) -> UnitBytes:
     """The per-lookup and per-replicated-row bytes of the store's protocol on ``topo``.
 
     Per training step, with every rank equally likely to request any lookup
@@ -57,6 +78,7 @@ def unit_bytes(topo: Topology, dim: int, wire: Wire | None = None) -> UnitBytes:
     as a ring in ascending rank order (``traffic.py``), whose links are counted
     intra- or inter-node from the topology. Elements are priced as ``wire`` sends
     them (``Wire.vector_bytes``, ``Wire.reduce_bytes``; default: the float32 wire).
+    ``sync_free``: the rings cost nothing (the sync-free bound).
     """
     p, g = topo.world, topo.ranks_per_node
     wire = wire or Wire()
@@ -66,7 +88,7 @@ def unit_bytes(topo: Topology, dim: int, wire: Wire | None = None) -> UnitBytes:
     def ring(members: list[int]) -> tuple[float, float]:
         intra, inter = ring_links(members, topo)
         n = len(members)
-        per_member = 2 * (n - 1) / n * row if n > 1 else 0.0
+        per_member = 2 * (n - 1) / n * row if n > 1 and not sync_free else 0.0
         return intra * per_member, inter * per_member
 
     return UnitBytes(lookup_sharded=(per_lookup * (g - 1) / p, per_lookup * (p - g) / p),
@@ -171,12 +193,12 @@ class Solver:
     """
 
     def __init__(self, sorted_lookups: np.ndarray, topo: Topology, dim: int, budget_rows: int,
-                 bw: Bandwidths, wire: Wire | None = None) -> None:
+                 bw: Bandwidths, wire: Wire | None = None, sync_free: bool = False) -> None:
         self.n = sorted_lookups.size
         self.prefix = np.concatenate([[0.0], np.cumsum(sorted_lookups)])
         self.sorted = sorted_lookups
         self.topo, self.bw, self.budget = topo, bw, budget_rows
-        self.units = unit_bytes(topo, dim, wire)
+        self.units = unit_bytes(topo, dim, wire, sync_free)
         self.spare = topo.world * budget_rows - self.n
 
     def evaluate(self, h: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -221,8 +243,10 @@ class Solver:
         return self.tiering(int(h[best]), int(k[best] - h[best]))
 
 
-def place(inputs: PlanInputs, order: np.ndarray, lookups: np.ndarray, h: int, w: int) -> Plan:
-    """The plan of tiering (h, w): NODE rows balanced over a node's G indices, the rest over all P ranks."""
+def place(inputs: PlanInputs, order: np.ndarray, lookups: np.ndarray, h: int, w: int,
+          off_device: np.ndarray | None = None) -> Plan:
+    """The plan of tiering (h, w) of the rows ``order`` (hottest first): NODE rows balanced over a node's G indices,
+    the rest over all P ranks; ``off_device`` (rows outside ``order``): on their row-wise owner's host memory."""
     topo, budget = inputs.topology, inputs.budget_rows()
     g, p = topo.ranks_per_node, topo.world
     tier = np.full(inputs.num_rows, SHARDED, dtype=np.int8)
@@ -236,7 +260,12 @@ def place(inputs: PlanInputs, order: np.ndarray, lookups: np.ndarray, h: int, w:
     local = np.arange(p) % g
     # a rank serves its node's share (1/M) of its NODE rows' lookups: the sharded tier evens out the rest
     slot[cold] = balance(lookups[cold], budget - h - node_rows[local], initial=node_load[local] / topo.nodes)
-    return Plan("flexshard", topo, list(inputs.table_sizes), tier, slot)
+    host = None
+    if off_device is not None and off_device.size:
+        slot[off_device] = rowwise_owner(inputs.table_sizes, p, off_device)
+        host = np.zeros(inputs.num_rows, dtype=bool)
+        host[off_device] = True
+    return Plan("flexshard", topo, list(inputs.table_sizes), tier, slot, off_device=host)
 
 
 def served_per_rank(plan: Plan, lookups: np.ndarray) -> np.ndarray:
@@ -258,15 +287,22 @@ def fits(plan: Plan, inputs: PlanInputs) -> bool:
 def flexshard(inputs: PlanInputs) -> Plan:
     """FlexShard's tiered plan for ``inputs``: the (h, w) of least modelled time per step under the budget."""
     bw = Bandwidths.from_options(inputs.options)
+    unaccessed, sync = (_choice(inputs, key, known) for key, known in (("unaccessed_rows", UNACCESSED),
+                                                                        ("replica_sync", REPLICA_SYNC)))
     lookups = expected_lookups(inputs)
     order = descending(inputs.counts)
-    solver = Solver(lookups[order], inputs.topology, inputs.dim, inputs.budget_rows(), bw, inputs.wire)
+    off = None
+    if unaccessed == "host":   # the never-seen rows (a suffix of ``order``) leave the device budget
+        seen = int(np.count_nonzero(np.asarray(inputs.counts)))
+        order, off = order[:seen], order[seen:]
+    solver = Solver(lookups[order], inputs.topology, inputs.dim, inputs.budget_rows(), bw, inputs.wire,
+                    sync == "free")
     best = solver.solve()
     h, w = best.h, best.w
-    plan = place(inputs, order, lookups, h, w)
+    plan = place(inputs, order, lookups, h, w, off)
     while not fits(plan, inputs) and h + w > 0:   # cannot happen by the constraints; a guard, not a tuner
         h, w = h // 2, w // 2
-        plan = place(inputs, order, lookups, h, w)
+        plan = place(inputs, order, lookups, h, w, off)
     chosen = solver.tiering(h, w)
     served = served_per_rank(plan, lookups)
     plan.details.update({
@@ -275,6 +311,26 @@ def flexshard(inputs: PlanInputs) -> Plan:
         "intra_node_gbps": bw.intra / 1e9, "inter_node_gbps": bw.inter / 1e9,
         "lookups_per_step": float(lookups.sum()),
         "expected_lookups_per_rank": served.tolist(), "expected_lookup_imbalance": imbalance(served),
+        "unaccessed_rows": unaccessed, "rows_off_device": int(off.size) if off is not None else 0,
+        "replica_sync": sync,
     })
     plan.details["priced_wire"] = inputs.wire.record()   # what the solver priced each element as
     return plan
+
+
+def flexshard_on_device(inputs: PlanInputs) -> Plan:
+    """FlexShard with every row on the device budget (``unaccessed_rows="device"``), as plan ``flexshard-device``."""
+    plan = flexshard(dataclasses.replace(inputs, options={**inputs.options, "unaccessed_rows": "device"}))
+    plan.name = "flexshard-device"
+    return plan
+
+
+def sync_free(inputs: PlanInputs) -> Plan:
+    """FlexShard's plan if replicas cost nothing to keep in sync (``replica_sync="free"``): the sync-free bound."""
+    return flexshard(dataclasses.replace(inputs, options={**inputs.options, "replica_sync": "free"}))
+
+
+def _choice(inputs: PlanInputs, key: str, known: tuple[str, ...]) -> str:
+    value = inputs.options.get(key, known[0])
+    require(value in known, "plan flexshard", f"{key} must be one of {list(known)}, got {value!r}")
+    return str(value)

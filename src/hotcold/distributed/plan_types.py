@@ -47,6 +47,8 @@ class Plan:
     slot: np.ndarray            # int32 [N]: owner rank (SHARDED), index in the node (NODE), -1 (ALL)
     columns: int = 1            # > 1: column-wise, every rank holds 1/columns of every row
     details: dict[str, Any] = field(default_factory=dict)  # plan-specific numbers for the record
+    #: bool [N] or None: sharded rows kept in their owner's host memory, off the device budget (``rows_held``)
+    off_device: np.ndarray | None = None
 
     @property
     def num_rows(self) -> int:
@@ -100,10 +102,17 @@ class Plan:
         p = topo.world
         if self.columns > 1:
             return np.full(p, self.num_rows, dtype=np.int64)
-        sharded = np.bincount(self.slot[self.tier == SHARDED], minlength=p)[:p]
+        on_device = self.tier == SHARDED if self.off_device is None else (self.tier == SHARDED) & ~self.off_device
+        sharded = np.bincount(self.slot[on_device], minlength=p)[:p]
         node = np.bincount(self.slot[self.tier == NODE], minlength=topo.ranks_per_node)[:topo.ranks_per_node]
         everywhere = int((self.tier == ALL).sum())
         return (sharded + node[np.arange(p) % topo.ranks_per_node] + everywhere).astype(np.int64)
+
+    def host_rows_held(self) -> np.ndarray:
+        """int64 [P]: the rows every rank keeps in host memory (``off_device``), outside ``rows_held``."""
+        if self.off_device is None:
+            return np.zeros(self.topology.world, dtype=np.int64)
+        return np.bincount(self.slot[self.off_device], minlength=self.topology.world).astype(np.int64)
 
     def bytes_held(self, dim: int, state_width: int) -> np.ndarray:
         """int [P]: bytes of weights and optimizer state per rank (column-wise slices keep the whole row state)."""
@@ -118,7 +127,7 @@ class Plan:
         return {"plan": self.name, "world": self.topology.world, "ranks_per_node": self.topology.ranks_per_node,
                 "columns": self.columns, "tier_rows": self.tier_rows(), "memory_bytes_per_rank": held.tolist(),
                 "memory_budget_bytes": int(budget), "memory_used_share": float(held.max() / budget),
-                **self.details}
+                "host_rows_per_rank": self.host_rows_held().tolist(), **self.details}
 
 
 @dataclass
@@ -166,6 +175,15 @@ class PlanInputs:
 
     def budget_rows(self) -> int:
         return self.budget_bytes() // self.row_bytes()
+
+
+def rowwise_owner(table_sizes: Sequence[int], world: int, rows: np.ndarray) -> np.ndarray:
+    """int64 [L]: the rank of global ``rows`` under TorchRec's RW (each table in ``world`` blocks of ``ceil(n/P)``)."""
+    sizes = np.asarray(table_sizes, dtype=np.int64)
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    table = np.searchsorted(bounds, rows, side="right") - 1
+    block = -(-sizes // world)
+    return ((np.asarray(rows, dtype=np.int64) - bounds[table]) // np.maximum(block[table], 1)).astype(np.int64)
 
 
 def route_code_dtype(world: int, ranks_per_node: int) -> np.dtype:

@@ -18,7 +18,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from hotcold.config import ConfigError, InfeasibleError, is_int, is_real, require
-from hotcold.distributed.flexshard import flexshard
+from hotcold.distributed.flexshard import flexshard, flexshard_on_device
 from hotcold.distributed.plan_types import (
     ALL,
     DEFAULT_HEADROOM,
@@ -27,6 +27,7 @@ from hotcold.distributed.plan_types import (
     TIER_NAMES,
     Plan,
     PlanInputs,
+    rowwise_owner,
     sharded_plan,
 )
 from hotcold.distributed.recshard import recshard
@@ -38,9 +39,8 @@ __all__ = ["ALL", "DEFAULT_HEADROOM", "NODE", "PLANNERS", "PLANS", "SHARDED", "T
 
 def row_wise(inputs: PlanInputs) -> Plan:
     """TorchRec's RW: each table cut into P contiguous blocks of ``ceil(n/P)`` rows, block r on rank r."""
-    p = inputs.topology.world
-    owner = np.concatenate([np.arange(n) // math.ceil(n / p) for n in inputs.table_sizes])
-    return sharded_plan("row", inputs, owner)
+    return sharded_plan("row", inputs, rowwise_owner(inputs.table_sizes, inputs.topology.world,
+                                                     np.arange(inputs.num_rows, dtype=np.int64)))
 
 
 def table_wise(inputs: PlanInputs) -> Plan:
@@ -84,7 +84,8 @@ def column_wise(inputs: PlanInputs) -> Plan:
 
 #: every planner by name, in the order the plans are listed to users
 PLANNERS: dict[str, Callable[[PlanInputs], Plan]] = {"table": table_wise, "row": row_wise, "column": column_wise,
-                                                    "recshard": recshard, "flexshard": flexshard}
+                                                    "recshard": recshard, "flexshard": flexshard,
+                                                    "flexshard-device": flexshard_on_device}
 PLANS = tuple(PLANNERS)
 
 

@@ -18,9 +18,10 @@ import torch
 from hotcold.config import is_int, is_positive_int, is_real, require
 from hotcold.counters import all_resident
 from hotcold.distributed.comm import Comm, Pending, ids_tensor
-from hotcold.distributed.flexshard import DEFAULT_INTER_GBPS, DEFAULT_INTRA_GBPS
+from hotcold.distributed.flexshard import DEFAULT_INTER_GBPS, DEFAULT_INTRA_GBPS, REPLICA_SYNC, UNACCESSED
 from hotcold.distributed.plan_types import ALL, DEFAULT_HEADROOM, NODE, SHARDED, PlanInputs
 from hotcold.distributed.plans import PLANS, build_plan
+from hotcold.distributed.replica_sync import SPARSE, sync_sends
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import Ledger
 from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
@@ -75,16 +76,22 @@ class FlexShardOptions(StoreOptions):
     memory_headroom: float = DEFAULT_HEADROOM
     intra_node_gbps: float = DEFAULT_INTRA_GBPS   # GB/s per rank inside a node
     inter_node_gbps: float = DEFAULT_INTER_GBPS   # GB/s per rank between nodes
+    unaccessed_rows: str = UNACCESSED[0]          # rows the profile never saw: "host" (off the budget) or "device"
+    replica_sync: str = REPLICA_SYNC[0]           # "free": train the sync-free plan (replicas priced at zero)
 
     def validate(self, where: str) -> None:
         _check_headroom(where, self.memory_headroom)
+        for key, known in (("unaccessed_rows", UNACCESSED), ("replica_sync", REPLICA_SYNC)):
+            require(getattr(self, key) in known, where, f"{key} must be one of {list(known)}, "
+                    f"got {getattr(self, key)!r}")
         for key in ("intra_node_gbps", "inter_node_gbps"):
             v = getattr(self, key)
             require(is_real(v) and math.isfinite(v) and v > 0, where, f"{key} must be a positive number of GB/s, "
                     f"got {v!r}")
 
     def planner_options(self) -> dict[str, Any]:
-        return {"intra_node_gbps": self.intra_node_gbps, "inter_node_gbps": self.inter_node_gbps}
+        return {"intra_node_gbps": self.intra_node_gbps, "inter_node_gbps": self.inter_node_gbps,
+                "unaccessed_rows": self.unaccessed_rows, "replica_sync": self.replica_sync}
 
 
 @dataclass
@@ -96,6 +103,24 @@ class Exchange:
     send_counts: np.ndarray        # int64 [P] lookups this rank sends each rank
     recv_counts: np.ndarray        # int64 [P] lookups each rank sends this one
     served: torch.Tensor           # int64 [R] local positions of the rows asked of this rank, by source rank
+
+
+@dataclass
+class RouteInFlight:
+    """An ``Exchange`` whose ids' all-to-all is still in flight: ``wait()`` fills in the rows asked of this rank."""
+
+    ex: Exchange
+    ids: Pending | None            # the rows others ask of this rank, global indices [R]; None: arrived
+    local_index: np.ndarray        # global row -> local position (the store's)
+
+    def done(self) -> bool:
+        return self.ids is None or self.ids.done()
+
+    def wait(self) -> Exchange:
+        if self.ids is not None:
+            self.ex.served = torch.from_numpy(self.local_index[self.ids.wait().cpu().numpy()])
+            self.ids = None
+        return self.ex
 
 
 class ShardedStore(EmbeddingStore):
@@ -159,6 +184,10 @@ class ShardedStore(EmbeddingStore):
     # -- routing ---------------------------------------------------------------------------------
     def route(self, ids: torch.Tensor, collective: str | None = "input_a2a") -> Exchange:
         """Send this rank's lookups to the ranks serving them; learn which rows others ask of it."""
+        return self.send_route(ids, collective).wait()
+
+    def send_route(self, ids: torch.Tensor, collective: str | None = "input_a2a") -> "RouteInFlight":
+        """``route`` with the ids' all-to-all left in flight (the counts before it are exchanged at once)."""
         lk = self.plan(ids)
         rows = lk.rows.numpy()
         p = self.world
@@ -172,9 +201,9 @@ class ShardedStore(EmbeddingStore):
             send_counts = np.bincount(dest, minlength=p).astype(np.int64)
             data, order = rows[order_np], torch.from_numpy(order_np)
         recv_counts = self.comm.exchange_counts(send_counts, collective)
-        got = self.comm.all_to_all(ids_tensor(data, self.device), send_counts, recv_counts, collective).wait()
-        served = torch.from_numpy(self.local_index[got.cpu().numpy()])
-        return Exchange(lk, order, send_counts, recv_counts, served)
+        got = self.comm.all_to_all(ids_tensor(data, self.device), send_counts, recv_counts, collective, async_op=True)
+        return RouteInFlight(Exchange(lk, order, send_counts, recv_counts, torch.empty(0, dtype=torch.int64)), got,
+                             self.local_index)
 
     def gather_rows(self, positions: torch.Tensor) -> torch.Tensor:
         """Held rows at local ``positions`` [R] -> [R, width]."""
@@ -183,6 +212,11 @@ class ShardedStore(EmbeddingStore):
     def answer(self, ex: Exchange, vectors: torch.Tensor, collective: str | None = "output_a2a") -> torch.Tensor:
         """Send the served vectors [R, width] back; assemble this rank's lookups [L, D] in lookup order."""
         got = self.comm.all_to_all(vectors, ex.recv_counts, ex.send_counts, collective, on_wire=True).wait()
+        return self.assemble(ex, got)
+
+    def assemble(self, ex: Exchange, got: torch.Tensor) -> torch.Tensor:
+        """The vectors the output all-to-all brought [L, width or D], in the wire's type -> this rank's lookups
+        [L, D] in lookup order, in the store's type."""
         got = got.to(self.weight.dtype)
         if ex.order is None:  # column-wise: one slice from every rank
             n = ex.lk.size
@@ -246,16 +280,27 @@ class ShardedStore(EmbeddingStore):
         self._last = None
 
     def _reduce_replicas(self, uniq: torch.Tensor, summed: torch.Tensor) -> None:
-        """All-reduce each replicated tier's whole gradient over its group, then update the rows touched anywhere.
+        """Sum each replicated tier's gradient over its group, then update the rows touched anywhere.
 
-        Rows no rank touched have a zero gradient and are left alone, as in the ``device`` store.
+        Per group and step, the cheaper of a dense all-reduce of the whole tier and an all-gather of the rows its
+        members touched (``replica_sync.sync_sends``, after an all-gather of their counts; the gathered rows are
+        summed in rank order). Rows no rank touched have a zero gradient and are left alone, as in the ``device``
+        store.
         """
         for positions, index, group in self.replicas:
             at = index.index_select(0, uniq)                  # [U] index in this tier, -1: another tier
             here = (at >= 0).nonzero().squeeze(1)
+            mine, values = at[here].to(self.device), summed[here.to(self.device)]
+            counts = self.comm.all_gather_counts(int(mine.numel()), group, "replica_allreduce")
             grad = torch.zeros(positions.numel(), self.width, dtype=summed.dtype, device=summed.device)
-            grad.index_copy_(0, at[here].to(self.device), summed[here.to(self.device)])
-            grad = self.comm.all_reduce(grad, group, "replica_allreduce", on_wire=True).wait().to(summed.dtype)
+            how, _ = sync_sends(counts, positions.numel(), self.width, self.comm.wire.reduce_bytes)
+            if how == SPARSE:
+                for ids, got in self.comm.all_gather_rows(mine, values, counts, group, "replica_allreduce",
+                                                          on_wire=True):
+                    grad.index_add_(0, ids, got.to(grad.dtype))
+            else:
+                grad.index_copy_(0, mine, values)
+                grad = self.comm.all_reduce(grad, group, "replica_allreduce", on_wire=True).wait().to(summed.dtype)
             touched = grad.ne(0).any(dim=1)
             self.optimizer.apply(self.weight, self.state, positions.to(self.device)[touched], grad[touched])
 

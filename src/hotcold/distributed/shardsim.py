@@ -17,6 +17,7 @@ every plan x headroom in one pass over its lookups.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
@@ -27,10 +28,11 @@ from hotcold.config import InfeasibleError, RunConfig
 from hotcold.data.format import Dataset
 from hotcold.data.loader import batch_rows
 from hotcold.data.skew import row_counts
-from hotcold.distributed.plan_types import DEFAULT_HEADROOM, Plan, PlanInputs
+from hotcold.distributed.plan_types import ALL, DEFAULT_HEADROOM, NODE, Plan, PlanInputs
 from hotcold.distributed.plans import build_plan
 from hotcold.distributed.routing import DistinctCounter, lookups_per_rank, route_counts
-from hotcold.distributed.sweep import PlanTraffic, ScaleSweep, replica_matrix
+from hotcold.distributed.replica_sync import ReplicaGroups, ReplicaTouches
+from hotcold.distributed.sweep import PlanTraffic, ScaleSweep
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import (
     COLLECTIVES,
@@ -124,12 +126,30 @@ def step_matrices(plan: Plan, batch: np.ndarray, dim: int, state_width: int, den
         out["input_a2a"] = (counts * ID_BYTES + SPLIT_BYTES) * off
     out["output_a2a"] = counts.T * width * wire.vector_bytes * off
     out["grad_a2a"] = counts * width * wire.vector_bytes * off
-    out["replica_allreduce"] = replica_matrix(plan, dim, wire)
+    groups = ReplicaGroups.of(plan, dim, wire)
+    if groups is not None:
+        out["replica_allreduce"] = groups.matrix(*groups.sends(*touched_rows(plan, requests))[:2])
     if plan.columns > 1 and state_width:
         uniq = np.unique(np.concatenate(requests)).size
         out["column_allreduce"] = ring_allreduce_matrix(range(p), uniq * wire.reduce_bytes, p)
     out["dense_allreduce"] = ring_allreduce_matrix(range(p), dense_params * wire.reduce_bytes, p)
     return out
+
+
+def touched_rows(plan: Plan, requests: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The plain form of ``ReplicaTouches``: (distinct ALL rows each rank asked for [P], distinct NODE rows each
+    rank serves to its node [P]), from ``Plan.serving_rank`` over each rank's requests (``route``'s)."""
+    topo = plan.topology
+    p = topo.world
+    touched_all = np.zeros(p, dtype=np.int64)
+    node_rows: list[set[int]] = [set() for _ in range(p)]
+    for r, rows in enumerate(requests):
+        rows = np.unique(rows)
+        touched_all[r] = int((plan.tier[rows] == ALL).sum())
+        node = rows[plan.tier[rows] == NODE]
+        for row, q in zip(node.tolist(), plan.serving_rank(r, node).tolist()):
+            node_rows[q].add(row)
+    return touched_all, np.array([len(s) for s in node_rows], dtype=np.int64)
 
 
 def simulate_plan(plan: Plan, batches: Iterable[np.ndarray], dim: int, state_width: int,
@@ -140,14 +160,19 @@ def simulate_plan(plan: Plan, batches: Iterable[np.ndarray], dim: int, state_wid
     topo = plan.topology
     codes = plan.route_codes().reshape(-1, 1) if plan.columns == 1 else None
     distinct = DistinctCounter(plan.num_rows) if traffic.needs_distinct else None
+    touches = ReplicaTouches(plan.num_rows, topo.world, topo.ranks_per_node) if traffic.groups is not None else None
     for batch in batches:
         if codes is None:
             counts = np.repeat(lookups_per_rank(batch, topo.world)[:, None], topo.world, axis=1)
         else:
             counts = route_counts(batch, codes, topo.world, topo.ranks_per_node)[0]
-        traffic.add_step(counts, distinct(batch) if distinct else None)
+        traffic.add_step(counts, distinct(batch) if distinct else None, touches(batch, codes) if touches else None)
     assert traffic.step_bytes is not None
     return traffic.ledger(), traffic.step_bytes, traffic.served()
+
+
+#: the plans whose shard-sim rows carry a sync-free bound (``syncfree_inter_node_a2a_bytes``)
+SYNC_FREE = ("flexshard", "flexshard-device")
 
 
 @dataclass
@@ -158,6 +183,7 @@ class _Entry:
     traffic: int = -1
     memory: dict[str, Any] | None = None
     reason: str = ""
+    bound: int = -1   # FlexShard: the traffic index of its sync-free plan (``flexshard.sync_free``)
 
 
 def plan_scale(ds: Dataset, topo: Topology, plans: list[str], headrooms: list[float], counts: np.ndarray,
@@ -183,8 +209,12 @@ def plan_scale(ds: Dataset, topo: Topology, plans: list[str], headrooms: list[fl
                 entries.append(_Entry(key, reason=str(e)))
                 continue
             memory = {"memory_bytes_per_rank_max": int(plan.bytes_held(dim, state).max()),
-                      "memory_budget_bytes": inputs.budget_bytes()}
+                      "memory_budget_bytes": inputs.budget_bytes(),
+                      "host_bytes_per_rank_max": int(plan.host_rows_held().max()) * inputs.row_bytes()}
             entries.append(_Entry(key, sweep.add(plan, dim, state, dense), memory))
+            if name in SYNC_FREE:   # the same planner with replicas priced at zero: the sync-free bound
+                free = dataclasses.replace(inputs, options={**inputs.options, "replica_sync": "free"})
+                entries[-1].bound = sweep.add(build_plan(name, free), dim, state, dense)
             del plan
     return sweep, entries
 
@@ -198,7 +228,10 @@ def scale_rows(sweep: ScaleSweep, entries: list[_Entry], steps: int) -> list[dic
             continue
         traffic = sweep.traffic[e.traffic]
         served = traffic.served()
+        bound = _per_step(sweep.traffic[e.bound].ledger(), steps)["inter_node_a2a_bytes"] if e.bound >= 0 \
+            else None
         rows.append({**e.key, "status": "ok", **_per_step(traffic.ledger(), steps), **(e.memory or {}),
+                     "syncfree_inter_node_a2a_bytes": bound, "replica_sparse_share": traffic.sparse_sync_share(),
                      "load_imbalance": float(served.max() / served.mean()) if served.sum() else float("nan")})
     return rows
 
@@ -247,6 +280,10 @@ def _per_step(ledger: Ledger, steps: int) -> dict[str, float]:
     out["inter_node_bytes"] = sum(v["inter_node_bytes"] for v in summary.values()) / steps
     out["inter_node_a2a_bytes"] = sum(summary[c]["inter_node_bytes"]
                                       for c in ("input_a2a", "output_a2a", "grad_a2a")) / steps
+    out["inter_node_replica_bytes"] = summary["replica_allreduce"]["inter_node_bytes"] / steps
+    out["inter_node_dense_bytes"] = summary["dense_allreduce"]["inter_node_bytes"] / steps
+    # every collective of the embeddings (all-to-alls, replica and column all-reduces): all but the dense one
+    out["inter_node_embedding_bytes"] = out["inter_node_bytes"] - out["inter_node_dense_bytes"]
     return out
 
 

@@ -17,6 +17,7 @@ from typing import Iterable
 import numpy as np
 
 from hotcold.distributed.plan_types import ALL, NODE, Plan
+from hotcold.distributed.replica_sync import ReplicaGroups, ReplicaTouches
 from hotcold.distributed.routing import DistinctCounter, lookups_per_rank, route_counts
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import (
@@ -32,9 +33,10 @@ from hotcold.distributed.traffic import (
 
 
 def replica_matrix(plan: Plan, dim: int, wire: Wire | None = None) -> np.ndarray:
-    """[P, P] bytes of one step's replica all-reduces: the ``ALL`` tier over every rank, each ``NODE`` slot's rows
-    across the nodes (the whole tier every step, touched or not, as the training store reduces it), each element
-    ``wire.reduce_bytes`` (default: the float32 wire)."""
+    """[P, P] bytes of one step's dense replica all-reduces: the ``ALL`` tier over every rank, each ``NODE`` slot's
+    rows across the nodes (the whole tier, touched or not; without the count exchange), each element
+    ``wire.reduce_bytes`` (default: the float32 wire). The training store and shard-sim send the cheaper of this
+    and the touched rows' all-gather each step (``replica_sync``)."""
     topo = plan.topology
     p, width, element = topo.world, dim // plan.columns, (wire or Wire()).reduce_bytes
     out = ring_allreduce_matrix(range(p), int((plan.tier == ALL).sum()) * width * element, p)
@@ -64,12 +66,13 @@ class PlanTraffic:
         self.needs_distinct = plan.columns > 1 and state_width > 0
         self.off = ~np.eye(p, dtype=bool)
         self.inter = topo.inter_mask()
-        self.replica = replica_matrix(plan, dim, self.wire)
+        self.groups = ReplicaGroups.of(plan, dim, self.wire)  # None: no replicated rows, nothing to synchronise
+        self.replica_sends = np.zeros((2, p), dtype=np.int64)  # ALL-ring and NODE-ring sends per rank, summed
+        self.replica_syncs = np.zeros(2, dtype=np.int64)        # (sparse, all) group syncs over the run
         self.dense = ring_allreduce_matrix(range(p), dense_params * self.wire.reduce_bytes, p)
         self.ring = ring_edges(range(p), p)
         self.pairs = split_intra_inter(self.off.astype(np.int64), topo) if p > 1 else (0, 0)
-        self.fixed = {"replica_allreduce": split_intra_inter(self.replica, topo),
-                      "dense_allreduce": split_intra_inter(self.dense, topo)}
+        self.fixed = {"dense_allreduce": split_intra_inter(self.dense, topo)}
         self.ring_edges = split_intra_inter(self.ring, topo)
         self.counts = np.zeros((p, p), dtype=np.int64)
         self.steps = 0
@@ -83,24 +86,50 @@ class PlanTraffic:
             return 0
         return 2 * (p - 1) * (distinct * self.wire.reduce_bytes) // p
 
-    def add_step(self, counts: np.ndarray, distinct: int | None = None) -> None:
+    def replica_step(self, touched: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+        """int64 [2, P]: one step's replica sends (``ReplicaGroups.sends``) from each rank's touched rows
+        (``ReplicaTouches``); booked in the run's sums."""
+        if self.groups is None:
+            return np.zeros_like(self.replica_sends)
+        if touched is None:
+            raise ValueError("a plan with replicated rows needs each step's touched rows")
+        send_all, send_node, sparse, syncs = self.groups.sends(*touched)
+        sends = np.stack([send_all, send_node])
+        self.replica_sends += sends
+        self.replica_syncs += (sparse, syncs)
+        return sends
+
+    def add_step(self, counts: np.ndarray, distinct: int | None = None,
+                 touched: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         self.counts += counts
         self.steps += 1
         column = self.column_per_rank(distinct)
         self.column_send += column
+        sends = self.replica_step(touched)
         if self.step_bytes is not None:
-            self.step_bytes.append(self._step(counts, column))
+            self.step_bytes.append(self._step(counts, column, sends))
 
     def add_steps(self, counts: np.ndarray, steps: int, column_send: int) -> None:
         """Book ``steps`` steps at once: ``counts`` summed over them, ``column_send`` the sum of their
-        ``column_per_rank`` (no per-step values)."""
+        ``column_per_rank`` (no per-step values; the replica sends are booked per step by ``replica_step``)."""
         if self.step_bytes is not None:
             raise ValueError("add_steps books no per-step values; this PlanTraffic keeps steps")
         self.counts += counts
         self.steps += steps
         self.column_send += column_send
 
-    def _step(self, counts: np.ndarray, column: int) -> dict[str, int]:
+    def replica_total(self) -> np.ndarray:
+        """[P, P] bytes of the replica synchronisation over the run."""
+        if self.groups is None:
+            return np.zeros_like(self.counts)
+        return self.groups.matrix(*self.replica_sends)
+
+    def sparse_sync_share(self) -> float | None:
+        """Share of the run's replica-group syncs that sent the touched rows (None: no replica group synced)."""
+        sparse, syncs = self.replica_syncs
+        return float(sparse / syncs) if syncs else None
+
+    def _step(self, counts: np.ndarray, column: int, sends: np.ndarray) -> dict[str, int]:
         """One step's bytes per collective and intra/inter node, as ``Ledger.take_step`` gives them."""
         inter = int(counts[self.inter].sum())
         intra = int(counts[self.off].sum()) - inter
@@ -110,6 +139,8 @@ class PlanTraffic:
                                   inter * ID_BYTES + self.pairs[1] * SPLIT_BYTES)
         split["output_a2a"] = split["grad_a2a"] = (intra * self.vector_bytes, inter * self.vector_bytes)
         split.update(self.fixed)
+        if self.groups is not None:
+            split["replica_allreduce"] = split_intra_inter(self.groups.matrix(*sends), self.topology)
         split["column_allreduce"] = (column * self.ring_edges[0], column * self.ring_edges[1])
         out = {f"{c}_bytes": a + b for c, (a, b) in split.items()}
         out["intra_node_bytes"] = sum(a for a, _ in split.values())
@@ -123,7 +154,7 @@ class PlanTraffic:
                else np.zeros_like(c),
                "output_a2a": c.T * self.vector_bytes * self.off,
                "grad_a2a": c * self.vector_bytes * self.off,
-               "replica_allreduce": self.replica * n,
+               "replica_allreduce": self.replica_total(),
                "column_allreduce": self.ring * self.column_send,
                "dense_allreduce": self.dense * n}
         return {k: out[k] for k in COLLECTIVES}
@@ -154,6 +185,7 @@ class ScaleSweep:
         self.codes: np.ndarray | None = None      # [N, M] of the row plans, built by ``freeze``
         self._row_plans: list[int] = []           # traffic index of each column of ``codes``
         self._distinct: DistinctCounter | None = None
+        self._touches: ReplicaTouches | None = None  # the plans with replicas: each rank's touched rows per batch
 
     def add(self, plan: Plan, dim: int, state_width: int, dense_params: int) -> int:
         """The index of the ``PlanTraffic`` that books ``plan`` (shared with an identical plan added before)."""
@@ -181,6 +213,8 @@ class ScaleSweep:
         assert p + g <= np.iinfo(dtype).max
         if any(t.needs_distinct for t in self.traffic):
             self._distinct = DistinctCounter(self.num_rows)
+        if any(self.traffic[i].groups is not None for i in self._row_plans):
+            self._touches = ReplicaTouches(self.num_rows, p, g)
 
     def only(self, index: int) -> "ScaleSweep":
         """A sweep of this sweep's plan ``index`` alone (its codes copied, its booking fresh): one plan's cost."""
@@ -191,19 +225,25 @@ class ScaleSweep:
         traffic = copy.copy(self.traffic[index])
         traffic.counts, traffic.steps, traffic.column_send = np.zeros_like(traffic.counts), 0, 0
         traffic.step_bytes = None
+        traffic.replica_sends = np.zeros_like(traffic.replica_sends)
+        traffic.replica_syncs = np.zeros_like(traffic.replica_syncs)
         one.traffic, one._codes = [traffic], [None]
         column = self._row_plans.index(index) if index in self._row_plans else None
         one._row_plans = [0] if column is not None else []
         one.codes = np.ascontiguousarray(self.codes[:, column:column + 1] if column is not None
                                          else self.codes[:, :0])
         one._distinct = DistinctCounter(self.num_rows) if traffic.needs_distinct else None
+        one._touches = ReplicaTouches(self.num_rows, self.topology.world, self.topology.ranks_per_node) \
+            if traffic.groups is not None and column is not None else None
         return one
 
     def add_batch(self, batch: np.ndarray, counts: np.ndarray, column: np.ndarray,
                   offsets: np.ndarray | None = None) -> None:
         """Route one global batch [B, K] through every plan; add to ``counts`` [M, P, P] and ``column`` [M].
 
-        ``offsets``: ``batch`` holds table ids, global rows ``ids + offsets`` (``routing.route_counts``)."""
+        ``offsets``: ``batch`` holds table ids, global rows ``ids + offsets`` (``routing.route_counts``). The
+        replica synchronisation of plans with replicated rows is booked in their ``PlanTraffic`` at once
+        (``replica_step``: it depends on each step's touched rows, not only on the summed counts)."""
         topo = self.topology
         if self.codes is None:
             self.freeze()
@@ -212,6 +252,10 @@ class ScaleSweep:
             sub = np.zeros((len(self._row_plans), topo.world, topo.world), dtype=np.int64)
             route_counts(batch, self.codes, topo.world, topo.ranks_per_node, sub, offsets)
             counts[self._row_plans] += sub
+            if self._touches is not None:
+                for j, i in enumerate(self._row_plans):
+                    if self.traffic[i].groups is not None:
+                        self.traffic[i].replica_step(self._touches(batch, self.codes, j, offsets))
         per_rank = None
         distinct = self._distinct(batch, offsets) if self._distinct is not None else None
         for i, t in enumerate(self.traffic):
@@ -242,6 +286,7 @@ class ScaleSweep:
             t.add_steps(counts[i], steps, int(column[i]))
         self.codes = None
         self._distinct = None
+        self._touches = None
 
 
 __all__ = ["PlanTraffic", "ScaleSweep", "replica_matrix"]

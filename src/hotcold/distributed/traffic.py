@@ -20,6 +20,8 @@ from hotcold.distributed.topology import Topology
 
 #: the collectives a step may run, in step order
 COLLECTIVES = ("input_a2a", "output_a2a", "grad_a2a", "replica_allreduce", "column_allreduce", "dense_allreduce")
+#: the collectives in flight while Proactive looks rows up early, in step order (``distributed.proactive``)
+PROACTIVE_WINDOWS = ("input_a2a", "output_a2a", "dense_allreduce", "grad_a2a")
 ID_BYTES = 8       # int64 row ids
 SPLIT_BYTES = 8    # one int64 count per peer in the size exchange before an uneven all-to-all
 #: bytes of one element of each floating type a collective may send
@@ -160,3 +162,22 @@ class Ledger:
             intra, inter = split_intra_inter(m, self.topo)
             out[c] = {"bytes": int(m.sum()), "intra_node_bytes": intra, "inter_node_bytes": inter}
         return out
+
+
+def ring_allgather_matrix(group: Iterable[int], block_bytes: Iterable[int], world: int) -> np.ndarray:
+    """[P, P] bytes of a ring all-gather over ``group`` whose members bring blocks of ``block_bytes`` (group order).
+
+    Ranks in ascending order, each member forwards every block but its
+    successor's own to its successor (``g - 1`` hops of every block): the
+    algorithm's bytes, as ``ring_allreduce_matrix`` counts an all-reduce.
+    """
+    members = sorted(group)
+    blocks = np.asarray(list(block_bytes), dtype=np.int64)
+    m = np.zeros((world, world), dtype=np.int64)
+    if len(members) < 2:
+        return m
+    total = int(blocks.sum())
+    for i, src in enumerate(members):
+        nxt = (i + 1) % len(members)
+        m[src, members[nxt]] += total - int(blocks[nxt])
+    return m

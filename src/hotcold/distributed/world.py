@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -100,7 +100,8 @@ class World:
         self._acc = grads if self._acc is None else self._acc.add_(grads)
         model.zero_grad(set_to_none=True)
 
-    def sync_dense(self, model: nn.Module, emb: torch.Tensor, timer: Any) -> None:
+    def sync_dense(self, model: nn.Module, emb: torch.Tensor, timer: Any,
+                   beside: Callable[[torch.Tensor, Any], None] | None = None) -> None:
         """The global batch's gradient: dense gradients summed over slices and divided by P (one counted
         all-reduce across ranks, in the wire's reduce type); embedding gradients scaled by 1/P. One process: nothing.
 
@@ -116,7 +117,11 @@ class World:
         run over P ranks. Embedding gradients are scaled by ``1/P`` here too, so a
         store sums the same values whether its rows came from one process or many. Outside exact mode
         the sum is the wire's float32 (or bfloat16) all-reduce, as in production: close to the replay,
-        not equal to it (docs/scale-out.md, "What is sent")."""
+        not equal to it (docs/scale-out.md, "What is sent").
+
+        Over several ranks the all-reduce is issued asynchronously and
+        ``beside`` (the store's ``begin_backward``) runs while it is in flight,
+        with the embedding gradient already scaled."""
         p = self.data_parallel
         if p == 1:
             return
@@ -124,7 +129,11 @@ class World:
         if self.slices > 1:
             total, self._acc = self._acc, None
         else:
-            total = self.comm.all_reduce(_flat_grads(model), None, "dense_allreduce", on_wire=True).wait()
+            pending = self.comm.all_reduce(_flat_grads(model), None, "dense_allreduce", async_op=True, on_wire=True)
+            emb.grad.mul_(1.0 / p)
+            if beside is not None:
+                beside(emb.grad, timer)
+            total = pending.wait()
             timer.mark("dense_allreduce")
         flat = (total.double() / p).float()
         offset = 0
@@ -132,7 +141,8 @@ class World:
             n = param.numel()
             param.grad = flat[offset:offset + n].view_as(param)  # disjoint views of a fresh tensor
             offset += n
-        emb.grad.mul_(1.0 / p)
+        if self.slices > 1:
+            emb.grad.mul_(1.0 / p)
 
     def combine_counters(self, counters: list[tuple[int, dict[str, int]]]) -> list[tuple[int, dict[str, int]]]:
         """Every step's counters summed over ranks (bytes and lookups of the whole world)."""

@@ -177,6 +177,10 @@ class EmbeddingStore(abc.ABC):
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
         """Apply the sparse update for the last ``forward``; grad: [B, K, D] on the trainer device."""
 
+    def begin_backward(self, grad: torch.Tensor, timer: Marker) -> None:
+        """Over several ranks, called with ``backward``'s gradient while the dense all-reduce is in flight
+        (before ``backward``): a store may issue its own collectives beside it. Default: nothing."""
+
     @abc.abstractmethod
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
         """Evaluation lookup: ids [B, K] on the CPU -> [B, K, D] on the trainer device."""
