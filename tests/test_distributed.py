@@ -31,7 +31,7 @@ from hotcold.train import train
 
 CPU = torch.device("cpu")
 ROOT = Path(__file__).resolve().parents[1]
-PLANS = ["row", "table", "column", "recshard", "flexshard"]
+PLANS = ["row", "table", "column", "balanced", "recshard", "flexshard"]
 METHODS = [("sharded", {}), ("proactive", {}), ("proactive", {"depth": 2})]
 STEPS = 12
 HEADROOM = 4.0  # room for table-wise on the fixtures' few tables
@@ -46,10 +46,15 @@ WIRES = {"exact": {"wire_dtype": "float32", "exact": True}, "float32": {"wire_dt
          "bfloat16": {"wire_dtype": "bfloat16", "exact": False}}
 
 
+def headroom(plan: str) -> float:
+    """recshard at the row-wise shard: its whole tables overflow a rank's device rows, so rows live on hosts."""
+    return 1.0 if plan == "recshard" else HEADROOM
+
+
 def case_cfg(method: str, plan: str, extra: dict, row_optimizer: str, world: int = 1, ranks_per_node: int = 1,
              wire: str = "exact"):
     cfg = run_cfg(method, row_optimizer, steps=STEPS, eval_samples=256)
-    store = {"plan": plan, "memory_headroom": HEADROOM, **extra}
+    store = {"plan": plan, "memory_headroom": headroom(plan), **extra}
     return dataclasses.replace(cfg, store=store, distributed=dataclasses.replace(
         cfg.distributed, world=world, ranks_per_node=ranks_per_node, **WIRES[wire]))
 
@@ -175,7 +180,7 @@ def test_trained_bytes_equal_shard_sim(multi_rank):
         options = {"replica_sync": SPARSE_SYNC["replica_sync"]} if sparse else {}
         inputs = PlanInputs.for_training(ds.cardinalities, row_counts(ds, "train"), Topology(world, rpn), 8,
                                          1 if case["opt"] == "adagrad" else 0,
-                                         SPARSE_SYNC["memory_headroom"] if sparse else HEADROOM, options,
+                                         SPARSE_SYNC["memory_headroom"] if sparse else headroom(case["plan"]), options,
                                          128 / (stop - start), wire=wire)
         plan = build_plan(case["plan"], inputs)
         ledger, sim_steps, served = simulate_plan(plan, global_batches(ds, cfg), 8, inputs.state_width,
@@ -186,6 +191,10 @@ def test_trained_bytes_equal_shard_sim(multi_rank):
             assert {k: got[k] for k in want} == want, case["name"]
         report = results[case["name"]]["report"]
         assert report["served_lookups_per_rank"] == served.tolist()
+        if case["plan"] == "recshard":  # the host tier: lookups served from host memory, counted as shard-sim's
+            host = report["host_lookups_per_rank"]
+            assert sum(host) == sum(s["host_lookups"] for s in sim_steps) > 0, case["name"]
+            assert all(s["vector_bytes_h2d"] == s["grad_bytes_d2h"] == s["host_lookups"] * 8 * 4 for s in sim_steps)
         for c, m in ledger.total.items():  # bytes per (source, destination) rank over the run
             assert report["collectives"][c]["matrix"] == m.tolist(), (case["name"], c)
 

@@ -1,4 +1,4 @@
-"""RecShard-like and FlexShard plans: budgets, valid tiers, balance, and the solver's modelled optimality.
+"""Lookup-balanced and FlexShard plans: budgets, valid tiers, balance, and the solver's modelled optimality.
 
 The modelled cost is recomputed here from the plan itself (``Plan.serving_rank``
 for every requester and the ring matrices of ``traffic.py``), not from the
@@ -15,7 +15,7 @@ import pytest
 from hotcold.config import ConfigError
 from hotcold.distributed.plan_types import ALL, NODE, SHARDED, Plan, PlanInputs
 from hotcold.distributed.plans import build_plan, row_wise
-from hotcold.distributed.recshard import balance
+from hotcold.distributed.balanced import balance
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import Wire, ring_allreduce_matrix
 
@@ -165,7 +165,7 @@ def test_uneven_tables_and_no_counts() -> None:
     topo = Topology(4, 2)
     for counts in (zipf_counts(sizes, 5000), np.zeros(sum(sizes), dtype=np.int64)):
         for headroom in HEADROOMS:
-            for name in ("flexshard", "recshard"):
+            for name in ("flexshard", "balanced"):
                 inp = inputs(topo, headroom, sizes, counts)
                 check_valid(build_plan(name, inp), inp)
 
@@ -180,10 +180,10 @@ def served(owner: np.ndarray, counts: np.ndarray, p: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("topo", TOPOLOGIES[:3], ids=lambda t: t.label())
-def test_recshard_balances_lookups_better_than_row_wise(topo: Topology) -> None:
+def test_balanced_balances_lookups_better_than_row_wise(topo: Topology) -> None:
     for headroom in (1.0, 1.25):
         inp = inputs(topo, headroom)
-        plan = build_plan("recshard", inp)
+        plan = build_plan("balanced", inp)
         check_valid(plan, inp)
         assert (plan.tier == SHARDED).all()
         mine = served(plan.slot, inp.counts, topo.world)
@@ -224,5 +224,5 @@ def test_a_million_rows_plan_quickly() -> None:
     counts = np.concatenate([rng.permutation(np.floor(2e6 / np.arange(1, n + 1) ** 1.1)) for n in sizes])
     inp = PlanInputs(sizes, counts.astype(np.int64), Topology(8, 4), DIM, STATE, 1.25,
                      {"lookups_per_step": 65536})
-    for name in ("recshard", "flexshard"):
+    for name in ("balanced", "flexshard"):
         assert build_plan(name, inp).bytes_held(DIM, STATE).max() <= inp.budget_bytes()

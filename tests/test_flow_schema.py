@@ -88,7 +88,7 @@ def distributed_errors(section: dict) -> list[str]:
 
 @pytest.mark.parametrize("options", [
     {"sharded": {"t": {"plan": "table", "table_ranks": {"0": 1}}, "r": {"plan": "row", "memory_headroom": 1.0},
-                 "c": {"plan": "column"}, "rs": {"plan": "recshard"}, "f": {"plan": "flexshard"}, "d": {}}},
+                 "c": {"plan": "column"}, "rs": {"plan": "balanced"}, "f": {"plan": "flexshard"}, "d": {}}},
     {"proactive": {"row": {"plan": "row", "depth": 2, "memory_headroom": 2}}},
     {"flexshard": {"base": {}, "roomy": {"memory_headroom": 1.5}}},
     {"sharded": {"row": {"plan": None}}, "proactive": None, "flexshard": {"base": None}},

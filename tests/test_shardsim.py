@@ -1,6 +1,6 @@
 """shard-sim's batch routing and streamed byte accounting against plain, independent computations.
 
-Routing: every plan kind (row, table, column, RecShard, FlexShard, and random three-tier plans) at
+Routing: every plan kind (row, table, column, balanced, FlexShard, and random three-tier plans) at
 P in {1, 2, 4, 8}, global batches with -1 padding: the compiled kernel, its plain-Python body, the numpy
 form and ``Plan.serving_rank`` all give a per-lookup loop's counts. Streaming: ``ScaleSweep`` (all plans at
 once, totals only) gives the sums of the per-step matrices (``step_matrices``), and ``simulate_plan``'s steps
@@ -113,7 +113,7 @@ def loop_counts(plan: Plan, batch: np.ndarray) -> np.ndarray:
 def test_batch_routing_equals_a_per_lookup_loop(topo):
     rng = np.random.default_rng(topo.world * 10 + topo.ranks_per_node)
     plans = plans_of(topo, seed=topo.world)
-    assert {p.name for p in plans} >= {"row", "column", "recshard", "flexshard", "random"}
+    assert {p.name for p in plans} >= {"row", "column", "balanced", "flexshard", "random"}
     row_plans = [p for p in plans if p.columns == 1]
     codes = np.stack([p.route_codes() for p in row_plans], axis=1)
     table = pair_table(topo.world, topo.ranks_per_node)

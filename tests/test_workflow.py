@@ -65,7 +65,7 @@ datasets:
       fbgemm: {lfu-5pct: null}
     train: {batch_size: 128}
 methods:
-  sharded: {table: null, column: null, recshard: null}
+  sharded: {table: null, column: null, balanced: null}
   proactive: null
   flexshard: null
   fae: {6.2pct: null, 24.8pct: null, 12.4pct-r1: null}
@@ -254,7 +254,7 @@ def test_dry_run_plans_scale_out_runs_and_shard_sims(tmp_path: Path) -> None:
     sims = [ln for ln in lines if "hotcold shard-sim" in ln]
     assert len(sims) == 3
     assert all("--scales 2x1 2x2 4x8 16x8 --headrooms 1.0 1.25 1.5 2.0" in ln for ln in sims), sims[0]
-    assert all("--plans table row column recshard flexshard" in ln for ln in sims)
+    assert all("--plans table row column balanced flexshard" in ln for ln in sims)
     assert all("--batch-per-rank 512 --fixed-batch" in ln for ln in sims)
 
 

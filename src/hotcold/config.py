@@ -228,7 +228,7 @@ class SimulateConfig:
 class ShardSimConfig:
     """Defaults of ``hotcold shard-sim`` (the schema's ``distributed.shard_sim`` section)."""
 
-    plans: tuple[str, ...] = ("table", "row", "column", "recshard", "flexshard", "flexshard-device")
+    plans: tuple[str, ...] = ("table", "row", "column", "balanced", "flexshard", "flexshard-device")
     scales: tuple[str, ...] = ("2x1", "2x2", "4x8", "16x8")    # nodes x ranks per node
     headrooms: tuple[float, ...] = (1.0, 1.25, 1.5, 2.0)
     batch_per_rank: int | None = 512   # weak scaling: global batch = 512 x world (None: train.batch_size)

@@ -73,6 +73,8 @@ class StepCounters:
     inter_node_bytes: int = _c("scale-out: all of them to ranks on other nodes")
     served_lookups: int = _c("scale-out: lookups this rank served as owner or replica of the rows (its load)")
     early_lookups: int = _c("Proactive: of those, lookups served early, while an earlier step's collectives ran")
+    host_lookups: int = _c("scale-out, RecShard: of the lookups this rank served, those of rows in its host memory "
+                           "(their vectors and gradients are `vector_bytes_h2d` and `grad_bytes_d2h`)")
 
     def as_dict(self) -> dict[str, int]:
         return {k: int(v) for k, v in dataclasses.asdict(self).items()}

@@ -3,7 +3,7 @@
 The trace is a generated Criteo-Kaggle-style dataset at the real table sizes
 (26 tables, ~33.8M rows, 1M samples) read in training order at 16x8 ranks
 with 512 samples per rank (global batch 65,536), 12 batches (~20M lookups).
-Plans: row-wise, RecShard and FlexShard at headroom 1.25, planned once
+Plans: row-wise, lookup-balanced and FlexShard at headroom 1.25, planned once
 outside the timings. Timed: reading the batches, the stream through all three
 plans at once (``ScaleSweep.route_all``, reads included), and through each
 plan alone. ``extra_info["lookups_per_s"]`` is lookups over the median round;
@@ -22,7 +22,7 @@ from hotcold.distributed.shardsim import Scale, dense_parameters, plan_scale, ta
 from hotcold.jit import KERNEL
 
 PER_RANK, BATCHES, SCALE = 512, 12, Scale(16, 8)
-PLANS = ["row", "recshard", "flexshard"]
+PLANS = ["row", "balanced", "flexshard"]
 
 
 @pytest.fixture(scope="module")

@@ -236,7 +236,7 @@ def comm_traffic_table(records: list[dict[str, Any]], sims: pd.DataFrame) -> pd.
 
 def _plan_key(col: pd.Series) -> pd.Series:
     """Sort plans in a fixed order (the baselines first); other columns as they are."""
-    order = {p: i for i, p in enumerate(("row", "table", "column", "recshard", "flexshard"))}
+    order = {p: i for i, p in enumerate(("row", "table", "column", "balanced", "flexshard"))}
     return col.map(lambda p: order.get(p, len(order))) if col.name == "plan" else col
 
 

@@ -25,7 +25,7 @@ from hotcold.analysis.plotting import PANEL_H, PANEL_W, disturbed, disturbed_han
 from hotcold.analysis.scaleout import batch_label
 from hotcold.distributed.plan_types import DEFAULT_HEADROOM
 
-PLAN_ORDER = ("row", "table", "column", "recshard", "flexshard")
+PLAN_ORDER = ("row", "table", "column", "balanced", "flexshard")
 PROACTIVE_METHOD = "proactive"  # the method whose runs ``proactive.csv`` lists
 
 

@@ -54,7 +54,7 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     ss = be.add_argument_group("shard-sim")
     ss.add_argument("--dataset", help="shard-sim: dataset directory")
     ss.add_argument("--scale", default="16x8", help="shard-sim: NODESxRANKS_PER_NODE")
-    ss.add_argument("--plans", nargs="+", default=["row", "recshard", "flexshard"], help="shard-sim: plans")
+    ss.add_argument("--plans", nargs="+", default=["row", "balanced", "flexshard"], help="shard-sim: plans")
     ss.add_argument("--headrooms", type=float, nargs="+", default=[1.25], help="shard-sim: memory headrooms")
     ss.add_argument("--batch-per-rank", type=int, default=512, help="shard-sim: samples per rank per batch")
     ss.add_argument("--batches", type=int, default=20, help="shard-sim: batches streamed")

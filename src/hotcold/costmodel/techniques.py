@@ -175,7 +175,7 @@ def _update(t: Terms, c: Costs, w: Workload, x: _Exchange) -> None:
 
 
 def price_sharded(t: Terms, c: Costs, w: Workload) -> None:
-    """The hybrid-parallel exchange over a plan's shards (table, row, column, RecShard; FlexShard's tiers
+    """The hybrid-parallel exchange over a plan's shards (table, row, column, balanced; FlexShard's tiers
     show in its counters: served lookups, the replicas' all-reduce)."""
     x = _Exchange.of(c, w)
     _forward(t, c, w, x)

@@ -38,7 +38,7 @@ import numpy as np
 
 from hotcold.config import is_real, require
 from hotcold.distributed.plan_types import ALL, NODE, SHARDED, Plan, PlanInputs, rowwise_owner
-from hotcold.distributed.recshard import balance, descending, imbalance
+from hotcold.distributed.balanced import balance, descending, imbalance
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import ID_BYTES, Wire
 

@@ -1,6 +1,6 @@
 """Sharding plans: one planner per plan, and ``build_plan``, which runs one and checks it.
 
-Table-wise, row-wise and RecShard-like plans use the sharded tier only;
+Table-wise, row-wise and lookup-balanced plans use the sharded tier only;
 FlexShard places rows in all three tiers (``plan_types``: ``SHARDED``,
 ``NODE``, ``ALL``). Column-wise is the one plan that splits rows: with
 ``columns = P`` every rank holds columns ``[r D/P, (r+1) D/P)`` of every row,
@@ -30,6 +30,7 @@ from hotcold.distributed.plan_types import (
     rowwise_owner,
     sharded_plan,
 )
+from hotcold.distributed.balanced import balanced
 from hotcold.distributed.recshard import recshard
 
 #: the plan types are re-exported: their home is ``plan_types``, and callers may still take them from here
@@ -84,8 +85,8 @@ def column_wise(inputs: PlanInputs) -> Plan:
 
 #: every planner by name, in the order the plans are listed to users
 PLANNERS: dict[str, Callable[[PlanInputs], Plan]] = {"table": table_wise, "row": row_wise, "column": column_wise,
-                                                    "recshard": recshard, "flexshard": flexshard,
-                                                    "flexshard-device": flexshard_on_device}
+                                                    "balanced": balanced, "recshard": recshard,
+                                                    "flexshard": flexshard, "flexshard-device": flexshard_on_device}
 PLANS = tuple(PLANNERS)
 
 

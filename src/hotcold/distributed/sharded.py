@@ -19,8 +19,10 @@ from hotcold.config import is_int, is_positive_int, is_real, require
 from hotcold.counters import all_resident
 from hotcold.distributed.comm import Comm, Pending, ids_tensor
 from hotcold.distributed.flexshard import DEFAULT_INTER_GBPS, DEFAULT_INTRA_GBPS, REPLICA_SYNC, UNACCESSED
+from hotcold.distributed.host_tier import HostTier, device_first, host_counts
 from hotcold.distributed.plan_types import ALL, DEFAULT_HEADROOM, NODE, SHARDED, PlanInputs
 from hotcold.distributed.plans import PLANS, build_plan
+from hotcold.distributed.recshard import check_plan_options
 from hotcold.distributed.replica_sync import SPARSE, sync_sends
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import Ledger
@@ -41,6 +43,7 @@ class ShardedOptions(StoreOptions):
     plan: str = "row"                          # a sharding plan (``plans.PLANS``)
     memory_headroom: float = DEFAULT_HEADROOM  # per-rank budget, as a multiple of the row-wise shard
     table_ranks: Mapping[str, int] | None = None  # table index -> rank, pinned before the table-wise planner
+    plan_options: Mapping[str, Any] | None = None  # the recshard plan's options (``recshard.OPTIONS``)
 
     def validate(self, where: str) -> None:
         require(self.plan in PLANS, where, f"unknown plan {self.plan!r}; known: {list(PLANS)}")
@@ -51,10 +54,12 @@ class ShardedOptions(StoreOptions):
             require((is_int(key) and key >= 0) or (isinstance(key, str) and key.isdigit()), where,
                     f"table_ranks: {key!r} is not a table index")
             require(is_int(rank) and rank >= 0, where, f"table_ranks[{key}] must be a rank >= 0, got {rank!r}")
+        check_plan_options(where, self.plan, self.plan_options)
 
     def planner_options(self) -> dict[str, Any]:
         """What the planner takes besides the headroom (``PlanInputs.options``)."""
-        return {} if self.table_ranks is None else {"table_ranks": dict(self.table_ranks)}
+        return {**({} if self.table_ranks is None else {"table_ranks": dict(self.table_ranks)}),
+                **dict(self.plan_options or {})}
 
 
 @dataclass(frozen=True)
@@ -160,13 +165,15 @@ class ShardedStore(EmbeddingStore):
         sh = self.sharding
         self.width = spec.dim // sh.columns
         self.col0 = self.rank * self.width if sh.columns > 1 else 0
-        owned = np.flatnonzero(sh.owned(self.rank))
+        owned, on_device = device_first(np.flatnonzero(sh.owned(self.rank)), sh.off_device)  # host rows last
         self.owned_rows = owned                                          # [M] global rows held here
         self.local_index = np.full(sh.num_rows, -1, dtype=np.int64)
         self.local_index[owned] = np.arange(owned.size)
-        full = init_table(spec.table_sizes, spec.dim, spec.seed)
-        self.weight = full[torch.from_numpy(owned), self.col0:self.col0 + self.width].contiguous().to(self.device)
-        self.state = self.optimizer.init_state(owned.size, self.device)
+        full = init_table(spec.table_sizes, spec.dim, spec.seed)[:, self.col0:self.col0 + self.width]
+        self.weight = full[torch.from_numpy(owned[:on_device])].contiguous().to(self.device)
+        self.state = self.optimizer.init_state(on_device, self.device)
+        self.host_tier = (HostTier(full[torch.from_numpy(owned[on_device:])], self.optimizer, on_device, self.device)
+                          if on_device < owned.size else None)
         tier = sh.tier[owned]
         self.tier = torch.from_numpy(tier.astype(np.int64))               # [M] tier of each held row
         # replicated tiers held here: (their local positions [n], each held row's index among them [M], group)
@@ -180,6 +187,7 @@ class ShardedStore(EmbeddingStore):
                 self.replicas.append((torch.from_numpy(positions), torch.from_numpy(index), group))
         self._last: Exchange | None = None
         self._served_total = 0
+        self._host_total = 0
 
     # -- routing ---------------------------------------------------------------------------------
     def route(self, ids: torch.Tensor, collective: str | None = "input_a2a") -> Exchange:
@@ -207,6 +215,8 @@ class ShardedStore(EmbeddingStore):
 
     def gather_rows(self, positions: torch.Tensor) -> torch.Tensor:
         """Held rows at local ``positions`` [R] -> [R, width]."""
+        if self.host_tier is not None:
+            return self.host_tier.gather(self.weight, positions)
         return self.weight.index_select(0, positions.to(self.device, non_blocking=True))
 
     def answer(self, ex: Exchange, vectors: torch.Tensor, collective: str | None = "output_a2a") -> torch.Tensor:
@@ -274,6 +284,8 @@ class ShardedStore(EmbeddingStore):
             squares = self.comm.all_reduce(summed.pow(2).sum(dim=1), None, "column_allreduce", on_wire=True).wait()
             sq_mean = squares.to(summed.dtype) / self.dim
             timer.mark("column_allreduce")
+        if self.host_tier is not None:  # host rows update on the host; the device rows below
+            slots, summed = self.host_tier.apply(self.optimizer, slots, summed)
         self.optimizer.apply(self.weight, self.state, slots, summed, sq_mean)
         timer.mark("emb_update")
         self._book_step(ex)
@@ -311,6 +323,10 @@ class ShardedStore(EmbeddingStore):
         for k, v in self.comm.ledger.take_step().items():
             setattr(counters, k, v)
         counters.served_lookups, counters.early_lookups = served, early
+        if self.host_tier is not None:
+            for k, v in host_counts(self.host_tier.lookups(ex.served), self.dim).items():
+                setattr(counters, k, v)
+            self._host_total += counters.host_lookups
         self._counters = counters
 
     # -- evaluation and export ------------------------------------------------------------------
@@ -327,7 +343,8 @@ class ShardedStore(EmbeddingStore):
         primary = ((tier == SHARDED) | ((tier == NODE) & (topo.node(self.rank) == 0))
                    | ((tier == ALL) & (self.rank == 0)))
         rows = torch.from_numpy(self.owned_rows[primary]).to(self.device)
-        full[rows, self.col0:self.col0 + self.width] = self.weight.detach()[torch.from_numpy(primary).to(self.device)]
+        held = self.weight.detach() if self.host_tier is None else self.host_tier.rows(self.weight.detach())
+        full[rows, self.col0:self.col0 + self.width] = held[torch.from_numpy(primary).to(self.device)]
         return self.comm.all_reduce(full, None, None).wait().cpu()
 
     def report(self) -> dict[str, Any]:
@@ -342,11 +359,13 @@ class ShardedStore(EmbeddingStore):
         for c, m in ledger.total.items():
             collectives[c]["matrix"] = m.tolist()
         mean = float(np.mean(served)) if served else 0.0
+        host = {} if self.sharding.off_device is None else {
+            "host_lookups_per_rank": [int(h) for h in self.comm.gather_objects(self._host_total)]}
         return {**self.sharding.describe(self.dim, self.optimizer.state_width, self.inputs.budget_bytes()),
                 "served_lookups_per_rank": [int(s) for s in served],
                 "load_imbalance": float(max(served) / mean) if mean > 0 else float("nan"),
                 "wire": self.comm.wire.record(),
-                "collectives": collectives}
+                "collectives": collectives, **host}
 
 
 class FlexShardStore(ShardedStore):

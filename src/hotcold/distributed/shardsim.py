@@ -28,6 +28,7 @@ from hotcold.config import InfeasibleError, RunConfig
 from hotcold.data.format import Dataset
 from hotcold.data.loader import batch_rows
 from hotcold.data.skew import row_counts
+from hotcold.distributed.host_tier import host_counts, host_lookups_per_rank
 from hotcold.distributed.plan_types import ALL, DEFAULT_HEADROOM, NODE, Plan, PlanInputs
 from hotcold.distributed.plans import build_plan
 from hotcold.distributed.routing import DistinctCounter, lookups_per_rank, route_counts
@@ -166,7 +167,10 @@ def simulate_plan(plan: Plan, batches: Iterable[np.ndarray], dim: int, state_wid
             counts = np.repeat(lookups_per_rank(batch, topo.world)[:, None], topo.world, axis=1)
         else:
             counts = route_counts(batch, codes, topo.world, topo.ranks_per_node)[0]
-        traffic.add_step(counts, distinct(batch) if distinct else None, touches(batch, codes) if touches else None)
+        host = (host_lookups_per_rank(batch, traffic.host_codes, topo.world) if traffic.host_codes is not None
+                else None)
+        traffic.add_step(counts, distinct(batch) if distinct else None, touches(batch, codes) if touches else None,
+                         host)
     assert traffic.step_bytes is not None
     return traffic.ledger(), traffic.step_bytes, traffic.served()
 
@@ -232,7 +236,9 @@ def scale_rows(sweep: ScaleSweep, entries: list[_Entry], steps: int) -> list[dic
             else None
         rows.append({**e.key, "status": "ok", **_per_step(traffic.ledger(), steps), **(e.memory or {}),
                      "syncfree_inter_node_a2a_bytes": bound, "replica_sparse_share": traffic.sparse_sync_share(),
-                     "load_imbalance": float(served.max() / served.mean()) if served.sum() else float("nan")})
+                     "load_imbalance": float(served.max() / served.mean()) if served.sum() else float("nan"),
+                     **{k: v / steps for k, v in host_counts(int(traffic.host.sum()), traffic.dim).items()},
+                     "host_lookups_max_rank": int(traffic.host.max()) / steps})
     return rows
 
 

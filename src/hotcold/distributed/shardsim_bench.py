@@ -43,7 +43,7 @@ from hotcold.jit import KERNEL
 @dataclass
 class ShardSimBenchConfig:
     scale: str = "16x8"
-    plans: tuple[str, ...] = ("row", "recshard", "flexshard")
+    plans: tuple[str, ...] = ("row", "balanced", "flexshard")
     headrooms: tuple[float, ...] = (1.25,)
     batch_per_rank: int = 512
     batches: int = 20

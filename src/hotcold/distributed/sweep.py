@@ -16,6 +16,7 @@ from typing import Iterable
 
 import numpy as np
 
+from hotcold.distributed.host_tier import host_codes, host_counts, host_lookups_per_rank
 from hotcold.distributed.plan_types import ALL, NODE, Plan
 from hotcold.distributed.replica_sync import ReplicaGroups, ReplicaTouches
 from hotcold.distributed.routing import DistinctCounter, lookups_per_rank, route_counts
@@ -78,6 +79,9 @@ class PlanTraffic:
         self.steps = 0
         self.column_send = 0  # bytes each rank sent its ring successor in the column all-reduces, over all steps
         self.step_bytes: list[dict[str, int]] | None = [] if keep_steps else None
+        self.dim = dim
+        self.host_codes = host_codes(plan.off_device, plan.slot)  # None: no host rows (``host_tier``)
+        self.host = np.zeros(p, dtype=np.int64)             # lookups every rank served from host memory
 
     def column_per_rank(self, distinct: int | None) -> int:
         """Bytes one rank sends its successor in one step's column all-reduce (``ring_allreduce_matrix``'s)."""
@@ -100,20 +104,28 @@ class PlanTraffic:
         return sends
 
     def add_step(self, counts: np.ndarray, distinct: int | None = None,
-                 touched: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+                 touched: tuple[np.ndarray, np.ndarray] | None = None, host: np.ndarray | None = None) -> None:
+        """``host`` [P]: the step's lookups each rank served from host memory (plans with host rows)."""
         self.counts += counts
         self.steps += 1
         column = self.column_per_rank(distinct)
         self.column_send += column
         sends = self.replica_step(touched)
+        if host is not None:
+            self.host += host
         if self.step_bytes is not None:
             self.step_bytes.append(self._step(counts, column, sends))
+            if self.host_codes is not None:
+                self.step_bytes[-1].update(host_counts(int(0 if host is None else host.sum()), self.dim))
 
-    def add_steps(self, counts: np.ndarray, steps: int, column_send: int) -> None:
+    def add_steps(self, counts: np.ndarray, steps: int, column_send: int, host: np.ndarray | None = None) -> None:
         """Book ``steps`` steps at once: ``counts`` summed over them, ``column_send`` the sum of their
-        ``column_per_rank`` (no per-step values; the replica sends are booked per step by ``replica_step``)."""
+        ``column_per_rank``, ``host`` [P] their host lookups (no per-step values; the replica sends are booked
+        per step by ``replica_step``)."""
         if self.step_bytes is not None:
             raise ValueError("add_steps books no per-step values; this PlanTraffic keeps steps")
+        if host is not None:
+            self.host += host
         self.counts += counts
         self.steps += steps
         self.column_send += column_send
@@ -194,7 +206,8 @@ class ScaleSweep:
         codes = plan.route_codes() if plan.columns == 1 else None
         for i, other in enumerate(self._codes):
             same = (codes is None and other is None and self.traffic[i].columns == plan.columns) or (
-                codes is not None and other is not None and np.array_equal(codes, other))
+                codes is not None and other is not None and np.array_equal(codes, other)
+                and _same_host(self.traffic[i].host_codes, host_codes(plan.off_device, plan.slot)))
             if same:
                 return i
         self.traffic.append(PlanTraffic(plan, dim, state_width, dense_params, wire=self.wire))
@@ -224,6 +237,7 @@ class ScaleSweep:
         one = ScaleSweep(self.topology, self.num_rows, self.wire)
         traffic = copy.copy(self.traffic[index])
         traffic.counts, traffic.steps, traffic.column_send = np.zeros_like(traffic.counts), 0, 0
+        traffic.host = np.zeros_like(traffic.host)
         traffic.step_bytes = None
         traffic.replica_sends = np.zeros_like(traffic.replica_sends)
         traffic.replica_syncs = np.zeros_like(traffic.replica_syncs)
@@ -238,8 +252,9 @@ class ScaleSweep:
         return one
 
     def add_batch(self, batch: np.ndarray, counts: np.ndarray, column: np.ndarray,
-                  offsets: np.ndarray | None = None) -> None:
-        """Route one global batch [B, K] through every plan; add to ``counts`` [M, P, P] and ``column`` [M].
+                  offsets: np.ndarray | None = None, host: np.ndarray | None = None) -> None:
+        """Route one global batch [B, K] through every plan; add to ``counts`` [M, P, P] and ``column`` [M]
+        (and to ``host`` [M, P], the lookups served from host memory, for the plans with host rows).
 
         ``offsets``: ``batch`` holds table ids, global rows ``ids + offsets`` (``routing.route_counts``). The
         replica synchronisation of plans with replicated rows is booked in their ``PlanTraffic`` at once
@@ -264,6 +279,8 @@ class ScaleSweep:
                     per_rank = lookups_per_rank(batch, topo.world)
                 counts[i] += per_rank[:, None]
             column[i] += t.column_per_rank(distinct)
+            if host is not None and t.host_codes is not None:
+                host[i] += host_lookups_per_rank(batch, t.host_codes, topo.world, offsets)
 
     def route_all(self, batches: Iterable[np.ndarray],
                   offsets: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
@@ -271,10 +288,11 @@ class ScaleSweep:
         p, m = self.topology.world, len(self.traffic)
         counts = np.zeros((m, p, p), dtype=np.int64)
         column = np.zeros(m, dtype=np.int64)
+        self.host_sums = np.zeros((m, p), dtype=np.int64)
         steps = 0
         for batch in batches:
             if m:
-                self.add_batch(batch, counts, column, offsets)
+                self.add_batch(batch, counts, column, offsets, self.host_sums)
             steps += 1
         return counts, column, steps
 
@@ -283,10 +301,15 @@ class ScaleSweep:
         then let the stacked codes go. ``offsets``: as ``add_batch``'s."""
         counts, column, steps = self.route_all(batches, offsets)
         for i, t in enumerate(self.traffic):
-            t.add_steps(counts[i], steps, int(column[i]))
+            t.add_steps(counts[i], steps, int(column[i]), self.host_sums[i])
         self.codes = None
         self._distinct = None
         self._touches = None
+
+
+def _same_host(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    """Whether two plans keep the same rows in host memory (``host_codes``; None: none)."""
+    return (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
 
 
 __all__ = ["PlanTraffic", "ScaleSweep", "replica_matrix"]
