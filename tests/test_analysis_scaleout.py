@@ -323,6 +323,23 @@ def test_figures_draw_a_panel_per_dataset_and_batch(records: list[dict]) -> None
     assert any(line.get_marker() == "D" and len(line.get_xdata()) for line in fixed.lines)
 
 
+def test_exact_is_never_claimed_outside_exact_mode(tmp_path: Path) -> None:
+    """Even at distance 0 from its replay, a run on the float32 wire has its distance and no `exact`; an exact-mode
+    run (and a record from before the option, which summed in float64) claims it."""
+    runs = tmp_path / "runs"
+    wire = record("sharded", "row", "row", 4, 2)
+    wire["config"]["distributed"].update(wire_dtype="float32", exact=False)
+    exact = record("sharded", "table", "table", 4, 2)
+    exact["config"]["distributed"].update(wire_dtype="float32", exact=True)
+    old = record("sharded", "column", "column", 4, 2)
+    for rec in (wire, exact, old):
+        write_record(runs, rec)
+    summary = aggregate(find_records(runs), tmp_path / "tables")
+    row = one(summary, variant="row")
+    assert pd.isna(row.exact) and row.param_rel_diff == 0.0 and "not exact mode" in row.exact_reference
+    assert bool(one(summary, variant="table").exact) and bool(one(summary, variant="column").exact)
+
+
 def test_flexshard_reported_whole_total_and_sync_free_bound() -> None:
     """Total (all-to-alls + replica sync) and the sync-free bound against row-wise's total, the dense all-reduce
     apart, and the plan that keeps never-seen rows on the device beside."""

@@ -17,7 +17,7 @@ from hotcold.distributed.plan_types import ALL, NODE, SHARDED, Plan, PlanInputs
 from hotcold.distributed.plans import build_plan, row_wise
 from hotcold.distributed.balanced import balance
 from hotcold.distributed.topology import Topology
-from hotcold.distributed.traffic import ring_allreduce_matrix
+from hotcold.distributed.traffic import Wire, ring_allreduce_matrix
 
 SIZES = [4000, 2400, 1600]           # divisible by every world below: headroom 1.0 leaves no spare row
 DIM, STATE = 16, 1
@@ -25,6 +25,8 @@ PER_STEP = 3 * 4096                  # lookups of one global batch
 TOPOLOGIES = [Topology(4, 2), Topology(8, 4), Topology(8, 2), Topology(1)]
 HEADROOMS = [1.0, 1.25, 1.5, 2.0]
 INTRA, INTER = 300e9, 25e9
+#: wire modes and the bytes of (an all-to-all element, an all-reduce element) they send, written out here
+WIRES = {"float32": (Wire(), 4, 4), "exact": (Wire("float32", True), 4, 8), "bfloat16": (Wire("bfloat16"), 2, 2)}
 
 
 def zipf_counts(sizes: list[int], per_table: int, s: float = 1.1, seed: int = 0) -> np.ndarray:
@@ -38,16 +40,19 @@ def zipf_counts(sizes: list[int], per_table: int, s: float = 1.1, seed: int = 0)
 
 
 def inputs(topo: Topology, headroom: float, sizes: list[int] = SIZES, counts: np.ndarray | None = None,
-           **options) -> PlanInputs:
+           wire: Wire | None = None, **options) -> PlanInputs:
     counts = zipf_counts(sizes, 100_000) if counts is None else counts
-    return PlanInputs(list(sizes), counts, topo, DIM, STATE, headroom, {"lookups_per_step": PER_STEP, **options})
+    return PlanInputs(list(sizes), counts, topo, DIM, STATE, headroom, {"lookups_per_step": PER_STEP, **options},
+                      wire or Wire())
 
 
-def modelled_seconds(plan: Plan, counts: np.ndarray, per_step: float = PER_STEP) -> float:
-    """Expected time per step of ``plan``: every rank requests 1/P of each row's expected lookups."""
+def modelled_seconds(plan: Plan, counts: np.ndarray, per_step: float = PER_STEP, vector: int = 4,
+                     reduce: int = 4) -> float:
+    """Expected time per step of ``plan``: every rank requests 1/P of each row's expected lookups
+    (``vector``, ``reduce``: bytes of an all-to-all and of an all-reduce element; default the float32 wire)."""
     topo, p = plan.topology, plan.topology.world
     lookups = counts / counts.sum() * per_step
-    per_lookup = 8 + 2 * DIM * 4
+    per_lookup = 8 + 2 * DIM * vector
     matrix = np.zeros((p, p))
     rows = np.arange(plan.num_rows)
     for r in range(p):
@@ -55,10 +60,10 @@ def modelled_seconds(plan: Plan, counts: np.ndarray, per_step: float = PER_STEP)
         matrix[r] += np.bincount(dest, weights=lookups / p * per_lookup, minlength=p)
     np.fill_diagonal(matrix, 0.0)
     held = plan.tier == ALL
-    matrix += ring_allreduce_matrix(range(p), int(held.sum()) * DIM * 8, p)  # float64 reductions
+    matrix += ring_allreduce_matrix(range(p), int(held.sum()) * DIM * reduce, p)
     for j in range(topo.ranks_per_node):
         n_j = int(((plan.tier == NODE) & (plan.slot == j)).sum())
-        matrix += ring_allreduce_matrix(topo.cross_node_group(j), n_j * DIM * 8, p)
+        matrix += ring_allreduce_matrix(topo.cross_node_group(j), n_j * DIM * reduce, p)
     inter_mask = topo.inter_mask()
     intra = matrix[~inter_mask].sum()       # the diagonal is zero
     inter = matrix[inter_mask].sum()
@@ -99,14 +104,18 @@ def check_valid(plan: Plan, inp: PlanInputs) -> None:
     assert plan.bytes_held(inp.dim, inp.state_width).max() <= inp.budget_bytes()
 
 
+@pytest.mark.parametrize("wire", list(WIRES))
 @pytest.mark.parametrize("unaccessed", ["host", "device"])
 @pytest.mark.parametrize("per_step", [PER_STEP, 64 * PER_STEP], ids=["small-batch", "big-batch"])
 @pytest.mark.parametrize("topo", TOPOLOGIES, ids=lambda t: t.label())
-def test_flexshard_fits_and_beats_simplest_and_sharded(topo: Topology, per_step: int, unaccessed: str) -> None:
-    """Small batches: the best tiering fits with room to spare; big batches: the memory budget binds."""
+def test_flexshard_fits_and_beats_simplest_and_sharded(topo: Topology, per_step: int, unaccessed: str,
+                                                       wire: str) -> None:
+    """Small batches: the best tiering fits with room to spare; big batches: the memory budget binds.
+    The solver prices each element as the wire sends it (float32 by default, float64 reductions in exact mode)."""
     previous = math.inf
+    mode, vector, reduce = WIRES[wire]
     for headroom in HEADROOMS:
-        inp = inputs(topo, headroom, lookups_per_step=per_step, unaccessed_rows=unaccessed)
+        inp = inputs(topo, headroom, lookups_per_step=per_step, wire=mode, unaccessed_rows=unaccessed)
         plan = build_plan("flexshard", inp)
         unseen = inp.counts == 0
         assert unseen.any()  # the fixture has never-seen rows
@@ -119,10 +128,11 @@ def test_flexshard_fits_and_beats_simplest_and_sharded(topo: Topology, per_step:
         else:
             assert plan.off_device is None
         check_valid(plan, inp)
-        cost = modelled_seconds(plan, inp.counts, per_step)
+        cost = modelled_seconds(plan, inp.counts, per_step, vector, reduce)
         assert cost == pytest.approx(plan.details["tiering"]["modelled_seconds_per_step"], rel=1e-6, abs=1e-15)
-        assert cost <= modelled_seconds(simplest(inp), inp.counts, per_step) * (1 + 1e-9) + 1e-15
-        assert cost <= modelled_seconds(row_wise(inp), inp.counts, per_step) * (1 + 1e-9) + 1e-15
+        assert plan.details["priced_wire"] == mode.record()
+        assert cost <= modelled_seconds(simplest(inp), inp.counts, per_step, vector, reduce) * (1 + 1e-9) + 1e-15
+        assert cost <= modelled_seconds(row_wise(inp), inp.counts, per_step, vector, reduce) * (1 + 1e-9) + 1e-15
         assert cost <= previous * (1 + 1e-9) + 1e-15       # more headroom never costs more
         previous = cost
         if headroom == 1.0 and unaccessed == "device":  # no room for a copy: the row-wise shard is full

@@ -129,6 +129,8 @@ def test_shipped_distributed_sections_pass() -> None:
     ({"shard_sim": {"headrooms": [0.5]}}, "['shard_sim', 'headrooms', 0]: 0.5 is less than the minimum of 1.0"),
     ({"shard_sim": {"plan": ["row"]}}, "'plan' was unexpected"),
     ({"worlds": []}, "'worlds' was unexpected"),
+    ({"wire_dtype": "float16"}, "['wire_dtype']: 'float16' is not one of"),
+    ({"exact": "yes"}, "['exact']: 'yes' is not of type 'boolean'"),
 ])
 def test_bad_distributed_section_names_the_key(section: dict, expected: str) -> None:
     found = distributed_errors(section)

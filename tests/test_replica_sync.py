@@ -12,7 +12,7 @@ from hotcold.distributed.plan_types import ALL, NODE, SHARDED, Plan
 from hotcold.distributed.replica_sync import DENSE, SPARSE, ReplicaGroups, ReplicaTouches, sync_sends, touches_numpy
 from hotcold.distributed.shardsim import Scale, shard_sim, step_matrices, touched_rows
 from hotcold.distributed.topology import Topology
-from hotcold.distributed.traffic import ID_BYTES, REDUCE_BYTES, SPLIT_BYTES, ring_allgather_matrix
+from hotcold.distributed.traffic import ID_BYTES, SPLIT_BYTES, Wire, ring_allgather_matrix
 from hotcold.jit import python
 
 
@@ -43,22 +43,23 @@ def test_ring_allgather_is_the_hop_by_hop_ring():
 @pytest.mark.parametrize("touched,rows", [([0, 0, 0, 0], 10), ([1, 2, 0, 3], 10), ([9, 10, 10, 8], 10),
                                           ([5, 1], 3), ([40, 40, 40], 50)])
 @pytest.mark.parametrize("width", [1, 4])
-def test_sync_sends_pick_the_cheaper_ring(touched, rows, width):
+@pytest.mark.parametrize("elem", [2, 4, 8], ids=["bfloat16", "float32", "float64"])
+def test_sync_sends_pick_the_cheaper_ring(touched, rows, width, elem):
     g = len(touched)
     members = list(range(g))
     exchange = ring_gather_sim(members, [SPLIT_BYTES] * g, g).sum(axis=1)
-    dense = np.full(g, ring_reduce_sim(g, rows * width * REDUCE_BYTES)) + exchange
-    sparse = ring_gather_sim(members, [t * (ID_BYTES + width * REDUCE_BYTES) for t in touched], g).sum(axis=1) \
+    dense = np.full(g, ring_reduce_sim(g, rows * width * elem)) + exchange
+    sparse = ring_gather_sim(members, [t * (ID_BYTES + width * elem) for t in touched], g).sum(axis=1) \
         + exchange
-    how, sends = sync_sends(np.array(touched), rows, width)
+    how, sends = sync_sends(np.array(touched), rows, width, elem)
     assert how == (SPARSE if sparse.sum() < dense.sum() else DENSE)
     assert sends.tolist() == (sparse if how == SPARSE else dense).tolist()
     assert sends.sum() == min(sparse.sum(), dense.sum())
 
 
 def test_a_lone_member_or_an_empty_tier_sends_nothing():
-    assert sync_sends(np.array([3]), 10, 4)[1].tolist() == [0]
-    assert sync_sends(np.array([0, 0]), 0, 4)[1].tolist() == [0, 0]
+    assert sync_sends(np.array([3]), 10, 4, 4)[1].tolist() == [0]
+    assert sync_sends(np.array([0, 0]), 0, 4, 4)[1].tolist() == [0, 0]
 
 
 def tiered_plan() -> Plan:
@@ -75,7 +76,9 @@ def tiered_plan() -> Plan:
     ([[0, 1, 2], [1, 2, 3], [0, 2, 3], [4, 6, 8]], [3, 3, 3, 0], [0, 0, 3, 0], [DENSE, SPARSE, SPARSE]),
 ])
 def test_a_step_of_replica_sync_against_sets_and_hop_by_hop_rings(batch, all_touched, node_touched, choices):
+    """In exact mode (float64 reductions: 8-byte elements, written out)."""
     plan = tiered_plan()
+    elem = 8
     dim = 4
     batch = np.array(batch)
     want = np.zeros((4, 4), dtype=np.int64)
@@ -98,12 +101,12 @@ def test_a_step_of_replica_sync_against_sets_and_hop_by_hop_rings(batch, all_tou
         exchange = ring_gather_sim(members, [SPLIT_BYTES] * g, 4)
         dense = np.zeros((4, 4), dtype=np.int64)
         for i, src in enumerate(members):
-            dense[src, members[(i + 1) % g]] = ring_reduce_sim(g, rows * dim * REDUCE_BYTES)
-        sparse = ring_gather_sim(members, [t * (ID_BYTES + dim * REDUCE_BYTES) for t in touched], 4)
+            dense[src, members[(i + 1) % g]] = ring_reduce_sim(g, rows * dim * elem)
+        sparse = ring_gather_sim(members, [t * (ID_BYTES + dim * elem) for t in touched], 4)
         picked.append(SPARSE if sparse.sum() < dense.sum() else DENSE)
         want += exchange + (sparse if picked[-1] == SPARSE else dense)
     assert picked == choices
-    got = step_matrices(plan, batch, dim, 0, dense_params=0)["replica_allreduce"]
+    got = step_matrices(plan, batch, dim, 0, dense_params=0, wire=Wire(exact=True))["replica_allreduce"]
     assert (got == want).all()
 
 

@@ -58,8 +58,18 @@ def test_run_configs_carry_the_dataset_overrides():
     assert kaggle["store"] == {"cache_ratio": 0.015} and kaggle["train"]["batch_size"] == 1024
     assert not any(r.dataset == "taobao" and r.method == "fae" for r in m.runs())
     four = m.run_config(Run("kaggle", "sharded", "row", 0, 4, 2))
-    assert four["distributed"] == {"world": 4, "ranks_per_node": 2} and four["train"]["steps"] == 40
+    assert four["distributed"] == {"world": 4, "ranks_per_node": 2, "wire_dtype": "float32", "exact": False}
+    assert four["train"]["steps"] == 40
     assert "interleave" not in four["timing"]
+
+
+def test_the_wire_reaches_the_scale_out_runs_and_shard_sim():
+    m = matrix(distributed={"wire_dtype": "bfloat16"})
+    want = {"wire_dtype": "bfloat16", "exact": False}
+    assert m.shard_sim_config("kaggle")["distributed"] == want
+    four = m.run_config(Run("kaggle", "sharded", "row", 0, 4, 2))
+    assert {k: four["distributed"][k] for k in want} == want
+    assert "distributed" not in m.run_config(Run("kaggle", "lru", "1.5pct", 0))
 
 
 def test_gpu_only_variants_are_infeasible_on_a_cpu_without_a_job():
@@ -103,7 +113,8 @@ def test_a_per_rank_batch_gives_each_trained_scale_its_global_batch():
     for world, rpn in ((2, 1), (4, 2)):
         cfg = m.run_config(Run("kaggle", "sharded", "row", 0, world, rpn))
         assert cfg["train"]["batch_size"] == 96 * world and "batch_per_rank" not in cfg["train"]
-        assert cfg["distributed"] == {"world": world, "ranks_per_node": rpn, "batch_per_rank": 96}
+        assert cfg["distributed"] == {"world": world, "ranks_per_node": rpn, "batch_per_rank": 96,
+                                      "wire_dtype": "float32", "exact": False}
         typed = RunConfig.from_dict(cfg)
         assert (typed.train.batch_size, typed.distributed.batch_per_rank) == (96 * world, 96)
     assert m.run_config(Run("kaggle", "lru", "1.5pct", 0))["train"]["batch_size"] == 1024  # one process: unchanged

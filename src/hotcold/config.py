@@ -169,11 +169,18 @@ class DistributedConfig:
     scaling); the run's global batch ``train.batch_size`` is then
     ``batch_per_rank x world``. None: ``train.batch_size`` is a fixed global
     batch, split over the ranks.
+
+    ``wire_dtype`` (float32 | bfloat16) is what the collectives send and
+    count, ``exact`` true the mode whose all-reduces sum in float64 so that a
+    run over P ranks equals its one-process reference
+    (``hotcold.distributed.traffic.Wire``).
     """
 
     world: int = 1
     ranks_per_node: int = 1
     batch_per_rank: int | None = None
+    wire_dtype: str = "float32"
+    exact: bool = False
 
     def validate(self, where: str) -> None:
         require(is_positive_int(self.world), where, f"world must be a positive integer, got {self.world!r}")
@@ -181,6 +188,15 @@ class DistributedConfig:
                 f"ranks_per_node must be a positive divisor of world={self.world}, got {self.ranks_per_node!r}")
         require(self.batch_per_rank is None or is_positive_int(self.batch_per_rank), where,
                 f"batch_per_rank must be a positive integer or null, got {self.batch_per_rank!r}")
+        self.wire(where)
+
+    def wire(self, where: str = "distributed") -> Any:
+        """The run's ``Wire``: what its collectives send (a bad value: ``ConfigError`` naming the option)."""
+        from hotcold.distributed.traffic import WIRE_DTYPES, Wire
+
+        require(isinstance(self.wire_dtype, str) and self.wire_dtype in WIRE_DTYPES, where,
+                f"wire_dtype must be one of {', '.join(WIRE_DTYPES)}, got {self.wire_dtype!r}")
+        return Wire(self.wire_dtype, self.exact)  # checks exact
 
     def global_batch(self, fixed: int) -> int:
         """The global batch of a step: ``batch_per_rank x world``, or ``fixed`` (train.batch_size) without one."""

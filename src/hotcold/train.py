@@ -150,6 +150,7 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
     repeat of a run whose first repeat was evaluated.
     """
     world = world or World.single()
+    world.comm.use_wire(cfg.distributed.wire())  # what this run's collectives send (a launch may train many runs)
     world.check_batch(cfg.train.batch_size)
     check_batch_fits(cfg.train.batch_size, ds, batch_option(cfg.distributed))
     progress = progress and world.is_main

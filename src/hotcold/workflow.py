@@ -159,7 +159,7 @@ class Matrix:
         }
         if run.scale_out:
             out["train"]["batch_size"] = self.scale_out_batch(run)
-            out["distributed"] = {"world": int(run.world), "ranks_per_node": int(run.ranks_per_node)}
+            out["distributed"] = {"world": int(run.world), "ranks_per_node": int(run.ranks_per_node), **self.wire()}
             if self.train_batch_per_rank() is not None:  # stated only when set: the fixed batch's params stay
                 out["distributed"]["batch_per_rank"] = self.train_batch_per_rank()
         return out
@@ -214,7 +214,13 @@ class Matrix:
         """``hotcold shard-sim --run-config``: the batches (and model) of the dataset's scale-out runs."""
         steps = self.config["distributed"]["shard_sim"].get("steps")
         return {"seed": self.first_seed(), "train": _with_steps(self.scale_out_train(dataset), steps),
-                "model": self.section(dataset, "model")}
+                "model": self.section(dataset, "model"), "distributed": self.wire()}
+
+    def wire(self) -> dict[str, Any]:
+        """``distributed.wire_dtype`` and ``distributed.exact``: what the scale-out collectives send (and shard-sim
+        prices), as the run config states them."""
+        section = self.config["distributed"]
+        return {"wire_dtype": section.get("wire_dtype", "float32"), "exact": bool(section.get("exact", False))}
 
     def shard_sim_batch_per_rank(self) -> int | None:
         """``hotcold shard-sim --batch-per-rank``: ``distributed.shard_sim.batch_per_rank`` (None: fixed global)."""

@@ -154,7 +154,8 @@ CLAIMS: tuple[Claim, ...] = (
           85.0, "'reduce overall global all-to-all communication traffic by over 85%'",
           "production cluster of GPU nodes", "a2a_reduction", "taobao",
           why="counted on a generated Taobao-style trace (20-event histories), not the paper's production "
-              "sequences; the solver pays the float64 replica all-reduce of every replicated row"),
+              "sequences; the solver pays the replica all-reduce of every replicated row, priced as the "
+              "wire sends it (float32 by default)"),
     Claim("flexshard_latency", FLEXSHARD, "lower end-to-end training communication latency than the prior "
           "state of the art (row-wise)", "x", 6.0, "'communication latency improvements of almost 6x'",
           "production cluster of GPU nodes", "comm_latency", "taobao", profile="h100-cluster",

@@ -39,7 +39,8 @@ PREFERRED_VARIANT = "base"
 EXACT_RTOL = AggregateConfig().exact_rtol
 
 REFERENCE_LABELS = {"run": "device run", "replay": "device replay of this order",
-                    "scale_out": "one-process device replay", "peer": "device run (peer kernel, own rounding)"}
+                    "scale_out": "one-process device replay", "peer": "device run (peer kernel, own rounding)",
+                    "wire": "one-process device replay (not exact mode: exactness not claimed)"}
 
 SUMMARY_COLUMNS = [
     *RUN_ID, "plan", "status", "options", "timer", "device", "samples_per_s", "step_ms_p50", "step_ms_p10", "step_ms_p90",
@@ -203,7 +204,10 @@ def _exactness(frame: pd.DataFrame, records: list[dict[str, Any]],
 
     The reference is the record's own ``reference`` (the ``device`` store
     replayed on the run's batch order) when it has one, else the ``device``
-    run of the same dataset and seed.
+    run of the same dataset and seed. A run over ranks outside exact mode
+    (``distributed.exact`` false: float32 or bfloat16 all-reduces) gets its
+    distance but never ``exact``: only exact mode claims it (records before the
+    option existed summed in float64, so they count as exact mode).
     """
     sketches = [(r.get("params") or {}).get("sketch") for r in records]
     replays = [((r.get("reference") or {}).get("params") or {}).get("sketch") for r in records]
@@ -221,8 +225,12 @@ def _exactness(frame: pd.DataFrame, records: list[dict[str, Any]],
                 d = sketch_rel_diff(sketches[idx], sketches[ref.name])
             else:
                 continue
+            if kind == "scale_out" and not ((records[idx].get("config") or {}).get("distributed") or {}).get(
+                    "exact", True):
+                kind = "wire"
             if not math.isnan(d):
-                diff[idx], exact[idx], label[idx] = d, d <= exact_rtol, REFERENCE_LABELS[kind]
+                diff[idx], label[idx] = d, REFERENCE_LABELS[kind]
+                exact[idx] = pd.NA if kind == "wire" else d <= exact_rtol
     return exact, diff, label
 
 
@@ -353,7 +361,9 @@ def _summary_markdown(summary: pd.DataFrame, exact_rtol: float) -> str:
         "`world` > 1: a scale-out run of `world` ranks, `ranks_per_node` per simulated node, under sharding "
         "`plan`; it trains fewer steps with its ranks sharing the machine, so it has no speed-up or "
         "`auc_vs_hybrid` (see comm_traffic.md and proactive.md); `exact` compares it with the one-process "
-        f"`{REFERENCE_METHOD}` store replayed on its batches. `stable`: no when the run's step times spread "
+        f"`{REFERENCE_METHOD}` store replayed on its batches, and is claimed only for a run in exact mode "
+        "(`distributed.exact`: float64 all-reduces); a run on the production float32 or bfloat16 wire has its "
+        "`param_rel_diff` and no `exact` (docs/scale-out.md, \"What is sent\"). `stable`: no when the run's step times spread "
         "beyond p90/p10 = 3 or, for a one-process CPU run, its process got less than half of wall time x "
         "threads of CPU time (other programs held the cores), or its repeats' samples/s spread beyond "
         f"max/min = {MAX_REPEAT_SPREAD:g}; `unstable_reason` says which. `repeats`: how many times the run "

@@ -75,7 +75,8 @@ def add_shard_sim(sub: argparse._SubParsersAction) -> None:
     ss = sub.add_parser("shard-sim", help="all-to-all and all-reduce bytes of sharding plans at any scale, "
                                           "without training")
     ss.add_argument("--dataset", required=True, help="dataset directory")
-    ss.add_argument("--run-config", default="{}", help="run config: train (batch order), model (dim, dense size)")
+    ss.add_argument("--run-config", default="{}", help="run config: train (batch order), model (dim, dense size), distributed "
+                    "(wire_dtype, exact: what the collectives send and are priced as)")
     ss.add_argument("--out", required=True, help="CSV to write")
     ss.add_argument("--plans", nargs="+", default=list(SHARD_SIM.plans), help="sharding plans")
     ss.add_argument("--scales", nargs="+", default=list(SHARD_SIM.scales), help="NODESxRANKS_PER_NODE, e.g. 16x8")

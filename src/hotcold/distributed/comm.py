@@ -9,6 +9,10 @@ single process too.
 Gloo (CPU) and NCCL (GPU) both take ``all_to_all_single`` with uneven
 splits; the sizes are exchanged first, as the list form of all-to-all with
 uneven tensors does not work on gloo.
+
+What a float collective sends is the run's ``Wire`` (``use_wire``): a
+caller asks for it with ``on_wire=True``, and ``Comm`` rounds the tensor to
+the wire's type before sending and counts the bytes of what it sent.
 """
 from __future__ import annotations
 
@@ -22,10 +26,12 @@ import torch
 import torch.distributed as dist
 
 from hotcold.distributed.topology import Topology
-from hotcold.distributed.traffic import (ID_BYTES, SPLIT_BYTES, Ledger, a2a_matrix, ring_allgather_matrix,
-                                         ring_allreduce_matrix)
+from hotcold.distributed.traffic import (ELEMENT_BYTES, ID_BYTES, SPLIT_BYTES, Ledger, Wire, a2a_matrix,
+                                         ring_allgather_matrix, ring_allreduce_matrix)
 
 TIMEOUT_S = 300  # a rank that stops answering fails the others after this long
+TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
+assert all(torch.empty(0, dtype=t).element_size() == ELEMENT_BYTES[n] for n, t in TORCH_DTYPES.items())
 
 
 class Pending:
@@ -53,6 +59,7 @@ class Comm:
         self.world = topology.world
         self.device = device or torch.device("cpu")
         self.ledger = Ledger(topology)
+        self.wire = Wire()
         self._groups: dict[tuple[int, ...], Any] = {}
         self._flying: list[Pending] = []  # asynchronous collectives issued and perhaps not yet done
         if self.world > 1:
@@ -68,6 +75,18 @@ class Comm:
     def reset(self) -> None:
         """Start a fresh ledger (a new run on the same process group)."""
         self.ledger = Ledger(self.topology)
+
+    def use_wire(self, wire: Wire) -> None:
+        """What the ``on_wire`` collectives of the next run send (every rank must pass the same)."""
+        self.wire = wire
+
+    def vector_dtype(self) -> torch.dtype:
+        """The all-to-alls' float type on the wire."""
+        return TORCH_DTYPES[self.wire.vector_dtype]
+
+    def reduce_dtype(self) -> torch.dtype:
+        """The all-reduces' float type on the wire (float64 in exact mode)."""
+        return TORCH_DTYPES[self.wire.reduce_dtype]
 
     def _book(self, collective: str, matrix: np.ndarray) -> None:
         own = np.zeros_like(matrix)
@@ -86,11 +105,14 @@ class Comm:
         return out.cpu().numpy()
 
     def all_to_all(self, data: torch.Tensor, send_counts: np.ndarray, recv_counts: np.ndarray,
-                   collective: str | None, async_op: bool = False) -> Pending:
+                   collective: str | None, async_op: bool = False, on_wire: bool = False) -> Pending:
         """Send ``data`` [sum(send_counts), ...] in per-rank blocks; receive [sum(recv_counts), ...].
 
-        ``collective`` None: not counted (evaluation, export).
+        ``collective`` None: not counted (evaluation, export). ``on_wire``: float
+        vectors, sent in the wire's vector type (the result stays in that type).
         """
+        if on_wire:
+            data = data.to(self.vector_dtype())
         item = math.prod(data.shape[1:]) * data.element_size()  # bytes of one row of ``data``
         if collective is not None:
             self._book(collective, a2a_matrix(self.rank, np.asarray(send_counts, dtype=np.int64) * item, self.world))
@@ -103,8 +125,14 @@ class Comm:
 
     # -- all-reduce ----------------------------------------------------------------------------
     def all_reduce(self, tensor: torch.Tensor, group: Sequence[int] | None, collective: str | None,
-                   async_op: bool = False) -> Pending:
-        """Sum ``tensor`` in place over ``group`` (None: every rank)."""
+                   async_op: bool = False, on_wire: bool = False) -> Pending:
+        """Sum ``tensor`` in place over ``group`` (None: every rank).
+
+        ``on_wire``: sent and summed in the wire's reduce type (float64 in exact
+        mode), a copy when that differs from ``tensor``'s: the result is in that type.
+        """
+        if on_wire:
+            tensor = tensor.to(self.reduce_dtype())
         members = tuple(range(self.world)) if group is None else tuple(sorted(group))
         if collective is not None:
             nbytes = tensor.numel() * tensor.element_size()
@@ -139,12 +167,18 @@ class Comm:
         return torch.cat(out).cpu().numpy()
 
     def all_gather_rows(self, ids: torch.Tensor, values: torch.Tensor, counts: np.ndarray,
-                        group: Sequence[int] | None, collective: str | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+                        group: Sequence[int] | None, collective: str | None,
+                        on_wire: bool = False) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Every member's (ids [t_i], values [t_i, ...]), in ascending rank order; ``counts`` [g]: every t_i.
+
+        ``on_wire``: the values are sent in the wire's reduce type (they stand in for an all-reduce; float64 in
+        exact mode) and come back in that type.
 
         Counted as the ring all-gather of the blocks (``ring_allgather_matrix``); the transfer pads each block
         to the largest, as torch's all-gather takes equal blocks (the algorithm's bytes, as for the all-reduce).
         """
+        if on_wire:
+            values = values.to(self.reduce_dtype())
         members = tuple(range(self.world)) if group is None else tuple(sorted(group))
         row = ids.element_size() + math.prod(values.shape[1:]) * values.element_size()
         if collective is not None:

@@ -37,11 +37,10 @@ from typing import Any
 import numpy as np
 
 from hotcold.config import is_real, require
-from hotcold.counters import FLOAT_BYTES
 from hotcold.distributed.plan_types import ALL, NODE, SHARDED, Plan, PlanInputs, rowwise_owner
 from hotcold.distributed.balanced import balance, descending, imbalance
 from hotcold.distributed.topology import Topology
-from hotcold.distributed.traffic import ID_BYTES, REDUCE_BYTES
+from hotcold.distributed.traffic import ID_BYTES, Wire
 
 DEFAULT_INTRA_GBPS = 300.0   # GB/s per GPU, NVLink-class
 DEFAULT_INTER_GBPS = 25.0    # GB/s per GPU, a 200 Gb/s NIC
@@ -68,20 +67,23 @@ def ring_links(members: list[int], topo: Topology) -> tuple[int, int]:
     return len(ranks) - inter, inter
 
 
-def unit_bytes(topo: Topology, dim: int, sync_free: bool = False) -> UnitBytes:
+def unit_bytes(topo: Topology, dim: int, wire: Wire | None = None, sync_free: bool = False) -> UnitBytes:
     """The per-lookup and per-replicated-row bytes of the store's protocol on ``topo``.
 
     Per training step, with every rank equally likely to request any lookup
     (ranks train on equal slices of one global batch) and the store's protocol
-    (``sharded.py``): every lookup moves an 8-byte id to its server, a ``4 D``
-    byte vector back and a ``4 D`` byte gradient to the server again; sends to
-    self are free. Replicated tiers all-reduce ``8 D`` bytes per row per step (float64)
+    (``sharded.py``): every lookup moves an 8-byte id to its server, a ``D``
+    element vector back and a ``D`` element gradient to the server again; sends to
+    self are free. Replicated tiers all-reduce ``D`` elements per row per step
     as a ring in ascending rank order (``traffic.py``), whose links are counted
-    intra- or inter-node from the topology. ``sync_free``: the rings cost nothing (the sync-free bound).
+    intra- or inter-node from the topology. Elements are priced as ``wire`` sends
+    them (``Wire.vector_bytes``, ``Wire.reduce_bytes``; default: the float32 wire).
+    ``sync_free``: the rings cost nothing (the sync-free bound).
     """
     p, g = topo.world, topo.ranks_per_node
-    per_lookup = ID_BYTES + 2 * dim * FLOAT_BYTES          # id out, vector back, gradient out
-    row = dim * REDUCE_BYTES                                # a replicated row's all-reduced gradient
+    wire = wire or Wire()
+    per_lookup = ID_BYTES + 2 * dim * wire.vector_bytes    # id out, vector back, gradient out
+    row = dim * wire.reduce_bytes                           # a replicated row's all-reduced gradient
 
     def ring(members: list[int]) -> tuple[float, float]:
         intra, inter = ring_links(members, topo)
@@ -191,12 +193,12 @@ class Solver:
     """
 
     def __init__(self, sorted_lookups: np.ndarray, topo: Topology, dim: int, budget_rows: int,
-                 bw: Bandwidths, sync_free: bool = False) -> None:
+                 bw: Bandwidths, wire: Wire | None = None, sync_free: bool = False) -> None:
         self.n = sorted_lookups.size
         self.prefix = np.concatenate([[0.0], np.cumsum(sorted_lookups)])
         self.sorted = sorted_lookups
         self.topo, self.bw, self.budget = topo, bw, budget_rows
-        self.units = unit_bytes(topo, dim, sync_free)
+        self.units = unit_bytes(topo, dim, wire, sync_free)
         self.spare = topo.world * budget_rows - self.n
 
     def evaluate(self, h: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -293,7 +295,8 @@ def flexshard(inputs: PlanInputs) -> Plan:
     if unaccessed == "host":   # the never-seen rows (a suffix of ``order``) leave the device budget
         seen = int(np.count_nonzero(np.asarray(inputs.counts)))
         order, off = order[:seen], order[seen:]
-    solver = Solver(lookups[order], inputs.topology, inputs.dim, inputs.budget_rows(), bw, sync == "free")
+    solver = Solver(lookups[order], inputs.topology, inputs.dim, inputs.budget_rows(), bw, inputs.wire,
+                    sync == "free")
     best = solver.solve()
     h, w = best.h, best.w
     plan = place(inputs, order, lookups, h, w, off)
@@ -311,6 +314,7 @@ def flexshard(inputs: PlanInputs) -> Plan:
         "unaccessed_rows": unaccessed, "rows_off_device": int(off.size) if off is not None else 0,
         "replica_sync": sync,
     })
+    plan.details["priced_wire"] = inputs.wire.record()   # what the solver priced each element as
     return plan
 
 

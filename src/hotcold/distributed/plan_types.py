@@ -16,6 +16,7 @@ import numpy as np
 
 from hotcold import counters
 from hotcold.distributed.topology import Topology
+from hotcold.distributed.traffic import Wire
 
 SHARDED, NODE, ALL = 0, 1, 2
 TIER_NAMES = {SHARDED: "sharded", NODE: "node", ALL: "all"}
@@ -140,6 +141,7 @@ class PlanInputs:
     state_width: int
     headroom: float = DEFAULT_HEADROOM
     options: Mapping[str, Any] = field(default_factory=dict)
+    wire: Wire = field(default_factory=Wire)   # what the collectives send: a planner pricing traffic reads it
 
     @property
     def num_rows(self) -> int:
@@ -151,11 +153,13 @@ class PlanInputs:
 
     @classmethod
     def for_training(cls, table_sizes: Sequence[int], counts: np.ndarray, topology: Topology, dim: int,
-                     state_width: int, headroom: float, options: Mapping[str, Any], batch_share: float) -> "PlanInputs":
+                     state_width: int, headroom: float, options: Mapping[str, Any], batch_share: float,
+                     wire: Wire | None = None) -> "PlanInputs":
         """Inputs whose counts cover the training split, of which one step reads ``batch_share``:
         planners that model a step's traffic get ``lookups_per_step``."""
         per_step = {"lookups_per_step": float(np.sum(counts)) * batch_share}
-        return cls(list(table_sizes), counts, topology, dim, state_width, headroom, {**options, **per_step})
+        return cls(list(table_sizes), counts, topology, dim, state_width, headroom, {**options, **per_step},
+                   wire or Wire())
 
     def row_bytes(self) -> int:
         return counters.row_bytes(self.dim, self.state_width)

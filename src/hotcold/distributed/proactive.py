@@ -114,7 +114,8 @@ class ProactiveStore(ShardedStore):
             self._late_total += late.numel()
             self._early_count = ahead.early
         timer.mark("emb_fwd")
-        pending = self.comm.all_to_all(vectors, ex.recv_counts, ex.send_counts, "output_a2a", async_op=True)
+        pending = self.comm.all_to_all(vectors, ex.recv_counts, ex.send_counts, "output_a2a", async_op=True,
+                                       on_wire=True)
         self._last = ex  # the rows this step updates: known to the windows from now on
         self._window("output_a2a", pending)
         timer.mark("early_lookup")

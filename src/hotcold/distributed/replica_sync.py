@@ -14,8 +14,9 @@ can do it two ways:
   its successor every block but the successor's own
   (``traffic.ring_allgather_matrix``).
 
-``E`` is the all-reduced element's size (``traffic.REDUCE_BYTES``; the
-training store counts its tensors' own element size, which is the same).
+``E`` is the all-reduced element's size on the run's wire (``traffic.Wire.reduce_bytes``:
+float32 by default, bfloat16 or float64 in exact mode); the training store sends the
+gathered rows in that type too.
 Every step each group first all-gathers its members' touched counts (one
 ``SPLIT_BYTES`` integer each, a ring all-gather, counted under the replica
 collective), so that every member knows both costs and all choose alike:
@@ -31,17 +32,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from hotcold.distributed.plan_types import ALL, NODE, Plan
-from hotcold.distributed.traffic import ID_BYTES, REDUCE_BYTES, SPLIT_BYTES
+from hotcold.distributed.traffic import ID_BYTES, SPLIT_BYTES, Wire
 from hotcold.jit import KERNEL, jit
 
 DENSE, SPARSE = "dense", "sparse"
 
 
-def sync_sends(touched: np.ndarray, rows: int, width: int, elem_bytes: int = REDUCE_BYTES) -> tuple[str, np.ndarray]:
+def sync_sends(touched: np.ndarray, rows: int, width: int, elem_bytes: int) -> tuple[str, np.ndarray]:
     """One group's step: (``DENSE`` or ``SPARSE``, int64 [g] bytes each member sends its ring successor).
 
     ``touched`` [g]: the distinct rows of the tier each member (ascending
-    rank order) touched this step; ``rows``: the tier's rows on each member.
+    rank order) touched this step; ``rows``: the tier's rows on each member;
+    ``elem_bytes``: one reduced element's size on the wire (``Wire.reduce_bytes``).
     The count exchange is included; a group of fewer than two members, or of
     no rows, sends nothing.
     """
@@ -67,19 +69,19 @@ class ReplicaGroups:
     all_rows: int
     node_rows: np.ndarray   # int64 [G]: NODE rows of each index inside a node
     width: int
+    elem_bytes: int         # one reduced element on the wire (``Wire.reduce_bytes``)
 
     @classmethod
-    def of(cls, plan: Plan, dim: int) -> "ReplicaGroups | None":
-        """The plan's groups (None: it has no replicated row)."""
+    def of(cls, plan: Plan, dim: int, wire: Wire | None = None) -> "ReplicaGroups | None":
+        """The plan's groups (None: it has no replicated row), priced as ``wire`` sends (default: the float32 wire)."""
         topo = plan.topology
         if plan.columns > 1 or not np.isin(plan.tier, (ALL, NODE)).any():
             return None
         node_rows = np.bincount(plan.slot[plan.tier == NODE], minlength=topo.ranks_per_node)[:topo.ranks_per_node]
         return cls(topo.world, topo.ranks_per_node, int((plan.tier == ALL).sum()), node_rows.astype(np.int64),
-                   dim // plan.columns)
+                   dim // plan.columns, (wire or Wire()).reduce_bytes)
 
-    def sends(self, touched_all: np.ndarray, touched_node: np.ndarray,
-              elem_bytes: int = REDUCE_BYTES) -> tuple[np.ndarray, np.ndarray, int, int]:
+    def sends(self, touched_all: np.ndarray, touched_node: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
         """One step: (bytes each rank sends in the ALL ring [P], in its NODE ring [P], sparse syncs, syncs).
 
         ``touched_all`` [P]: distinct ALL rows each rank served; ``touched_node`` [P]: distinct NODE rows each
@@ -89,14 +91,14 @@ class ReplicaGroups:
         send_node = np.zeros(p, dtype=np.int64)
         sparse = syncs = 0
         if p > 1 and self.all_rows:
-            how, send_all = sync_sends(touched_all, self.all_rows, self.width, elem_bytes)
+            how, send_all = sync_sends(touched_all, self.all_rows, self.width, self.elem_bytes)
             sparse, syncs = sparse + (how == SPARSE), syncs + 1
         if p // g > 1:
             for local in range(g):
                 if self.node_rows[local]:
                     members = np.arange(local, p, g)
                     how, send_node[members] = sync_sends(touched_node[members], int(self.node_rows[local]),
-                                                         self.width, elem_bytes)
+                                                         self.width, self.elem_bytes)
                     sparse, syncs = sparse + (how == SPARSE), syncs + 1
         return send_all, send_node, sparse, syncs
 

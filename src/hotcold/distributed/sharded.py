@@ -160,7 +160,7 @@ class ShardedStore(EmbeddingStore):
         counts = spec.frequencies.numpy() if spec.frequencies is not None else np.zeros(spec.num_rows, np.int64)
         self.inputs = PlanInputs.for_training(
             spec.table_sizes, counts, self.comm.topology, spec.dim, self.optimizer.state_width,
-            opts.memory_headroom, opts.planner_options(), spec.batch_share)
+            opts.memory_headroom, opts.planner_options(), spec.batch_share, wire=self.comm.wire)
         self.sharding = build_plan(opts.plan, self.inputs)
         sh = self.sharding
         self.width = spec.dim // sh.columns
@@ -221,10 +221,13 @@ class ShardedStore(EmbeddingStore):
 
     def answer(self, ex: Exchange, vectors: torch.Tensor, collective: str | None = "output_a2a") -> torch.Tensor:
         """Send the served vectors [R, width] back; assemble this rank's lookups [L, D] in lookup order."""
-        return self.assemble(ex, self.comm.all_to_all(vectors, ex.recv_counts, ex.send_counts, collective).wait())
+        got = self.comm.all_to_all(vectors, ex.recv_counts, ex.send_counts, collective, on_wire=True).wait()
+        return self.assemble(ex, got)
 
     def assemble(self, ex: Exchange, got: torch.Tensor) -> torch.Tensor:
-        """The vectors the output all-to-all brought [L, width or D] -> this rank's lookups [L, D] in lookup order."""
+        """The vectors the output all-to-all brought [L, width or D], in the wire's type -> this rank's lookups
+        [L, D] in lookup order, in the store's type."""
+        got = got.to(self.weight.dtype)
         if ex.order is None:  # column-wise: one slice from every rank
             n = ex.lk.size
             return got.view(self.world, n, self.width).permute(1, 0, 2).reshape(n, self.dim)
@@ -254,7 +257,7 @@ class ShardedStore(EmbeddingStore):
             g = g.view(n, self.world, self.width).permute(1, 0, 2).reshape(self.world * n, self.width)
         else:
             g = g.index_select(0, ex.order.to(g.device))
-        return self.comm.all_to_all(g, ex.send_counts, ex.recv_counts, "grad_a2a", async_op=async_op)
+        return self.comm.all_to_all(g, ex.send_counts, ex.recv_counts, "grad_a2a", async_op=async_op, on_wire=True)
 
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
         assert self._last is not None, "backward without forward"
@@ -265,6 +268,7 @@ class ShardedStore(EmbeddingStore):
 
     def update(self, ex: Exchange, received: torch.Tensor, timer: Marker) -> None:
         """Sum the received gradients by row, reduce replicas, apply the row optimizer; book the step."""
+        received = received.to(self.weight.dtype)  # from the wire's type
         groups = RowGroups.of(ex.served)  # planned on the host
         uniq = groups.rows
         slots = uniq.to(self.device, non_blocking=True)
@@ -277,7 +281,8 @@ class ShardedStore(EmbeddingStore):
             slots, summed = slots[sharded], summed[sharded]
         sq_mean = None
         if self.sharding.columns > 1 and self.optimizer.state_width:  # each row's squares, over all its columns
-            sq_mean = self.comm.all_reduce(summed.pow(2).sum(dim=1), None, "column_allreduce").wait() / self.dim
+            squares = self.comm.all_reduce(summed.pow(2).sum(dim=1), None, "column_allreduce", on_wire=True).wait()
+            sq_mean = squares.to(summed.dtype) / self.dim
             timer.mark("column_allreduce")
         if self.host_tier is not None:  # host rows update on the host; the device rows below
             slots, summed = self.host_tier.apply(self.optimizer, slots, summed)
@@ -300,13 +305,14 @@ class ShardedStore(EmbeddingStore):
             mine, values = at[here].to(self.device), summed[here.to(self.device)]
             counts = self.comm.all_gather_counts(int(mine.numel()), group, "replica_allreduce")
             grad = torch.zeros(positions.numel(), self.width, dtype=summed.dtype, device=summed.device)
-            how, _ = sync_sends(counts, positions.numel(), self.width, summed.element_size())
+            how, _ = sync_sends(counts, positions.numel(), self.width, self.comm.wire.reduce_bytes)
             if how == SPARSE:
-                for ids, got in self.comm.all_gather_rows(mine, values, counts, group, "replica_allreduce"):
-                    grad.index_add_(0, ids, got)
+                for ids, got in self.comm.all_gather_rows(mine, values, counts, group, "replica_allreduce",
+                                                          on_wire=True):
+                    grad.index_add_(0, ids, got.to(grad.dtype))
             else:
                 grad.index_copy_(0, mine, values)
-                grad = self.comm.all_reduce(grad, group, "replica_allreduce").wait()
+                grad = self.comm.all_reduce(grad, group, "replica_allreduce", on_wire=True).wait().to(summed.dtype)
             touched = grad.ne(0).any(dim=1)
             self.optimizer.apply(self.weight, self.state, positions.to(self.device)[touched], grad[touched])
 
@@ -358,6 +364,7 @@ class ShardedStore(EmbeddingStore):
         return {**self.sharding.describe(self.dim, self.optimizer.state_width, self.inputs.budget_bytes()),
                 "served_lookups_per_rank": [int(s) for s in served],
                 "load_imbalance": float(max(served) / mean) if mean > 0 else float("nan"),
+                "wire": self.comm.wire.record(),
                 "collectives": collectives, **host}
 
 

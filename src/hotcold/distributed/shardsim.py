@@ -25,7 +25,6 @@ import numpy as np
 from tqdm import tqdm
 
 from hotcold.config import InfeasibleError, RunConfig
-from hotcold.counters import FLOAT_BYTES
 from hotcold.data.format import Dataset
 from hotcold.data.loader import batch_rows
 from hotcold.data.skew import row_counts
@@ -39,9 +38,9 @@ from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import (
     COLLECTIVES,
     ID_BYTES,
-    REDUCE_BYTES,
     SPLIT_BYTES,
     Ledger,
+    Wire,
     ring_allreduce_matrix,
 )
 
@@ -112,9 +111,12 @@ def route(plan: Plan, batch: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
 
 
 def step_matrices(plan: Plan, batch: np.ndarray, dim: int, state_width: int, dense_params: int,
-                  routed: tuple[np.ndarray, list[np.ndarray]] | None = None) -> dict[str, np.ndarray]:
+                  routed: tuple[np.ndarray, list[np.ndarray]] | None = None,
+                  wire: Wire | None = None) -> dict[str, np.ndarray]:
     """The [P, P] bytes of every collective of one training step of global batch ``batch`` [B, K]
-    (``routed``: its ``route``, when already known). The plain per-step form that ``PlanTraffic`` sums."""
+    (``routed``: its ``route``, when already known; ``wire``: what is sent, default the float32 wire).
+    The plain per-step form that ``PlanTraffic`` sums."""
+    wire = wire or Wire()
     topo = plan.topology
     p = topo.world
     counts, requests = routed or route(plan, batch)
@@ -123,15 +125,15 @@ def step_matrices(plan: Plan, batch: np.ndarray, dim: int, state_width: int, den
     out = {c: np.zeros((p, p), dtype=np.int64) for c in COLLECTIVES}
     if p > 1:
         out["input_a2a"] = (counts * ID_BYTES + SPLIT_BYTES) * off
-    out["output_a2a"] = counts.T * width * FLOAT_BYTES * off
-    out["grad_a2a"] = counts * width * FLOAT_BYTES * off
-    groups = ReplicaGroups.of(plan, dim)
+    out["output_a2a"] = counts.T * width * wire.vector_bytes * off
+    out["grad_a2a"] = counts * width * wire.vector_bytes * off
+    groups = ReplicaGroups.of(plan, dim, wire)
     if groups is not None:
         out["replica_allreduce"] = groups.matrix(*groups.sends(*touched_rows(plan, requests))[:2])
     if plan.columns > 1 and state_width:
         uniq = np.unique(np.concatenate(requests)).size
-        out["column_allreduce"] = ring_allreduce_matrix(range(p), uniq * REDUCE_BYTES, p)
-    out["dense_allreduce"] = ring_allreduce_matrix(range(p), dense_params * REDUCE_BYTES, p)
+        out["column_allreduce"] = ring_allreduce_matrix(range(p), uniq * wire.reduce_bytes, p)
+    out["dense_allreduce"] = ring_allreduce_matrix(range(p), dense_params * wire.reduce_bytes, p)
     return out
 
 
@@ -152,9 +154,10 @@ def touched_rows(plan: Plan, requests: list[np.ndarray]) -> tuple[np.ndarray, np
 
 
 def simulate_plan(plan: Plan, batches: Iterable[np.ndarray], dim: int, state_width: int,
-                  dense_params: int) -> tuple[Ledger, list[dict[str, int]], np.ndarray]:
-    """The ledger over all batches, each step's bytes (``StepCounters`` names) and lookups served per rank."""
-    traffic = PlanTraffic(plan, dim, state_width, dense_params, keep_steps=True)
+                  dense_params: int, wire: Wire | None = None) -> tuple[Ledger, list[dict[str, int]], np.ndarray]:
+    """The ledger over all batches, each step's bytes (``StepCounters`` names) and lookups served per rank
+    (``wire``: what is sent, default the float32 wire)."""
+    traffic = PlanTraffic(plan, dim, state_width, dense_params, keep_steps=True, wire=wire)
     topo = plan.topology
     codes = plan.route_codes().reshape(-1, 1) if plan.columns == 1 else None
     distinct = DistinctCounter(plan.num_rows) if traffic.needs_distinct else None
@@ -189,19 +192,21 @@ class _Entry:
 
 def plan_scale(ds: Dataset, topo: Topology, plans: list[str], headrooms: list[float], counts: np.ndarray,
                batch: int, dim: int, state: int, dense: int, steps: int,
-               options: dict[str, Any]) -> tuple[ScaleSweep, list[_Entry]]:
+               options: dict[str, Any], wire: Wire | None = None) -> tuple[ScaleSweep, list[_Entry]]:
     """Every plan x headroom of one scale (``counts``: the training split's row counts, ``batch``: the global
-    batch), in a ``ScaleSweep`` ready for the batches, and one entry per output row (headroom-major)."""
+    batch, ``wire``: what is sent and priced), in a ``ScaleSweep`` ready for the batches, and one entry per output
+    row (headroom-major)."""
     start, stop = ds.split("train")
-    sweep = ScaleSweep(topo, int(sum(ds.cardinalities)))
+    wire = wire or Wire()
+    sweep = ScaleSweep(topo, int(sum(ds.cardinalities)), wire)
     entries = []
     for headroom in headrooms:
         for name in plans:
             inputs = PlanInputs.for_training(ds.cardinalities, counts, topo, dim, state, headroom, options,
-                                             batch / max(1, stop - start))
+                                             batch / max(1, stop - start), wire=wire)
             key = {"dataset": ds.name, "plan": name, "world": topo.world, "ranks_per_node": topo.ranks_per_node,
                    "nodes": topo.nodes, "memory_headroom": headroom, "steps": steps, "batch_size": batch,
-                   "batch_per_rank": batch // topo.world}
+                   "batch_per_rank": batch // topo.world, **wire.record()}
             try:
                 plan = build_plan(name, inputs)
             except InfeasibleError as e:
@@ -266,7 +271,7 @@ def shard_sim(ds: Dataset, cfg: RunConfig, plans: list[str], scales: list[Scale]
             raise ValueError(f"{ds.path}: a global batch of {batch} samples at {scale} is more than the "
                              f"{stop - start} training samples")
         sweep, entries = plan_scale(ds, topo, plans, headrooms, counts, batch, dim, state, dense, t.steps,
-                                    options or {})
+                                    options or {}, cfg.distributed.wire())
         sweep.run(tqdm(table_batches(ds, cfg, batch), total=t.steps, unit="batch", disable=not progress,
                        desc=f"shard-sim {topo.label()}: {len(sweep.traffic)} distinct plan(s)"), ds.column_offsets)
         rows += scale_rows(sweep, entries, t.steps)

@@ -16,7 +16,6 @@ from typing import Iterable
 
 import numpy as np
 
-from hotcold.counters import FLOAT_BYTES
 from hotcold.distributed.host_tier import host_codes, host_counts, host_lookups_per_rank
 from hotcold.distributed.plan_types import ALL, NODE, Plan
 from hotcold.distributed.replica_sync import ReplicaGroups, ReplicaTouches
@@ -25,25 +24,26 @@ from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import (
     COLLECTIVES,
     ID_BYTES,
-    REDUCE_BYTES,
     SPLIT_BYTES,
     Ledger,
+    Wire,
     ring_allreduce_matrix,
     ring_edges,
     split_intra_inter,
 )
 
 
-def replica_matrix(plan: Plan, dim: int) -> np.ndarray:
+def replica_matrix(plan: Plan, dim: int, wire: Wire | None = None) -> np.ndarray:
     """[P, P] bytes of one step's dense replica all-reduces: the ``ALL`` tier over every rank, each ``NODE`` slot's
-    rows across the nodes (the whole tier, touched or not; without the count exchange). The training store and
-    shard-sim send the cheaper of this and the touched rows' all-gather each step (``replica_sync``)."""
+    rows across the nodes (the whole tier, touched or not; without the count exchange), each element
+    ``wire.reduce_bytes`` (default: the float32 wire). The training store and shard-sim send the cheaper of this
+    and the touched rows' all-gather each step (``replica_sync``)."""
     topo = plan.topology
-    p, width = topo.world, dim // plan.columns
-    out = ring_allreduce_matrix(range(p), int((plan.tier == ALL).sum()) * width * REDUCE_BYTES, p)
+    p, width, element = topo.world, dim // plan.columns, (wire or Wire()).reduce_bytes
+    out = ring_allreduce_matrix(range(p), int((plan.tier == ALL).sum()) * width * element, p)
     node_rows = np.bincount(plan.slot[plan.tier == NODE], minlength=topo.ranks_per_node)
     for local in range(topo.ranks_per_node):
-        out += ring_allreduce_matrix(topo.cross_node_group(local), int(node_rows[local]) * width * REDUCE_BYTES, p)
+        out += ring_allreduce_matrix(topo.cross_node_group(local), int(node_rows[local]) * width * element, p)
     return out
 
 
@@ -54,21 +54,23 @@ class PlanTraffic:
     ``route`` / ``routing.route_counts``, ``distinct`` the batch's distinct
     rows (read only by the column-wise plan with a row-optimizer state).
     ``keep_steps`` also keeps every step's bytes (``StepCounters`` names), as
-    the training store's counters give them.
+    the training store's counters give them. ``wire``: what the collectives send (default: the float32 wire).
     """
 
-    def __init__(self, plan: Plan, dim: int, state_width: int, dense_params: int, keep_steps: bool = False) -> None:
+    def __init__(self, plan: Plan, dim: int, state_width: int, dense_params: int, keep_steps: bool = False,
+                 wire: Wire | None = None) -> None:
         topo = self.topology = plan.topology
         p = topo.world
+        self.wire = wire or Wire()
         self.columns = plan.columns
-        self.vector_bytes = dim // plan.columns * FLOAT_BYTES
+        self.vector_bytes = dim // plan.columns * self.wire.vector_bytes
         self.needs_distinct = plan.columns > 1 and state_width > 0
         self.off = ~np.eye(p, dtype=bool)
         self.inter = topo.inter_mask()
-        self.groups = ReplicaGroups.of(plan, dim)  # None: no replicated rows, nothing to synchronise
+        self.groups = ReplicaGroups.of(plan, dim, self.wire)  # None: no replicated rows, nothing to synchronise
         self.replica_sends = np.zeros((2, p), dtype=np.int64)  # ALL-ring and NODE-ring sends per rank, summed
         self.replica_syncs = np.zeros(2, dtype=np.int64)        # (sparse, all) group syncs over the run
-        self.dense = ring_allreduce_matrix(range(p), dense_params * REDUCE_BYTES, p)
+        self.dense = ring_allreduce_matrix(range(p), dense_params * self.wire.reduce_bytes, p)
         self.ring = ring_edges(range(p), p)
         self.pairs = split_intra_inter(self.off.astype(np.int64), topo) if p > 1 else (0, 0)
         self.fixed = {"dense_allreduce": split_intra_inter(self.dense, topo)}
@@ -86,7 +88,7 @@ class PlanTraffic:
         p = self.topology.world
         if not self.needs_distinct or p < 2 or not distinct:
             return 0
-        return 2 * (p - 1) * (distinct * REDUCE_BYTES) // p
+        return 2 * (p - 1) * (distinct * self.wire.reduce_bytes) // p
 
     def replica_step(self, touched: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
         """int64 [2, P]: one step's replica sends (``ReplicaGroups.sends``) from each rank's touched rows
@@ -183,11 +185,13 @@ class PlanTraffic:
 
 class ScaleSweep:
     """Every plan x headroom of one scale, fed the same batches once: one pass over each batch's lookups routes
-    it through all of them (plans whose placement is identical share one ``PlanTraffic``)."""
+    it through all of them (plans whose placement is identical share one ``PlanTraffic``). ``wire``: what every
+    plan's collectives send."""
 
-    def __init__(self, topo: Topology, num_rows: int) -> None:
+    def __init__(self, topo: Topology, num_rows: int, wire: Wire | None = None) -> None:
         self.topology = topo
         self.num_rows = num_rows
+        self.wire = wire or Wire()
         self.traffic: list[PlanTraffic] = []
         self._codes: list[np.ndarray | None] = []  # a row plan's route codes; None: column-wise
         self.codes: np.ndarray | None = None      # [N, M] of the row plans, built by ``freeze``
@@ -206,7 +210,7 @@ class ScaleSweep:
                 and _same_host(self.traffic[i].host_codes, host_codes(plan.off_device, plan.slot)))
             if same:
                 return i
-        self.traffic.append(PlanTraffic(plan, dim, state_width, dense_params))
+        self.traffic.append(PlanTraffic(plan, dim, state_width, dense_params, wire=self.wire))
         self._codes.append(codes)
         return len(self.traffic) - 1
 
@@ -230,7 +234,7 @@ class ScaleSweep:
         if self.codes is None:
             self.freeze()
         assert self.codes is not None
-        one = ScaleSweep(self.topology, self.num_rows)
+        one = ScaleSweep(self.topology, self.num_rows, self.wire)
         traffic = copy.copy(self.traffic[index])
         traffic.counts, traffic.steps, traffic.column_send = np.zeros_like(traffic.counts), 0, 0
         traffic.host = np.zeros_like(traffic.host)

@@ -3,9 +3,10 @@
 One process is a world of one: every method trains there unchanged. Under
 ``torchrun`` each rank trains on a contiguous slice of every global batch;
 the dense layers are data-parallel, and the embedding stores exchange rows
-through the same counted ``Comm``. Dense gradients are summed in float64 so
-that a run over P ranks is exact against ``World.replay(P)``, its reference
-in one process (``World.sync_dense``).
+through the same counted ``Comm``. Dense gradients are all-reduced in the
+run's wire type (float32 by default); in exact mode (``distributed.exact``)
+in float64, so that a run over P ranks is exact against ``World.replay(P)``,
+its reference in one process (``World.sync_dense``).
 """
 from __future__ import annotations
 
@@ -101,11 +102,11 @@ class World:
 
     def sync_dense(self, model: nn.Module, emb: torch.Tensor, timer: Any,
                    beside: Callable[[torch.Tensor, Any], None] | None = None) -> None:
-        """The global batch's gradient: dense gradients summed over slices in float64 and divided by P
-        (one counted all-reduce across ranks); embedding gradients scaled by 1/P. One process: nothing.
+        """The global batch's gradient: dense gradients summed over slices and divided by P (one counted
+        all-reduce across ranks, in the wire's reduce type); embedding gradients scaled by 1/P. One process: nothing.
 
         The global batch's gradient is the mean of the P slices' mean-loss
-        gradients. Dense gradients are summed over ranks in float64: a sum of P
+        gradients. In exact mode dense gradients are summed over ranks in float64: a sum of P
         float32 values is then (almost always) exact, so it does not depend on the
         order in which the all-reduce adds them, and rounding back to float32 gives
         the same bits whatever that order. (In float32, P data-parallel ranks differ
@@ -114,7 +115,9 @@ class World:
         ``World.replay(P)`` computes the same gradient in one process, slice by
         slice: the ``device`` store trained that way is the exact reference of a
         run over P ranks. Embedding gradients are scaled by ``1/P`` here too, so a
-        store sums the same values whether its rows came from one process or many.
+        store sums the same values whether its rows came from one process or many. Outside exact mode
+        the sum is the wire's float32 (or bfloat16) all-reduce, as in production: close to the replay,
+        not equal to it (docs/scale-out.md, "What is sent").
 
         Over several ranks the all-reduce is issued asynchronously and
         ``beside`` (the store's ``begin_backward``) runs while it is in flight,
@@ -126,13 +129,13 @@ class World:
         if self.slices > 1:
             total, self._acc = self._acc, None
         else:
-            pending = self.comm.all_reduce(_flat_grads(model).double(), None, "dense_allreduce", async_op=True)
+            pending = self.comm.all_reduce(_flat_grads(model), None, "dense_allreduce", async_op=True, on_wire=True)
             emb.grad.mul_(1.0 / p)
             if beside is not None:
                 beside(emb.grad, timer)
             total = pending.wait()
             timer.mark("dense_allreduce")
-        flat = (total / p).float()
+        flat = (total.double() / p).float()
         offset = 0
         for param in model.parameters():
             n = param.numel()
