@@ -86,6 +86,7 @@ distributed:
   scales: [{world: 2, ranks_per_node: 1}]
   train: {steps: 6, warmup_steps: 1, eval_samples: 300}
   shard_sim: {plans: [table, row, column], scales: ["2x2"], headrooms: [1.0], batch_per_rank: 64}
+  exact: true            # float64 sums: the scale-out runs are checked exact against the device replay
 """
 
 
@@ -267,7 +268,8 @@ def test_dry_run_weak_scales_the_trained_runs_with_a_per_rank_batch(tmp_path: Pa
     assert proc.returncode == 0, out
     four = [ln for ln in out.splitlines() if "-m hotcold train --nproc" in ln
             and "runs/kaggle/sharded/row/world~4-rpn~2/seed~0" in ln]
-    assert len(four) == 1 and '"distributed": {"batch_per_rank": 96, "ranks_per_node": 2, "world": 4}' in four[0]
+    assert len(four) == 1 and '"distributed": {"batch_per_rank": 96, "exact": false, "ranks_per_node": 2, ' \
+        '"wire_dtype": "float32", "world": 4}' in four[0]
     assert '"batch_size": 384' in four[0]
     sims = [ln for ln in out.splitlines() if "hotcold shard-sim" in ln]
     assert sims and all("--batch-per-rank 256 --no-fixed-batch" in ln for ln in sims)
