@@ -222,3 +222,21 @@ def test_bad_options_fail_in_one_line_naming_the_option(plan, options, option):
         assert option in msg and "\n" not in msg, msg
     with pytest.raises(ConfigError, match="plan_options are the recshard plan's"):
         ShardedOptions(plan="row", plan_options={"plan_types": ["twrw"]}).validate("method sharded")
+
+
+def test_a_mixed_layout_places_every_plan_type_as_written_out():
+    """The per-table layout ``auto`` assembles, every type at once (table-wise and TWRW tie with row-wise today)."""
+    from hotcold.distributed.table_plans import Layout
+
+    topo = Topology(8, 4)
+    layout = Layout.row_wise(inputs(SIZES, counts_of(SIZES), topo, 4.0))
+    moves = {0: ("data-parallel", -1), 1: ("table", 5), 3: ("twrw", 1), 5: ("twrw", 0)}
+    for t, (kind, place) in moves.items():
+        assert layout.room(t, kind, place)
+        layout.move(t, kind, place)
+    kinds = [moves.get(t, ("row", -1))[0] for t in range(len(SIZES))]
+    places = [moves.get(t, ("row", -1))[1] for t in range(len(SIZES))]
+    plan = layout.plan("mixed")
+    check(plan, SIZES, kinds, places, topo, 4.0)
+    assert layout.used.tolist() == per_rank_rows(SIZES, kinds, places, topo).tolist()
+    assert not layout.room(4, "table", 0)   # 1000 rows on one rank: over the budget of 4 x 178 rows
