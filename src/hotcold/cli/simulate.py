@@ -89,6 +89,9 @@ def add_shard_sim(sub: argparse._SubParsersAction) -> None:
     ss.add_argument("--fixed-batch", action=argparse.BooleanOptionalAction, default=SHARD_SIM.fixed_batch,
                     help="also simulate at the run config's fixed global batch train.batch_size where it differs "
                          "(rows say which: batching per-rank or global)")
+    ss.add_argument("--rw-protocol", choices=["lookup", "reduce_scatter"], default="lookup",
+                    help="the row plan's output protocol: each lookup's vector by all-to-all (lookup), or TorchRec's "
+                         "pooled row-wise, partial sums reduce-scattered and per-sample lengths sent (reduce_scatter)")
     ss.add_argument("--no-progress", action="store_true")
     ss.set_defaults(func=cmd_shard_sim)
 
@@ -119,7 +122,8 @@ def cmd_shard_sim(args: argparse.Namespace) -> None:
     for batching, per_rank, part in _sweeps(ds, cfg.train.batch_size, scales, args.batch_per_rank, args.fixed_batch):
         rows += [{**row, "batching": batching} for row in shard_sim(ds, cfg, args.plans, part, args.headrooms,
                                                                    batch_per_rank=per_rank,
-                                                                   progress=not args.no_progress)]
+                                                                   progress=not args.no_progress,
+                                                                   rw_protocol=args.rw_protocol)]
     frame = pd.DataFrame(rows)
     atomic_write_text(Path(args.out), frame.to_csv(index=False))
     batches = [f"{args.batch_per_rank} samples per rank"] if args.batch_per_rank is not None else []

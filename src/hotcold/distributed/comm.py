@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import (ELEMENT_BYTES, ID_BYTES, SPLIT_BYTES, Ledger, Wire, a2a_matrix,
-                                         ring_allgather_matrix, ring_allreduce_matrix)
+                                         ring_allgather_matrix, ring_allreduce_matrix, ring_reducescatter_matrix)
 
 TIMEOUT_S = 300  # a rank that stops answering fails the others after this long
 TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -142,6 +142,46 @@ class Comm:
         pg = None if len(members) == self.world else self._groups[members]
         work = dist.all_reduce(tensor, group=pg, async_op=async_op)
         return self._issued(Pending(work if async_op else None, tensor, collective))
+
+    # -- reduce-scatter and all-gather of equal blocks (the row-wise reduce-scatter protocol) ----------------
+    def reduce_scatter(self, tensor: torch.Tensor, collective: str | None, on_wire: bool = False) -> torch.Tensor:
+        """``tensor`` [P * n, ...] summed over every rank; this rank keeps block ``rank`` [n, ...].
+
+        ``on_wire``: sent and summed in the wire's reduce type (float64 in exact mode): the result is in that
+        type. Counted as the ring reduce-scatter (``ring_reducescatter_matrix``); gloo and NCCL both run
+        ``reduce_scatter_tensor``.
+        """
+        if on_wire:
+            tensor = tensor.to(self.reduce_dtype())
+        if tensor.shape[0] % self.world:
+            raise ValueError(f"a reduce-scatter of {tensor.shape[0]} rows does not split over {self.world} ranks")
+        n = tensor.shape[0] // self.world
+        if collective is not None:
+            block = n * math.prod(tensor.shape[1:]) * tensor.element_size()
+            self._book(collective, ring_reducescatter_matrix(range(self.world), [block] * self.world, self.world))
+        if self.world == 1:
+            return tensor
+        out = torch.empty((n, *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
+        dist.reduce_scatter_tensor(out, tensor.contiguous())
+        return out
+
+    def all_gather(self, tensor: torch.Tensor, collective: str | None, on_wire: bool = False) -> torch.Tensor:
+        """Every rank's ``tensor`` [n, ...] (the same shape on all), stacked in rank order: [P * n, ...].
+
+        ``on_wire``: sent in the wire's vector type (it moves values, as an all-to-all: float32 in exact mode),
+        and comes back in it. Counted as the ring all-gather (``ring_allgather_matrix``).
+        """
+        if on_wire:
+            tensor = tensor.to(self.vector_dtype())
+        if collective is not None:
+            block = tensor.numel() * tensor.element_size()
+            self._book(collective, ring_allgather_matrix(range(self.world), [block] * self.world, self.world))
+        if self.world == 1:
+            return tensor
+        out = torch.empty((self.world * tensor.shape[0], *tensor.shape[1:]), dtype=tensor.dtype,
+                          device=tensor.device)
+        dist.all_gather_into_tensor(out, tensor.contiguous())
+        return out
 
     # -- what is in flight ------------------------------------------------------------------------
     def _issued(self, pending: Pending) -> Pending:

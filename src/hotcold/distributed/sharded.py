@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 import torch
 
-from hotcold.config import is_int, is_positive_int, is_real, require
+from hotcold.config import ConfigError, is_int, is_positive_int, is_real, require
 from hotcold.counters import all_resident
 from hotcold.distributed.comm import Comm, Pending, ids_tensor
 from hotcold.distributed.flexshard import DEFAULT_INTER_GBPS, DEFAULT_INTRA_GBPS, REPLICA_SYNC, UNACCESSED
@@ -24,7 +24,7 @@ from hotcold.distributed.plan_types import ALL, DEFAULT_HEADROOM, NODE, SHARDED,
 from hotcold.distributed.plans import PLANS, build_plan, check_plan_options
 from hotcold.distributed.replica_sync import SPARSE, sync_sends
 from hotcold.distributed.topology import Topology
-from hotcold.distributed.traffic import Ledger
+from hotcold.distributed.traffic import LOOKUP, REDUCE_SCATTER, RW_PROTOCOLS, Ledger
 from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
 from hotcold.embedding.options import StoreOptions
 from hotcold.embedding.rows import Lookup, RowGroups, init_table, sum_by_index
@@ -43,9 +43,17 @@ class ShardedOptions(StoreOptions):
     memory_headroom: float = DEFAULT_HEADROOM  # per-rank budget, as a multiple of the row-wise shard
     table_ranks: Mapping[str, int] | None = None  # table index -> rank, pinned before the table-wise planner
     plan_options: Mapping[str, Any] | None = None  # recshard's (``recshard.OPTIONS``) or ``table_plans.OPTIONS``
+    #: the row plan's output protocol (``traffic.RW_PROTOCOLS``): ``lookup`` (each lookup's vector by all-to-all)
+    #: or ``reduce_scatter`` (TorchRec's pooled row-wise: partial sums reduce-scattered, lengths sent)
+    rw_protocol: str = LOOKUP
 
     def validate(self, where: str) -> None:
         require(self.plan in PLANS, where, f"unknown plan {self.plan!r}; known: {list(PLANS)}")
+        require(self.rw_protocol in RW_PROTOCOLS, where,
+                f"rw_protocol must be one of {list(RW_PROTOCOLS)}, got {self.rw_protocol!r}")
+        require(self.rw_protocol == LOOKUP or self.plan == "row", where,
+                f"rw_protocol {self.rw_protocol} is the row plan's protocol; plan {self.plan} sends lookups "
+                f"(set plan row or rw_protocol lookup)")
         _check_headroom(where, self.memory_headroom)
         pins = self.table_ranks
         require(pins is None or isinstance(pins, Mapping), where, "table_ranks must map table indices to ranks")
@@ -70,6 +78,8 @@ class ProactiveOptions(ShardedOptions):
     def validate(self, where: str) -> None:
         super().validate(where)
         require(is_positive_int(self.depth), where, f"depth must be a positive integer, got {self.depth!r}")
+        require(self.rw_protocol == LOOKUP, where, f"proactive looks each lookup's row up early; rw_protocol "
+                f"{self.rw_protocol} pools them on the owners (use method sharded, or rw_protocol lookup)")
 
 
 @dataclass(frozen=True)
@@ -107,6 +117,9 @@ class Exchange:
     send_counts: np.ndarray        # int64 [P] lookups this rank sends each rank
     recv_counts: np.ndarray        # int64 [P] lookups each rank sends this one
     served: torch.Tensor           # int64 [R] local positions of the rows asked of this rank, by source rank
+    #: ``reduce_scatter`` protocol: int64 [R] the flat (sample, column) position in the global batch [P*B*K] of
+    #: every row asked of this rank (from the lengths each rank sent), in ``served``'s order; None: ``lookup``
+    pooled: torch.Tensor | None = None
 
 
 @dataclass
@@ -184,6 +197,12 @@ class ShardedStore(EmbeddingStore):
                 index = np.full(owned.size, -1, dtype=np.int64)
                 index[positions] = np.arange(positions.size)
                 self.replicas.append((torch.from_numpy(positions), torch.from_numpy(index), group))
+        self.rw_protocol = getattr(opts, "rw_protocol", LOOKUP)
+        if self.rw_protocol == REDUCE_SCATTER:
+            tables = spec.column_tables
+            if tables is not None and len(set(tables)) < len(tables):
+                raise ConfigError("store.rw_protocol reduce_scatter sum-pools one id per sample and table (DLRM "
+                                  "style); this dataset's histories share tables and are pooled by the model")
         self._last: Exchange | None = None
         self._served_total = 0
         self._host_total = 0
@@ -236,6 +255,8 @@ class ShardedStore(EmbeddingStore):
 
     # -- the protocol ---------------------------------------------------------------------------
     def forward(self, ids: torch.Tensor, timer: Marker) -> torch.Tensor:
+        if self.rw_protocol == REDUCE_SCATTER:
+            return self._pooled_forward(ids, timer)
         ex = self.route(ids)
         timer.mark("input_a2a")
         vectors = self.gather_rows(ex.served)
@@ -247,6 +268,44 @@ class ShardedStore(EmbeddingStore):
         timer.mark("output_a2a")
         self._last = ex
         return out
+
+    # -- TorchRec's pooled row-wise (``rw_protocol: reduce_scatter``) ----------------------------------------
+    def send_lengths(self, ex: Exchange, shape: tuple[int, int]) -> torch.Tensor:
+        """Input all-to-all of the per-sample lengths (TorchRec's bucketised KJT lengths, int64): every rank gets,
+        for each (sample, column) of this rank's slice [B, K], how many of its ids it serves (0 or 1 here), and
+        returns, per source rank, the flat positions in the global batch [P * B * K] of the ids it received."""
+        b, k = shape
+        n = b * k
+        dest = np.full(n, -1, dtype=np.int64)
+        at = np.arange(n) if ex.lk.positions is None else ex.lk.positions.numpy()
+        dest[at] = self.sharding.serving_rank(self.rank, ex.lk.rows.numpy())
+        lengths = (dest[None, :] == np.arange(self.world)[:, None]).astype(np.int64).reshape(-1)  # [P * B * K]
+        counts = np.full(self.world, n, dtype=np.int64)
+        got = self.comm.all_to_all(ids_tensor(lengths, self.device), counts, counts, "input_a2a").wait()
+        return torch.from_numpy(np.flatnonzero(got.cpu().numpy()))  # rank-major: served's order
+
+    def _pooled_forward(self, ids: torch.Tensor, timer: Marker) -> torch.Tensor:
+        """The owners pool their rows' partial sums for every sample and column of the global batch; a
+        reduce-scatter leaves each rank the sums of its own samples (one id per sample and table: the row)."""
+        ex = self.route(ids)
+        ex.pooled = self.send_lengths(ex, ex.lk.shape)
+        timer.mark("input_a2a")
+        b, k = ex.lk.shape
+        vectors = self.gather_rows(ex.served)
+        partial = torch.zeros(self.world * b * k, self.dim, dtype=self.comm.reduce_dtype(), device=vectors.device)
+        partial.index_add_(0, ex.pooled.to(vectors.device), vectors.to(partial.dtype))
+        timer.mark("emb_fwd")
+        pooled = self.comm.reduce_scatter(partial, "output_a2a", on_wire=True).to(self.weight.dtype)
+        timer.mark("output_a2a")
+        self._last = ex
+        return pooled.view(b, k, self.dim)
+
+    def _pooled_grads(self, ex: Exchange, grad: torch.Tensor) -> torch.Tensor:
+        """TorchRec's backward of the reduce-scatter: an all-gather of every sample's pooled gradient; each owner
+        keeps those of the rows it served [R, D], in ``served``'s order."""
+        every = self.comm.all_gather(grad.reshape(-1, self.dim), "grad_a2a", on_wire=True)
+        assert ex.pooled is not None
+        return every.index_select(0, ex.pooled.to(every.device))
 
     def send_grads(self, ex: Exchange, grad: torch.Tensor, async_op: bool = False) -> Pending:
         """Each lookup's gradient [B, K, D] to its serving rank; the owner receives [R, width]."""
@@ -261,7 +320,7 @@ class ShardedStore(EmbeddingStore):
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
         assert self._last is not None, "backward without forward"
         ex = self._last
-        received = self.send_grads(ex, grad).wait()
+        received = self._pooled_grads(ex, grad) if ex.pooled is not None else self.send_grads(ex, grad).wait()
         timer.mark("grad_a2a")
         self.update(ex, received, timer)
 
@@ -363,7 +422,7 @@ class ShardedStore(EmbeddingStore):
         return {**self.sharding.describe(self.dim, self.optimizer.state_width, self.inputs.budget_bytes()),
                 "served_lookups_per_rank": [int(s) for s in served],
                 "load_imbalance": float(max(served) / mean) if mean > 0 else float("nan"),
-                "wire": self.comm.wire.record(),
+                "wire": self.comm.wire.record(), "rw_protocol": self.rw_protocol,
                 "collectives": collectives, **host}
 
 

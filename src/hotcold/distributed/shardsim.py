@@ -24,7 +24,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 from tqdm import tqdm
 
-from hotcold.config import InfeasibleError, RunConfig
+from hotcold.config import ConfigError, InfeasibleError, RunConfig
 from hotcold.data.format import Dataset
 from hotcold.data.loader import batch_rows
 from hotcold.data.skew import row_counts
@@ -38,10 +38,15 @@ from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import (
     COLLECTIVES,
     ID_BYTES,
+    LOOKUP,
+    REDUCE_SCATTER,
+    RW_PROTOCOLS,
     SPLIT_BYTES,
     Ledger,
     Wire,
+    ring_allgather_matrix,
     ring_allreduce_matrix,
+    ring_reducescatter_matrix,
 )
 
 
@@ -112,10 +117,11 @@ def route(plan: Plan, batch: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
 
 def step_matrices(plan: Plan, batch: np.ndarray, dim: int, state_width: int, dense_params: int,
                   routed: tuple[np.ndarray, list[np.ndarray]] | None = None,
-                  wire: Wire | None = None) -> dict[str, np.ndarray]:
+                  wire: Wire | None = None, rw_protocol: str = LOOKUP) -> dict[str, np.ndarray]:
     """The [P, P] bytes of every collective of one training step of global batch ``batch`` [B, K]
-    (``routed``: its ``route``, when already known; ``wire``: what is sent, default the float32 wire).
-    The plain per-step form that ``PlanTraffic`` sums."""
+    (``routed``: its ``route``, when already known; ``wire``: what is sent, default the float32 wire;
+    ``rw_protocol``: the row plan's output protocol, ``PlanTraffic``'s). The plain per-step form that
+    ``PlanTraffic`` sums."""
     wire = wire or Wire()
     topo = plan.topology
     p = topo.world
@@ -134,6 +140,11 @@ def step_matrices(plan: Plan, batch: np.ndarray, dim: int, state_width: int, den
         uniq = np.unique(np.concatenate(requests)).size
         out["column_allreduce"] = ring_allreduce_matrix(range(p), uniq * wire.reduce_bytes, p)
     out["dense_allreduce"] = ring_allreduce_matrix(range(p), dense_params * wire.reduce_bytes, p)
+    if rw_protocol == REDUCE_SCATTER and p > 1:  # every rank's (sample, column) slots: lengths, pooled sums
+        slots = batch.size // p
+        out["input_a2a"] = out["input_a2a"] + slots * ID_BYTES * off
+        out["output_a2a"] = ring_reducescatter_matrix(range(p), [slots * dim * wire.reduce_bytes] * p, p)
+        out["grad_a2a"] = ring_allgather_matrix(range(p), [slots * dim * wire.vector_bytes] * p, p)
     return out
 
 
@@ -154,10 +165,11 @@ def touched_rows(plan: Plan, requests: list[np.ndarray]) -> tuple[np.ndarray, np
 
 
 def simulate_plan(plan: Plan, batches: Iterable[np.ndarray], dim: int, state_width: int,
-                  dense_params: int, wire: Wire | None = None) -> tuple[Ledger, list[dict[str, int]], np.ndarray]:
+                  dense_params: int, wire: Wire | None = None,
+                  rw_protocol: str = LOOKUP) -> tuple[Ledger, list[dict[str, int]], np.ndarray]:
     """The ledger over all batches, each step's bytes (``StepCounters`` names) and lookups served per rank
-    (``wire``: what is sent, default the float32 wire)."""
-    traffic = PlanTraffic(plan, dim, state_width, dense_params, keep_steps=True, wire=wire)
+    (``wire``: what is sent, default the float32 wire; ``rw_protocol``: the row plan's output protocol)."""
+    traffic = PlanTraffic(plan, dim, state_width, dense_params, keep_steps=True, wire=wire, rw_protocol=rw_protocol)
     topo = plan.topology
     codes = plan.route_codes().reshape(-1, 1) if plan.columns == 1 else None
     distinct = DistinctCounter(plan.num_rows) if traffic.needs_distinct else None
@@ -170,7 +182,7 @@ def simulate_plan(plan: Plan, batches: Iterable[np.ndarray], dim: int, state_wid
         host = (host_lookups_per_rank(batch, traffic.host_codes, topo.world) if traffic.host_codes is not None
                 else None)
         traffic.add_step(counts, distinct(batch) if distinct else None, touches(batch, codes) if touches else None,
-                         host)
+                         host, int(batch.size))
     assert traffic.step_bytes is not None
     return traffic.ledger(), traffic.step_bytes, traffic.served()
 
@@ -192,10 +204,11 @@ class _Entry:
 
 def plan_scale(ds: Dataset, topo: Topology, plans: list[str], headrooms: list[float], counts: np.ndarray,
                batch: int, dim: int, state: int, dense: int, steps: int,
-               options: dict[str, Any], wire: Wire | None = None) -> tuple[ScaleSweep, list[_Entry]]:
+               options: dict[str, Any], wire: Wire | None = None,
+               rw_protocol: str = LOOKUP) -> tuple[ScaleSweep, list[_Entry]]:
     """Every plan x headroom of one scale (``counts``: the training split's row counts, ``batch``: the global
-    batch, ``wire``: what is sent and priced), in a ``ScaleSweep`` ready for the batches, and one entry per output
-    row (headroom-major)."""
+    batch, ``wire``: what is sent and priced, ``rw_protocol``: the row plan's output protocol, the other plans
+    send lookups), in a ``ScaleSweep`` ready for the batches, and one entry per output row (headroom-major)."""
     start, stop = ds.split("train")
     wire = wire or Wire()
     sweep = ScaleSweep(topo, int(sum(ds.cardinalities)), wire)
@@ -204,7 +217,9 @@ def plan_scale(ds: Dataset, topo: Topology, plans: list[str], headrooms: list[fl
         for name in plans:
             inputs = PlanInputs.for_training(ds.cardinalities, counts, topo, dim, state, headroom, options,
                                              batch / max(1, stop - start), wire=wire)
-            key = {"dataset": ds.name, "plan": name, "world": topo.world, "ranks_per_node": topo.ranks_per_node,
+            protocol = rw_protocol if name == "row" else LOOKUP
+            key = {"dataset": ds.name, "plan": name, "rw_protocol": protocol, "world": topo.world,
+                   "ranks_per_node": topo.ranks_per_node,
                    "nodes": topo.nodes, "memory_headroom": headroom, "steps": steps, "batch_size": batch,
                    "batch_per_rank": batch // topo.world, **wire.record()}
             try:
@@ -215,7 +230,7 @@ def plan_scale(ds: Dataset, topo: Topology, plans: list[str], headrooms: list[fl
             memory = {"memory_bytes_per_rank_max": int(plan.bytes_held(dim, state).max()),
                       "memory_budget_bytes": inputs.budget_bytes(),
                       "host_bytes_per_rank_max": int(plan.host_rows_held().max()) * inputs.row_bytes()}
-            entries.append(_Entry(key, sweep.add(plan, dim, state, dense), memory))
+            entries.append(_Entry(key, sweep.add(plan, dim, state, dense, protocol), memory))
             if name in SYNC_FREE:   # the same planner with replicas priced at zero: the sync-free bound
                 free = dataclasses.replace(inputs, options={**inputs.options, "replica_sync": "free"})
                 entries[-1].bound = sweep.add(build_plan(name, free), dim, state, dense)
@@ -244,12 +259,14 @@ def scale_rows(sweep: ScaleSweep, entries: list[_Entry], steps: int) -> list[dic
 
 def shard_sim(ds: Dataset, cfg: RunConfig, plans: list[str], scales: list[Scale], headrooms: list[float],
               options: dict[str, Any] | None = None, batch_per_rank: int | None = None,
-              progress: bool = False) -> list[dict[str, Any]]:
+              progress: bool = False, rw_protocol: str = LOOKUP) -> list[dict[str, Any]]:
     """One row per plan x scale x headroom: bytes per step of every collective, memory, load imbalance.
 
     ``batch_per_rank``: weak scaling, each scale's global batch is ``batch_per_rank`` x its world size; None
     keeps ``cfg.train.batch_size`` at every scale. Either way ``cfg.train.steps`` batches in the loader's order;
     each row says the global batch (``batch_size``) and the samples per rank (``batch_per_rank``) it used.
+    ``rw_protocol``: the row plan's output protocol (``traffic.RW_PROTOCOLS``; ``reduce_scatter`` only for data
+    of one id per sample and table, as the training store).
     """
     from hotcold.embedding.update import RowOptimizer
 
@@ -257,6 +274,7 @@ def shard_sim(ds: Dataset, cfg: RunConfig, plans: list[str], scales: list[Scale]
     if batch_per_rank is not None and (isinstance(batch_per_rank, bool) or not isinstance(batch_per_rank, int)
                                        or batch_per_rank < 1):
         raise ValueError(f"batch_per_rank must be a positive integer, got {batch_per_rank!r}")
+    check_rw_protocol(ds, rw_protocol)
     dim, state = cfg.model.embedding_dim, RowOptimizer(t.row_optimizer, t.lr).state_width
     counts = row_counts(ds, "train")
     start, stop = ds.split("train")
@@ -271,11 +289,22 @@ def shard_sim(ds: Dataset, cfg: RunConfig, plans: list[str], scales: list[Scale]
             raise ValueError(f"{ds.path}: a global batch of {batch} samples at {scale} is more than the "
                              f"{stop - start} training samples")
         sweep, entries = plan_scale(ds, topo, plans, headrooms, counts, batch, dim, state, dense, t.steps,
-                                    options or {}, cfg.distributed.wire())
+                                    options or {}, cfg.distributed.wire(), rw_protocol)
         sweep.run(tqdm(table_batches(ds, cfg, batch), total=t.steps, unit="batch", disable=not progress,
                        desc=f"shard-sim {topo.label()}: {len(sweep.traffic)} distinct plan(s)"), ds.column_offsets)
         rows += scale_rows(sweep, entries, t.steps)
     return rows
+
+
+def check_rw_protocol(ds: Dataset, rw_protocol: str) -> None:
+    """``ConfigError`` unless ``rw_protocol`` is known and, for ``reduce_scatter``, ``ds`` has one id per sample
+    and table (the training store refuses the same)."""
+    if rw_protocol not in RW_PROTOCOLS:
+        raise ConfigError(f"rw_protocol must be one of {list(RW_PROTOCOLS)}, got {rw_protocol!r}")
+    tables = list(ds.column_tables)
+    if rw_protocol == REDUCE_SCATTER and len(set(tables)) < len(tables):
+        raise ConfigError(f"{ds.path}: rw_protocol reduce_scatter sum-pools one id per sample and table (DLRM "
+                          f"style); this dataset's histories share tables and are pooled by the model")
 
 
 def _per_step(ledger: Ledger, steps: int) -> dict[str, float]:

@@ -24,6 +24,8 @@ from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import (
     COLLECTIVES,
     ID_BYTES,
+    LOOKUP,
+    REDUCE_SCATTER,
     SPLIT_BYTES,
     Ledger,
     Wire,
@@ -55,12 +57,23 @@ class PlanTraffic:
     rows (read only by the column-wise plan with a row-optimizer state).
     ``keep_steps`` also keeps every step's bytes (``StepCounters`` names), as
     the training store's counters give them. ``wire``: what the collectives send (default: the float32 wire).
+
+    ``rw_protocol`` ``reduce_scatter`` (the row plan, TorchRec's pooled row-wise): the input all-to-all adds every
+    (sample, column) length of the requester's slice to every other rank (``ID_BYTES`` each), the output is a
+    ring reduce-scatter of every slice's pooled sums (``dim`` x ``wire.reduce_bytes`` per slot) and the gradient a
+    ring all-gather of them (``dim`` x ``wire.vector_bytes``): linear in the (sample, column) slots of the run's
+    batches (``slots``), not in the routing.
     """
 
     def __init__(self, plan: Plan, dim: int, state_width: int, dense_params: int, keep_steps: bool = False,
-                 wire: Wire | None = None) -> None:
+                 wire: Wire | None = None, rw_protocol: str = LOOKUP) -> None:
         topo = self.topology = plan.topology
         p = topo.world
+        self.rw_protocol = rw_protocol
+        self.pooled = rw_protocol == REDUCE_SCATTER
+        if self.pooled and (plan.columns > 1 or not (plan.tier == 0).all() or plan.off_device is not None):
+            raise ValueError(f"plan {plan.name}: rw_protocol {rw_protocol} needs a plan of sharded device rows")
+        self.slots = 0  # (sample, column) slots of the global batches booked
         self.wire = wire or Wire()
         self.columns = plan.columns
         self.vector_bytes = dim // plan.columns * self.wire.vector_bytes
@@ -104,21 +117,25 @@ class PlanTraffic:
         return sends
 
     def add_step(self, counts: np.ndarray, distinct: int | None = None,
-                 touched: tuple[np.ndarray, np.ndarray] | None = None, host: np.ndarray | None = None) -> None:
-        """``host`` [P]: the step's lookups each rank served from host memory (plans with host rows)."""
+                 touched: tuple[np.ndarray, np.ndarray] | None = None, host: np.ndarray | None = None,
+                 slots: int = 0) -> None:
+        """``host`` [P]: the step's lookups each rank served from host memory (plans with host rows); ``slots``:
+        the global batch's (sample, column) slots, B x K (read by the ``reduce_scatter`` protocol)."""
         self.counts += counts
         self.steps += 1
+        self.slots += slots
         column = self.column_per_rank(distinct)
         self.column_send += column
         sends = self.replica_step(touched)
         if host is not None:
             self.host += host
         if self.step_bytes is not None:
-            self.step_bytes.append(self._step(counts, column, sends))
+            self.step_bytes.append(self._step(counts, column, sends, slots))
             if self.host_codes is not None:
                 self.step_bytes[-1].update(host_counts(int(0 if host is None else host.sum()), self.dim))
 
-    def add_steps(self, counts: np.ndarray, steps: int, column_send: int, host: np.ndarray | None = None) -> None:
+    def add_steps(self, counts: np.ndarray, steps: int, column_send: int, host: np.ndarray | None = None,
+                  slots: int = 0) -> None:
         """Book ``steps`` steps at once: ``counts`` summed over them, ``column_send`` the sum of their
         ``column_per_rank``, ``host`` [P] their host lookups (no per-step values; the replica sends are booked
         per step by ``replica_step``)."""
@@ -128,6 +145,7 @@ class PlanTraffic:
             self.host += host
         self.counts += counts
         self.steps += steps
+        self.slots += slots
         self.column_send += column_send
 
     def replica_total(self) -> np.ndarray:
@@ -141,7 +159,18 @@ class PlanTraffic:
         sparse, syncs = self.replica_syncs
         return float(sparse / syncs) if syncs else None
 
-    def _step(self, counts: np.ndarray, column: int, sends: np.ndarray) -> dict[str, int]:
+    def pooled_sends(self, slots: int) -> tuple[int, int, int]:
+        """``reduce_scatter`` protocol, for batches of ``slots`` (sample, column) slots in all: (length bytes each
+        rank sends each other rank, bytes each rank sends its ring successor in the reduce-scatter, and in the
+        all-gather) (``ring_reducescatter_matrix`` and ``ring_allgather_matrix`` of equal blocks)."""
+        p = self.topology.world
+        if not self.pooled or p < 2:
+            return 0, 0, 0
+        per_rank = slots // p
+        return (per_rank * ID_BYTES, (p - 1) * per_rank * self.dim * self.wire.reduce_bytes,
+                (p - 1) * per_rank * self.dim * self.wire.vector_bytes)
+
+    def _step(self, counts: np.ndarray, column: int, sends: np.ndarray, slots: int = 0) -> dict[str, int]:
         """One step's bytes per collective and intra/inter node, as ``Ledger.take_step`` gives them."""
         inter = int(counts[self.inter].sum())
         intra = int(counts[self.off].sum()) - inter
@@ -150,6 +179,12 @@ class PlanTraffic:
             split["input_a2a"] = (intra * ID_BYTES + self.pairs[0] * SPLIT_BYTES,
                                   inter * ID_BYTES + self.pairs[1] * SPLIT_BYTES)
         split["output_a2a"] = split["grad_a2a"] = (intra * self.vector_bytes, inter * self.vector_bytes)
+        if self.pooled:
+            lengths, scatter, gather = self.pooled_sends(slots)
+            a, b = split["input_a2a"]
+            split["input_a2a"] = (a + self.pairs[0] * lengths, b + self.pairs[1] * lengths)
+            split["output_a2a"] = (scatter * self.ring_edges[0], scatter * self.ring_edges[1])
+            split["grad_a2a"] = (gather * self.ring_edges[0], gather * self.ring_edges[1])
         split.update(self.fixed)
         if self.groups is not None:
             split["replica_allreduce"] = split_intra_inter(self.groups.matrix(*sends), self.topology)
@@ -169,6 +204,10 @@ class PlanTraffic:
                "replica_allreduce": self.replica_total(),
                "column_allreduce": self.ring * self.column_send,
                "dense_allreduce": self.dense * n}
+        if self.pooled:
+            lengths, scatter, gather = self.pooled_sends(self.slots)
+            out["input_a2a"] = out["input_a2a"] + lengths * self.off
+            out["output_a2a"], out["grad_a2a"] = self.ring * scatter, self.ring * gather
         return {k: out[k] for k in COLLECTIVES}
 
     def ledger(self) -> Ledger:
@@ -199,8 +238,9 @@ class ScaleSweep:
         self._distinct: DistinctCounter | None = None
         self._touches: ReplicaTouches | None = None  # the plans with replicas: each rank's touched rows per batch
 
-    def add(self, plan: Plan, dim: int, state_width: int, dense_params: int) -> int:
-        """The index of the ``PlanTraffic`` that books ``plan`` (shared with an identical plan added before)."""
+    def add(self, plan: Plan, dim: int, state_width: int, dense_params: int, rw_protocol: str = LOOKUP) -> int:
+        """The index of the ``PlanTraffic`` that books ``plan`` (shared with an identical plan added before, under
+        the same ``rw_protocol``)."""
         if self.codes is not None:
             raise RuntimeError("plans must be added before the first batch")
         codes = plan.route_codes() if plan.columns == 1 else None
@@ -208,9 +248,10 @@ class ScaleSweep:
             same = (codes is None and other is None and self.traffic[i].columns == plan.columns) or (
                 codes is not None and other is not None and np.array_equal(codes, other)
                 and _same_host(self.traffic[i].host_codes, host_codes(plan.off_device, plan.slot)))
-            if same:
+            if same and self.traffic[i].rw_protocol == rw_protocol:
                 return i
-        self.traffic.append(PlanTraffic(plan, dim, state_width, dense_params, wire=self.wire))
+        self.traffic.append(PlanTraffic(plan, dim, state_width, dense_params, wire=self.wire,
+                                        rw_protocol=rw_protocol))
         self._codes.append(codes)
         return len(self.traffic) - 1
 
@@ -237,6 +278,7 @@ class ScaleSweep:
         one = ScaleSweep(self.topology, self.num_rows, self.wire)
         traffic = copy.copy(self.traffic[index])
         traffic.counts, traffic.steps, traffic.column_send = np.zeros_like(traffic.counts), 0, 0
+        traffic.slots = 0
         traffic.host = np.zeros_like(traffic.host)
         traffic.step_bytes = None
         traffic.replica_sends = np.zeros_like(traffic.replica_sends)
@@ -284,15 +326,18 @@ class ScaleSweep:
 
     def route_all(self, batches: Iterable[np.ndarray],
                   offsets: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
-        """Route every batch of ``batches``: (counts [M, P, P] summed over them, column sends [M], batches)."""
+        """Route every batch of ``batches``: (counts [M, P, P] summed over them, column sends [M], batches);
+        their (sample, column) slots in ``self.slots``."""
         p, m = self.topology.world, len(self.traffic)
         counts = np.zeros((m, p, p), dtype=np.int64)
         column = np.zeros(m, dtype=np.int64)
         self.host_sums = np.zeros((m, p), dtype=np.int64)
+        self.slots = 0
         steps = 0
         for batch in batches:
             if m:
                 self.add_batch(batch, counts, column, offsets, self.host_sums)
+            self.slots += int(batch.size)
             steps += 1
         return counts, column, steps
 
@@ -301,7 +346,7 @@ class ScaleSweep:
         then let the stacked codes go. ``offsets``: as ``add_batch``'s."""
         counts, column, steps = self.route_all(batches, offsets)
         for i, t in enumerate(self.traffic):
-            t.add_steps(counts[i], steps, int(column[i]), self.host_sums[i])
+            t.add_steps(counts[i], steps, int(column[i]), self.host_sums[i], self.slots)
         self.codes = None
         self._distinct = None
         self._touches = None

@@ -28,6 +28,12 @@ SPLIT_BYTES = 8    # one int64 count per peer in the size exchange before an une
 ELEMENT_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2}
 #: the choices of ``distributed.wire_dtype``
 WIRE_DTYPES = ("float32", "bfloat16")
+#: the row-wise plan's output protocols (the sharded store's ``rw_protocol``): ``lookup`` sends each lookup's
+#: vector back in an all-to-all (TorchRec's sequence tables); ``reduce_scatter`` pools partial sums per sample and
+#: table on the owners and reduce-scatters them, the gradients coming back by an all-gather (TorchRec's pooled
+#: row-wise, ``PooledEmbeddingsReduceScatter``), with per-sample lengths in the input all-to-all
+RW_PROTOCOLS = ("lookup", "reduce_scatter")
+LOOKUP, REDUCE_SCATTER = RW_PROTOCOLS
 
 
 @dataclass(frozen=True)
@@ -180,4 +186,23 @@ def ring_allgather_matrix(group: Iterable[int], block_bytes: Iterable[int], worl
     for i, src in enumerate(members):
         nxt = (i + 1) % len(members)
         m[src, members[nxt]] += total - int(blocks[nxt])
+    return m
+
+
+def ring_reducescatter_matrix(group: Iterable[int], block_bytes: Iterable[int], world: int) -> np.ndarray:
+    """[P, P] bytes of a ring reduce-scatter over ``group`` whose members end with blocks of ``block_bytes``
+    (group order).
+
+    Ranks in ascending order; member j's block starts at j's successor and is summed along the ring back to j
+    (``g - 1`` hops), so every member forwards every block but its own: the first half of
+    ``ring_allreduce_matrix``'s ring (even blocks: ``(g - 1) n / g`` bytes each of an ``n``-byte tensor).
+    """
+    members = sorted(group)
+    blocks = np.asarray(list(block_bytes), dtype=np.int64)
+    m = np.zeros((world, world), dtype=np.int64)
+    if len(members) < 2:
+        return m
+    total = int(blocks.sum())
+    for i, src in enumerate(members):
+        m[src, members[(i + 1) % len(members)]] += total - int(blocks[i])
     return m
