@@ -32,6 +32,8 @@ from hotcold.train import train
 CPU = torch.device("cpu")
 ROOT = Path(__file__).resolve().parents[1]
 PLANS = ["row", "table", "column", "balanced", "recshard", "flexshard"]
+#: the per-table plans (``table_plans``), trained by the sharded store in exact mode only: they map onto the tiers above
+TABLE_PLANS = ["data-parallel", "twrw", "auto"]
 METHODS = [("sharded", {}), ("proactive", {}), ("proactive", {"depth": 2})]
 STEPS = 12
 HEADROOM = 4.0  # room for table-wise on the fixtures' few tables
@@ -47,8 +49,9 @@ WIRES = {"exact": {"wire_dtype": "float32", "exact": True}, "float32": {"wire_dt
 
 
 def headroom(plan: str) -> float:
-    """recshard at the row-wise shard: its whole tables overflow a rank's device rows, so rows live on hosts."""
-    return 1.0 if plan == "recshard" else HEADROOM
+    """recshard at the row-wise shard: its whole tables overflow a rank's device rows, so rows live on hosts;
+    data-parallel at 1.5: its smallest tables on every rank, the largest row-wise (at 4.0 every table fits)."""
+    return {"recshard": 1.0, "data-parallel": 1.5}.get(plan, HEADROOM)
 
 
 def case_cfg(method: str, plan: str, extra: dict, row_optimizer: str, world: int = 1, ranks_per_node: int = 1,
@@ -121,6 +124,12 @@ def all_cases(datasets, world: int, ranks_per_node: int) -> list[dict]:
                         cases.append({"name": f"{ds.name}/{plan}/{method}{extra}/{opt}{tag}", "dataset": str(ds.path),
                                       "run_config": cfg.to_dict(), "ranks_per_node": ranks_per_node,
                                       "data": ds.name, "opt": opt, "plan": plan, "method": method, "wire": wire})
+        for plan in TABLE_PLANS:
+            for opt in ("sgd", "adagrad"):
+                cases.append({"name": f"{ds.name}/{plan}/sharded/{opt}", "dataset": str(ds.path),
+                              "run_config": case_cfg("sharded", plan, {}, opt, world, ranks_per_node).to_dict(),
+                              "ranks_per_node": ranks_per_node, "data": ds.name, "opt": opt, "plan": plan,
+                              "method": "sharded", "wire": "exact"})
     return cases
 
 
@@ -183,6 +192,9 @@ def test_trained_bytes_equal_shard_sim(multi_rank):
                                          SPARSE_SYNC["memory_headroom"] if sparse else headroom(case["plan"]), options,
                                          128 / (stop - start), wire=wire)
         plan = build_plan(case["plan"], inputs)
+        if case["plan"] in TABLE_PLANS:  # not a degenerate case: plan types mixed, or (twrw) both nodes used
+            kinds, places = plan.details["table_plan_types"], plan.details["table_places"]
+            assert len(set(places if case["plan"] == "twrw" else kinds)) > 1, (case["name"], kinds, places)
         ledger, sim_steps, served = simulate_plan(plan, global_batches(ds, cfg), 8, inputs.state_width,
                                                   dense_parameters(ds, cfg), wire)
         trained = [c for _, c in results[case["name"]]["counters"]]

@@ -1,6 +1,8 @@
 """Sharding plans: one planner per plan, and ``build_plan``, which runs one and checks it.
 
 Table-wise, row-wise and lookup-balanced plans use the sharded tier only;
+``data-parallel``, ``twrw`` and ``auto`` give each table a plan type
+(``table_plans``: data-parallel tables in the ``ALL`` tier);
 FlexShard places rows in all three tiers (``plan_types``: ``SHARDED``,
 ``NODE``, ``ALL``). Column-wise is the one plan that splits rows: with
 ``columns = P`` every rank holds columns ``[r D/P, (r+1) D/P)`` of every row,
@@ -31,11 +33,12 @@ from hotcold.distributed.plan_types import (
     sharded_plan,
 )
 from hotcold.distributed.balanced import balanced
-from hotcold.distributed.recshard import recshard
+from hotcold.distributed import table_plans
+from hotcold.distributed.recshard import check_plan_options as check_recshard_options, recshard
 
 #: the plan types are re-exported: their home is ``plan_types``, and callers may still take them from here
 __all__ = ["ALL", "DEFAULT_HEADROOM", "NODE", "PLANNERS", "PLANS", "SHARDED", "TIER_NAMES", "Plan", "PlanInputs",
-           "build_plan", "check_options", "column_wise", "row_wise", "sharded_plan", "table_wise"]
+           "build_plan", "check_options", "check_plan_options", "column_wise", "row_wise", "sharded_plan", "table_wise"]
 
 
 def row_wise(inputs: PlanInputs) -> Plan:
@@ -86,8 +89,17 @@ def column_wise(inputs: PlanInputs) -> Plan:
 #: every planner by name, in the order the plans are listed to users
 PLANNERS: dict[str, Callable[[PlanInputs], Plan]] = {"table": table_wise, "row": row_wise, "column": column_wise,
                                                     "balanced": balanced, "recshard": recshard,
-                                                    "flexshard": flexshard, "flexshard-device": flexshard_on_device}
+                                                    "flexshard": flexshard, "flexshard-device": flexshard_on_device,
+                                                    **table_plans.PLANNERS}
 PLANS = tuple(PLANNERS)
+
+
+def check_plan_options(where: str, plan: str, options: Mapping | None) -> None:
+    """A store's ``plan_options``, given to the plan that takes them: recshard's or a per-table plan's."""
+    if plan in table_plans.OPTIONS:
+        table_plans.check_options(where, plan, options)
+    else:
+        check_recshard_options(where, plan, options)
 
 
 def check_options(inputs: PlanInputs, where: str = "plan") -> None:

@@ -21,8 +21,7 @@ from hotcold.distributed.comm import Comm, Pending, ids_tensor
 from hotcold.distributed.flexshard import DEFAULT_INTER_GBPS, DEFAULT_INTRA_GBPS, REPLICA_SYNC, UNACCESSED
 from hotcold.distributed.host_tier import HostTier, device_first, host_counts
 from hotcold.distributed.plan_types import ALL, DEFAULT_HEADROOM, NODE, SHARDED, PlanInputs
-from hotcold.distributed.plans import PLANS, build_plan
-from hotcold.distributed.recshard import check_plan_options
+from hotcold.distributed.plans import PLANS, build_plan, check_plan_options
 from hotcold.distributed.replica_sync import SPARSE, sync_sends
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import LOOKUP, REDUCE_SCATTER, RW_PROTOCOLS, Ledger
@@ -43,7 +42,7 @@ class ShardedOptions(StoreOptions):
     plan: str = "row"                          # a sharding plan (``plans.PLANS``)
     memory_headroom: float = DEFAULT_HEADROOM  # per-rank budget, as a multiple of the row-wise shard
     table_ranks: Mapping[str, int] | None = None  # table index -> rank, pinned before the table-wise planner
-    plan_options: Mapping[str, Any] | None = None  # the recshard plan's options (``recshard.OPTIONS``)
+    plan_options: Mapping[str, Any] | None = None  # recshard's (``recshard.OPTIONS``) or ``table_plans.OPTIONS``
     #: the row plan's output protocol (``traffic.RW_PROTOCOLS``): ``lookup`` (each lookup's vector by all-to-all)
     #: or ``reduce_scatter`` (TorchRec's pooled row-wise: partial sums reduce-scattered, lengths sent)
     rw_protocol: str = LOOKUP
