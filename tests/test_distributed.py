@@ -34,6 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PLANS = ["row", "table", "column", "balanced", "recshard", "flexshard"]
 #: the per-table plans (``table_plans``), trained by the sharded store in exact mode only: they map onto the tiers above
 TABLE_PLANS = ["data-parallel", "twrw", "auto"]
+#: the plans the production wires (float32, bfloat16) also run on: one per kind of collective they change (the
+#: vectors' all-to-alls, the column all-reduce, the replica sync); the others differ from row-wise only in routing
+WIRE_PLANS = ["row", "column", "flexshard"]
 METHODS = [("sharded", {}), ("proactive", {}), ("proactive", {"depth": 2})]
 STEPS = 12
 HEADROOM = 4.0  # room for table-wise on the fixtures' few tables
@@ -105,7 +108,8 @@ def flexshard_cfg(row_optimizer: str, world: int = 1, ranks_per_node: int = 1):
 
 
 def all_cases(datasets, world: int, ranks_per_node: int) -> list[dict]:
-    """Every plan x method x row optimizer in exact mode; the sharded store on the float32 and bfloat16 wires too."""
+    """Every plan x method x row optimizer in exact mode; the sharded store on the float32 and bfloat16 wires too
+    (``WIRE_PLANS``)."""
     cases = []
     for ds in datasets:
         for opt in ("sgd", "adagrad"):
@@ -117,7 +121,7 @@ def all_cases(datasets, world: int, ranks_per_node: int) -> list[dict]:
             for method, extra in METHODS:
                 for opt in ("sgd", "adagrad"):
                     for wire in WIRES:
-                        if wire != "exact" and method != "sharded":
+                        if wire != "exact" and (method != "sharded" or plan not in WIRE_PLANS):
                             continue
                         cfg = case_cfg(method, plan, extra, opt, world, ranks_per_node, wire)
                         tag = "" if wire == "exact" else f"/{wire}"
@@ -205,7 +209,9 @@ def test_trained_bytes_equal_shard_sim(multi_rank):
         assert report["served_lookups_per_rank"] == served.tolist()
         if case["plan"] == "recshard":  # the host tier: lookups served from host memory, counted as shard-sim's
             host = report["host_lookups_per_rank"]
-            assert sum(host) == sum(s["host_lookups"] for s in sim_steps) > 0, case["name"]
+            assert sum(host) == sum(s["host_lookups"] for s in sim_steps), case["name"]
+            if plan.host_rows_held().sum() > 0:  # at 2x1 every table fits its rank's device: no host rows
+                assert sum(host) > 0, case["name"]
             assert all(s["vector_bytes_h2d"] == s["grad_bytes_d2h"] == s["host_lookups"] * 8 * 4 for s in sim_steps)
         for c, m in ledger.total.items():  # bytes per (source, destination) rank over the run
             assert report["collectives"][c]["matrix"] == m.tolist(), (case["name"], c)
