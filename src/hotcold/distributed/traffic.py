@@ -177,16 +177,7 @@ def ring_allgather_matrix(group: Iterable[int], block_bytes: Iterable[int], worl
     successor's own to its successor (``g - 1`` hops of every block): the
     algorithm's bytes, as ``ring_allreduce_matrix`` counts an all-reduce.
     """
-    members = sorted(group)
-    blocks = np.asarray(list(block_bytes), dtype=np.int64)
-    m = np.zeros((world, world), dtype=np.int64)
-    if len(members) < 2:
-        return m
-    total = int(blocks.sum())
-    for i, src in enumerate(members):
-        nxt = (i + 1) % len(members)
-        m[src, members[nxt]] += total - int(blocks[nxt])
-    return m
+    return _ring_blocks(group, block_bytes, world, skip=1)
 
 
 def ring_reducescatter_matrix(group: Iterable[int], block_bytes: Iterable[int], world: int) -> np.ndarray:
@@ -197,12 +188,19 @@ def ring_reducescatter_matrix(group: Iterable[int], block_bytes: Iterable[int], 
     (``g - 1`` hops), so every member forwards every block but its own: the first half of
     ``ring_allreduce_matrix``'s ring (even blocks: ``(g - 1) n / g`` bytes each of an ``n``-byte tensor).
     """
+    return _ring_blocks(group, block_bytes, world, skip=0)
+
+
+def _ring_blocks(group: Iterable[int], block_bytes: Iterable[int], world: int, skip: int) -> np.ndarray:
+    """[P, P]: each member (ascending order) sends its ring successor every block but that of the member
+    ``skip`` places after it (0: its own, 1: its successor's)."""
     members = sorted(group)
     blocks = np.asarray(list(block_bytes), dtype=np.int64)
     m = np.zeros((world, world), dtype=np.int64)
-    if len(members) < 2:
+    g = len(members)
+    if g < 2:
         return m
     total = int(blocks.sum())
     for i, src in enumerate(members):
-        m[src, members[(i + 1) % len(members)]] += total - int(blocks[i])
+        m[src, members[(i + 1) % g]] += total - int(blocks[(i + skip) % g])
     return m
