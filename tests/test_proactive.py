@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from distributed_worker import reads_before_update
 from test_distributed import CPU, case_cfg, reference
 from test_stores import rel_diff

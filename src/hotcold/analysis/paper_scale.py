@@ -18,7 +18,6 @@ each and keeps the values in ``claims_sweep.csv``.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -27,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from hotcold.costmodel import HardwareProfile, ModelShape, Rate
-from hotcold.costmodel.simulated import lookup_workload, method_of_policy, shard_sim_workload, simulated_workload
+from hotcold.costmodel.simulated import lookup_workload, method_of_policy, simulated_workload
 
 #: the multiples of a profile's rates a sweep prices the claims at
 FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
