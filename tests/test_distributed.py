@@ -37,6 +37,9 @@ TABLE_PLANS = ["data-parallel", "twrw", "auto"]
 #: the plans the production wires (float32, bfloat16) also run on: one per kind of collective they change (the
 #: vectors' all-to-alls, the column all-reduce, the replica sync); the others differ from row-wise only in routing
 WIRE_PLANS = ["row", "column", "flexshard"]
+#: the plans Proactive runs at depth 2 on: rows only their owner writes (sharded tier) and column slices; the
+#: one-process tests (test_proactive.py) take every depth on the row and flexshard plans
+DEPTH_PLANS = ["row", "column"]
 METHODS = [("sharded", {}), ("proactive", {}), ("proactive", {"depth": 2})]
 STEPS = 12
 HEADROOM = 4.0  # room for table-wise on the fixtures' few tables
@@ -122,6 +125,8 @@ def all_cases(datasets, world: int, ranks_per_node: int) -> list[dict]:
                 for opt in ("sgd", "adagrad"):
                     for wire in WIRES:
                         if wire != "exact" and (method != "sharded" or plan not in WIRE_PLANS):
+                            continue
+                        if extra.get("depth", 1) > 1 and plan not in DEPTH_PLANS:
                             continue
                         cfg = case_cfg(method, plan, extra, opt, world, ranks_per_node, wire)
                         tag = "" if wire == "exact" else f"/{wire}"
