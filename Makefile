@@ -54,12 +54,14 @@ report: $(STAMP)
 	$(SNAKEMAKE) --report results/report.html
 	@echo "Report: results/report.html"
 
-# The default tier (pyproject.toml: not `slow`); test-all runs every test.
+# The default tier (pyproject.toml: not `slow`); test-all runs every test. Both spread the test files over
+# CORES workers (pytest-xdist; one file stays on one worker, so its module fixtures are made once).
+PYTEST := $(BIN)/python -m pytest -n $(CORES) --dist loadfile
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(PYTEST)
 
 test-all: $(STAMP)
-	$(BIN)/python -m pytest -m ""
+	$(PYTEST) -m ""
 
 bench: $(STAMP)
 	$(BIN)/python -m pytest tests/benchmarks --benchmark-only
