@@ -21,8 +21,8 @@ from hotcold.data.skew import row_counts
 from hotcold.distributed.plan_types import ALL, NODE, SHARDED, Plan, PlanInputs
 from hotcold.distributed.plans import PLANS, build_plan
 from hotcold.distributed.routing import (
-    DistinctCounter,
-    _distinct_kernel,
+    TableCounter,
+    _table_kernel,
     _route_counts_kernel,
     _route_counts_numpy,
     pair_table,
@@ -97,8 +97,10 @@ def loop_counts(plan: Plan, batch: np.ndarray) -> np.ndarray:
         for row in ids:
             if row < 0:
                 continue
-            if plan.columns > 1:
-                counts[r] += 1
+            if plan.columns > 1:  # every rank holding a column shard of the row's table
+                table = max(t for t in range(len(SIZES)) if sum(SIZES[:t]) <= row)
+                for q in plan.column_ranks[table]:
+                    counts[r, q] += 1
             elif plan.tier[row] == SHARDED:
                 counts[r, plan.slot[row]] += 1
             elif plan.tier[row] == NODE:
@@ -168,16 +170,32 @@ def test_bytes_held_counts_every_owned_row():
             assert np.array_equal(p.bytes_held(DIM, 1), want * (DIM // p.columns + 1) * 4)
 
 
-def test_distinct_rows_of_a_batch():
+def test_lookups_and_distinct_rows_per_table_of_a_batch():
+    """TableCounter (compiled and plain kernel, numpy path): each requester's lookups per table and the batch's
+    distinct rows per table, against a loop over the lookups."""
     rng = np.random.default_rng(1)
-    counter = DistinctCounter(sum(SIZES))
+    topo = Topology(4, 2)
+    counter = TableCounter(list(SIZES), topo.world)
+    starts = np.concatenate([[0], np.cumsum(SIZES)])
     for _ in range(4):
-        local = random_ids(Topology(4, 2), rng)
+        local = random_ids(topo, rng)
         batch = to_global(local, OFFSETS)
-        want = np.unique(batch[batch >= 0]).size
-        assert counter(batch) == counter(local, OFFSETS) == want
+        lookups, seen_rows = np.zeros((topo.world, len(SIZES)), np.int64), [set() for _ in SIZES]
+        for sample, ids in enumerate(batch):
+            for row in ids[ids >= 0]:
+                t = int(np.searchsorted(starts, row, side="right")) - 1
+                lookups[sample // (batch.shape[0] // topo.world), t] += 1
+                seen_rows[t].add(int(row))
+        distinct = np.array([len(r) for r in seen_rows])
+        for got in (counter(batch), counter(local, OFFSETS)):
+            assert np.array_equal(got[0], lookups) and np.array_equal(got[1], distinct)
         seen = np.zeros(sum(SIZES), dtype=np.uint8)
-        assert python(_distinct_kernel)(local, OFFSETS, seen) == want and not seen.any()
+        out = np.zeros_like(lookups), np.zeros_like(distinct)
+        python(_table_kernel)(local, OFFSETS, counter.bounds, topo.world, seen, *out)
+        assert np.array_equal(out[0], lookups) and np.array_equal(out[1], distinct) and not seen.any()
+        counter.seen, kept = None, counter.seen  # the numpy path
+        assert all(np.array_equal(a, b) for a, b in zip(counter(local, OFFSETS), (lookups, distinct)))
+        counter.seen = kept
 
 
 @pytest.mark.parametrize("topo", [Topology(1, 1), Topology(2, 2), Topology(8, 4)], ids=lambda t: t.label())

@@ -32,7 +32,7 @@ def setup(kaggle):
     batch = PER_RANK * topo.world
     sweep, entries = plan_scale(kaggle, topo, PLANS, [1.25], row_counts(kaggle, "train"), batch,
                                 cfg.model.embedding_dim, 1, dense_parameters(kaggle, cfg), BATCHES, {})
-    assert len(sweep.traffic) == len(PLANS)
+    assert len(sweep.traffic) == len(PLANS) + 1  # flexshard's sync-free twin (``SYNC_FREE``) is routed too
     lookups = sum(int((b >= 0).sum()) for b in table_batches(kaggle, cfg, batch))
     route_counts(np.zeros((2, 1), dtype=np.int64), np.zeros((1, 1), dtype=np.uint8), 2, 1)  # compile first
     return kaggle, cfg, sweep, batch, lookups

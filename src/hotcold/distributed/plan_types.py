@@ -36,8 +36,11 @@ class Plan:
     - ``ALL`` (2): a copy on every rank; lookups are local, and the copies
       reduce their gradients over all ranks.
 
-    Column-wise is the one plan that splits rows (``columns`` > 1): every
-    rank holds a slice of every row.
+    Column-wise is the one plan that splits rows (``columns`` > 1): each
+    table's columns are cut into ``columns`` shards of ``D / columns``, and
+    shard j of table t lives on rank ``column_ranks[t, j]`` (a table's shards
+    on distinct ranks, a subset of the world when ``columns`` < P, as
+    TorchRec places column shards).
     """
 
     name: str
@@ -45,7 +48,8 @@ class Plan:
     table_sizes: list[int]
     tier: np.ndarray            # int8 [N]
     slot: np.ndarray            # int32 [N]: owner rank (SHARDED), index in the node (NODE), -1 (ALL)
-    columns: int = 1            # > 1: column-wise, every rank holds 1/columns of every row
+    columns: int = 1            # > 1: column-wise, each table cut into ``columns`` column shards
+    column_ranks: np.ndarray | None = None  # int32 [T, columns]: the rank of each table's column shard j
     details: dict[str, Any] = field(default_factory=dict)  # plan-specific numbers for the record
     #: bool [N] or None: sharded rows kept in their owner's host memory, off the device budget (``rows_held``)
     off_device: np.ndarray | None = None
@@ -88,10 +92,32 @@ class Plan:
         codes[node] = self.slot[node] + p
         return codes
 
+    def holds(self) -> np.ndarray:
+        """bool [P, T]: whether each rank holds a column shard of each table (column-wise plans)."""
+        assert self.column_ranks is not None, "a column-wise plan places its column shards"
+        out = np.zeros((self.topology.world, len(self.table_sizes)), dtype=bool)
+        out[self.column_ranks, np.arange(len(self.table_sizes))[:, None]] = True
+        return out
+
+    def shard_index(self, rank: int) -> np.ndarray:
+        """int64 [T]: the column shard of each table ``rank`` holds, -1 for none (column-wise plans)."""
+        assert self.column_ranks is not None, "a column-wise plan places its column shards"
+        hit = self.column_ranks == rank
+        return np.where(hit.any(axis=1), hit.argmax(axis=1), -1).astype(np.int64)
+
+    def column_counts(self, lookups: np.ndarray) -> np.ndarray:
+        """int64 [P, P]: lookups each requester sends each rank under a column-wise plan, from the requesters'
+        lookups per table ``lookups`` [P, T] (each lookup goes to every shard owner of its table)."""
+        return lookups @ self.holds().T.astype(np.int64)
+
+    def column_exchange(self, distinct: np.ndarray, element: int) -> np.ndarray:
+        """int64 [P, P]: bytes of the row-wise state's exchange (``column_exchange``) of ``distinct`` [T]."""
+        return column_exchange(self.holds(), distinct, element)
+
     def owned(self, rank: int) -> np.ndarray:
         """bool [N]: the rows (or, column-wise, the row slices) ``rank`` holds."""
         if self.columns > 1:
-            return np.ones(self.num_rows, dtype=bool)
+            return np.repeat(self.holds()[rank], self.table_sizes)
         local = self.topology.local(rank)
         return (((self.tier == SHARDED) & (self.slot == rank)) | ((self.tier == NODE) & (self.slot == local))
                 | (self.tier == ALL))
@@ -101,7 +127,7 @@ class Plan:
         topo = self.topology
         p = topo.world
         if self.columns > 1:
-            return np.full(p, self.num_rows, dtype=np.int64)
+            return self.holds().astype(np.int64) @ np.asarray(self.table_sizes, dtype=np.int64)
         on_device = self.tier == SHARDED if self.off_device is None else (self.tier == SHARDED) & ~self.off_device
         sharded = np.bincount(self.slot[on_device], minlength=p)[:p]
         node = np.bincount(self.slot[self.tier == NODE], minlength=topo.ranks_per_node)[:topo.ranks_per_node]
@@ -115,7 +141,7 @@ class Plan:
         return np.bincount(self.slot[self.off_device], minlength=self.topology.world).astype(np.int64)
 
     def bytes_held(self, dim: int, state_width: int) -> np.ndarray:
-        """int [P]: bytes of weights and optimizer state per rank (column-wise slices keep the whole row state)."""
+        """int [P]: bytes of weights and optimizer state per rank (a column shard keeps its rows' whole state)."""
         return self.rows_held() * (dim // self.columns + state_width) * counters.FLOAT_BYTES
 
     def tier_rows(self) -> dict[str, int]:
@@ -175,6 +201,16 @@ class PlanInputs:
 
     def budget_rows(self) -> int:
         return self.budget_bytes() // self.row_bytes()
+
+
+def column_exchange(holds: np.ndarray, distinct: np.ndarray, element: int) -> np.ndarray:
+    """int64 [P, P]: bytes of a column-wise plan's row-wise state exchange: every shard owner of a table (``holds``
+    [P, T]) sends every other owner one partial squared-gradient sum (``element`` bytes) per distinct row of the
+    table updated, ``distinct`` [T] (summed over steps, the run's)."""
+    h = holds.astype(np.int64)
+    out = (h * np.asarray(distinct, dtype=np.int64)) @ h.T * element
+    np.fill_diagonal(out, 0)
+    return out
 
 
 def rowwise_owner(table_sizes: Sequence[int], world: int, rows: np.ndarray) -> np.ndarray:

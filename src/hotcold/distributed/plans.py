@@ -4,9 +4,9 @@ Table-wise, row-wise and lookup-balanced plans use the sharded tier only;
 ``data-parallel``, ``twrw`` and ``auto`` give each table a plan type
 (``table_plans``: data-parallel tables in the ``ALL`` tier);
 FlexShard places rows in all three tiers (``plan_types``: ``SHARDED``,
-``NODE``, ``ALL``). Column-wise is the one plan that splits rows: with
-``columns = P`` every rank holds columns ``[r D/P, (r+1) D/P)`` of every row,
-and every lookup asks every rank for its slice.
+``NODE``, ``ALL``). Column-wise is the one plan that splits rows: each table's
+columns are cut into shards placed on distinct ranks (``column_wise``), and
+every lookup asks each of its table's shard owners for its slice.
 
 Every plan has the same per-rank memory budget, ``memory_headroom`` times the
 row-wise shard per rank; a plan that does not fit it cannot run
@@ -19,6 +19,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from hotcold import counters
 from hotcold.config import ConfigError, InfeasibleError, is_int, is_real, require
 from hotcold.distributed.flexshard import flexshard, flexshard_on_device
 from hotcold.distributed.plan_types import (
@@ -38,7 +39,7 @@ from hotcold.distributed.recshard import check_plan_options as check_recshard_op
 
 #: the plan types are re-exported: their home is ``plan_types``, and callers may still take them from here
 __all__ = ["ALL", "DEFAULT_HEADROOM", "NODE", "PLANNERS", "PLANS", "SHARDED", "TIER_NAMES", "Plan", "PlanInputs",
-           "build_plan", "check_options", "check_plan_options", "column_wise", "row_wise", "sharded_plan", "table_wise"]
+           "COLUMN_OPTIONS", "COLUMN_STATES", "build_plan", "check_options", "check_plan_options", "column_wise", "row_wise", "sharded_plan", "table_wise"]
 
 
 def row_wise(inputs: PlanInputs) -> Plan:
@@ -76,14 +77,72 @@ def table_wise(inputs: PlanInputs) -> Plan:
     return sharded_plan("table", inputs, owner, table_ranks=rank_of.tolist())
 
 
+#: the column-wise plan's options (``plan_options``): each shard's width in columns (TorchRec's
+#: ``min_partition``; default the narrowest divisor of the dimension at least ``max(4, D / P)`` wide), and the
+#: row-wise Adagrad state of a shard: ``row`` (every shard keeps the whole row's state, its owners exchanging
+#: each row's squared-gradient partial sums: the ``device`` model) or ``shard`` (TorchRec/FBGEMM's: each shard's
+#: own row-wise state over its columns, nothing exchanged; a different model under Adagrad, the same under SGD)
+COLUMN_OPTIONS = ("width", "state")
+COLUMN_STATES = ("row", "shard")
+MIN_COLUMN_WIDTH = 4
+
+
+def column_width(dim: int, world: int, width: int | None = None) -> int:
+    """Columns per shard: the narrowest divisor of ``dim`` at least ``width`` (default ``max(4, ceil(D/P))``)."""
+    low = width if width is not None else max(MIN_COLUMN_WIDTH, -(-dim // world))
+    return next((w for w in range(max(1, low), dim + 1) if dim % w == 0), dim)
+
+
 def column_wise(inputs: PlanInputs) -> Plan:
-    """Every table's columns split evenly over all P ranks (``D/P`` columns each)."""
-    p, d = inputs.topology.world, inputs.dim
-    if d % p:  # TorchRec would place column blocks on a subset of ranks; this plan spans them all
-        raise InfeasibleError(f"column-wise: embedding_dim {d} is not divisible by world {p}")
-    plan = sharded_plan("column", inputs, np.zeros(inputs.num_rows))  # slot unused when columns > 1
-    plan.columns = p
+    """TorchRec's CW: each table's columns cut into shards of ``width`` columns, the shards of a table on
+    distinct ranks: tables by expected lookups (most first), each table's shards to the ranks with the fewest
+    expected lookups (then the fewest bytes held) that have room for a shard under the budget."""
+    p, d, sizes = inputs.topology.world, inputs.dim, np.asarray(inputs.table_sizes, dtype=np.int64)
+    width = column_width(d, p, inputs.options.get("width"))
+    shards = d // width
+    if shards > p:
+        raise InfeasibleError(f"column-wise: {shards} column shards of {width} columns per table need {shards} "
+                              f"ranks, the world has {p} (set plan_options width to at least {-(-d // p)})")
+    lookups = np.add.reduceat(inputs.counts, inputs.bounds[:-1]) if inputs.num_rows else np.zeros(0)
+    lookups = np.where(sizes > 0, lookups, 0)
+    shard_bytes = sizes * (width + inputs.state_width) * counters.FLOAT_BYTES
+    budget = inputs.budget_bytes()
+    used, load = np.zeros(p, dtype=np.int64), np.zeros(p, dtype=np.int64)
+    ranks = np.zeros((sizes.size, shards), dtype=np.int32)
+    for t in sorted(range(sizes.size), key=lambda t: (-lookups[t], -sizes[t], t)):
+        room = np.flatnonzero(used + shard_bytes[t] <= budget)
+        if room.size < shards:
+            raise InfeasibleError(f"column-wise: table {t}'s {shards} shards ({int(shard_bytes[t])} bytes each) fit "
+                                  f"on {room.size} ranks under the budget of {budget} bytes per rank (headroom "
+                                  f"{inputs.headroom} x the row-wise shard)")
+        pick = np.sort(room[np.lexsort((room, used[room], load[room]))][:shards])
+        ranks[t] = pick
+        used[pick] += shard_bytes[t]
+        load[pick] += lookups[t]
+    state = inputs.options.get("state", COLUMN_STATES[0])
+    if shards == 1:  # one shard of every column: whole tables on ranks, routed as the table-wise plan
+        return sharded_plan("column", inputs, np.repeat(ranks[:, 0], sizes), column_width=width, column_state=state)
+    plan = sharded_plan("column", inputs, np.zeros(inputs.num_rows), column_width=width, column_state=state)
+    plan.columns, plan.column_ranks = shards, ranks
     return plan
+
+
+def check_column_options(where: str, options: Mapping | None) -> None:
+    """The column plan's ``plan_options`` (``COLUMN_OPTIONS``), one line naming the option on error."""
+    if options is None:
+        return
+    if not isinstance(options, Mapping):
+        raise ConfigError(f"{where}: plan_options must map option names to values, got {options!r}")
+    for key, value in options.items():
+        if key not in COLUMN_OPTIONS:
+            raise ConfigError(f"{where}: plan_options: unknown option {key!r} of plan column; known: "
+                              f"{list(COLUMN_OPTIONS)}")
+        if key == "width":
+            require(is_int(value) and value > 0, where, f"plan_options: width must be a positive number of "
+                    f"columns, got {value!r}")
+        if key == "state":
+            require(value in COLUMN_STATES, where, f"plan_options: state must be one of {list(COLUMN_STATES)}, "
+                    f"got {value!r}")
 
 
 #: every planner by name, in the order the plans are listed to users
@@ -98,6 +157,8 @@ def check_plan_options(where: str, plan: str, options: Mapping | None) -> None:
     """A store's ``plan_options``, given to the plan that takes them: recshard's or a per-table plan's."""
     if plan in table_plans.OPTIONS:
         table_plans.check_options(where, plan, options)
+    elif plan == "column":
+        check_column_options(where, options)
     else:
         check_recshard_options(where, plan, options)
 

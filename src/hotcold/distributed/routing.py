@@ -89,37 +89,56 @@ def lookups_per_rank(batch: np.ndarray, world: int) -> np.ndarray:
 
 
 @jit
-def _distinct_kernel(ids: np.ndarray, offsets: np.ndarray, seen: np.ndarray) -> int:
-    """Distinct global rows of ``ids`` [B, K] (``ids + offsets[k]``, skipped below 0); ``seen`` [N] is all zero
-    before and after."""
-    n = 0
+def _table_kernel(ids: np.ndarray, offsets: np.ndarray, bounds: np.ndarray, world: int, seen: np.ndarray,
+                  lookups: np.ndarray, distinct: np.ndarray) -> None:
+    """Add to ``lookups`` [P, T] every requester's non-padding lookups per table and to ``distinct`` [T] the
+    batch's distinct rows per table (``ids + offsets[k]`` global rows in tables ``bounds`` [T + 1]; ``seen`` [N]
+    is all zero before and after)."""
+    per = ids.shape[0] // world
     for s in range(ids.shape[0]):
+        r = s // per
         for k in range(ids.shape[1]):
             if ids[s, k] >= 0:
                 row = ids[s, k] + offsets[k]
+                t = np.searchsorted(bounds, row, side="right") - 1
+                lookups[r, t] += 1
                 if seen[row] == 0:
                     seen[row] = 1
-                    n += 1
-    for s in range(ids.shape[0]):  # leave ``seen`` clean for the next batch
+                    distinct[t] += 1
+    for s in range(ids.shape[0]):
         for k in range(ids.shape[1]):
             if ids[s, k] >= 0:
                 seen[ids[s, k] + offsets[k]] = 0
-    return n
 
 
-class DistinctCounter:
-    """Distinct rows of a batch (the column-wise plan's per-step all-reduce), reusing one [N] marker."""
+class TableCounter:
+    """Per batch, what the column-wise plans' traffic reads: every requester's lookups per table [P, T] (a
+    lookup of table t goes to each of t's shard owners) and the distinct rows per table [T] (their squares'
+    exchange), reusing one [N] marker."""
 
-    def __init__(self, num_rows: int) -> None:
-        self.seen = np.zeros(num_rows, dtype=np.uint8) if KERNEL == "numba" else None
+    def __init__(self, table_sizes: list[int], world: int) -> None:
+        self.bounds = np.concatenate([[0], np.cumsum(table_sizes)]).astype(np.int64)
+        self.world = world
+        self.seen = np.zeros(int(self.bounds[-1]), dtype=np.uint8) if KERNEL == "numba" else None
 
-    def __call__(self, batch: np.ndarray, offsets: np.ndarray | None = None) -> int:
-        """Distinct rows of ``batch`` [B, K] (global rows, or table ids with ``offsets`` as ``route_counts``)."""
+    def __call__(self, batch: np.ndarray, offsets: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(lookups [P, T], distinct [T]) of ``batch`` [B, K] (global rows, or table ids with ``offsets``)."""
         ids = np.ascontiguousarray(batch)
         offsets = np.zeros(ids.shape[1], dtype=np.int64) if offsets is None else np.asarray(offsets, dtype=np.int64)
+        t = self.bounds.size - 1
         if self.seen is None:
-            return int(np.unique((ids + offsets)[ids >= 0]).size)
-        return int(_distinct_kernel(ids, offsets, self.seen))
+            rows = ids.astype(np.int64) + offsets
+            valid = ids >= 0
+            requester = np.repeat(np.arange(self.world), ids.size // self.world).reshape(ids.shape)[valid]
+            table = np.searchsorted(self.bounds, rows[valid], side="right") - 1
+            lookups = np.bincount(requester * t + table, minlength=self.world * t).reshape(self.world, t)
+            uniq = np.unique(rows[valid])
+            distinct = np.bincount(np.searchsorted(self.bounds, uniq, side="right") - 1, minlength=t)
+            return lookups.astype(np.int64), distinct.astype(np.int64)
+        lookups = np.zeros((self.world, t), dtype=np.int64)
+        distinct = np.zeros(t, dtype=np.int64)
+        _table_kernel(ids, offsets, self.bounds, self.world, self.seen, lookups, distinct)
+        return lookups, distinct
 
 
-__all__ = ["DistinctCounter", "lookups_per_rank", "pair_table", "route_counts"]
+__all__ = ["TableCounter", "lookups_per_rank", "pair_table", "route_counts"]

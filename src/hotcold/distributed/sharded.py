@@ -113,7 +113,7 @@ class Exchange:
     """One batch's routing on this rank: its lookups' order and counts, and the rows others asked of it."""
 
     lk: Lookup
-    order: torch.Tensor | None     # int64 [L]: lookups sorted by serving rank (None: column-wise)
+    order: torch.Tensor            # int64 [L * columns]: the lookups' pieces (column shards) by serving rank
     send_counts: np.ndarray        # int64 [P] lookups this rank sends each rank
     recv_counts: np.ndarray        # int64 [P] lookups each rank sends this one
     served: torch.Tensor           # int64 [R] local positions of the rows asked of this rank, by source rank
@@ -154,8 +154,9 @@ class ShardedStore(EmbeddingStore):
        over its slice) goes to the serving rank, which sums the gradients of its rows;
     5. replicated rows reduce their gradients in their replica group (every
        rank for the ``ALL`` tier, one rank per node for the ``NODE`` tier);
-       column-wise shards reduce each row's squared-gradient sum for row-wise
-       Adagrad;
+       column-wise shards exchange each row's squared-gradient partial sums
+       with its table's other shard owners for row-wise Adagrad (unless each
+       shard keeps its own state, ``plan_options`` ``state: shard``);
     6. the owners apply ``RowOptimizer``, the same update as the ``device`` store.
     """
 
@@ -176,15 +177,19 @@ class ShardedStore(EmbeddingStore):
         self.sharding = build_plan(opts.plan, self.inputs)
         sh = self.sharding
         self.width = spec.dim // sh.columns
-        self.col0 = self.rank * self.width if sh.columns > 1 else 0
         owned, on_device = device_first(np.flatnonzero(sh.owned(self.rank)), sh.off_device)  # host rows last
         self.owned_rows = owned                                          # [M] global rows held here
         self.local_index = np.full(sh.num_rows, -1, dtype=np.int64)
         self.local_index[owned] = np.arange(owned.size)
-        full = init_table(spec.table_sizes, spec.dim, spec.seed)[:, self.col0:self.col0 + self.width]
-        self.weight = full[torch.from_numpy(owned[:on_device])].contiguous().to(self.device)
+        self.bounds = np.concatenate([[0], np.cumsum(spec.table_sizes)]).astype(np.int64)
+        # the column shard of each held row (0 under a row plan): its columns [j * width, (j + 1) * width)
+        self.shard_of = (torch.from_numpy(sh.shard_index(self.rank)[self.table_of(owned)]) if sh.columns > 1
+                         else torch.zeros(owned.size, dtype=torch.int64))
+        full = init_table(spec.table_sizes, spec.dim, spec.seed).view(sh.num_rows, sh.columns, self.width)
+        full = full[torch.from_numpy(owned), self.shard_of]              # [M, width]
+        self.weight = full[:on_device].contiguous().to(self.device)
         self.state = self.optimizer.init_state(on_device, self.device)
-        self.host_tier = (HostTier(full[torch.from_numpy(owned[on_device:])], self.optimizer, on_device, self.device)
+        self.host_tier = (HostTier(full[on_device:], self.optimizer, on_device, self.device)
                           if on_device < owned.size else None)
         tier = sh.tier[owned]
         self.tier = torch.from_numpy(tier.astype(np.int64))               # [M] tier of each held row
@@ -203,6 +208,10 @@ class ShardedStore(EmbeddingStore):
             if tables is not None and len(set(tables)) < len(tables):
                 raise ConfigError("store.rw_protocol reduce_scatter sum-pools one id per sample and table (DLRM "
                                   "style); this dataset's histories share tables and are pooled by the model")
+        # row-wise state over each row's columns, from the squares its table's shard owners exchange
+        self.column_exchange = (sh.columns > 1 and bool(self.optimizer.state_width)
+                                and sh.details.get("column_state", "row") == "row")
+        self.shares = sh.holds() & sh.holds()[self.rank] if sh.columns > 1 else None  # [P, T] tables held with me
         self._last: Exchange | None = None
         self._served_total = 0
         self._host_total = 0
@@ -216,20 +225,23 @@ class ShardedStore(EmbeddingStore):
         """``route`` with the ids' all-to-all left in flight (the counts before it are exchanged at once)."""
         lk = self.plan(ids)
         rows = lk.rows.numpy()
-        p = self.world
-        if self.sharding.columns > 1:
-            order = None
-            send_counts = np.full(p, rows.size, dtype=np.int64)
-            data = np.tile(rows, p)
+        p, sh = self.world, self.sharding
+        if sh.columns > 1:  # piece i * columns + j: lookup i's column shard j, on its table's rank j
+            assert sh.column_ranks is not None
+            dest = sh.column_ranks[self.table_of(rows)].reshape(-1)
         else:
-            dest = self.sharding.serving_rank(self.rank, rows)
-            order_np = np.argsort(dest, kind="stable")
-            send_counts = np.bincount(dest, minlength=p).astype(np.int64)
-            data, order = rows[order_np], torch.from_numpy(order_np)
+            dest = sh.serving_rank(self.rank, rows)
+        order_np = np.argsort(dest, kind="stable")
+        send_counts = np.bincount(dest, minlength=p).astype(np.int64)
+        data, order = rows[order_np // sh.columns], torch.from_numpy(order_np)
         recv_counts = self.comm.exchange_counts(send_counts, collective)
         got = self.comm.all_to_all(ids_tensor(data, self.device), send_counts, recv_counts, collective, async_op=True)
         return RouteInFlight(Exchange(lk, order, send_counts, recv_counts, torch.empty(0, dtype=torch.int64)), got,
                              self.local_index)
+
+    def table_of(self, rows: np.ndarray) -> np.ndarray:
+        """int64 [L]: the table of each global row."""
+        return np.searchsorted(self.bounds, rows, side="right") - 1
 
     def gather_rows(self, positions: torch.Tensor) -> torch.Tensor:
         """Held rows at local ``positions`` [R] -> [R, width]."""
@@ -243,15 +255,12 @@ class ShardedStore(EmbeddingStore):
         return self.assemble(ex, got)
 
     def assemble(self, ex: Exchange, got: torch.Tensor) -> torch.Tensor:
-        """The vectors the output all-to-all brought [L, width or D], in the wire's type -> this rank's lookups
-        [L, D] in lookup order, in the store's type."""
+        """The pieces the output all-to-all brought [L * columns, width], in the wire's type -> this rank's
+        lookups [L, D] in lookup order, in the store's type."""
         got = got.to(self.weight.dtype)
-        if ex.order is None:  # column-wise: one slice from every rank
-            n = ex.lk.size
-            return got.view(self.world, n, self.width).permute(1, 0, 2).reshape(n, self.dim)
         out = torch.empty_like(got)
         out.index_copy_(0, ex.order.to(got.device), got)
-        return out
+        return out.view(-1, self.dim)
 
     # -- the protocol ---------------------------------------------------------------------------
     def forward(self, ids: torch.Tensor, timer: Marker) -> torch.Tensor:
@@ -309,12 +318,8 @@ class ShardedStore(EmbeddingStore):
 
     def send_grads(self, ex: Exchange, grad: torch.Tensor, async_op: bool = False) -> Pending:
         """Each lookup's gradient [B, K, D] to its serving rank; the owner receives [R, width]."""
-        g = self.from_batch(grad, ex.lk)
-        if ex.order is None:
-            n = ex.lk.size
-            g = g.view(n, self.world, self.width).permute(1, 0, 2).reshape(self.world * n, self.width)
-        else:
-            g = g.index_select(0, ex.order.to(g.device))
+        g = self.from_batch(grad, ex.lk).reshape(-1, self.width)  # [L * columns, width]: the pieces
+        g = g.index_select(0, ex.order.to(g.device))
         return self.comm.all_to_all(g, ex.send_counts, ex.recv_counts, "grad_a2a", async_op=async_op, on_wire=True)
 
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
@@ -338,9 +343,8 @@ class ShardedStore(EmbeddingStore):
             sharded = (self.tier.index_select(0, uniq) == SHARDED).to(self.device)
             slots, summed = slots[sharded], summed[sharded]
         sq_mean = None
-        if self.sharding.columns > 1 and self.optimizer.state_width:  # each row's squares, over all its columns
-            squares = self.comm.all_reduce(summed.pow(2).sum(dim=1), None, "column_allreduce", on_wire=True).wait()
-            sq_mean = squares.to(summed.dtype) / self.dim
+        if self.column_exchange:  # each row's squares, over all its columns
+            sq_mean = self._row_squares(uniq, summed) / self.dim
             timer.mark("column_allreduce")
         if self.host_tier is not None:  # host rows update on the host; the device rows below
             slots, summed = self.host_tier.apply(self.optimizer, slots, summed)
@@ -348,6 +352,25 @@ class ShardedStore(EmbeddingStore):
         timer.mark("emb_update")
         self._book_step(ex)
         self._last = None
+
+    def _row_squares(self, uniq: torch.Tensor, summed: torch.Tensor) -> torch.Tensor:
+        """[U] each updated row's squared gradient summed over all its columns: every shard owner of a table
+        sends every other one its partial sums of the table's rows updated this step (the same rows on each: every
+        lookup of a table reaches all its owners), in row order, in the wire's reduce type; summed in rank order."""
+        assert self.shares is not None
+        part = summed.pow(2).sum(dim=1).to(self.comm.reduce_dtype())           # [U]
+        table = torch.from_numpy(self.table_of(self.owned_rows[uniq.numpy()]))
+        mine = self.shares[:, table.numpy()]                                    # [P, U] rows each rank shares
+        mine[self.rank] = False
+        counts = mine.sum(axis=1).astype(np.int64)
+        send = torch.cat([part[torch.from_numpy(mine[q])] for q in range(self.world)])
+        got = self.comm.all_to_all(send, counts, counts, "column_allreduce").wait()
+        parts = torch.zeros(self.world, part.numel(), dtype=part.dtype, device=part.device)
+        parts[self.rank] = part
+        for q, block in enumerate(torch.split(got, counts.tolist())):
+            if q != self.rank:
+                parts[q, torch.from_numpy(mine[q]).to(part.device)] = block
+        return parts.sum(dim=0).to(summed.dtype)
 
     def _reduce_replicas(self, uniq: torch.Tensor, summed: torch.Tensor) -> None:
         """Sum each replicated tier's gradient over its group, then update the rows touched anywhere.
@@ -402,7 +425,9 @@ class ShardedStore(EmbeddingStore):
                    | ((tier == ALL) & (self.rank == 0)))
         rows = torch.from_numpy(self.owned_rows[primary]).to(self.device)
         held = self.weight.detach() if self.host_tier is None else self.host_tier.rows(self.weight.detach())
-        full[rows, self.col0:self.col0 + self.width] = held[torch.from_numpy(primary).to(self.device)]
+        mask = torch.from_numpy(primary)
+        full.view(sh.num_rows, sh.columns, self.width)[rows, self.shard_of[mask].to(self.device)] = \
+            held[mask.to(self.device)]
         return self.comm.all_reduce(full, None, None).wait().cpu()
 
     def report(self) -> dict[str, Any]:

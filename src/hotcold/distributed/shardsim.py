@@ -31,7 +31,7 @@ from hotcold.data.skew import row_counts
 from hotcold.distributed.host_tier import host_counts, host_lookups_per_rank
 from hotcold.distributed.plan_types import ALL, DEFAULT_HEADROOM, NODE, Plan, PlanInputs
 from hotcold.distributed.plans import build_plan
-from hotcold.distributed.routing import DistinctCounter, lookups_per_rank, route_counts
+from hotcold.distributed.routing import TableCounter, route_counts
 from hotcold.distributed.replica_sync import ReplicaGroups, ReplicaTouches
 from hotcold.distributed.sweep import PlanTraffic, ScaleSweep
 from hotcold.distributed.topology import Topology
@@ -108,7 +108,7 @@ def route(plan: Plan, batch: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     p = plan.topology.world
     requests = [s.reshape(-1)[s.reshape(-1) >= 0] for s in np.split(batch, p)]
     if plan.columns > 1:
-        return np.repeat(lookups_per_rank(batch, p)[:, None], p, axis=1), requests
+        return plan.column_counts(TableCounter(plan.table_sizes, p)(batch)[0]), requests
     requester = np.repeat(np.arange(p, dtype=np.int64), [r.size for r in requests])
     rows = np.concatenate(requests) if requests else np.zeros(0, dtype=np.int64)
     q = plan.serving_rank(requester, rows)
@@ -136,9 +136,11 @@ def step_matrices(plan: Plan, batch: np.ndarray, dim: int, state_width: int, den
     groups = ReplicaGroups.of(plan, dim, wire)
     if groups is not None:
         out["replica_allreduce"] = groups.matrix(*groups.sends(*touched_rows(plan, requests))[:2])
-    if plan.columns > 1 and state_width:
-        uniq = np.unique(np.concatenate(requests)).size
-        out["column_allreduce"] = ring_allreduce_matrix(range(p), uniq * wire.reduce_bytes, p)
+    if plan.columns > 1 and state_width and plan.details.get("column_state", "row") == "row":
+        uniq = np.unique(np.concatenate(requests))
+        bounds = np.concatenate([[0], np.cumsum(plan.table_sizes)])
+        distinct = np.bincount(np.searchsorted(bounds, uniq, side="right") - 1, minlength=len(plan.table_sizes))
+        out["column_allreduce"] = plan.column_exchange(distinct, wire.reduce_bytes)
     out["dense_allreduce"] = ring_allreduce_matrix(range(p), dense_params * wire.reduce_bytes, p)
     if rw_protocol == REDUCE_SCATTER and p > 1:  # every rank's (sample, column) slots: lengths, pooled sums
         slots = batch.size // p
@@ -172,16 +174,18 @@ def simulate_plan(plan: Plan, batches: Iterable[np.ndarray], dim: int, state_wid
     traffic = PlanTraffic(plan, dim, state_width, dense_params, keep_steps=True, wire=wire, rw_protocol=rw_protocol)
     topo = plan.topology
     codes = plan.route_codes().reshape(-1, 1) if plan.columns == 1 else None
-    distinct = DistinctCounter(plan.num_rows) if traffic.needs_distinct else None
+    tables = TableCounter(plan.table_sizes, topo.world) if codes is None else None
     touches = ReplicaTouches(plan.num_rows, topo.world, topo.ranks_per_node) if traffic.groups is not None else None
     for batch in batches:
-        if codes is None:
-            counts = np.repeat(lookups_per_rank(batch, topo.world)[:, None], topo.world, axis=1)
+        distinct = None
+        if tables is not None:
+            lookups, distinct = tables(batch)
+            counts = plan.column_counts(lookups)
         else:
             counts = route_counts(batch, codes, topo.world, topo.ranks_per_node)[0]
         host = (host_lookups_per_rank(batch, traffic.host_codes, topo.world) if traffic.host_codes is not None
                 else None)
-        traffic.add_step(counts, distinct(batch) if distinct else None, touches(batch, codes) if touches else None,
+        traffic.add_step(counts, distinct, touches(batch, codes) if touches else None,
                          host, int(batch.size))
     assert traffic.step_bytes is not None
     return traffic.ledger(), traffic.step_bytes, traffic.served()

@@ -17,9 +17,9 @@ from typing import Iterable
 import numpy as np
 
 from hotcold.distributed.host_tier import host_codes, host_counts, host_lookups_per_rank
-from hotcold.distributed.plan_types import ALL, NODE, Plan
+from hotcold.distributed.plan_types import ALL, NODE, Plan, column_exchange
 from hotcold.distributed.replica_sync import ReplicaGroups, ReplicaTouches
-from hotcold.distributed.routing import DistinctCounter, lookups_per_rank, route_counts
+from hotcold.distributed.routing import TableCounter, route_counts
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import (
     COLLECTIVES,
@@ -53,8 +53,9 @@ class PlanTraffic:
     """One plan's collectives over a run, kept as the lookups matrix summed over steps (``step_matrices``, summed).
 
     ``add_step(counts, distinct)`` books one step: ``counts`` [P, P] from
-    ``route`` / ``routing.route_counts``, ``distinct`` the batch's distinct
-    rows (read only by the column-wise plan with a row-optimizer state).
+    ``route`` / ``routing.route_counts``, ``distinct`` [T] the batch's distinct
+    rows per table (``routing.TableCounter``; read only by a column-wise plan
+    whose shards exchange a row-wise state).
     ``keep_steps`` also keeps every step's bytes (``StepCounters`` names), as
     the training store's counters give them. ``wire``: what the collectives send (default: the float32 wire).
 
@@ -76,8 +77,10 @@ class PlanTraffic:
         self.slots = 0  # (sample, column) slots of the global batches booked
         self.wire = wire or Wire()
         self.columns = plan.columns
+        self.holds = plan.holds() if plan.columns > 1 else None  # [P, T] the column shards' ranks
         self.vector_bytes = dim // plan.columns * self.wire.vector_bytes
-        self.needs_distinct = plan.columns > 1 and state_width > 0
+        #: the column shards exchange each updated row's squared-gradient partial sums (``column_exchange``)
+        self.exchanges = plan.columns > 1 and state_width > 0 and plan.details.get("column_state", "row") == "row"
         self.off = ~np.eye(p, dtype=bool)
         self.inter = topo.inter_mask()
         self.groups = ReplicaGroups.of(plan, dim, self.wire)  # None: no replicated rows, nothing to synchronise
@@ -90,18 +93,18 @@ class PlanTraffic:
         self.ring_edges = split_intra_inter(self.ring, topo)
         self.counts = np.zeros((p, p), dtype=np.int64)
         self.steps = 0
-        self.column_send = 0  # bytes each rank sent its ring successor in the column all-reduces, over all steps
+        self.column_distinct = np.zeros(len(plan.table_sizes), dtype=np.int64)  # distinct rows per table, summed
         self.step_bytes: list[dict[str, int]] | None = [] if keep_steps else None
         self.dim = dim
         self.host_codes = host_codes(plan.off_device, plan.slot)  # None: no host rows (``host_tier``)
         self.host = np.zeros(p, dtype=np.int64)             # lookups every rank served from host memory
 
-    def column_per_rank(self, distinct: int | None) -> int:
-        """Bytes one rank sends its successor in one step's column all-reduce (``ring_allreduce_matrix``'s)."""
-        p = self.topology.world
-        if not self.needs_distinct or p < 2 or not distinct:
-            return 0
-        return 2 * (p - 1) * (distinct * self.wire.reduce_bytes) // p
+    def column_matrix(self, distinct: np.ndarray | None) -> np.ndarray:
+        """[P, P] bytes of the column shards' squares exchange of ``distinct`` [T] rows per table."""
+        if not self.exchanges or distinct is None:
+            return np.zeros_like(self.off, dtype=np.int64)
+        assert self.holds is not None
+        return column_exchange(self.holds, distinct, self.wire.reduce_bytes)
 
     def replica_step(self, touched: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
         """int64 [2, P]: one step's replica sends (``ReplicaGroups.sends``) from each rank's touched rows
@@ -116,7 +119,7 @@ class PlanTraffic:
         self.replica_syncs += (sparse, syncs)
         return sends
 
-    def add_step(self, counts: np.ndarray, distinct: int | None = None,
+    def add_step(self, counts: np.ndarray, distinct: np.ndarray | None = None,
                  touched: tuple[np.ndarray, np.ndarray] | None = None, host: np.ndarray | None = None,
                  slots: int = 0) -> None:
         """``host`` [P]: the step's lookups each rank served from host memory (plans with host rows); ``slots``:
@@ -124,8 +127,9 @@ class PlanTraffic:
         self.counts += counts
         self.steps += 1
         self.slots += slots
-        column = self.column_per_rank(distinct)
-        self.column_send += column
+        column = self.column_matrix(distinct)
+        if self.exchanges and distinct is not None:
+            self.column_distinct += distinct
         sends = self.replica_step(touched)
         if host is not None:
             self.host += host
@@ -134,10 +138,10 @@ class PlanTraffic:
             if self.host_codes is not None:
                 self.step_bytes[-1].update(host_counts(int(0 if host is None else host.sum()), self.dim))
 
-    def add_steps(self, counts: np.ndarray, steps: int, column_send: int, host: np.ndarray | None = None,
+    def add_steps(self, counts: np.ndarray, steps: int, distinct: np.ndarray, host: np.ndarray | None = None,
                   slots: int = 0) -> None:
-        """Book ``steps`` steps at once: ``counts`` summed over them, ``column_send`` the sum of their
-        ``column_per_rank``, ``host`` [P] their host lookups (no per-step values; the replica sends are booked
+        """Book ``steps`` steps at once: ``counts`` summed over them, ``distinct`` [T] their distinct rows per
+        table, ``host`` [P] their host lookups (no per-step values; the replica sends are booked
         per step by ``replica_step``)."""
         if self.step_bytes is not None:
             raise ValueError("add_steps books no per-step values; this PlanTraffic keeps steps")
@@ -146,7 +150,8 @@ class PlanTraffic:
         self.counts += counts
         self.steps += steps
         self.slots += slots
-        self.column_send += column_send
+        if self.exchanges:
+            self.column_distinct += distinct
 
     def replica_total(self) -> np.ndarray:
         """[P, P] bytes of the replica synchronisation over the run."""
@@ -170,7 +175,7 @@ class PlanTraffic:
         return (per_rank * ID_BYTES, (p - 1) * per_rank * self.dim * self.wire.reduce_bytes,
                 (p - 1) * per_rank * self.dim * self.wire.vector_bytes)
 
-    def _step(self, counts: np.ndarray, column: int, sends: np.ndarray, slots: int = 0) -> dict[str, int]:
+    def _step(self, counts: np.ndarray, column: np.ndarray, sends: np.ndarray, slots: int = 0) -> dict[str, int]:
         """One step's bytes per collective and intra/inter node, as ``Ledger.take_step`` gives them."""
         inter = int(counts[self.inter].sum())
         intra = int(counts[self.off].sum()) - inter
@@ -188,7 +193,7 @@ class PlanTraffic:
         split.update(self.fixed)
         if self.groups is not None:
             split["replica_allreduce"] = split_intra_inter(self.groups.matrix(*sends), self.topology)
-        split["column_allreduce"] = (column * self.ring_edges[0], column * self.ring_edges[1])
+        split["column_allreduce"] = split_intra_inter(column, self.topology)
         out = {f"{c}_bytes": a + b for c, (a, b) in split.items()}
         out["intra_node_bytes"] = sum(a for a, _ in split.values())
         out["inter_node_bytes"] = sum(b for _, b in split.values())
@@ -202,7 +207,7 @@ class PlanTraffic:
                "output_a2a": c.T * self.vector_bytes * self.off,
                "grad_a2a": c * self.vector_bytes * self.off,
                "replica_allreduce": self.replica_total(),
-               "column_allreduce": self.ring * self.column_send,
+               "column_allreduce": self.column_matrix(self.column_distinct),
                "dense_allreduce": self.dense * n}
         if self.pooled:
             lengths, scatter, gather = self.pooled_sends(self.slots)
@@ -235,7 +240,8 @@ class ScaleSweep:
         self._codes: list[np.ndarray | None] = []  # a row plan's route codes; None: column-wise
         self.codes: np.ndarray | None = None      # [N, M] of the row plans, built by ``freeze``
         self._row_plans: list[int] = []           # traffic index of each column of ``codes``
-        self._distinct: DistinctCounter | None = None
+        self.table_sizes: list[int] | None = None  # the tables, known from the first plan added
+        self._tables: TableCounter | None = None   # the column-wise plans' per-table counts of each batch
         self._touches: ReplicaTouches | None = None  # the plans with replicas: each rank's touched rows per batch
 
     def add(self, plan: Plan, dim: int, state_width: int, dense_params: int, rw_protocol: str = LOOKUP) -> int:
@@ -244,8 +250,12 @@ class ScaleSweep:
         if self.codes is not None:
             raise RuntimeError("plans must be added before the first batch")
         codes = plan.route_codes() if plan.columns == 1 else None
+        self.table_sizes = list(plan.table_sizes)
         for i, other in enumerate(self._codes):
-            same = (codes is None and other is None and self.traffic[i].columns == plan.columns) or (
+            t = self.traffic[i]
+            same = (codes is None and other is None and t.holds is not None and np.array_equal(t.holds, plan.holds())
+                    and t.columns == plan.columns and t.exchanges == (state_width > 0 and plan.details.get(
+                        "column_state", "row") == "row")) or (
                 codes is not None and other is not None and np.array_equal(codes, other)
                 and _same_host(self.traffic[i].host_codes, host_codes(plan.off_device, plan.slot)))
             if same and self.traffic[i].rw_protocol == rw_protocol:
@@ -265,8 +275,9 @@ class ScaleSweep:
             self.codes[:, j] = self._codes[i]
             self._codes[i] = None  # the stacked copy is the one kept
         assert p + g <= np.iinfo(dtype).max
-        if any(t.needs_distinct for t in self.traffic):
-            self._distinct = DistinctCounter(self.num_rows)
+        if any(t.columns > 1 for t in self.traffic):
+            assert self.table_sizes is not None
+            self._tables = TableCounter(self.table_sizes, p)
         if any(self.traffic[i].groups is not None for i in self._row_plans):
             self._touches = ReplicaTouches(self.num_rows, p, g)
 
@@ -277,7 +288,8 @@ class ScaleSweep:
         assert self.codes is not None
         one = ScaleSweep(self.topology, self.num_rows, self.wire)
         traffic = copy.copy(self.traffic[index])
-        traffic.counts, traffic.steps, traffic.column_send = np.zeros_like(traffic.counts), 0, 0
+        traffic.counts, traffic.steps = np.zeros_like(traffic.counts), 0
+        traffic.column_distinct = np.zeros_like(traffic.column_distinct)
         traffic.slots = 0
         traffic.host = np.zeros_like(traffic.host)
         traffic.step_bytes = None
@@ -288,15 +300,17 @@ class ScaleSweep:
         one._row_plans = [0] if column is not None else []
         one.codes = np.ascontiguousarray(self.codes[:, column:column + 1] if column is not None
                                          else self.codes[:, :0])
-        one._distinct = DistinctCounter(self.num_rows) if traffic.needs_distinct else None
+        one.table_sizes = self.table_sizes
+        one._tables = (TableCounter(self.table_sizes, self.topology.world)
+                       if traffic.columns > 1 and self.table_sizes is not None else None)
         one._touches = ReplicaTouches(self.num_rows, self.topology.world, self.topology.ranks_per_node) \
             if traffic.groups is not None and column is not None else None
         return one
 
     def add_batch(self, batch: np.ndarray, counts: np.ndarray, column: np.ndarray,
                   offsets: np.ndarray | None = None, host: np.ndarray | None = None) -> None:
-        """Route one global batch [B, K] through every plan; add to ``counts`` [M, P, P] and ``column`` [M]
-        (and to ``host`` [M, P], the lookups served from host memory, for the plans with host rows).
+        """Route one global batch [B, K] through every plan; add to ``counts`` [M, P, P] and ``column`` [M, T]
+        (the distinct rows per table, read by the column-wise plans) (and to ``host`` [M, P], the lookups served from host memory, for the plans with host rows).
 
         ``offsets``: ``batch`` holds table ids, global rows ``ids + offsets`` (``routing.route_counts``). The
         replica synchronisation of plans with replicated rows is booked in their ``PlanTraffic`` at once
@@ -313,24 +327,22 @@ class ScaleSweep:
                 for j, i in enumerate(self._row_plans):
                     if self.traffic[i].groups is not None:
                         self.traffic[i].replica_step(self._touches(batch, self.codes, j, offsets))
-        per_rank = None
-        distinct = self._distinct(batch, offsets) if self._distinct is not None else None
+        lookups, distinct = self._tables(batch, offsets) if self._tables is not None else (None, None)
         for i, t in enumerate(self.traffic):
-            if t.columns > 1:
-                if per_rank is None:
-                    per_rank = lookups_per_rank(batch, topo.world)
-                counts[i] += per_rank[:, None]
-            column[i] += t.column_per_rank(distinct)
+            if t.holds is not None:
+                counts[i] += lookups @ t.holds.T.astype(np.int64)
+                column[i] += distinct
             if host is not None and t.host_codes is not None:
                 host[i] += host_lookups_per_rank(batch, t.host_codes, topo.world, offsets)
 
     def route_all(self, batches: Iterable[np.ndarray],
                   offsets: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
-        """Route every batch of ``batches``: (counts [M, P, P] summed over them, column sends [M], batches);
+        """Route every batch of ``batches``: (counts [M, P, P] summed over them, distinct rows per table [M, T]
+        (column-wise plans; zeros for the others), batches);
         their (sample, column) slots in ``self.slots``."""
         p, m = self.topology.world, len(self.traffic)
         counts = np.zeros((m, p, p), dtype=np.int64)
-        column = np.zeros(m, dtype=np.int64)
+        column = np.zeros((m, len(self.table_sizes or [])), dtype=np.int64)
         self.host_sums = np.zeros((m, p), dtype=np.int64)
         self.slots = 0
         steps = 0
@@ -346,9 +358,9 @@ class ScaleSweep:
         then let the stacked codes go. ``offsets``: as ``add_batch``'s."""
         counts, column, steps = self.route_all(batches, offsets)
         for i, t in enumerate(self.traffic):
-            t.add_steps(counts[i], steps, int(column[i]), self.host_sums[i], self.slots)
+            t.add_steps(counts[i], steps, column[i], self.host_sums[i], self.slots)
         self.codes = None
-        self._distinct = None
+        self._tables = None
         self._touches = None
 
 
