@@ -305,10 +305,14 @@ def renumber(values) -> dict[int, int]:
     return {v: i for i, v in enumerate(sorted(counts, key=lambda v: (-counts[v], v)))}
 
 
+T0 = 1_511_539_200    # 2017-11-25 00:00 UTC+8: the start of the dataset's period (TaobaoConfig.time_range)
+
+
 def user_events(n_users: int = 10, seed: int = 0) -> list[tuple[int, int, int, str, int]]:
-    """User u (1..n) has 3 + 2u events with unique items (1000u + k), last event at time 1000 + u, shuffled."""
+    """User u (1..n) has 3 + 2u events with unique items (1000u + k), last event at time T0 + 1000 + u, shuffled."""
     rng = np.random.default_rng(seed)
-    ev = [(u, 1000 * u + k, (1000 * u + k) % 7, ["pv", "buy", "cart", "fav"][k % 4], 1000 + u - 3 * (3 + 2 * u - 1 - k))
+    ev = [(u, 1000 * u + k, (1000 * u + k) % 7, ["pv", "buy", "cart", "fav"][k % 4],
+           T0 + 1000 + u - 3 * (3 + 2 * u - 1 - k))
           for u in range(1, n_users + 1) for k in range(3 + 2 * u)]
     return [ev[i] for i in rng.permutation(len(ev))]
 
@@ -339,7 +343,7 @@ def test_taobao_history_order_truncation_and_holdout(tmp_path: Path) -> None:
         assert (hist[:n_pad] == -1).all() and (hist[n_pad:] >= 0).all()   # left-padded, oldest first
         got[(int(row[0]), int(row[1]))] = [tuple(int(x) for x in h) for h in hist[n_pad:]]
     assert got == expect and (ds.labels[:] == 1).all()
-    # holdout: last events at 1001..1010; the 0.7 quantile is 1007.3, so users 8, 9 (val) and 10 (test)
+    # holdout: last events at T0 + 1001..1010; the 0.7 quantile is T0 + 1007.3, so users 8, 9 (val) and 10 (test)
     split_users = {s: set(np.unique(ds.sparse[slice(*ds.split(s)), 0]).tolist()) for s in ("train", "val", "test")}
     assert split_users == {"train": {users[u] for u in range(1, 8)}, "val": {users[8], users[9]}, "test": {users[10]}}
     assert m["holdout"]["users"] == {"train": 7, "val": 2, "test": 1}
@@ -349,7 +353,7 @@ def zipf_events(n: int, seed: int) -> list[tuple[int, int, int, str, int]]:
     rng = np.random.default_rng(seed)
     items = np.minimum(rng.zipf(1.3, n), 500)
     return [(int(u), int(i) * 3, int(i) % 11, "pv", int(t))
-            for u, i, t in zip(rng.integers(0, 200, n), items, rng.integers(0, 10**6, n))]
+            for u, i, t in zip(rng.integers(0, 200, n), items, T0 + rng.integers(0, 7 * 10**5, n))]
 
 
 def test_taobao_negatives_and_determinism(tmp_path: Path) -> None:
@@ -397,7 +401,7 @@ def test_taobao_bad_lines(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"UserBehavior\.csv: line 1: user, item"):
         preprocess_taobao(csv, tmp_path / "err", TaobaoConfig(on_bad_line="error"), name="tb", progress=False)
     assert not (tmp_path / "err").exists() and not list(tmp_path.glob(".err*"))
-    assert math.isclose(m["holdout"]["threshold_timestamp"], float(np.quantile(np.arange(1001, 1011), 0.7)))
+    assert math.isclose(m["holdout"]["threshold_timestamp"], float(np.quantile(T0 + np.arange(1001, 1011), 0.7)))
 
 
 # ---------------------------------------------------------------- bad input must fail clearly
@@ -445,7 +449,7 @@ def test_criteo_empty_val_or_test_split_is_refused(tmp_path: Path) -> None:
 
 
 def test_taobao_empty_split_is_refused(tmp_path: Path) -> None:
-    events = [(u, 100 + k, 1, "pv", 1000 + k) for u in (1, 2, 3) for k in range(4)]   # the same last time
+    events = [(u, 100 + k, 1, "pv", T0 + 1000 + k) for u in (1, 2, 3) for k in range(4)]   # the same last time
     csv = taobao_csv(tmp_path / "UserBehavior.csv", events)
     with pytest.raises(ValueError, match=r"UserBehavior\.csv: the val and test split\(s\) would be empty"):
         preprocess_taobao(csv, tmp_path / "ds", TaobaoConfig(), name="tb", progress=False)
