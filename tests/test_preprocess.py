@@ -173,7 +173,7 @@ def test_malformed_lines_counted_and_skipped(tmp_path: Path) -> None:
     m = run([write(tmp_path / "train.txt", lines)], tmp_path / "ds", kind="criteo-kaggle", chunk_lines=8,
             max_bad_share=0.5)
     assert m["bad_lines"]["total"] == len(reasons) and m["raw_lines"] == 40
-    assert m["bad_lines"]["by_reason"] == dict(Counter(reasons.values()))
+    assert m["bad_lines"]["by_reason"] == {**dict.fromkeys(criteo.REASONS, 0), **Counter(reasons.values())}
     assert [(e["file"], e["line"], e["reason"]) for e in m["bad_lines"]["first"]] == \
         [("train.txt", n, r) for n, r in sorted(reasons.items())][:textparse.MAX_BAD_EXAMPLES]
     ds = Dataset.open(tmp_path / "ds")
@@ -502,3 +502,64 @@ def test_criteo_reads_its_input_once(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert src.read_bytes() != before
     assert m["sha256"] == reference["sha256"] and m["source"] == reference["source"]
     assert m["source"][0]["sha256"] == hashlib.sha256(before).hexdigest()
+
+
+# ---------------------------------------------------------------- BOM, header line, NUL block
+
+HEADER = "\t".join(["label", *(f"I{i}" for i in range(1, 14)), *(f"C{i}" for i in range(1, 27))]) + "\n"
+
+
+def both_kernels(monkeypatch: pytest.MonkeyPatch, kernel: str) -> None:
+    from hotcold.jit import KERNEL
+    if kernel == "numba" and KERNEL != "numba":
+        pytest.skip("numba not installed")
+    monkeypatch.setattr(criteo, "KERNEL", kernel)
+
+
+@pytest.mark.parametrize("kernel", ["numba", "numpy"])
+@pytest.mark.parametrize("prefix", ["bom", "header", "bom+header"])
+def test_bom_and_header_line_are_skipped_with_a_warning(tmp_path: Path, monkeypatch, caplog, kernel: str,
+                                                        prefix: str) -> None:
+    both_kernels(monkeypatch, kernel)
+    lines = random_lines(60, seed=4)
+    lines[40] = "1\tx\n"                                         # one malformed line: reported at its file line
+    clean = run([write(tmp_path / "clean.txt", lines)], tmp_path / "a", kind="criteo-kaggle", chunk_lines=16,
+                max_bad_share=0.5)
+    head = ("\ufeff" if "bom" in prefix else "") + (HEADER if "header" in prefix else "")
+    src = write(tmp_path / "train.txt", [head + lines[0]] + lines[1:])
+    with caplog.at_level("WARNING"):
+        m = run([src], tmp_path / "b", kind="criteo-kaggle", chunk_lines=16, max_bad_share=0.5)
+    assert m["sha256"] == clean["sha256"] and m["raw_lines"] == 60
+    assert m["bad_lines"]["total"] == 1
+    assert m["bad_lines"]["first"][0]["line"] == 41 + ("header" in prefix)
+    assert ("byte-order mark" in caplog.text) == ("bom" in prefix)
+    assert ("line 1 is a header" in caplog.text) == ("header" in prefix) and str(src) in caplog.text
+    assert m["skipped"] == {"bom": ["train.txt"] * ("bom" in prefix), "header": ["train.txt"] * ("header" in prefix)}
+
+
+def test_terabyte_day_files_with_header_lines(tmp_path: Path, caplog) -> None:
+    lines = random_lines(30, seed=5)
+    clean = run([write(tmp_path / "c0", lines[:20]), write(tmp_path / "c1", lines[20:])], tmp_path / "a",
+                kind="criteo-terabyte")
+    days = [write(tmp_path / "day_0.gz", [HEADER] + lines[:20]), write(tmp_path / "day_1.gz", [HEADER] + lines[20:])]
+    with caplog.at_level("WARNING"):
+        m = run(days, tmp_path / "b", kind="criteo-terabyte")
+    assert m["sha256"] == clean["sha256"] and m["bad_lines"]["total"] == 0 and m["raw_lines"] == 30
+    assert m["skipped"]["header"] == ["day_0.gz", "day_1.gz"] and caplog.text.count("is a header") == 2
+
+
+@pytest.mark.parametrize("kernel", ["numba", "numpy"])
+def test_nul_block_is_counted_and_named(tmp_path: Path, monkeypatch, caplog, kernel: str) -> None:
+    both_kernels(monkeypatch, kernel)
+    lines = random_lines(80, seed=6)
+    data = "".join(lines).encode()
+    at = len("".join(lines[:50]))
+    damaged = data[:at] + b"\0" * 4096 + data[at:]               # zeros before line 51: merged into it
+    src = tmp_path / "train.txt"
+    src.write_bytes(damaged)
+    with caplog.at_level("WARNING"):
+        m = run([src], tmp_path / "ds", kind="criteo-kaggle", chunk_lines=16, max_bad_share=0.5)
+    assert m["bad_lines"]["by_reason"]["nul"] == 1 and m["bad_lines"]["total"] == 1
+    assert m["bad_lines"]["first"] == [{"file": "train.txt", "line": 51, "reason": "nul"}]
+    assert f"{src}: 1 line(s) hold NUL bytes, the first at line 51" in caplog.text
+    assert m["raw_lines"] == 80 and m["rows"] == 79
