@@ -395,10 +395,11 @@ def test_taobao_bad_lines(tmp_path: Path) -> None:
     csv = taobao_csv(tmp_path / "UserBehavior.csv", events, extra)
     m = preprocess_taobao(csv, tmp_path / "ds", TaobaoConfig(chunk_lines=4, max_bad_share=0.5), name="tb",
                           progress=False)
-    assert m["bad_lines"]["by_reason"] == {"fields": 2, "integer": 3, "behavior": 1}
-    assert [e["line"] for e in m["bad_lines"]["first"]] == [1, 5, 8, 9, 10, 11]
-    assert m["events"] == len(events) and m["raw_lines"] == len(events) + len(extra)
-    with pytest.raises(ValueError, match=r"UserBehavior\.csv: line 1: user, item"):
+    assert m["bad_lines"]["by_reason"] == {"fields": 2, "integer": 2, "behavior": 1, "nul": 0}   # line 1: header
+    assert [e["line"] for e in m["bad_lines"]["first"]] == [5, 8, 9, 10, 11]
+    assert m["events"] == len(events) and m["raw_lines"] == len(events) + len(extra) - 1
+    assert m["skipped"] == {"bom": [], "header": ["UserBehavior.csv"]}
+    with pytest.raises(ValueError, match=r"UserBehavior\.csv: line 5: behavior_type"):
         preprocess_taobao(csv, tmp_path / "err", TaobaoConfig(on_bad_line="error"), name="tb", progress=False)
     assert not (tmp_path / "err").exists() and not list(tmp_path.glob(".err*"))
     assert math.isclose(m["holdout"]["threshold_timestamp"], float(np.quantile(T0 + np.arange(1001, 1011), 0.7)))

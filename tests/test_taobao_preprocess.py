@@ -423,3 +423,29 @@ def test_time_range_validation(bad) -> None:
         TaobaoConfig.from_dict({"time_range": bad})
     with pytest.raises(ValueError, match="max_out_of_range_share"):
         TaobaoConfig.from_dict({"max_out_of_range_share": 2})
+
+
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=needs_numba)])
+def test_bom_header_and_nul_block(tmp_path: Path, compiled: bool, caplog) -> None:
+    """A BOM and a header line are skipped with a warning (the dataset is the one without them); a block of
+    NUL bytes is counted as its own reason with the file and line in a warning."""
+    lines = period_lines(900, seed=7)
+    cfg = TaobaoConfig(chunk_lines=128)
+    clean = preprocess_taobao(write_lines(tmp_path / "clean.csv", lines), tmp_path / "a", cfg, name="a",
+                              progress=False, compiled=compiled)
+    head = "\ufeffuser_id,item_id,category_id,behavior_type,timestamp"
+    csv = write_lines(tmp_path / "UserBehavior.csv", [head] + lines)
+    with caplog.at_level("WARNING"):
+        m = preprocess_taobao(csv, tmp_path / "b", cfg, name="b", progress=False, compiled=compiled)
+    assert m["sha256"] == clean["sha256"] and m["raw_lines"] == 900 and m["bad_lines"]["total"] == 0
+    assert m["skipped"] == {"bom": ["UserBehavior.csv"], "header": ["UserBehavior.csv"]}
+    assert "byte-order mark" in caplog.text and "line 1 is a header" in caplog.text
+    caplog.clear()
+    data = ("\n".join(lines) + "\n").encode()
+    cut = len(("\n".join(lines[:300]) + "\n").encode())
+    csv.write_bytes(data[:cut] + b"\0" * 5000 + data[cut:])     # zeros before line 301: merged into it
+    with caplog.at_level("WARNING"):
+        m = preprocess_taobao(csv, tmp_path / "c", cfg, name="c", progress=False, compiled=compiled)
+    assert m["bad_lines"]["by_reason"]["nul"] == 1 and m["bad_lines"]["total"] == 1
+    assert m["bad_lines"]["first"] == [{"file": "UserBehavior.csv", "line": 301, "reason": "nul"}]
+    assert f"{csv}: 1 line(s) hold NUL bytes, the first at line 301" in caplog.text

@@ -59,13 +59,15 @@ def leading(buf: bytes, file: str) -> tuple[bytes, Leading]:
     return buf, found
 
 
-def nul_lines(buf: bytes) -> np.ndarray:
-    """int64 indices of the lines of ``buf`` (0-based, ``\\n``-separated) that hold a NUL byte."""
-    if b"\0" not in buf:
+def nul_lines(buf: bytes | np.ndarray) -> np.ndarray:
+    """int64 indices of the lines of ``buf`` (bytes or uint8; 0-based, ``\\n``-separated) that hold a NUL byte."""
+    if isinstance(buf, bytes) and b"\0" not in buf:
         return np.zeros(0, dtype=np.int64)
-    u8 = np.frombuffer(buf, dtype=np.uint8)
-    newlines = np.flatnonzero(u8 == 10)
-    return np.unique(np.searchsorted(newlines, np.flatnonzero(u8 == 0))).astype(np.int64)
+    u8 = np.frombuffer(buf, dtype=np.uint8) if isinstance(buf, bytes) else buf
+    zeros = np.flatnonzero(u8 == 0)
+    if not zeros.size:
+        return np.zeros(0, dtype=np.int64)
+    return np.unique(np.searchsorted(np.flatnonzero(u8 == 10), zeros)).astype(np.int64)
 
 
 @dataclass

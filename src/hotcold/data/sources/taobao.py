@@ -30,6 +30,7 @@ from hotcold.data.format import DatasetWriter
 from hotcold.data.skew import coverage_from_counts
 from hotcold.config import from_mapping, is_int, is_real, require
 from hotcold.data.sources.inputs import Digest, _raw, check_provenance, open_input, read_chunks, source_records
+from hotcold.data.sources.rawtext import NUL_REASON, NulReport, leading, nul_lines
 from hotcold.data.sources.spill import NpyColumn
 from hotcold.data.sources.taobao_kernels import (BEHAVIORS, NL, OUTSIDE, IdIndex, bucket_stats, by_bucket,
                                                  fill_history, group_events, parse_chunk, parse_index)
@@ -40,7 +41,8 @@ log = logging.getLogger(__name__)
 
 REASONS = {"fields": "wrong number of fields (expected 5)",
            "integer": "user, item or category is not a non-negative integer, or timestamp not an integer",
-           "behavior": "behavior_type is not one of pv, buy, cart, fav"}
+           "behavior": "behavior_type is not one of pv, buy, cart, fav", "nul": NUL_REASON}
+NUL_CODE = 1 + list(REASONS).index("nul")
 OUTSIDE_REASON = {"time": "timestamp outside time_range"}
 # The dataset's documented period (https://tianchi.aliyun.com/dataset/649): 25 Nov to 3 Dec 2017, China
 # Standard Time (UTC+8), in epoch seconds [2017-11-25 00:00, 2017-12-04 00:00) UTC+8.
@@ -231,6 +233,9 @@ class _Events:
     bad: BadLines
     digest: Digest
     outside: BadLines        # well-formed lines whose timestamp is outside time_range
+    head: int = 0            # lines skipped before the data (a header line)
+    skipped: dict[str, bool] = dataclasses.field(default_factory=lambda: {"bom": False, "header": False})
+    nuls: NulReport = dataclasses.field(default_factory=NulReport)
 
 
 def _read_events(csv: Path, cfg: TaobaoConfig, name: str, progress: bool, directory: Path,
@@ -246,6 +251,7 @@ def _read_events(csv: Path, cfg: TaobaoConfig, name: str, progress: bool, direct
     finally:
         if ev.spill is not None:
             ev.spill.close()
+    ev.nuls.warn(str(csv))
     if ev.spill is None:
         ev.spill = _EventSpill(directory, 1)
     ev.item_cat = ev.item_cat[:ev.items.size]
@@ -264,6 +270,11 @@ def _read_numpy(csv: Path, cfg: TaobaoConfig, ev: _Events, directory: Path, buck
                 progress: Callable[[int], Any]) -> None:
     """The read pass by ``parse_chunk`` and ``IdIndex.index`` on chunks of ``chunk_lines`` lines."""
     for first, buf in read_chunks(csv, cfg.chunk_lines, ev.digest, progress):
+        if first == 0:
+            buf = _leading(csv, ev, buf)
+            if not buf:
+                continue
+        at = first + ev.head if first == 0 else first        # the chunk's first line in the file
         codes, good, vals, beh = parse_chunk(buf, cfg.chunk_lines, False)
         if ev.spill is None:
             ev.spill = _new_spill(csv, cfg, directory, bucket_events, codes.size, len(buf), False)
@@ -272,8 +283,10 @@ def _read_numpy(csv: Path, cfg: TaobaoConfig, ev: _Events, directory: Path, buck
         if out.any():
             codes[good[out]] = OUTSIDE
             vals, beh = vals[~out], beh[~out]
-        _count_bad(ev, csv.name, first, codes, int(out.sum()))
-        ev.raw_lines = first + codes.size
+        if good.size < codes.size:
+            _nul(ev, csv, at, codes, nul_lines(buf))
+        _count_bad(ev, csv.name, at, codes, int(out.sum()))
+        ev.raw_lines = at - ev.head + codes.size
         if not beh.size:
             continue
         user, _ = ev.users.index(vals[:, 0])
@@ -282,6 +295,22 @@ def _read_numpy(csv: Path, cfg: TaobaoConfig, ev: _Events, directory: Path, buck
         _room_item_cat(ev, ev.items.size)
         ev.item_cat[ev.items.size - new_items.size:ev.items.size] = cat[new_items]
         ev.spill.append(user, item, cat, beh, vals[:, 3])
+
+
+def _leading(csv: Path, ev: _Events, first_chunk: bytes) -> bytes:
+    """The first chunk without a BOM and a header line (each skipped with a warning, ``rawtext.leading``)."""
+    rest, found = leading(first_chunk, str(csv))
+    ev.head = found.lines
+    ev.skipped = {"bom": found.bom, "header": found.header}
+    return rest
+
+
+def _nul(ev: _Events, csv: Path, first: int, codes: np.ndarray, lines: np.ndarray) -> None:
+    """Give the lines ``lines`` of a chunk (whose first line is ``first`` of the file), which hold NUL bytes,
+    their own reason code."""
+    if lines.size:
+        codes[lines] = NUL_CODE
+        ev.nuls.add(str(csv), first, lines)
 
 
 def _count_bad(ev: _Events, file: str, first: int, codes: np.ndarray, outside: int) -> None:
@@ -342,6 +371,7 @@ def _read_compiled(csv: Path, cfg: TaobaoConfig, ev: _Events, directory: Path, b
     sizes = np.zeros(3, dtype=np.int64)
     buf = np.empty(READ_BYTES + 1, dtype=np.uint8)
     keep, told = 0, 0                                  # bytes carried over; file bytes told to the progress bar
+    start = True                                       # the file's first block: a BOM or header may lead it
     with open_input(csv, ev.digest) as f:
         raw = _raw(f)
         while True:
@@ -362,6 +392,8 @@ def _read_compiled(csv: Path, cfg: TaobaoConfig, ev: _Events, directory: Path, b
                     keep = end
                     continue
             text, pos = buf[:stop], 0
+            if start:
+                pos, start = stop - len(_leading(csv, ev, text.tobytes())), False
             while pos < stop:
                 raws = [index.reserve(m) for index in (ev.users, ev.items, ev.cats)]
                 _room_item_cat(ev, ev.items.size + m)
@@ -371,11 +403,14 @@ def _read_compiled(csv: Path, cfg: TaobaoConfig, ev: _Events, directory: Path, b
                                           _after_last_newline(text[:1 << 20], min(stop, 1 << 20)), True)
                 cols, at = ev.spill.room(m)
                 sizes[:] = ev.users.size, ev.items.size, ev.cats.size
+                begin = pos
                 pos, lines, good, outside = parse_index(text, pos, codes, vals, ev.users.table, raws[0],
                                                         ev.items.table, raws[1], ev.cats.table, raws[2], sizes,
                                                         ev.item_cat, *cols, at, t_lo, t_hi)
                 ev.users.size, ev.items.size, ev.cats.size = (int(x) for x in sizes)
-                _count_bad(ev, csv.name, ev.raw_lines, codes[:lines], outside)
+                if good + outside < lines:                    # malformed lines: any NUL bytes among them?
+                    _nul(ev, csv, ev.raw_lines + ev.head, codes, nul_lines(text[begin:pos]))
+                _count_bad(ev, csv.name, ev.raw_lines + ev.head, codes[:lines], outside)
                 ev.raw_lines += lines
                 ev.spill.commit(good)
             keep = end - stop
@@ -607,6 +642,7 @@ def _write(w: DatasetWriter, csv: Path, cfg: TaobaoConfig, name: str, progress: 
         "behaviors": behaviors,
         "bad_lines": {**bad.to_dict(), "duplicates": duplicates},
         "outside_time_range": outside,
+        "skipped": {k: [csv.name] if v else [] for k, v in ev.skipped.items()},
         "holdout": {"threshold_timestamp": threshold,
                     "users": {"train": int(split_users[0]), "val": n_val_users,
                               "test": int(held.size - n_val_users)}},

@@ -16,7 +16,7 @@ plain-Python bodies, on random and malformed input):
   pass does both in one kernel per chunk (``parse_index``: parse, look the ids
   up, write the events where they are kept), tested against the two; it also
   gives a well-formed line whose timestamp lies outside the configured range
-  the code ``OUTSIDE`` (4) and keeps it out of the events.
+  the code ``OUTSIDE`` and keeps it out of the events.
 - ``group_events``: one bucket of events (whole users, in file order) -> the
   indices of the events to keep, ordered by (user, timestamp, file order); an
   event that repeats an earlier one exactly (same user, timestamp, item,
@@ -37,7 +37,7 @@ INT_COLUMNS = [0, 1, 2, 4]   # user, item, category, timestamp
 _BEHAVIOR_CODES = [int.from_bytes(b.encode(), "little") for b in BEHAVIORS]
 _BYTE_MASKS = np.array([(1 << (8 * n)) - 1 for n in range(5)], dtype=np.uint64)  # [0..4 bytes]
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-OUTSIDE = 4                  # the reason code of a well-formed line whose timestamp is outside the time range
+OUTSIDE = 64                 # the code of a well-formed line whose timestamp is outside the time range (no reason)
 SHORT_RUN = 8                # events at one (user, timestamp) compared pairwise; longer runs are sorted
 
 
