@@ -61,7 +61,7 @@ def taobao_csv(users: int, seed: int) -> str:
     item_cat = rng.integers(0, 15, 200)
     lines = []
     for user in range(users):
-        t = 1_511_000_000 + int(rng.integers(0, 100_000))
+        t = 1_511_540_000 + int(rng.integers(0, 100_000))     # in the dataset's period (time_range)
         for _ in range(int(rng.integers(8, 16))):
             item = int(min(rng.zipf(1.3) - 1, 199))
             behaviour = rng.choice(["pv", "pv", "pv", "cart", "fav", "buy"])

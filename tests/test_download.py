@@ -452,3 +452,72 @@ def test_every_checksum_key_of_the_schema_is_honoured(server, tmp_path):
     csv.write_bytes(b"1,2,3,pv,1511544071\n")                  # changed after the download step
     with pytest.raises(ValueError, match="configured checksum"):
         preprocess(taobao, tmp_path / "raw", tmp_path / "ds", name="taobao", progress=False)
+
+
+def test_terabyte_fetches_every_day_then_lists_the_failed_ones(server, tmp_path):
+    days = {d: gzip.compress(f"day {d}\n".encode()) for d in range(4)}
+    for d in (0, 1, 2):                                          # day 3 is missing on the server: 404
+        _serve(server, f"tb/day_{d}.gz", days[d])
+    sums = {d: hashlib.sha256(days[d]).hexdigest() for d in range(4)}
+    sums[1] = "cd" * 32                                          # day 1's checksum is wrong
+    out = tmp_path / "tb"
+    with pytest.raises(DownloadError) as err:
+        fetch_criteo_terabyte(out, days=[0, 1, 2, 3], base_url=f"{server.url}/tb", sha256=sums, progress=False)
+    msg = str(err.value)
+    assert "\n" not in msg and "2 of 4 day files failed (day_1.gz, day_3.gz)" in msg
+    assert "cd" * 32 in msg and "404" in msg
+    assert sorted(p for p, _ in server.requests) == [f"/tb/day_{d}.gz" for d in range(4)]   # every day tried
+    assert (out / "day_0.gz").read_bytes() == days[0] and (out / "day_2.gz").read_bytes() == days[2]
+    assert [f["day"] for f in json.loads((out / "source.json").read_text())["files"]] == [0, 2]
+
+
+HTML = b"<!DOCTYPE html>\n<html><head><title>Error</title></head><body>Quota exceeded</body></html>\n"
+
+
+@pytest.mark.parametrize("fmt", ["gzip", "tar", None])
+@pytest.mark.parametrize("body", [HTML, b"\n  <html><body>Please log in</body></html>",
+                                  b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>NoSuchKey</Code></Error>"])
+def test_error_page_with_a_configured_sha256_is_named_and_not_kept(server, tmp_path, fmt, body):
+    url = _serve(server, "d.gz", body)
+    server.faults["/d.gz"] = {"content_type": "application/octet-stream"}
+    dest = tmp_path / "out" / "d.gz"
+    with pytest.raises(DownloadError) as err:
+        _get(url, dest, sha256=SHA, fmt=fmt)
+    msg = str(err.value)
+    page = "XML" if body.startswith(b"<?xml") else "HTML"
+    assert f"the server returned an {page} page" in msg and url in msg and "\n" not in msg
+    assert "correct the configured sha256" not in msg and "kept as" not in msg
+    assert list(dest.parent.iterdir()) == []                    # nothing half-written, nothing kept aside
+
+
+def test_text_html_reply_is_named_an_html_page(server, tmp_path):
+    url = _serve(server, "d.gz", HTML)
+    server.faults["/d.gz"] = {"content_type": "text/html; charset=utf-8"}
+    dest = tmp_path / "out" / "d.gz"
+    with pytest.raises(DownloadError, match=r"returned an HTML page \(text/html\)"):
+        _get(url, dest, sha256=SHA, fmt="gzip")
+    assert list(dest.parent.iterdir()) == []
+
+
+def test_archive_with_a_wrong_sha256_is_still_kept_aside(server, tmp_path):
+    url = _serve(server, "d.gz", GZ)                             # a real gzip: the checksum may be the typo
+    dest = tmp_path / "d.gz"
+    with pytest.raises(DownloadError, match="correct the configured sha256"):
+        _get(url, dest, sha256=SHA, fmt="gzip")
+    assert (tmp_path / f"d.gz.sha256-{hashlib.sha256(GZ).hexdigest()[:12]}").read_bytes() == GZ
+
+
+def test_existing_error_page_with_a_configured_sha256_is_set_aside_and_fetched(server, tmp_path):
+    url = _serve(server, "d.gz", GZ)
+    dest = tmp_path / "d.gz"
+    dest.write_bytes(HTML)                                       # saved by an older version
+    assert _get(url, dest, sha256=hashlib.sha256(GZ).hexdigest(), fmt="gzip") == hashlib.sha256(GZ).hexdigest()
+    assert dest.read_bytes() == GZ and (tmp_path / "d.gz.rejected").read_bytes() == HTML
+
+
+def test_kaggle_archive_replaced_by_an_error_page(server, tmp_path):
+    url = _serve(server, "dac.tar.gz", HTML)
+    out = tmp_path / "kaggle"
+    with pytest.raises(DownloadError, match="the server returned an HTML page"):
+        fetch_criteo_kaggle(out, url=url, sha256=SHA, progress=False)
+    assert list(out.iterdir()) == []

@@ -173,7 +173,7 @@ def test_malformed_lines_counted_and_skipped(tmp_path: Path) -> None:
     m = run([write(tmp_path / "train.txt", lines)], tmp_path / "ds", kind="criteo-kaggle", chunk_lines=8,
             max_bad_share=0.5)
     assert m["bad_lines"]["total"] == len(reasons) and m["raw_lines"] == 40
-    assert m["bad_lines"]["by_reason"] == dict(Counter(reasons.values()))
+    assert m["bad_lines"]["by_reason"] == {**dict.fromkeys(criteo.REASONS, 0), **Counter(reasons.values())}
     assert [(e["file"], e["line"], e["reason"]) for e in m["bad_lines"]["first"]] == \
         [("train.txt", n, r) for n, r in sorted(reasons.items())][:textparse.MAX_BAD_EXAMPLES]
     ds = Dataset.open(tmp_path / "ds")
@@ -305,10 +305,14 @@ def renumber(values) -> dict[int, int]:
     return {v: i for i, v in enumerate(sorted(counts, key=lambda v: (-counts[v], v)))}
 
 
+T0 = 1_511_539_200    # 2017-11-25 00:00 UTC+8: the start of the dataset's period (TaobaoConfig.time_range)
+
+
 def user_events(n_users: int = 10, seed: int = 0) -> list[tuple[int, int, int, str, int]]:
-    """User u (1..n) has 3 + 2u events with unique items (1000u + k), last event at time 1000 + u, shuffled."""
+    """User u (1..n) has 3 + 2u events with unique items (1000u + k), last event at time T0 + 1000 + u, shuffled."""
     rng = np.random.default_rng(seed)
-    ev = [(u, 1000 * u + k, (1000 * u + k) % 7, ["pv", "buy", "cart", "fav"][k % 4], 1000 + u - 3 * (3 + 2 * u - 1 - k))
+    ev = [(u, 1000 * u + k, (1000 * u + k) % 7, ["pv", "buy", "cart", "fav"][k % 4],
+           T0 + 1000 + u - 3 * (3 + 2 * u - 1 - k))
           for u in range(1, n_users + 1) for k in range(3 + 2 * u)]
     return [ev[i] for i in rng.permutation(len(ev))]
 
@@ -339,7 +343,7 @@ def test_taobao_history_order_truncation_and_holdout(tmp_path: Path) -> None:
         assert (hist[:n_pad] == -1).all() and (hist[n_pad:] >= 0).all()   # left-padded, oldest first
         got[(int(row[0]), int(row[1]))] = [tuple(int(x) for x in h) for h in hist[n_pad:]]
     assert got == expect and (ds.labels[:] == 1).all()
-    # holdout: last events at 1001..1010; the 0.7 quantile is 1007.3, so users 8, 9 (val) and 10 (test)
+    # holdout: last events at T0 + 1001..1010; the 0.7 quantile is T0 + 1007.3, so users 8, 9 (val) and 10 (test)
     split_users = {s: set(np.unique(ds.sparse[slice(*ds.split(s)), 0]).tolist()) for s in ("train", "val", "test")}
     assert split_users == {"train": {users[u] for u in range(1, 8)}, "val": {users[8], users[9]}, "test": {users[10]}}
     assert m["holdout"]["users"] == {"train": 7, "val": 2, "test": 1}
@@ -349,7 +353,7 @@ def zipf_events(n: int, seed: int) -> list[tuple[int, int, int, str, int]]:
     rng = np.random.default_rng(seed)
     items = np.minimum(rng.zipf(1.3, n), 500)
     return [(int(u), int(i) * 3, int(i) % 11, "pv", int(t))
-            for u, i, t in zip(rng.integers(0, 200, n), items, rng.integers(0, 10**6, n))]
+            for u, i, t in zip(rng.integers(0, 200, n), items, T0 + rng.integers(0, 7 * 10**5, n))]
 
 
 def test_taobao_negatives_and_determinism(tmp_path: Path) -> None:
@@ -391,13 +395,14 @@ def test_taobao_bad_lines(tmp_path: Path) -> None:
     csv = taobao_csv(tmp_path / "UserBehavior.csv", events, extra)
     m = preprocess_taobao(csv, tmp_path / "ds", TaobaoConfig(chunk_lines=4, max_bad_share=0.5), name="tb",
                           progress=False)
-    assert m["bad_lines"]["by_reason"] == {"fields": 2, "integer": 3, "behavior": 1}
-    assert [e["line"] for e in m["bad_lines"]["first"]] == [1, 5, 8, 9, 10, 11]
-    assert m["events"] == len(events) and m["raw_lines"] == len(events) + len(extra)
-    with pytest.raises(ValueError, match=r"UserBehavior\.csv: line 1: user, item"):
+    assert m["bad_lines"]["by_reason"] == {"fields": 2, "integer": 2, "behavior": 1, "nul": 0}   # line 1: header
+    assert [e["line"] for e in m["bad_lines"]["first"]] == [5, 8, 9, 10, 11]
+    assert m["events"] == len(events) and m["raw_lines"] == len(events) + len(extra) - 1
+    assert m["skipped"] == {"bom": [], "header": ["UserBehavior.csv"]}
+    with pytest.raises(ValueError, match=r"UserBehavior\.csv: line 5: behavior_type"):
         preprocess_taobao(csv, tmp_path / "err", TaobaoConfig(on_bad_line="error"), name="tb", progress=False)
     assert not (tmp_path / "err").exists() and not list(tmp_path.glob(".err*"))
-    assert math.isclose(m["holdout"]["threshold_timestamp"], float(np.quantile(np.arange(1001, 1011), 0.7)))
+    assert math.isclose(m["holdout"]["threshold_timestamp"], float(np.quantile(T0 + np.arange(1001, 1011), 0.7)))
 
 
 # ---------------------------------------------------------------- bad input must fail clearly
@@ -445,7 +450,7 @@ def test_criteo_empty_val_or_test_split_is_refused(tmp_path: Path) -> None:
 
 
 def test_taobao_empty_split_is_refused(tmp_path: Path) -> None:
-    events = [(u, 100 + k, 1, "pv", 1000 + k) for u in (1, 2, 3) for k in range(4)]   # the same last time
+    events = [(u, 100 + k, 1, "pv", T0 + 1000 + k) for u in (1, 2, 3) for k in range(4)]   # the same last time
     csv = taobao_csv(tmp_path / "UserBehavior.csv", events)
     with pytest.raises(ValueError, match=r"UserBehavior\.csv: the val and test split\(s\) would be empty"):
         preprocess_taobao(csv, tmp_path / "ds", TaobaoConfig(), name="tb", progress=False)
@@ -498,3 +503,64 @@ def test_criteo_reads_its_input_once(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert src.read_bytes() != before
     assert m["sha256"] == reference["sha256"] and m["source"] == reference["source"]
     assert m["source"][0]["sha256"] == hashlib.sha256(before).hexdigest()
+
+
+# ---------------------------------------------------------------- BOM, header line, NUL block
+
+HEADER = "\t".join(["label", *(f"I{i}" for i in range(1, 14)), *(f"C{i}" for i in range(1, 27))]) + "\n"
+
+
+def both_kernels(monkeypatch: pytest.MonkeyPatch, kernel: str) -> None:
+    from hotcold.jit import KERNEL
+    if kernel == "numba" and KERNEL != "numba":
+        pytest.skip("numba not installed")
+    monkeypatch.setattr(criteo, "KERNEL", kernel)
+
+
+@pytest.mark.parametrize("kernel", ["numba", "numpy"])
+@pytest.mark.parametrize("prefix", ["bom", "header", "bom+header"])
+def test_bom_and_header_line_are_skipped_with_a_warning(tmp_path: Path, monkeypatch, caplog, kernel: str,
+                                                        prefix: str) -> None:
+    both_kernels(monkeypatch, kernel)
+    lines = random_lines(60, seed=4)
+    lines[40] = "1\tx\n"                                         # one malformed line: reported at its file line
+    clean = run([write(tmp_path / "clean.txt", lines)], tmp_path / "a", kind="criteo-kaggle", chunk_lines=16,
+                max_bad_share=0.5)
+    head = ("\ufeff" if "bom" in prefix else "") + (HEADER if "header" in prefix else "")
+    src = write(tmp_path / "train.txt", [head + lines[0]] + lines[1:])
+    with caplog.at_level("WARNING"):
+        m = run([src], tmp_path / "b", kind="criteo-kaggle", chunk_lines=16, max_bad_share=0.5)
+    assert m["sha256"] == clean["sha256"] and m["raw_lines"] == 60
+    assert m["bad_lines"]["total"] == 1
+    assert m["bad_lines"]["first"][0]["line"] == 41 + ("header" in prefix)
+    assert ("byte-order mark" in caplog.text) == ("bom" in prefix)
+    assert ("line 1 is a header" in caplog.text) == ("header" in prefix) and str(src) in caplog.text
+    assert m["skipped"] == {"bom": ["train.txt"] * ("bom" in prefix), "header": ["train.txt"] * ("header" in prefix)}
+
+
+def test_terabyte_day_files_with_header_lines(tmp_path: Path, caplog) -> None:
+    lines = random_lines(30, seed=5)
+    clean = run([write(tmp_path / "c0", lines[:20]), write(tmp_path / "c1", lines[20:])], tmp_path / "a",
+                kind="criteo-terabyte")
+    days = [write(tmp_path / "day_0.gz", [HEADER] + lines[:20]), write(tmp_path / "day_1.gz", [HEADER] + lines[20:])]
+    with caplog.at_level("WARNING"):
+        m = run(days, tmp_path / "b", kind="criteo-terabyte")
+    assert m["sha256"] == clean["sha256"] and m["bad_lines"]["total"] == 0 and m["raw_lines"] == 30
+    assert m["skipped"]["header"] == ["day_0.gz", "day_1.gz"] and caplog.text.count("is a header") == 2
+
+
+@pytest.mark.parametrize("kernel", ["numba", "numpy"])
+def test_nul_block_is_counted_and_named(tmp_path: Path, monkeypatch, caplog, kernel: str) -> None:
+    both_kernels(monkeypatch, kernel)
+    lines = random_lines(80, seed=6)
+    data = "".join(lines).encode()
+    at = len("".join(lines[:50]))
+    damaged = data[:at] + b"\0" * 4096 + data[at:]               # zeros before line 51: merged into it
+    src = tmp_path / "train.txt"
+    src.write_bytes(damaged)
+    with caplog.at_level("WARNING"):
+        m = run([src], tmp_path / "ds", kind="criteo-kaggle", chunk_lines=16, max_bad_share=0.5)
+    assert m["bad_lines"]["by_reason"]["nul"] == 1 and m["bad_lines"]["total"] == 1
+    assert m["bad_lines"]["first"] == [{"file": "train.txt", "line": 51, "reason": "nul"}]
+    assert f"{src}: 1 line(s) hold NUL bytes, the first at line 51" in caplog.text
+    assert m["raw_lines"] == 80 and m["rows"] == 79

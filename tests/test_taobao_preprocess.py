@@ -117,8 +117,10 @@ def test_parse_index_agrees_with_parse_and_index(compiled: bool, monkeypatch) ->
     got_codes, pos, at = [], 0, 5                               # from row 5 of the columns, 128 lines a call
     while pos < len(buf):
         c = np.empty(128, np.int8)
-        pos, n, g = kernel(np.frombuffer(buf, np.uint8), pos, c, np.empty((128, 3), np.int64), tables[0].table,
-                           raws[0], tables[1].table, raws[1], tables[2].table, raws[2], sizes, got_cat, *cols, at)
+        pos, n, g, out = kernel(np.frombuffer(buf, np.uint8), pos, c, np.empty((128, 3), np.int64),
+                                tables[0].table, raws[0], tables[1].table, raws[1], tables[2].table, raws[2], sizes,
+                                got_cat, *cols, at, -(1 << 63), (1 << 63) - 1)
+        assert out == 0
         got_codes += c[:n].tolist()
         at += g
     assert got_codes == codes.tolist() and at - 5 == beh.size
@@ -233,7 +235,7 @@ def write_events(path: Path, n: int, seed: int) -> Path:
     item = np.minimum(rng.zipf(1.3, n), 2000) * 7
     cat = np.where(rng.random(n) < 0.05, rng.integers(0, 40, n), item % 37)
     beh = np.array(BEHAVIORS)[rng.integers(0, 4, n)]
-    t = 1_511_500_000 + rng.integers(0, 5_000, n)
+    t = 1_511_540_000 + rng.integers(0, 5_000, n)         # in the dataset's period (time_range)
     lines = [f"{u},{i},{c},{b},{s}" for u, i, c, b, s in zip(user, item, cat, beh, t)]
     lines += lines[:: 50]                                   # exact repeats
     lines.insert(17, "1,2,3,click,4")
@@ -318,3 +320,132 @@ def test_bucket_events_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="bucket_events"):
         preprocess_taobao(csv, tmp_path / "a", TaobaoConfig(max_bad_share=0.5), name="tb", progress=False,
                           bucket_events=0)
+
+
+# ---------------------------------------------------------------- timestamps outside the dataset's period
+
+PERIOD = (1_511_539_200, 1_512_316_800)   # [2017-11-25 00:00, 2017-12-04 00:00) UTC+8: the documented period
+T0 = PERIOD[0]
+OUT_OF_RANGE = [-5, 0, 99_999_999_999, T0 - 1, PERIOD[1]]
+
+
+def period_lines(n: int, seed: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    user, item = rng.integers(1, 120, n), np.minimum(rng.zipf(1.3, n), 800) * 7
+    beh = np.array(BEHAVIORS)[rng.integers(0, 4, n)]
+    t = T0 + rng.integers(0, 700_000, n)
+    return [f"{u},{i},{i % 29},{b},{s}" for u, i, b, s in zip(user, item, beh, t)]
+
+
+def with_bad_times(lines: list[str], k: int, seed: int) -> tuple[list[str], list[int]]:
+    """``lines`` with ``k`` copies of some of their events carrying the timestamps of OUT_OF_RANGE (in turn)
+    inserted -> (the lines, the 1-based line numbers of the inserted ones)."""
+    rng = np.random.default_rng(seed)
+    out, where = list(lines), sorted(int(x) for x in rng.choice(len(lines), k, replace=False))
+    for j, at in enumerate(where):
+        u, i, c, b, _ = lines[at].split(",")
+        out.insert(at + j, f"{u},{i},{c},{b},{OUT_OF_RANGE[j % len(OUT_OF_RANGE)]}")
+    return out, [at + j + 1 for j, at in enumerate(where)]
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=needs_numba)])
+def test_timestamps_outside_the_period_are_dropped_with_a_warning(tmp_path: Path, compiled: bool, caplog) -> None:
+    """A few lines (0.25%) with timestamps -5, 0, 99999999999 or just outside the period: dropped, counted
+    and warned about; the dataset is the one made without them (no held-out user changes)."""
+    lines = period_lines(2000, seed=1)
+    bad, at = with_bad_times(lines, 5, seed=2)
+    cfg = TaobaoConfig(chunk_lines=300)
+    clean = preprocess_taobao(write_lines(tmp_path / "clean.csv", lines), tmp_path / "a", cfg, name="a",
+                              progress=False, compiled=compiled)
+    with caplog.at_level("WARNING"):
+        m = preprocess_taobao(write_lines(tmp_path / "UserBehavior.csv", bad), tmp_path / "b", cfg, name="b",
+                              progress=False, compiled=compiled)
+    assert m["sha256"] == clean["sha256"] and m["holdout"] == clean["holdout"]
+    assert m["raw_lines"] == 2005 and m["bad_lines"]["total"] == 0
+    rec = m["outside_time_range"]
+    assert rec["range"] == list(PERIOD) == list(taobao.TAOBAO_PERIOD) and rec["outside"] == 5 and rec["share"] == 5 / 2005
+    assert [e["line"] for e in rec["first"]] == at
+    assert "UserBehavior.csv: 5 of 2,005 lines (0.25%) have a timestamp outside time_range" in caplog.text
+    assert "dropped them" in caplog.text
+    assert f"UserBehavior.csv:{at[0]}" in caplog.text and "2017-11-25 00:00 UTC+8" in caplog.text
+    assert clean["outside_time_range"]["outside"] == 0
+
+
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=needs_numba)])
+def test_many_timestamps_outside_the_period_fail_naming_them(tmp_path: Path, compiled: bool) -> None:
+    """5% out of range: one line naming the file and the timestamps, not an empty split or too few users."""
+    lines = period_lines(400, seed=3)
+    bad, _ = with_bad_times(lines, 21, seed=4)
+    csv = write_lines(tmp_path / "UserBehavior.csv", bad)
+    with pytest.raises(ValueError) as err:
+        preprocess_taobao(csv, tmp_path / "ds", TaobaoConfig(chunk_lines=64), name="tb", progress=False,
+                          compiled=compiled)
+    msg = str(err.value)
+    assert msg.startswith(f"{csv}: 21 of 421 lines (4.99%) have a timestamp outside time_range") and "\n" not in msg
+    assert "max_out_of_range_share=0.01" in msg and "preprocess.time_range" in msg and "users" not in msg
+    assert not (tmp_path / "ds").exists() and not list(tmp_path.glob(".ds*"))
+    m = preprocess_taobao(csv, tmp_path / "ok", TaobaoConfig(max_out_of_range_share=0.05), name="tb",
+                          progress=False, compiled=compiled)
+    assert m["outside_time_range"]["outside"] == 21
+    with pytest.raises(ValueError, match=r"UserBehavior\.csv: line \d+: timestamp outside time_range"):
+        preprocess_taobao(csv, tmp_path / "err", TaobaoConfig(on_bad_line="error"), name="tb", progress=False,
+                          compiled=compiled)
+
+
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=needs_numba)])
+def test_time_range_is_configurable_and_null_keeps_every_timestamp(tmp_path: Path, compiled: bool) -> None:
+    lines = period_lines(600, seed=5)
+    csv = write_lines(tmp_path / "UserBehavior.csv", lines)
+    times = np.array([int(ln.rsplit(",", 1)[1]) for ln in lines])
+    cut = int(np.quantile(times, 0.995))
+    m = preprocess_taobao(csv, tmp_path / "a", TaobaoConfig(time_range=[T0, cut]), name="a", progress=False,
+                          compiled=compiled)
+    assert m["outside_time_range"]["outside"] == int((times >= cut).sum()) > 0
+    assert m["preprocess"]["time_range"] == [T0, cut]
+    bad, _ = with_bad_times(lines, 30, seed=6)
+    m = preprocess_taobao(write_lines(tmp_path / "all.csv", bad), tmp_path / "b", TaobaoConfig(time_range=None),
+                          name="b", progress=False, compiled=compiled)
+    assert m["outside_time_range"] is None and m["events"] == 630 - m["bad_lines"]["duplicates"]
+
+
+@pytest.mark.parametrize("bad", [[5, 5], [7, 3], [1], "2017", [1.5, 9], None])
+def test_time_range_validation(bad) -> None:
+    if bad is None:
+        assert TaobaoConfig.from_dict({"time_range": None}).time_range is None
+        assert TaobaoConfig.from_dict({"time_range": [1, 2]}).time_range == (1, 2)
+        return
+    with pytest.raises(ValueError, match="time_range must be null or"):
+        TaobaoConfig.from_dict({"time_range": bad})
+    with pytest.raises(ValueError, match="max_out_of_range_share"):
+        TaobaoConfig.from_dict({"max_out_of_range_share": 2})
+
+
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=needs_numba)])
+def test_bom_header_and_nul_block(tmp_path: Path, compiled: bool, caplog) -> None:
+    """A BOM and a header line are skipped with a warning (the dataset is the one without them); a block of
+    NUL bytes is counted as its own reason with the file and line in a warning."""
+    lines = period_lines(900, seed=7)
+    cfg = TaobaoConfig(chunk_lines=128)
+    clean = preprocess_taobao(write_lines(tmp_path / "clean.csv", lines), tmp_path / "a", cfg, name="a",
+                              progress=False, compiled=compiled)
+    head = "\ufeffuser_id,item_id,category_id,behavior_type,timestamp"
+    csv = write_lines(tmp_path / "UserBehavior.csv", [head] + lines)
+    with caplog.at_level("WARNING"):
+        m = preprocess_taobao(csv, tmp_path / "b", cfg, name="b", progress=False, compiled=compiled)
+    assert m["sha256"] == clean["sha256"] and m["raw_lines"] == 900 and m["bad_lines"]["total"] == 0
+    assert m["skipped"] == {"bom": ["UserBehavior.csv"], "header": ["UserBehavior.csv"]}
+    assert "byte-order mark" in caplog.text and "line 1 is a header" in caplog.text
+    caplog.clear()
+    data = ("\n".join(lines) + "\n").encode()
+    cut = len(("\n".join(lines[:300]) + "\n").encode())
+    csv.write_bytes(data[:cut] + b"\0" * 5000 + data[cut:])     # zeros before line 301: merged into it
+    with caplog.at_level("WARNING"):
+        m = preprocess_taobao(csv, tmp_path / "c", cfg, name="c", progress=False, compiled=compiled)
+    assert m["bad_lines"]["by_reason"]["nul"] == 1 and m["bad_lines"]["total"] == 1
+    assert m["bad_lines"]["first"] == [{"file": "UserBehavior.csv", "line": 301, "reason": "nul"}]
+    assert f"{csv}: 1 line(s) hold NUL bytes, the first at line 301" in caplog.text

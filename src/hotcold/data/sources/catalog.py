@@ -130,16 +130,24 @@ def fetch_criteo_terabyte(out_dir: Path, *, days: Sequence[int],
 
     ``sha256`` maps a day to the expected sha256 of its file. ``source.json``
     lists every day fetched so far into ``out_dir``; the returned dict lists ``days``.
+    A day that fails (its checksum, an error page, HTTP errors after the retries)
+    does not stop the others: every day is fetched, the good ones are recorded, and
+    then one :class:`DownloadError` lists each failed day with its reason.
     """
     days = _check_days(days)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     base_url = base_url.rstrip("/")
-    records = []
+    records, failed = [], []
     for day in days:
         url = CRITEO_TERABYTE_URL_TEMPLATE.format(base_url=base_url, day=day)
         dest = out_dir / f"day_{day}.gz"
-        digest = download(url, dest, sha256=(sha256 or {}).get(day), fmt="gzip", progress=progress)
+        try:
+            digest = download(url, dest, sha256=(sha256 or {}).get(day), fmt="gzip", progress=progress)
+        except DownloadError as e:
+            log.error("day %d failed (%s); fetching the other days", day, e)
+            failed.append((dest.name, str(e)))
+            continue
         records.append({"name": dest.name, "day": day, "url": url, "bytes": dest.stat().st_size,
                         "sha256": digest})
     fetched = {r["name"] for r in records}
@@ -147,6 +155,10 @@ def fetch_criteo_terabyte(out_dir: Path, *, days: Sequence[int],
             if r.get("name") not in fetched and (out_dir / r.get("name", "")).is_file()]
     all_files = sorted(kept + records, key=lambda r: r.get("day", -1))
     atomic_write_json(out_dir / SOURCE_FILE, _terabyte_provenance(base_url, all_files))
+    if failed:
+        detail = "; ".join(f"{name}: {why}" for name, why in failed)
+        raise DownloadError(f"criteo-terabyte: {len(failed)} of {len(days)} day files failed "
+                            f"({', '.join(name for name, _ in failed)}); the others are in {out_dir}. {detail}")
     return _terabyte_provenance(base_url, records)
 
 

@@ -26,6 +26,7 @@ from hotcold.data.skew import coverage_from_counts
 from hotcold.config import from_mapping, is_int, require
 from hotcold.data.sources import kernels
 from hotcold.data.sources.inputs import Digest, check_provenance, read_chunks, source_records
+from hotcold.data.sources.rawtext import NUL_REASON, NulReport, leading, nul_lines
 from hotcold.data.sources.spill import NpyColumn, Spill
 from hotcold.jit import KERNEL
 from hotcold.data.sources.textparse import (MAX_BAD_SHARE, WARN_BAD_SHARE, BadLines, check_bad_line_options,
@@ -40,7 +41,8 @@ NUM_DENSE, NUM_TABLES = 13, 26
 NUM_FIELDS = 1 + NUM_DENSE + NUM_TABLES
 MERGE_MIN_KEYS = 1 << 16   # the id counter merges its buffer once it holds this many keys (or the table's size)
 REASONS = {"fields": "wrong number of fields", "label": "label is not 0 or 1",
-           "integer": "malformed integer", "hex": "categorical is not 8 hex digits or empty"}
+           "integer": "malformed integer", "hex": "categorical is not 8 hex digits or empty", "nul": NUL_REASON}
+NUL_CODE = 1 + list(REASONS).index("nul")
 
 
 @dataclass(frozen=True)
@@ -410,18 +412,31 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
         bad_at = Spill(w.tmp / "bad", {"line": (np.int64, ())})   # raw line number of each bad line
         file_lines, offset = [], 0
         digests = [Digest() for _ in inputs]
+        nuls, skipped = NulReport(), {"bom": [], "header": []}
         with tqdm(total=sum(p.stat().st_size for p in inputs), unit="B", unit_scale=True,
                   desc=f"{name}: pass 1 (parse)", disable=not progress) as bar:
             for i, path in enumerate(inputs):
-                n_file = 0
+                n_file, head = 0, 0
                 # Kaggle's train split is known only once the lines are counted: count every line's ids
                 # now and take the val/test lines' back below. Terabyte: all but the last file are train.
                 counted = kaggle or i < len(inputs) - 1
                 for first, buf in read_chunks(path, cfg.chunk_lines, digests[i], bar.update):
+                    if first == 0:           # a BOM or a header line is not data: skipped, with a warning
+                        buf, found = leading(buf, str(path))
+                        head = found.lines
+                        skipped["bom"] += [path.name] * found.bom
+                        skipped["header"] += [path.name] * found.header
+                        if not buf:
+                            continue
+                    at = first + head if first == 0 else first      # the chunk's first line in the file
                     p = _parse_criteo(buf, cfg.chunk_lines)
-                    bad.add(path.name, first, p.codes)
                     if p.lines.size < p.codes.size:
-                        bad_at.append(line=offset + first + np.flatnonzero(p.codes))
+                        nul = nul_lines(buf)
+                        p.codes[nul] = NUL_CODE
+                        nuls.add(str(path), at, nul)
+                    bad.add(path.name, at, p.codes)
+                    if p.lines.size < p.codes.size:
+                        bad_at.append(line=offset + at - head + np.flatnonzero(p.codes))
                     dense.append(np.log1p(np.maximum(p.ints, 0).astype(np.float64)))
                     labels.append(p.labels)
                     sparse.append(counts.record(p.hexv, p.missing, counted))
@@ -430,6 +445,7 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
                     n_file += p.codes.size
                 file_lines.append(n_file)
                 offset += n_file
+                nuls.warn(str(path))
         dense.finish()
         labels.finish()
         if spill is not None:
@@ -486,6 +502,7 @@ def preprocess_criteo(inputs: Sequence[Path], out: Path, cfg: CriteoConfig, *, n
             },
             "raw_lines": int(total),
             "bad_lines": bad.to_dict(),
+            "skipped": skipped,
             "skew": coverage_from_counts(enc.train_counts, rows=enc.cardinalities),
             "full_cardinalities": enc.full_cardinalities,
         }

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from hotcold.data.sources.formats import check as check_format
+from hotcold.data.sources.formats import check as check_format, sniff
 from hotcold.files import atomic_write_json, file_sha256, fsync_dir, fsync_file
 
 __all__ = ["DownloadError", "download", "file_sha256"]
@@ -149,7 +149,9 @@ def _attempt(url: str, part: Path, stream: _Stream, bar: tqdm, *, size: int | No
     with resp:
         ctype = (resp.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         if fmt is not None and ctype.startswith("text/"):
-            raise _BadContent(f"the server sent {ctype} instead of a {fmt} file (an error or login page?)")
+            page = "an HTML page" if ctype == "text/html" else "text"
+            raise _BadContent(f"the server returned {page} ({ctype}) instead of a {fmt} file (an error or "
+                              f"login page?)")
         if resp.status != 206:
             offset = 0  # 200: the server ignored Range and sends the whole file
         length = resp.headers.get("Content-Length")
@@ -286,7 +288,10 @@ def download(url: str, dest: Path, *, sha256: str | None = None, size: int | Non
     older version, a file cut short) is kept as ``<dest>.rejected`` and
     fetched again. A fresh download that fails its checksum is kept as
     ``<dest>.sha256-<hex>`` and raises; when it resumed an older ``.part`` it
-    is first fetched once more from scratch.
+    is first fetched once more from scratch. A download whose first bytes show it
+    is not the file at all (an HTML or XML error page; with ``fmt``, another
+    format) fails its checksum for that reason: it is not kept, and the error
+    says what the server returned rather than suggesting a checksum correction.
 
     Nothing the user may want is deleted: a file that does not match its
     configured sha256 stays where it is, or, fresh from the network, is kept as
@@ -304,13 +309,15 @@ def download(url: str, dest: Path, *, sha256: str | None = None, size: int | Non
         digest, problem, checksum = _verify(dest, sha256=sha256, size=size, fmt=fmt, chunk=chunk)
         if problem is None:
             return _verified(dest, digest)
-        if checksum:
+        not_the_file = sniff(dest, fmt) if checksum else None
+        if checksum and not_the_file is None:
             raise DownloadError(f"{dest} exists but does not match: {problem}. It was left in place: if the "
                                 f"configured checksum is wrong, correct it; if the file is damaged, delete it "
                                 f"and download again")
+        problem = not_the_file.message if not_the_file is not None else problem
         rejected = dest.with_name(dest.name + ".rejected")
         log.warning("%s is not a complete %s file (%s); keeping it as %s and fetching it again",
-                    dest, fmt, problem, rejected.name)
+                    dest, fmt or "downloaded", problem, rejected.name)
         os.replace(dest, rejected)
     if sha256 is not None and _kept_aside(dest, sha256.lower()).is_file():
         kept = _kept_aside(dest, sha256.lower())
@@ -340,6 +347,13 @@ def download(url: str, dest: Path, *, sha256: str | None = None, size: int | Non
         if not checksum or digest is None:   # not the file at all: an error page, another format, size
             part.unlink(missing_ok=True)
             raise DownloadError(f"{url}: {problem}")
+        not_the_file = sniff(part, fmt)
+        if not_the_file is not None:         # an error page (or another format) that cannot match any checksum
+            part.unlink(missing_ok=True)
+            what = f"an {not_the_file.page} page" if not_the_file.page else f"something other than a {fmt} file"
+            raise DownloadError(f"{url}: the server returned {what} instead of the file, so the sha256 cannot "
+                                f"match ({not_the_file.message}); nothing was kept. The configured checksum is "
+                                f"not the problem: check the URL (a moved file, a login or quota page?)")
         kept = _kept_aside(dest, digest)
         os.replace(part, kept)
         raise DownloadError(f"{url}: {problem}. The download is kept as {kept}: if it is the right file, "

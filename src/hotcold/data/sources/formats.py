@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bz2
 import lzma
+import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ class Problem:
 
     message: str
     truncated: bool = False
+    page: str | None = None      # "HTML" or "XML": an error or login page served in place of the file
 
 
 def _is_tar(block: bytes) -> bool:
@@ -66,21 +68,66 @@ def _stream(path: Path, new: Callable[[], Any], name: str) -> tuple[Problem | No
     return None, first
 
 
-def check(path: Path, fmt: str) -> Problem | None:
-    """None when ``path`` is a complete ``fmt`` file (reads and decompresses all of it)."""
+_HTML = re.compile(rb"\s*(<!doctype\s+html|<html|<head|<body|<!--)", re.IGNORECASE)
+_XML = re.compile(rb"\s*<\?xml", re.IGNORECASE)
+
+
+def markup(head: bytes) -> str | None:
+    """``"HTML"`` or ``"XML"`` when bytes that start a file look like such a page (an error or login page,
+    a cloud store's XML error), else None."""
+    head = head.removeprefix(b"\xef\xbb\xbf")
+    if _HTML.match(head) or (_XML.match(head) and b"<html" in head.lower()):
+        return "HTML"
+    return "XML" if _XML.match(head) else None
+
+
+def _head(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(TAR_BLOCK)
+
+
+def _compression(head: bytes) -> tuple[str, Callable[[], Any]] | None:
+    return next(((name, new) for magic, name, new in _COMPRESSIONS if head.startswith(magic)), None)
+
+
+def _head_problem(head: bytes, fmt: str) -> Problem | None:
+    """Why a file starting with ``head`` cannot be a ``fmt`` file, judging by these bytes alone."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; known: {FORMATS}")
-    with open(path, "rb") as f:
-        head = f.read(TAR_BLOCK)
-    compression = next(((name, new) for magic, name, new in _COMPRESSIONS if head.startswith(magic)), None)
+    page = markup(head)
+    if page is not None:
+        return Problem(f"an {page} page, not a {fmt} file: {_describe(head)}", page=page)
+    compression = _compression(head)
     if compression is None:
         if fmt == "tar" and _is_tar(head):
-            size = path.stat().st_size
-            return None if size % TAR_BLOCK == 0 else Problem("the tar archive is cut short", truncated=True)
+            return None
         return Problem(f"not a {fmt} file: {_describe(head)} (an error page?)")
+    if fmt == "gzip" and compression[0] != "gzip":
+        return Problem(f"not a gzip file but {compression[0]}")
+    return None
+
+
+def sniff(path: Path, fmt: str | None) -> Problem | None:
+    """Why ``path`` cannot be a ``fmt`` file judging by its first bytes alone (an HTML or XML page, another
+    format's magic number), or None; with ``fmt`` None only such a page is a problem. Reads one block."""
+    head = _head(path)
+    if fmt is None:
+        page = markup(head)
+        return None if page is None else Problem(f"an {page} page: {_describe(head)}", page=page)
+    return _head_problem(head, fmt)
+
+
+def check(path: Path, fmt: str) -> Problem | None:
+    """None when ``path`` is a complete ``fmt`` file (reads and decompresses all of it)."""
+    head = _head(path)
+    problem = _head_problem(head, fmt)
+    if problem is not None:
+        return problem
+    compression = _compression(head)
+    if compression is None:      # a plain tar archive
+        size = path.stat().st_size
+        return None if size % TAR_BLOCK == 0 else Problem("the tar archive is cut short", truncated=True)
     name, new = compression
-    if fmt == "gzip" and name != "gzip":
-        return Problem(f"not a gzip file but {name}")
     problem, first = _stream(path, new, name)
     if problem is None and fmt == "tar" and not _is_tar(first):
         return Problem(f"the {name} file does not hold a tar archive")

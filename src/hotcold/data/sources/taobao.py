@@ -6,11 +6,18 @@ that repeats an earlier one exactly is dropped and counted (manifest
 ``bad_lines.duplicates``): it would put the target item into its own
 history. As the TBSM preprocessing does, every event (any behaviour) joins
 its user's time-ordered history, and samples are taken at positions of that
-history (``preprocess_taobao``).
+history (``preprocess_taobao``). A well-formed line whose timestamp lies
+outside ``time_range`` (default: the dataset's documented period, 25 Nov to
+3 Dec 2017 in UTC+8) is dropped and counted (manifest ``outside_time_range``)
+with a warning giving the count and share; more than
+``max_out_of_range_share`` of the lines (default 1%) fail the run with one
+line naming the file.
 """
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,15 +30,25 @@ from hotcold.data.format import DatasetWriter
 from hotcold.data.skew import coverage_from_counts
 from hotcold.config import from_mapping, is_int, is_real, require
 from hotcold.data.sources.inputs import Digest, _raw, check_provenance, open_input, read_chunks, source_records
+from hotcold.data.sources.rawtext import NUL_REASON, NulReport, leading, nul_lines
 from hotcold.data.sources.spill import NpyColumn
-from hotcold.data.sources.taobao_kernels import (BEHAVIORS, NL, IdIndex, bucket_stats, by_bucket, fill_history,
-                                                 group_events, parse_chunk, parse_index)
+from hotcold.data.sources.taobao_kernels import (BEHAVIORS, NL, OUTSIDE, IdIndex, bucket_stats, by_bucket,
+                                                 fill_history, group_events, parse_chunk, parse_index)
 from hotcold.jit import KERNEL
 from hotcold.data.sources.textparse import MAX_BAD_SHARE, WARN_BAD_SHARE, BadLines, check_bad_line_options
 
+log = logging.getLogger(__name__)
+
 REASONS = {"fields": "wrong number of fields (expected 5)",
            "integer": "user, item or category is not a non-negative integer, or timestamp not an integer",
-           "behavior": "behavior_type is not one of pv, buy, cart, fav"}
+           "behavior": "behavior_type is not one of pv, buy, cart, fav", "nul": NUL_REASON}
+NUL_CODE = 1 + list(REASONS).index("nul")
+OUTSIDE_REASON = {"time": "timestamp outside time_range"}
+# The dataset's documented period (https://tianchi.aliyun.com/dataset/649): 25 Nov to 3 Dec 2017, China
+# Standard Time (UTC+8), in epoch seconds [2017-11-25 00:00, 2017-12-04 00:00) UTC+8.
+TAOBAO_PERIOD = (1_511_539_200, 1_512_316_800)
+MAX_OUT_OF_RANGE_SHARE = 0.01   # more lines outside time_range than this share fail the run
+_NO_RANGE = (-(1 << 63), (1 << 63) - 1)
 
 
 @dataclass(frozen=True)
@@ -44,6 +61,10 @@ class TaobaoConfig:
     negative_ratio: float = 1.0     # negatives per positive (fraction: drawn per positive)
     holdout_quantile: float = 0.7   # users whose last event is later are val/test
     seed: int = 0
+    # epoch seconds [start, end): lines with a timestamp outside are dropped and counted, with a warning;
+    # null keeps every timestamp. Default: the dataset's documented period (TAOBAO_PERIOD).
+    time_range: tuple[int, int] | None = TAOBAO_PERIOD
+    max_out_of_range_share: float = MAX_OUT_OF_RANGE_SHARE  # fail when more than this share is outside
     on_bad_line: str = "skip"       # skip (count) | error (stop with file and line)
     warn_bad_share: float = WARN_BAD_SHARE  # warn when more than this share of the lines is malformed
     max_bad_share: float = MAX_BAD_SHARE    # fail when more than this share is (skip policy)
@@ -62,6 +83,14 @@ class TaobaoConfig:
         require(is_real(q) and 0 < q < 1, w,
                      f"holdout_quantile must be in (0, 1), got {q!r}")
         check_bad_line_options(w, self.on_bad_line, self.warn_bad_share, self.max_bad_share)
+        t = self.time_range
+        require(t is None or (isinstance(t, (list, tuple)) and len(t) == 2 and all(is_int(x) for x in t)
+                              and _NO_RANGE[0] <= t[0] < t[1] <= _NO_RANGE[1]), w,
+                f"time_range must be null or [start, end] epoch seconds with start < end, got {t!r}")
+        s = self.max_out_of_range_share
+        require(is_real(s) and 0 <= s <= 1, w, f"max_out_of_range_share must be a number in [0, 1], got {s!r}")
+        if t is not None:
+            object.__setattr__(self, "time_range", (int(t[0]), int(t[1])))
         object.__setattr__(self, "negative_ratio", float(r))
         object.__setattr__(self, "holdout_quantile", float(q))
 
@@ -70,7 +99,14 @@ class TaobaoConfig:
         return from_mapping(cls, d, "taobao config")
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        d["time_range"] = None if self.time_range is None else list(self.time_range)
+        return d
+
+    @property
+    def time_bounds(self) -> tuple[int, int]:
+        """``[start, end)`` of the timestamps kept (every int64 when ``time_range`` is null)."""
+        return _NO_RANGE if self.time_range is None else self.time_range
 
 
 def _renumber(counts: np.ndarray, raws: np.ndarray) -> np.ndarray:
@@ -196,6 +232,10 @@ class _Events:
     raw_lines: int
     bad: BadLines
     digest: Digest
+    outside: BadLines        # well-formed lines whose timestamp is outside time_range
+    head: int = 0            # lines skipped before the data (a header line)
+    skipped: dict[str, bool] = dataclasses.field(default_factory=lambda: {"bom": False, "header": False})
+    nuls: NulReport = dataclasses.field(default_factory=NulReport)
 
 
 def _read_events(csv: Path, cfg: TaobaoConfig, name: str, progress: bool, directory: Path,
@@ -203,7 +243,7 @@ def _read_events(csv: Path, cfg: TaobaoConfig, name: str, progress: bool, direct
     """Parse ``csv`` chunk by chunk; index the ids in order of first appearance and spill the events."""
     compiled = KERNEL == "numba" if compiled is None else compiled
     ev = _Events(None, IdIndex(compiled), IdIndex(compiled), IdIndex(compiled), np.zeros(1 << 10, dtype=np.int32),
-                 0, BadLines(REASONS, cfg.on_bad_line), Digest())
+                 0, BadLines(REASONS, cfg.on_bad_line), Digest(), BadLines(OUTSIDE_REASON, cfg.on_bad_line))
     try:
         with tqdm(total=csv.stat().st_size, unit="B", unit_scale=True, desc=f"{name}: read",
                   disable=not progress) as bar:
@@ -211,6 +251,7 @@ def _read_events(csv: Path, cfg: TaobaoConfig, name: str, progress: bool, direct
     finally:
         if ev.spill is not None:
             ev.spill.close()
+    ev.nuls.warn(str(csv))
     if ev.spill is None:
         ev.spill = _EventSpill(directory, 1)
     ev.item_cat = ev.item_cat[:ev.items.size]
@@ -229,11 +270,23 @@ def _read_numpy(csv: Path, cfg: TaobaoConfig, ev: _Events, directory: Path, buck
                 progress: Callable[[int], Any]) -> None:
     """The read pass by ``parse_chunk`` and ``IdIndex.index`` on chunks of ``chunk_lines`` lines."""
     for first, buf in read_chunks(csv, cfg.chunk_lines, ev.digest, progress):
-        codes, _, vals, beh = parse_chunk(buf, cfg.chunk_lines, False)
+        if first == 0:
+            buf = _leading(csv, ev, buf)
+            if not buf:
+                continue
+        at = first + ev.head if first == 0 else first        # the chunk's first line in the file
+        codes, good, vals, beh = parse_chunk(buf, cfg.chunk_lines, False)
         if ev.spill is None:
             ev.spill = _new_spill(csv, cfg, directory, bucket_events, codes.size, len(buf), False)
-        ev.bad.add(csv.name, first, codes)
-        ev.raw_lines = first + codes.size
+        t_lo, t_hi = cfg.time_bounds
+        out = (vals[:, 3] < t_lo) | (vals[:, 3] >= t_hi)
+        if out.any():
+            codes[good[out]] = OUTSIDE
+            vals, beh = vals[~out], beh[~out]
+        if good.size < codes.size:
+            _nul(ev, csv, at, codes, nul_lines(buf))
+        _count_bad(ev, csv.name, at, codes, int(out.sum()))
+        ev.raw_lines = at - ev.head + codes.size
         if not beh.size:
             continue
         user, _ = ev.users.index(vals[:, 0])
@@ -242,6 +295,63 @@ def _read_numpy(csv: Path, cfg: TaobaoConfig, ev: _Events, directory: Path, buck
         _room_item_cat(ev, ev.items.size)
         ev.item_cat[ev.items.size - new_items.size:ev.items.size] = cat[new_items]
         ev.spill.append(user, item, cat, beh, vals[:, 3])
+
+
+def _leading(csv: Path, ev: _Events, first_chunk: bytes) -> bytes:
+    """The first chunk without a BOM and a header line (each skipped with a warning, ``rawtext.leading``)."""
+    rest, found = leading(first_chunk, str(csv))
+    ev.head = found.lines
+    ev.skipped = {"bom": found.bom, "header": found.header}
+    return rest
+
+
+def _nul(ev: _Events, csv: Path, first: int, codes: np.ndarray, lines: np.ndarray) -> None:
+    """Give the lines ``lines`` of a chunk (whose first line is ``first`` of the file), which hold NUL bytes,
+    their own reason code."""
+    if lines.size:
+        codes[lines] = NUL_CODE
+        ev.nuls.add(str(csv), first, lines)
+
+
+def _count_bad(ev: _Events, file: str, first: int, codes: np.ndarray, outside: int) -> None:
+    """Account a chunk's reason codes: malformed lines in ``ev.bad``; the ``outside`` lines of code
+    ``OUTSIDE`` (timestamp outside time_range) in ``ev.outside``."""
+    if outside:
+        is_out = codes == OUTSIDE
+        ev.outside.add(file, first, is_out.astype(np.int8))
+        codes = np.where(is_out, np.int8(0), codes)
+    ev.bad.add(file, first, codes)
+
+
+def _when(t: int) -> str:
+    try:
+        return datetime.datetime.fromtimestamp(t, datetime.timezone(datetime.timedelta(hours=8))).strftime(
+            "%Y-%m-%d %H:%M UTC+8")
+    except (OverflowError, OSError, ValueError):
+        return "out of calendar range"
+
+
+def _check_time_range(csv: Path, cfg: TaobaoConfig, ev: _Events) -> dict[str, Any] | None:
+    """Warn about the lines dropped for a timestamp outside ``time_range`` (count and share); fail when
+    their share is above ``max_out_of_range_share``. -> the manifest's record of them."""
+    if cfg.time_range is None:
+        return None
+    lo, hi = cfg.time_range
+    n, lines = ev.outside.total, ev.raw_lines
+    share = n / lines if lines else 0.0
+    record = {"range": [lo, hi], "outside": n, "share": share, "first": list(ev.outside.first)}
+    if not n:
+        return record
+    where = ", ".join(f"{e['file']}:{e['line']}" for e in ev.outside.first[:3])
+    detail = (f"{n:,} of {lines:,} lines ({share:.2%}) have a timestamp outside time_range [{lo}, {hi}) "
+              f"({_when(lo)} to {_when(hi)}; first at {where})")
+    if share > cfg.max_out_of_range_share:
+        raise ValueError(f"{csv}: {detail}, more than max_out_of_range_share={cfg.max_out_of_range_share:g}: are "
+                         f"they epoch seconds of the dataset's period? (set preprocess.time_range to the file's "
+                         f"period, or null to keep every timestamp)")
+    log.warning("%s: %s; dropped them (preprocess.time_range sets the range, null keeps every timestamp)",
+                csv, detail)
+    return record
 
 
 def _room_item_cat(ev: _Events, n: int) -> None:
@@ -256,10 +366,12 @@ def _read_compiled(csv: Path, cfg: TaobaoConfig, ev: _Events, directory: Path, b
     ``READ_BYTES`` read straight into one buffer (hashed as they are read); a block's unfinished last line
     is carried to the next."""
     m = cfg.chunk_lines
+    t_lo, t_hi = cfg.time_bounds
     codes, vals = np.empty(m, dtype=np.int8), np.empty((m, 3), dtype=np.int64)
     sizes = np.zeros(3, dtype=np.int64)
     buf = np.empty(READ_BYTES + 1, dtype=np.uint8)
     keep, told = 0, 0                                  # bytes carried over; file bytes told to the progress bar
+    start = True                                       # the file's first block: a BOM or header may lead it
     with open_input(csv, ev.digest) as f:
         raw = _raw(f)
         while True:
@@ -280,6 +392,8 @@ def _read_compiled(csv: Path, cfg: TaobaoConfig, ev: _Events, directory: Path, b
                     keep = end
                     continue
             text, pos = buf[:stop], 0
+            if start:
+                pos, start = stop - len(_leading(csv, ev, text.tobytes())), False
             while pos < stop:
                 raws = [index.reserve(m) for index in (ev.users, ev.items, ev.cats)]
                 _room_item_cat(ev, ev.items.size + m)
@@ -289,10 +403,14 @@ def _read_compiled(csv: Path, cfg: TaobaoConfig, ev: _Events, directory: Path, b
                                           _after_last_newline(text[:1 << 20], min(stop, 1 << 20)), True)
                 cols, at = ev.spill.room(m)
                 sizes[:] = ev.users.size, ev.items.size, ev.cats.size
-                pos, lines, good = parse_index(text, pos, codes, vals, ev.users.table, raws[0], ev.items.table, raws[1],
-                                               ev.cats.table, raws[2], sizes, ev.item_cat, *cols, at)
+                begin = pos
+                pos, lines, good, outside = parse_index(text, pos, codes, vals, ev.users.table, raws[0],
+                                                        ev.items.table, raws[1], ev.cats.table, raws[2], sizes,
+                                                        ev.item_cat, *cols, at, t_lo, t_hi)
                 ev.users.size, ev.items.size, ev.cats.size = (int(x) for x in sizes)
-                ev.bad.add(csv.name, ev.raw_lines, codes[:lines])
+                if good + outside < lines:                    # malformed lines: any NUL bytes among them?
+                    _nul(ev, csv, ev.raw_lines + ev.head, codes, nul_lines(text[begin:pos]))
+                _count_bad(ev, csv.name, ev.raw_lines + ev.head, codes[:lines], outside)
                 ev.raw_lines += lines
                 ev.spill.commit(good)
             keep = end - stop
@@ -427,15 +545,17 @@ def preprocess_taobao(csv: Path, out: Path, cfg: TaobaoConfig, *, name: str,
         source = source_records([csv], [ev.digest], provenance,
                                 {csv.name: expected_sha256} if expected_sha256 else None)
         ev.bad.check(str(csv), ev.raw_lines, cfg.warn_bad_share, cfg.max_bad_share)
+        outside = _check_time_range(csv, cfg, ev)
         if ev.spill.events == 0:
             raise ValueError(f"{csv}: no well-formed lines")
         g = _group(ev, cfg, name, progress, compiled)
         ev.spill.remove()
-        return _write(w, csv, cfg, name, progress, ev, g, source, compiled)
+        return _write(w, csv, cfg, name, progress, ev, g, source, compiled, outside)
 
 
 def _write(w: DatasetWriter, csv: Path, cfg: TaobaoConfig, name: str, progress: bool, ev: "_Events",
-           g: "_Grouped", source: list[dict[str, Any]], compiled: bool | None) -> dict[str, Any]:
+           g: "_Grouped", source: list[dict[str, Any]], compiled: bool | None,
+           outside: dict[str, Any] | None) -> dict[str, Any]:
     """Samples from the grouped users (in renumbered ids), written to ``w``; -> the manifest."""
     n, raw_lines, bad, duplicates = g.events, ev.raw_lines, ev.bad, ev.spill.events - g.events
     behaviors = dict(zip(BEHAVIORS, g.behaviors.tolist()))
@@ -482,8 +602,8 @@ def _write(w: DatasetWriter, csv: Path, cfg: TaobaoConfig, name: str, progress: 
     if empty:
         raise ValueError(f"{csv}: the {' and '.join(empty)} split(s) would be empty (train/val/test samples "
                          f"{r1:,}/{r2 - r1:,}/{rows - r2:,} from {split_users[0]:,}/{n_val_users:,}/"
-                         f"{held.size - n_val_users:,} users; holdout_quantile={cfg.holdout_quantile}): "
-                         f"give more users")
+                         f"{held.size - n_val_users:,} users; holdout_quantile={cfg.holdout_quantile}; the "
+                         f"users' last events lie in [{int(last.min())}, {int(last.max())}]): give more users")
 
     cards = [n_users, n_items, n_cats]
     train_counts = [np.bincount(sample_user[:r1], minlength=n_users),
@@ -521,6 +641,8 @@ def _write(w: DatasetWriter, csv: Path, cfg: TaobaoConfig, name: str, progress: 
         "events": int(n),
         "behaviors": behaviors,
         "bad_lines": {**bad.to_dict(), "duplicates": duplicates},
+        "outside_time_range": outside,
+        "skipped": {k: [csv.name] if v else [] for k, v in ev.skipped.items()},
         "holdout": {"threshold_timestamp": threshold,
                     "users": {"train": int(split_users[0]), "val": n_val_users,
                               "test": int(held.size - n_val_users)}},

@@ -14,7 +14,9 @@ plain-Python bodies, on random and malformed input):
   (a hash table with the kernels, a sorted table with numpy), remembering each
   index's raw value and the position of its first event. The compiled read
   pass does both in one kernel per chunk (``parse_index``: parse, look the ids
-  up, write the events where they are kept), tested against the two.
+  up, write the events where they are kept), tested against the two; it also
+  gives a well-formed line whose timestamp lies outside the configured range
+  the code ``OUTSIDE`` and keeps it out of the events.
 - ``group_events``: one bucket of events (whole users, in file order) -> the
   indices of the events to keep, ordered by (user, timestamp, file order); an
   event that repeats an earlier one exactly (same user, timestamp, item,
@@ -35,6 +37,7 @@ INT_COLUMNS = [0, 1, 2, 4]   # user, item, category, timestamp
 _BEHAVIOR_CODES = [int.from_bytes(b.encode(), "little") for b in BEHAVIORS]
 _BYTE_MASKS = np.array([(1 << (8 * n)) - 1 for n in range(5)], dtype=np.uint64)  # [0..4 bytes]
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+OUTSIDE = 64                 # the code of a well-formed line whose timestamp is outside the time range (no reason)
 SHORT_RUN = 8                # events at one (user, timestamp) compared pairwise; longer runs are sorted
 
 
@@ -311,18 +314,23 @@ def _empty_table(slots: int) -> np.ndarray:
 
 @jit
 def parse_index(u8, pos, codes, vals, users, user_raws, items, item_raws, cats, cat_raws, sizes, item_cat,
-                user, item, cat, beh, ts, at):  # pragma: no cover - compiled
+                user, item, cat, beh, ts, at, t_lo, t_hi):  # pragma: no cover - compiled
     """Parse lines of ``u8`` (ending with ``\\n``) from ``pos``, at most ``codes.size`` of them, their reason
     codes into ``codes``; index the good lines' users, items and categories in the hash tables ``users``,
     ``items``, ``cats`` (``_lookup``; ``sizes`` [3] their sizes, updated; a new item's category index goes
     to ``item_cat``) and write their events to ``user``/``item``/``cat``/``beh``/``ts`` from row ``at``
-    -> (position after the last line parsed, lines, good lines). ``vals`` (int64 [codes.size, 3]) is
-    scratch; the tables must have room for ``codes.size`` new ids. The ids are looked up after the
-    chunk is parsed, table by table (independent lookups: their cache misses overlap)."""
+    -> (position after the last line parsed, lines, good lines, lines outside the time range). A
+    well-formed line whose timestamp is outside ``[t_lo, t_hi)`` gets code ``OUTSIDE`` and is not an
+    event. ``vals`` (int64 [codes.size, 3]) is scratch; the tables must have room for ``codes.size`` new
+    ids. The ids are looked up after the chunk is parsed, table by table (independent lookups: their
+    cache misses overlap)."""
     n = u8.size
-    line, g = 0, 0
+    line, g, outside = 0, 0, 0
     while pos < n and line < codes.size:
         pos, code, u, i, c, t, b = _line(u8, pos)
+        if code == 0 and (t < t_lo or t >= t_hi):
+            code = OUTSIDE
+            outside += 1
         codes[line] = code
         line += 1
         if code == 0:
@@ -346,7 +354,7 @@ def parse_index(u8, pos, codes, vals, users, user_raws, items, item_raws, cats, 
             size = new
         item[at + x] = i
     sizes[1] = size
-    return pos, line, g
+    return pos, line, g, outside
 
 
 @jit
