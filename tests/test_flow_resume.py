@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hotcold.workflow_resume import LOCK_DIR, MARKER, resume
+from hotcold.workflow_resume import LOCK_DIR, MARKER, orphaned_jobs, resume, snakemake_processes
 
 pytest.importorskip("snakemake", reason="Snakemake runs the workflow; `make` installs it (envs/requirements.txt)")
 psutil = pytest.importorskip("psutil", reason="installed with Snakemake")
@@ -54,6 +54,16 @@ def snakemake(workdir: Path, *args: str, env: dict[str, str] | None = None,
            **(env or {})}
     return subprocess.run([sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(workdir), *args],
                           capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def make_dry_run(target: str) -> list[str]:
+    """The commands ``make <target>`` would run, one a line (nothing is run)."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed: the Makefile targets cannot be run")
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}  # under `make test`
+    proc = subprocess.run(["make", "--no-print-directory", "-n", target], cwd=REPO, capture_output=True, text=True,
+                          check=True, env=env)
+    return proc.stdout.replace("\\\n", " ").splitlines()
 
 
 def planned_jobs(out: str) -> tuple[Counter, set[str]]:
@@ -118,29 +128,23 @@ def test_make_figures_names_a_missing_run_file_in_one_line(finished: Path, tmp_p
     """Trial 3: `make figures` (no training rule allowed) failed with Snakemake's MissingInputException."""
     work = copy_of(finished, tmp_path)
     (work / ONE_PROCESS / "record.json").unlink()
-    figures = [line for line in subprocess.run(["make", "--no-print-directory", "-n", "figures"], cwd=REPO,
-                                               capture_output=True, text=True, check=True,
-                                               env={k: v for k, v in os.environ.items()
-                                                    if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
-                                               ).stdout.replace("\\\n", " ").splitlines() if "/snakemake " in line]
+    figures = [line for line in make_dry_run("figures") if "/snakemake " in line]
     assert len(figures) == 1 and figures[0].startswith("HOTCOLD_TABLES_ONLY=1 ")
-    args = figures[0].split("/snakemake ", 1)[1].split()
-    args = [a for a in args if a not in ("--cores", "2")]
+    args = figures[0].split("/snakemake ", 1)[1].split()  # the Makefile's options and targets
     proc = snakemake(work, "--configfile", str(work / "plan.yaml"), "-n", *args, env={"HOTCOLD_TABLES_ONLY": "1"})
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "MissingInputException" not in out
     assert (f"1 run file(s) missing ({ONE_PROCESS}/record.json): `make reproduce` reruns their runs and rebuilds "
             "the tables") in out, out[-3000:]
-    complete = snakemake(finished, "--configfile", str(finished / "plan.yaml"), "-n", *args, env={"HOTCOLD_TABLES_ONLY": "1"})
+    complete = snakemake(finished, "--configfile", str(finished / "plan.yaml"), "-n", *args,
+                         env={"HOTCOLD_TABLES_ONLY": "1"})
     assert complete.returncode == 0, complete.stderr[-3000:]
 
 
 def test_reproduce_and_figures_resume_before_running_snakemake() -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     for target in ("reproduce", "figures"):
-        lines = subprocess.run(["make", "--no-print-directory", "-n", target], cwd=REPO, capture_output=True,
-                               text=True, check=True, env=env).stdout.splitlines()
+        lines = make_dry_run(target)
         resume_at = [i for i, ln in enumerate(lines) if ln.endswith("-m hotcold resume")]
         snakemake_at = [i for i, ln in enumerate(lines) if "/snakemake " in ln]
         assert resume_at and snakemake_at and resume_at[0] < snakemake_at[0], (target, lines)
@@ -377,6 +381,8 @@ def test_a_workflow_killed_with_sigkill_resumes(tmp_path: Path) -> None:
         while not any("-m hotcold train-group" in " ".join(p.info["cmdline"] or ()) for p in workflow_jobs(tmp_path)):
             assert first.poll() is None and time.monotonic() < deadline, "the training job never started"
             time.sleep(0.1)
+        assert orphaned_jobs(tmp_path) == []  # a running Snakemake's jobs are its own
+        assert [p.pid for p in snakemake_processes(tmp_path)] == [first.pid]
         first.send_signal(signal.SIGKILL)
         first.wait()
         assert list((tmp_path / LOCK_DIR).glob("*.lock"))
