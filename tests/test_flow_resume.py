@@ -106,8 +106,8 @@ def copy_of(finished: Path, tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(("run", "name", "tables"), [
     (ONE_PROCESS, "record.json", READ_EVERY_RECORD),
-    (ONE_PROCESS, "steps.parquet", READ_EVERY_RECORD),
-    (SCALE_OUT, "record.json", READ_EVERY_RECORD | {"scaleout_tables"}),
+    pytest.param(ONE_PROCESS, "steps.parquet", READ_EVERY_RECORD, marks=pytest.mark.slow),
+    pytest.param(SCALE_OUT, "record.json", READ_EVERY_RECORD | {"scaleout_tables"}, marks=pytest.mark.slow),
 ], ids=["one-process-record", "one-process-steps", "scale-out-record"])
 def test_a_deleted_run_file_reruns_that_run_and_the_tables_reading_it(finished: Path, tmp_path: Path, run: str,
                                                                       name: str, tables: set[str]) -> None:
