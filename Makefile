@@ -1,6 +1,8 @@
 # `make reproduce` runs the default workflow, `make test` the test suite.
 # Each sets up .venv from envs/requirements.txt first when it is missing.
-# A run stopped half-way (Snakemake itself killed) resumes: incomplete jobs rerun.
+# A run stopped half-way (Snakemake itself killed) resumes: `hotcold resume` first ends the jobs the killed
+# Snakemake left running, clears its lock (no Snakemake running here holds it) and its half-written files;
+# then incomplete jobs rerun.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -35,7 +37,10 @@ $(STAMP): envs/requirements.txt envs/peers.txt envs/peers-nodeps.txt pyproject.t
 		echo "peers: torchrec not installed (envs/peers-nodeps.txt); torchrec-peer and its tests are skipped"; fi
 	touch $(STAMP)
 
+RESUME := $(BIN)/python -m hotcold resume
+
 reproduce: $(STAMP)
+	$(RESUME)
 	$(SNAKEMAKE)
 	@echo
 	@echo "Summary table: results/tables/summary.md (and summary.csv)"
@@ -44,8 +49,10 @@ reproduce: $(STAMP)
 	@echo
 	@cat results/tables/infeasible.md
 
+# Redraws from the runs there (no training rule allowed): a run's missing files stop it with one line naming them.
 figures: $(STAMP)
-	$(SNAKEMAKE) --allowed-rules aggregate cache_sim dataset_stats scaleout_tables figures claims \
+	$(RESUME)
+	HOTCOLD_TABLES_ONLY=1 $(SNAKEMAKE) --allowed-rules aggregate cache_sim dataset_stats scaleout_tables figures claims \
 		--forcerun aggregate cache_sim dataset_stats scaleout_tables claims -- figures claims results/tables/dataset_stats.csv
 
 # After `make reproduce` (with the same CONFIG): every table and figure, with its caption, in one HTML file.

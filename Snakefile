@@ -38,8 +38,13 @@ localrules:
     claims,
 
 
+# Every run's files are inputs of `all`, not only of the tables that read them: Snakemake does not rerun
+# a job whose inputs are missing while its outputs exist, so a deleted record would leave the tables
+# reading it stale ("Nothing to be done"); as a target's input, the missing file reruns its run, and
+# then every table that reads it.
 rule all:
     input:
+        all_run_files(),
         "results/tables/summary.csv",
         "results/tables/summary.md",
         "results/tables/infeasible.md",

@@ -2,6 +2,7 @@
 # What runs, and with which settings, is decided by the package (hotcold.workflow.Matrix, unit-tested);
 # Snakemake imports it, so run Snakemake where hotcold is installed (`make` does).
 import functools
+import os
 import re
 import shlex
 import sys
@@ -14,6 +15,7 @@ from hotcold import methods
 from hotcold.config import ConfigError
 from hotcold.files import tree_sha256
 from hotcold.workflow import Matrix, Run, peer_state, to_json
+from hotcold.workflow_resume import MARKER as RESUME_MARKER
 
 # Path components must match the schema's name patterns.
 wildcard_constraints:
@@ -27,13 +29,17 @@ wildcard_constraints:
 
 # Every job calls the package the same way: `python -m hotcold <verb>`.
 HOTCOLD = "python -m hotcold"
+# Set (to 1) by `make figures`: the tables are redrawn from the runs there, none is trained.
+TABLES_ONLY = "HOTCOLD_TABLES_ONLY"
 SRC = Path(workflow.basedir, "src")
 MATRIX = Matrix(config)
 
 
 def shell_prefix() -> str:
-    """Run the CLI from this checkout's sources; outside conda, with Snakemake's own interpreter."""
-    exports = [f"export PYTHONPATH={shlex.quote(str(SRC))}${{PYTHONPATH:+:$PYTHONPATH}}"]
+    """Run the CLI from this checkout's sources; outside conda, with Snakemake's own interpreter. Every job
+    carries this Snakemake's process id (`hotcold resume` ends the jobs that outlive a killed Snakemake)."""
+    exports = [f"export PYTHONPATH={shlex.quote(str(SRC))}${{PYTHONPATH:+:$PYTHONPATH}}",
+               f"export {RESUME_MARKER}={os.getpid()}"]
     if DeploymentMethod.CONDA not in workflow.deployment_settings.deployment_method:
         python_bin = shlex.quote(str(Path(sys.executable).parent))
         exports.append(f'export PATH={python_bin}:"$PATH"')
@@ -76,6 +82,11 @@ def run_of(wildcards) -> Run:
 
 def all_records() -> list[str]:
     return [f"{run.dir}/record.json" for run in MATRIX.runs()]
+
+
+def all_run_files() -> list[str]:
+    """Every run's ``record.json`` and ``steps.parquet`` (the tables read both)."""
+    return [f"{run.dir}/{name}" for run in MATRIX.runs() for name in ("record.json", "steps.parquet")]
 
 
 def scale_out_records() -> list[str]:
@@ -151,6 +162,15 @@ def hardware_profiles() -> list[str]:
     """The shipped profiles the claims table models with (`costmodel.profiles`)."""
     return [str(HARDWARE / f"{name}.yaml") for name in config["costmodel"]["profiles"]]
 
+
+# `make figures` redraws the tables from the runs there (it allows no training rule): with a run's files gone,
+# it stops here naming them instead of in Snakemake's MissingInputException.
+if os.environ.get(TABLES_ONLY) == "1":
+    _missing = [f for f in all_run_files() if not Path(f).is_file()]
+    if _missing:
+        raise WorkflowError(f"{len(_missing)} run file(s) missing ({', '.join(_missing[:3])}"
+                            f"{', ...' if len(_missing) > 3 else ''}): `make reproduce` reruns their runs "
+                            f"and rebuilds the tables; `make figures` only redraws from the runs there")
 
 try:
     MATRIX.check()
