@@ -368,3 +368,11 @@ def test_flexshard_reported_whole_total_and_sync_free_bound() -> None:
     assert table.loc["flexshard", "syncfree_bound_vs_row"] == pytest.approx(0.95)
     assert table.loc["row", "inter_total_reduction_vs_row"] == pytest.approx(0.0)
     assert math.isnan(table.loc["row", "syncfree_bound_vs_row"])
+
+
+def test_tables_and_figures_order_every_plan() -> None:
+    """A new plan in the registry gets its place in the tables' and figures' order."""
+    from hotcold.analysis.scaleout import PLAN_ORDER
+    from hotcold.distributed.plans import PLANS
+
+    assert sorted(PLAN_ORDER) == sorted(PLANS)

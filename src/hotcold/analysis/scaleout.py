@@ -234,9 +234,14 @@ def comm_traffic_table(records: list[dict[str, Any]], sims: pd.DataFrame) -> pd.
                               "method", "variant", "seed"], kind="stable", key=_plan_key).reset_index(drop=True)
 
 
+#: the plans in tables and figures: TorchRec's baselines first, its per-table plans, then the techniques
+PLAN_ORDER = ("row", "table", "column", "data-parallel", "twrw", "auto", "balanced", "recshard", "flexshard",
+              "flexshard-device")
+
+
 def _plan_key(col: pd.Series) -> pd.Series:
-    """Sort plans in a fixed order (the baselines first); other columns as they are."""
-    order = {p: i for i, p in enumerate(("row", "table", "column", "balanced", "flexshard"))}
+    """Sort plans in ``PLAN_ORDER``; other columns as they are."""
+    order = {p: i for i, p in enumerate(PLAN_ORDER)}
     return col.map(lambda p: order.get(p, len(order))) if col.name == "plan" else col
 
 

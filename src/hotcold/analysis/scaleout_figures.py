@@ -22,10 +22,9 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import PercentFormatter
 
 from hotcold.analysis.plotting import PANEL_H, PANEL_W, disturbed, disturbed_handle, empty_panel, grid, grouped_bars
-from hotcold.analysis.scaleout import batch_label
+from hotcold.analysis.scaleout import PLAN_ORDER, batch_label
 from hotcold.distributed.plan_types import DEFAULT_HEADROOM
 
-PLAN_ORDER = ("row", "table", "column", "balanced", "flexshard")
 PROACTIVE_METHOD = "proactive"  # the method whose runs ``proactive.csv`` lists
 
 
