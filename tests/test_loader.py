@@ -52,3 +52,18 @@ def test_released_pages_read_the_same_values(small_dataset):
     assert release_pages(small_dataset) >= 3  # dense, sparse, labels
     assert np.array_equal(small_dataset.dense[rows], before[0])
     assert np.array_equal(small_dataset.batch_ids(rows), before[1])
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_a_rank_reads_its_contiguous_slice_of_every_global_batch(small_dataset, ranks):
+    """Each rank reads only its slice; the slices, in rank order, are the global batch (and its look-ahead)."""
+    whole = list(BatchLoader(small_dataset, "train", 64, 5, seed=0, lookahead=1))
+    parts = [list(BatchLoader(small_dataset, "train", 64, 5, seed=0, lookahead=1, part=(r, ranks)))
+             for r in range(ranks)]
+    for step, batch in enumerate(whole):
+        got = [p[step] for p in parts]
+        assert all(g.ids.shape[0] == 64 // ranks for g in got)
+        for field in ("dense", "ids", "labels"):
+            assert torch.equal(torch.cat([getattr(g, field) for g in got]), getattr(batch, field))
+        for k, ahead in enumerate(batch.upcoming):
+            assert torch.equal(torch.cat([g.upcoming[k] for g in got]), ahead)

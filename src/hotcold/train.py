@@ -134,9 +134,10 @@ def default_order(cfg: RunConfig, ds: Dataset) -> Iterator[np.ndarray]:
 
 
 def train_loader(cfg: RunConfig, ds: Dataset, lookahead: int, pin_memory: bool = False,
-                 rows: Iterable[np.ndarray] | None = None) -> BatchLoader:
+                 rows: Iterable[np.ndarray] | None = None, part: tuple[int, int] = (0, 1)) -> BatchLoader:
+    """The training batches; ``part`` (rank, ranks): only that rank's contiguous slice of each is read."""
     t = cfg.train
-    return BatchLoader(ds, "train", t.batch_size, t.steps, cfg.seed, t.shuffle, lookahead, pin_memory, rows)
+    return BatchLoader(ds, "train", t.batch_size, t.steps, cfg.seed, t.shuffle, lookahead, pin_memory, rows, part)
 
 
 def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = True,
@@ -159,14 +160,15 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
     loss_fn = nn.BCEWithLogitsLoss()
     timer = PhaseTimer("cuda" if device.type == "cuda" else "cpu",
                        warmup=cfg.train.warmup_steps, window=cfg.timing.window)
-    loader = train_loader(cfg, ds, store.lookahead, pin_memory=device.type == "cuda", rows=rows)
+    loader = train_loader(cfg, ds, store.lookahead, pin_memory=device.type == "cuda", rows=rows,
+                          part=(world.rank, world.size))  # this rank's slice of every global batch
     counters: list[tuple[int, dict[str, int]]] = []
     batches = iter(loader)
     try:
         for _ in tqdm(range(cfg.train.steps), desc=f"train {cfg.method}/{cfg.variant}",
                       disable=not progress, mininterval=2.0):
             timer.begin_step()
-            batch = world.local(next(batches))
+            batch = next(batches)
             timer.mark("data")
             dense = batch.dense.to(device, non_blocking=True)
             valid = (batch.ids >= 0).to(device, non_blocking=True)

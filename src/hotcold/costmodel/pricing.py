@@ -157,11 +157,11 @@ def row_optimizer(t: Terms, c: Costs, w: Workload, phase: str, unique: float, on
 
 
 def batch_terms(t: Terms, c: Costs, w: Workload) -> None:
-    """The loop's own work: read the global batch (every rank reads it, then keeps its slice), ship the
-    rank's dense features and labels, its dense forward/backward."""
-    b, k, nd = w.batch_size, w.shape.id_columns, w.shape.num_dense
+    """The loop's own work: read the rank's slice of the global batch, ship its dense features and labels, its
+    dense forward/backward."""
+    k, nd = w.shape.id_columns, w.shape.num_dense
+    b = w.batch_size / max(1, w.world)
     t.add("data", "read_batch", c.ids(b, "host_data_sample_ns") + c.host_bytes(b * w.shape.sample_bytes))
-    b = b / max(1, w.world)
     t.add("h2d", "ship_batch", c.h2d(b * (nd * FLOAT_BYTES + k + FLOAT_BYTES), 3) + c.ops(3)
           + c.dev_bytes(b * k * 9))
     t.add("dense_fwd_bwd", "dense_compute", w.shape.flops_per_sample() * b / (c.p.value("dense_flops") * 1e6))

@@ -64,9 +64,12 @@ class BatchLoader:
         lookahead: int = 0,
         pin_memory: bool = False,
         rows: Iterable[np.ndarray] | None = None,
+        part: tuple[int, int] = (0, 1),
     ) -> None:
-        """``rows`` replaces the default batch order (row indices relative to the split)."""
+        """``rows`` replaces the default batch order (row indices relative to the split). ``part`` (r, P): read
+        only the r-th of P contiguous slices of every global batch (a rank's; the batch size divides by P)."""
         self.ds = ds
+        self.part = part
         self.start, stop = ds.split(split)
         self.rows = rows if rows is not None else batch_rows(stop - self.start, batch_size, steps, seed, shuffle)
         self.lookahead = lookahead
@@ -84,8 +87,10 @@ class BatchLoader:
     def __iter__(self) -> Iterator[Batch]:
         window: deque = deque()
         step = 0
+        r, p = self.part
         for rows in self.rows:
-            window.append(self._read(rows))
+            n = len(rows) // p
+            window.append(self._read(rows[r * n:(r + 1) * n]))
             if len(window) <= self.lookahead:
                 continue  # fill the window before the first batch
             yield self._batch(step, window)

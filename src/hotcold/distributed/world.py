@@ -10,7 +10,6 @@ its reference in one process (``World.sync_dense``).
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Any, Callable
 
@@ -18,7 +17,6 @@ import torch
 from torch import nn
 
 from hotcold.config import ConfigError
-from hotcold.data.loader import Batch
 from hotcold.distributed.comm import Comm, init_process_group
 from hotcold.distributed.topology import Topology
 
@@ -72,18 +70,6 @@ class World:
     def check_batch(self, batch_size: int) -> None:
         if batch_size % self.data_parallel:
             raise ConfigError(f"batch_size {batch_size} is not divisible by the world size {self.data_parallel}")
-
-    def _slice(self, t: torch.Tensor) -> torch.Tensor:
-        n = t.shape[0] // self.size
-        return t[self.rank * n:(self.rank + 1) * n]
-
-    def local(self, batch: Batch) -> Batch:
-        """This rank's contiguous slice of a global batch (and of the batches it shows ahead)."""
-        if self.size == 1:
-            return batch
-        return dataclasses.replace(batch, dense=self._slice(batch.dense), ids=self._slice(batch.ids),
-                                   labels=self._slice(batch.labels),
-                                   upcoming=[self._slice(u) for u in batch.upcoming])
 
     def parts(self, n: int) -> list[slice | None]:
         """The slices of this process's batch whose losses are differentiated one by one (None: all of it)."""
