@@ -197,22 +197,18 @@ def _check_columns(cols: dict[str, np.ndarray], cardinalities: list[int],
         raise DatasetError(f"dense must be [N, F] with N={n}, got {dense.shape}")
     if sparse.ndim != 2 or sparse.shape != (n, len(cardinalities)):
         raise DatasetError(f"sparse must be [N, {len(cardinalities)}], got {sparse.shape}")
-    card = np.asarray(cardinalities)
-    for a in range(0, n, chunk):
-        block = sparse[a:a + chunk]
-        if len(block) and _out_of_range(block, card):
-            raise DatasetError("sparse ids must lie in [0, cardinality) per table")
-        release_pages(sparse)
+    if _out_of_range(sparse, np.asarray(cardinalities), chunk):
+        raise DatasetError("sparse ids must lie in [0, cardinality) per table")
     _check_splits(splits, n)
     if sequence:
         _check_history(cols["history"], cols["history_offsets"], sequence, cardinalities, n, chunk)
 
 
-def _out_of_range(block: np.ndarray, card: np.ndarray) -> bool:
-    """Whether a column of the [rows, columns] ``block`` holds an id outside [0, card[column])."""
+def _out_of_range(ids: np.ndarray, card: np.ndarray, chunk: int) -> bool:
+    """Whether a column of the [rows, columns] ``ids`` holds an id outside [0, card[column]) (chunk by chunk)."""
     from hotcold.data.integrity import first_out_of_range
 
-    return first_out_of_range(block, card, chunk=max(1, len(block))) is not None
+    return first_out_of_range(ids, card, chunk) is not None
 
 
 def _check_history(history, offsets, sequence, cardinalities, n, chunk) -> None:
@@ -226,12 +222,8 @@ def _check_history(history, offsets, sequence, cardinalities, n, chunk) -> None:
         raise DatasetError(f"history lengths must lie in [0, max_length={max_length}]")
     if not all(0 <= t < len(cardinalities) for t in tables):
         raise DatasetError(f"sequence tables {tables} do not all exist")
-    card = np.asarray(cardinalities)[tables]
-    for a in range(0, len(history), chunk):
-        block = history[a:a + chunk]
-        if len(block) and _out_of_range(block, card):
-            raise DatasetError("history ids must lie in [0, cardinality) of their tables")
-        release_pages(history)
+    if _out_of_range(history, np.asarray(cardinalities)[tables], chunk):
+        raise DatasetError("history ids must lie in [0, cardinality) of their tables")
 
 
 def _check_splits(splits: dict[str, tuple[int, int]], n: int) -> None:

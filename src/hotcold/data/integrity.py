@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -229,6 +230,39 @@ def _bounds(block: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
         np.maximum(hi, block.max(axis=0), out=hi)
 
 
+def chunks(arr: np.ndarray, rows: int) -> Iterator[tuple[int, np.ndarray]]:
+    """(first row, block) of ``rows`` rows at a time over ``arr``, in bounded memory.
+
+    A column memory-mapped from its file is read into one reused buffer
+    (plain reads: several times faster than faulting in the mapping's pages,
+    and nothing stays mapped in this process); any other array is sliced.
+    The block is only valid until the next one is read.
+    """
+    rows = max(1, rows)
+    path, offset = getattr(arr, "filename", None), getattr(arr, "offset", None)
+    if not isinstance(arr, np.memmap) or not isinstance(arr.base, mmap.mmap) or path is None or offset is None \
+            or not arr.flags.c_contiguous or arr.size == 0:  # not a whole column file: slice it
+        for a in range(0, len(arr), rows):
+            yield a, arr[a:a + rows]
+        release_pages(arr)
+        return
+    row_bytes = arr.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64))
+    buf = np.empty((min(rows, len(arr)),) + arr.shape[1:], dtype=arr.dtype)
+    with open(path, "rb", buffering=0) as f:
+        f.seek(offset)
+        for a in range(0, len(arr), rows):
+            block = buf[:min(rows, len(arr) - a)]
+            view = memoryview(block.reshape(-1).view(np.uint8))
+            got = 0
+            while got < len(view):
+                n = f.readinto(view[got:])
+                if not n:
+                    raise OSError(f"{path}: ended at row {a}, before its {len(arr)} rows")
+                got += n
+            yield a, block
+            del view
+
+
 def first_out_of_range(ids: np.ndarray, card: np.ndarray, chunk: int = CHUNK_ROWS) -> tuple[int, int, int] | None:
     """(row, column, id) of the first id outside ``[0, card[column])`` of the 2-D ``ids``, or None.
 
@@ -236,13 +270,11 @@ def first_out_of_range(ids: np.ndarray, card: np.ndarray, chunk: int = CHUNK_ROW
     chunk that fails is searched for the offending row.
     """
     card = np.asarray(card, dtype=np.int64)
-    for a in range(0, len(ids), chunk):
-        block = ids[a:a + chunk]
+    for a, block in chunks(ids, chunk):
         lo = np.full(block.shape[1], np.iinfo(np.int64).max, dtype=np.int64)
         hi = np.full(block.shape[1], np.iinfo(np.int64).min, dtype=np.int64)
         if len(block):
             _bounds(block, lo, hi)
-        release_pages(ids)
         if (lo < 0).any() or (hi >= card).any():
             bad = (block < 0) | (block >= card)
             r, c = np.argwhere(bad)[0]
@@ -267,22 +299,18 @@ def check_contents(where: Where, m: Mapping[str, Any], arrays: Mapping[str, np.n
         r, c, v = found
         raise where.error(files["sparse"], _id_message("sparse", r, c, v, c, int(cards[c])))
     labels = arrays["labels"]
-    for a in range(0, len(labels), chunk):
-        block = labels[a:a + chunk]
+    for a, block in chunks(labels, chunk):
         bad = np.flatnonzero((block != 0) & (block != 1))
         if len(bad):
             r = int(bad[0])
             raise where.error(files["labels"], f"label {float(block[r])} at row {a + r}: labels must be 0 or 1")
-    release_pages(labels)
     dense = arrays["dense"]
     step = max(1, chunk * 16 // max(1, dense.shape[1] if dense.ndim == 2 else 1))
-    for a in range(0, len(dense), step):
-        block = dense[a:a + step]
+    for a, block in chunks(dense, step):
         if not np.isfinite(block).all():
             r, c = np.argwhere(~np.isfinite(block))[0]
             raise where.error(files["dense"], f"non-finite dense feature {float(block[r, c])} at row {a + r}, "
                                               f"column {c}")
-        release_pages(dense)
     if "sequence" in m:
         _check_history(where, m, arrays, files, cards, chunk)
 
