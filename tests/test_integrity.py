@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -113,14 +114,15 @@ def test_a_damaged_dataset_is_refused_at_open_naming_dataset_and_file(small_data
 @pytest.mark.parametrize("damage", list(DAMAGES))
 def test_training_on_a_damaged_dataset_ends_with_one_line_and_no_record(
         small_dataset: Dataset, tmp_path: Path, damage: str, capsys: pytest.CaptureFixture[str]) -> None:
-    make, file, _ = DAMAGES[damage]
+    make, file, what = DAMAGES[damage]
     path = copy_of(small_dataset, tmp_path)
     make(path)
     rc = train_cli(path, tmp_path / "run")
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and not (tmp_path / "run" / "record.json").exists()
     assert len([line for line in err if line.startswith("hotcold train: error:")]) == 1
-    assert err[-1].startswith(f"hotcold train: error: dataset ") and file in err[-1] and "Traceback" not in err
+    assert re.match(f"hotcold train: error: dataset (small|copy) \\({path}\\): {file}: .*{what}", err[-1])
+    assert not [line for line in err if "Traceback" in line]
 
 
 # ---------------------------------------------------------------- histories (the only padding is in batches)

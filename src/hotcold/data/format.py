@@ -287,8 +287,8 @@ class Dataset:
         names = COLUMNS + (SEQUENCE_COLUMNS if "sequence" in manifest else ())
         arrays = {name: integrity.open_column(where, path, manifest["columns"][name]) for name in names}
         integrity.check_shapes(where, manifest, arrays)
+        integrity.check_contents(where, manifest, arrays)  # first: it names the fault, a hash only that one exists
         digests = integrity.verify_sha256(where, path, manifest, progress) if verify else None
-        integrity.check_contents(where, manifest, arrays)
         return cls(path, manifest, hashlib.sha256(raw).hexdigest(), **arrays, column_sha256=digests)
 
     def verified_sha256(self, progress: bool = False) -> dict[str, str]:

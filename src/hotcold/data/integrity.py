@@ -41,7 +41,7 @@ from hotcold.jit import KERNEL, jit
 CACHE = ".hotcold-verified.json"
 CACHE_VERSION = 1
 #: rows per chunk of the content checks (bounded memory at any dataset size)
-CHUNK_ROWS = 1 << 20
+CHUNK_ROWS = 1 << 18
 
 
 class Where:
@@ -305,8 +305,7 @@ def check_contents(where: Where, m: Mapping[str, Any], arrays: Mapping[str, np.n
             r = int(bad[0])
             raise where.error(files["labels"], f"label {float(block[r])} at row {a + r}: labels must be 0 or 1")
     dense = arrays["dense"]
-    step = max(1, chunk * 16 // max(1, dense.shape[1] if dense.ndim == 2 else 1))
-    for a, block in chunks(dense, step):
+    for a, block in chunks(dense, chunk):
         if not np.isfinite(block).all():
             r, c = np.argwhere(~np.isfinite(block))[0]
             raise where.error(files["dense"], f"non-finite dense feature {float(block[r, c])} at row {a + r}, "
