@@ -143,7 +143,7 @@ def test_a_history_id_outside_its_table_is_refused(sequence_dataset: Dataset, tm
 def test_history_offsets_longer_than_max_length_are_refused(sequence_dataset: Dataset, tmp_path: Path) -> None:
     path = copy_of(sequence_dataset, tmp_path)
     edit_manifest(path, lambda m: m["sequence"].__setitem__("max_length", 2))
-    with pytest.raises(DatasetError, match="history_offsets.npy: sample .* history events, outside \\[0, max_length=2\\]"):
+    with pytest.raises(DatasetError, match="history_offsets.npy: sample .* events, outside \\[0, max_length=2\\]"):
         Dataset.open(path)
 
 
@@ -245,3 +245,20 @@ def test_a_clean_dataset_opens_unchanged(small_dataset: Dataset, sequence_datase
         again = Dataset.open(ds.path, verify=True)
         assert again.manifest == ds.manifest and again.manifest_sha256 == ds.manifest_sha256
         assert (np.asarray(again.sparse) == np.asarray(ds.sparse)).all()
+
+
+def test_without_numba_the_numpy_pass_finds_the_same_fault(small_dataset: Dataset, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(integrity, "KERNEL", "python")
+    path = copy_of(small_dataset, tmp_path)
+    Dataset.open(path)
+    set_id(1000, 3, 1000)(path)
+    with pytest.raises(DatasetError, match="sparse.npy: sparse id 1000 at row 1000, column 3 is outside"):
+        Dataset.open(path)
+
+
+def test_a_column_is_read_in_chunks_exactly(small_dataset: Dataset) -> None:
+    for arr in (small_dataset.sparse, small_dataset.labels, np.asarray(small_dataset.dense)):
+        got = np.concatenate([block.copy() for _, block in integrity.chunks(arr, 1000)])
+        assert got.dtype == arr.dtype and (got == np.asarray(arr)).all()
+        assert [a for a, _ in integrity.chunks(arr, 1000)] == list(range(0, len(arr), 1000))

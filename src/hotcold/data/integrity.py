@@ -246,7 +246,6 @@ def chunks(arr: np.ndarray, rows: int) -> Iterator[tuple[int, np.ndarray]]:
             yield a, arr[a:a + rows]
         release_pages(arr)
         return
-    row_bytes = arr.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64))
     buf = np.empty((min(rows, len(arr)),) + arr.shape[1:], dtype=arr.dtype)
     with open(path, "rb", buffering=0) as f:
         f.seek(offset)
