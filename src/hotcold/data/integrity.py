@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mmap
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -233,33 +232,14 @@ def _bounds(block: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
 def chunks(arr: np.ndarray, rows: int) -> Iterator[tuple[int, np.ndarray]]:
     """(first row, block) of ``rows`` rows at a time over ``arr``, in bounded memory.
 
-    A column memory-mapped from its file is read into one reused buffer
-    (plain reads: several times faster than faulting in the mapping's pages,
-    and nothing stays mapped in this process); any other array is sliced.
-    The block is only valid until the next one is read.
+    A memory-mapped column is read through its mapping and each chunk's pages
+    are dropped from this process once it is checked (``release_pages``), so
+    neither the heap nor the resident set grows with the file.
     """
     rows = max(1, rows)
-    path, offset = getattr(arr, "filename", None), getattr(arr, "offset", None)
-    if not isinstance(arr, np.memmap) or not isinstance(arr.base, mmap.mmap) or path is None or offset is None \
-            or not arr.flags.c_contiguous or arr.size == 0:  # not a whole column file: slice it
-        for a in range(0, len(arr), rows):
-            yield a, arr[a:a + rows]
+    for a in range(0, len(arr), rows):
+        yield a, arr[a:a + rows]
         release_pages(arr)
-        return
-    buf = np.empty((min(rows, len(arr)),) + arr.shape[1:], dtype=arr.dtype)
-    with open(path, "rb", buffering=0) as f:
-        f.seek(offset)
-        for a in range(0, len(arr), rows):
-            block = buf[:min(rows, len(arr) - a)]
-            view = memoryview(block.reshape(-1).view(np.uint8))
-            got = 0
-            while got < len(view):
-                n = f.readinto(view[got:])
-                if not n:
-                    raise OSError(f"{path}: ended at row {a}, before its {len(arr)} rows")
-                got += n
-            yield a, block
-            del view
 
 
 def first_out_of_range(ids: np.ndarray, card: np.ndarray, chunk: int = CHUNK_ROWS) -> tuple[int, int, int] | None:
