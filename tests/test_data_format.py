@@ -31,7 +31,7 @@ def test_empty_split_is_refused_when_written_and_opened(tmp_path: Path) -> None:
     manifest = json.loads((tmp_path / "ds" / "manifest.json").read_text())
     manifest["splits"]["test"] = [10, 10]     # a dataset written before empty splits were refused
     (tmp_path / "ds" / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(DatasetError, match=r"ds: split 'test' is empty"):
+    with pytest.raises(DatasetError, match=r"dataset ds \(.*\): manifest.json: split 'test' is empty"):
         Dataset.open(tmp_path / "ds")
 
 

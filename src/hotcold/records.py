@@ -188,6 +188,7 @@ def _run_header(cfg: RunConfig, ds: Dataset, device: torch.device, timer: str, s
         "status": status,
         "config": cfg.to_dict(),
         "dataset_manifest_sha256": ds.manifest_sha256,
+        "dataset_column_sha256": ds.verified_sha256(),  # each column file's, checked against the manifest
         "provenance": provenance(device, timer),
     }
 
@@ -219,7 +220,7 @@ def infeasible_record(cfg: RunConfig, ds: Dataset, device: torch.device, reason:
 
 def write_infeasible(cfg: RunConfig, dataset_dir: Path, out_dir: Path, device: str, reason: str) -> Path:
     """Write the run directory of a variant known to be infeasible on ``device`` before training (no numbers)."""
-    record = infeasible_record(cfg, Dataset.open(dataset_dir), torch.device(device), reason)
+    record = infeasible_record(cfg, Dataset.open(dataset_dir, verify=True), torch.device(device), reason)
     return write_run(out_dir, record, steps_frame([], []))
 
 

@@ -183,7 +183,7 @@ def run_group(jobs: Sequence[Job], dataset_dir: Path, progress: bool = True, wor
     if world.is_main:
         for job in jobs:  # never leave a stale complete-looking run
             (Path(job.out_dir) / "record.json").unlink(missing_ok=True)
-    ds = Dataset.open(dataset_dir)
+    ds = Dataset.open(dataset_dir, verify=True, progress=progress and world.is_main)  # checks and hashes (cached)
     runs = [RepeatedRun(j, ds, device or resolve_device(j.cfg.timing.device), world, progress, len(jobs))
             for j in jobs]
     records: list[dict[str, Any] | None] = [None] * len(runs)

@@ -197,21 +197,18 @@ def _check_columns(cols: dict[str, np.ndarray], cardinalities: list[int],
         raise DatasetError(f"dense must be [N, F] with N={n}, got {dense.shape}")
     if sparse.ndim != 2 or sparse.shape != (n, len(cardinalities)):
         raise DatasetError(f"sparse must be [N, {len(cardinalities)}], got {sparse.shape}")
-    card = np.asarray(cardinalities)
-    for a in range(0, n, chunk):
-        block = sparse[a:a + chunk]
-        if len(block) and _out_of_range(block, card):
-            raise DatasetError("sparse ids must lie in [0, cardinality) per table")
-        release_pages(sparse)
+    if _out_of_range(sparse, np.asarray(cardinalities), chunk):
+        raise DatasetError("sparse ids must lie in [0, cardinality) per table")
     _check_splits(splits, n)
     if sequence:
         _check_history(cols["history"], cols["history_offsets"], sequence, cardinalities, n, chunk)
 
 
-def _out_of_range(block: np.ndarray, card: np.ndarray) -> bool:
-    """Whether a column of the [rows, columns] ``block`` holds an id outside [0, card[column]) (column by
-    column: numpy reduces a strided column far faster than ``min(axis=0)`` over few columns)."""
-    return any(col.min() < 0 or col.max() >= c for col, c in zip(block.T, card))
+def _out_of_range(ids: np.ndarray, card: np.ndarray, chunk: int) -> bool:
+    """Whether a column of the [rows, columns] ``ids`` holds an id outside [0, card[column]) (chunk by chunk)."""
+    from hotcold.data.integrity import first_out_of_range
+
+    return first_out_of_range(ids, card, chunk) is not None
 
 
 def _check_history(history, offsets, sequence, cardinalities, n, chunk) -> None:
@@ -225,25 +222,15 @@ def _check_history(history, offsets, sequence, cardinalities, n, chunk) -> None:
         raise DatasetError(f"history lengths must lie in [0, max_length={max_length}]")
     if not all(0 <= t < len(cardinalities) for t in tables):
         raise DatasetError(f"sequence tables {tables} do not all exist")
-    card = np.asarray(cardinalities)[tables]
-    for a in range(0, len(history), chunk):
-        block = history[a:a + chunk]
-        if len(block) and _out_of_range(block, card):
-            raise DatasetError("history ids must lie in [0, cardinality) of their tables")
-        release_pages(history)
+    if _out_of_range(history, np.asarray(cardinalities)[tables], chunk):
+        raise DatasetError("history ids must lie in [0, cardinality) of their tables")
 
 
 def _check_splits(splits: dict[str, tuple[int, int]], n: int) -> None:
-    if "train" not in splits or "test" not in splits:
-        raise DatasetError(f"splits need at least 'train' and 'test', got {sorted(splits)}")
-    for name, (a, b) in splits.items():
-        if name not in SPLITS:
-            raise DatasetError(f"unknown split {name!r}; expected one of {SPLITS}")
-        if not 0 <= a <= b <= n:
-            raise DatasetError(f"split {name!r} = [{a}, {b}) is outside [0, {n})")
-        if a == b:
-            raise DatasetError(f"split {name!r} is empty (rows [{a}, {b})): training and evaluation need "
-                               f"samples in every split; make the dataset larger or its holdout share bigger")
+    """Known names, train and test present, each non-empty inside [0, n), no two overlapping (``integrity``)."""
+    from hotcold.data.integrity import check_splits
+
+    check_splits(None, splits, n)
 
 
 @dataclass(frozen=True)
@@ -276,38 +263,43 @@ class Dataset:
     labels: np.ndarray  # float32 [N], memory-mapped
     history: np.ndarray | None = None          # int32 [H, S], memory-mapped
     history_offsets: np.ndarray | None = None  # int64 [N+1], memory-mapped
+    column_sha256: dict[str, str] | None = None  # {file: sha256} verified against the manifest (``verify``)
 
     @classmethod
-    def open(cls, path: Path | str, verify: bool = False) -> "Dataset":
-        """Open a dataset; ``verify`` re-hashes the column files against the manifest."""
+    def open(cls, path: Path | str, verify: bool = False, progress: bool = False) -> "Dataset":
+        """Open a dataset, refusing a damaged or inconsistent one with one line naming the file (``integrity``).
+
+        Always checked: the manifest, each file's length, shape and dtype, and
+        the contents (ids within their tables, labels in {0, 1}, disjoint
+        splits...). ``verify`` also checks the column files' sha256 against the
+        manifest (cached while a file is unchanged) and keeps them in
+        ``column_sha256``: a run verifies the dataset it trains on.
+        """
+        from hotcold.data import integrity
+
         path = Path(path)
-        mpath = path / "manifest.json"
-        if not mpath.is_file():
-            raise DatasetError(f"{path} is not a dataset directory (no manifest.json)")
-        raw = mpath.read_bytes()
-        manifest = json.loads(raw)
+        manifest, raw = integrity.read_manifest(path)
+        where = integrity.Where(path, manifest.get("name") if isinstance(manifest.get("name"), str) else None)
         if manifest.get("format_version") != FORMAT_VERSION:
-            raise DatasetError(
-                f"{mpath}: format_version {manifest.get('format_version')!r}, expected {FORMAT_VERSION}"
-            )
-        try:
-            _check_splits({k: tuple(v) for k, v in manifest["splits"].items()}, int(manifest["rows"]))
-        except DatasetError as e:
-            raise DatasetError(f"{path}: {e}") from None
-        arrays = {}
+            raise where.error("manifest.json", f"format_version {manifest.get('format_version')!r}, "
+                                               f"expected {FORMAT_VERSION}")
+        integrity.check_manifest(where, manifest)
         names = COLUMNS + (SEQUENCE_COLUMNS if "sequence" in manifest else ())
-        for name in names:
-            col = manifest["columns"][name]
-            fpath = path / col["file"]
-            if not fpath.is_file():
-                raise DatasetError(f"{path}: column file {col['file']} is missing")
-            if verify and file_sha256(fpath) != manifest["sha256"][col["file"]]:
-                raise DatasetError(f"{fpath}: sha256 does not match the manifest (corrupted?)")
-            arr = np.load(fpath, mmap_mode="r")
-            if list(arr.shape) != col["shape"] or str(arr.dtype) != col["dtype"]:
-                raise DatasetError(f"{fpath}: shape/dtype {arr.shape}/{arr.dtype} differ from the manifest")
-            arrays[name] = arr
-        return cls(path, manifest, hashlib.sha256(raw).hexdigest(), **arrays)
+        arrays = {name: integrity.open_column(where, path, manifest["columns"][name]) for name in names}
+        integrity.check_shapes(where, manifest, arrays)
+        integrity.check_contents(where, manifest, arrays)  # first: it names the fault, a hash only that one exists
+        digests = integrity.verify_sha256(where, path, manifest, progress) if verify else None
+        return cls(path, manifest, hashlib.sha256(raw).hexdigest(), **arrays, column_sha256=digests)
+
+    def verified_sha256(self, progress: bool = False) -> dict[str, str]:
+        """{file: sha256} of the column files, verified against the manifest (now, unless ``open`` did)."""
+        if self.column_sha256 is None:
+            from hotcold.data import integrity
+
+            where = integrity.Where(self.path, self.manifest.get("name"))
+            object.__setattr__(self, "column_sha256",
+                               integrity.verify_sha256(where, self.path, self.manifest, progress))
+        return dict(self.column_sha256)
 
     @property
     def name(self) -> str:
