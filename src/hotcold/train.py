@@ -34,6 +34,60 @@ from hotcold.model.optim import DenseAdagrad, DenseOptimizer, DenseSGD
 from hotcold.timing import PhaseTimer, TimedPart, summarize_repeats
 
 
+class DivergedError(RuntimeError):
+    """Training produced a non-finite loss or parameter: the run ends as a ``diverged`` record naming ``step``."""
+
+    def __init__(self, step: int, what: str, cfg: RunConfig) -> None:
+        t = cfg.train
+        self.step = step
+        super().__init__(f"non-finite {what} at step {step} of {t.steps} (counted from 0; "
+                         f"lr {t.lr:g}, dense_lr {t.dense_lr:g}, {t.row_optimizer}/{t.dense_optimizer})")
+
+
+class DivergenceGuard:
+    """Watches the training loss and the dense parameters for a non-finite value without a host sync per step.
+
+    Each step's loss is added to a slot of a tensor on the device (``see``);
+    every ``every`` steps, where the CUDA phase timer synchronises anyway, and
+    after the last step (``check``), the slots since the last check and the
+    dense parameters are tested at once. Over several ranks the first bad step
+    is agreed by one (uncounted) all-reduce at each check, so every rank stops
+    at the same check. ``finish`` tests every parameter, the embedding rows
+    included, once at the end.
+    """
+
+    NONE = 1 << 62
+
+    def __init__(self, cfg: RunConfig, device: torch.device, world: World) -> None:
+        self.cfg, self.world, self.every = cfg, world, cfg.timing.window
+        self.steps = cfg.train.steps
+        self.losses = torch.zeros(self.steps, dtype=torch.float32, device=device)
+        self.checked = 0
+
+    def see(self, step: int, loss: torch.Tensor) -> None:
+        self.losses[step].add_(loss.detach())  # a non-finite part of the step makes the sum non-finite
+
+    def check(self, step: int, model: nn.Module) -> None:
+        """At every ``every``-th step and the last: raise ``DivergedError`` if anything seen so far is non-finite."""
+        if (step + 1) % self.every and step + 1 < self.steps:
+            return
+        seg = self.losses[self.checked:step + 1]
+        bad = (~torch.isfinite(seg)).nonzero()
+        first, what = (self.checked + int(bad[0]), "loss") if bad.numel() else (self.NONE, "")
+        if first == self.NONE and not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+            first, what = step, "dense parameter"
+        self.checked = step + 1
+        agreed = self.world.first_across(first)
+        if agreed != self.NONE:
+            raise DivergedError(agreed, what if agreed == first else "loss or parameter (on another rank)", self.cfg)
+
+    def finish(self, named: Sequence[tuple[str, torch.Tensor]]) -> None:
+        """After training: every parameter (the embedding rows too) must be finite."""
+        bad = [name for name, t in named if not bool(torch.isfinite(t).all())]
+        if bad:
+            raise DivergedError(self.steps - 1, f"parameter {bad[0]} after the last step", self.cfg)
+
+
 @dataclass
 class RunResult:
     summary: dict[str, Any]
@@ -162,8 +216,9 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
     loader = train_loader(cfg, ds, store.lookahead, pin_memory=device.type == "cuda", rows=rows)
     counters: list[tuple[int, dict[str, int]]] = []
     batches = iter(loader)
+    guard = DivergenceGuard(cfg, device, world)
     try:
-        for _ in tqdm(range(cfg.train.steps), desc=f"train {cfg.method}/{cfg.variant}",
+        for i in tqdm(range(cfg.train.steps), desc=f"train {cfg.method}/{cfg.variant}",
                       disable=not progress, mininterval=2.0):
             timer.begin_step()
             batch = world.local(next(batches))
@@ -177,7 +232,9 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
             opt.zero_grad(set_to_none=True)
             for part in world.parts(labels.shape[0]):  # the whole batch, except in a data-parallel replay
                 x = (dense, emb, valid, labels) if part is None else (dense[part], emb[part], valid[part], labels[part])
-                loss_fn(model(*x[:3]), x[3]).backward()
+                loss = loss_fn(model(*x[:3]), x[3])
+                loss.backward()
+                guard.see(i, loss)
                 world.accumulate(model)
             world.sync_dense(model, emb, timer, store.begin_backward)
             opt.step()
@@ -185,12 +242,14 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
             store.backward(emb.grad, timer)
             timer.end_step()
             counters.append((batch.step, store.step_counters()))
+            guard.check(i, model)  # every timing.window steps (where the CUDA timer syncs) and the last
         timer.flush()
         release_pages(ds)  # the training batches' mapped pages: not held under evaluation and the record
         counters = world.combine_counters(counters)
         metrics = evaluate(model, store, ds, cfg, device, progress) if evaluation else {}
         report = store.report()
         embedding = store.final_rows()
+        guard.finish([*model.named_parameters(), ("embedding.weight", embedding)])
     finally:
         store.close()
     timed = TimedPart(timer.steps, [c for c in counters if c[0] >= cfg.train.warmup_steps], cfg.train.batch_size,

@@ -144,6 +144,14 @@ class World:
         if self.slices > 1:
             emb.grad.mul_(1.0 / p)
 
+    def first_across(self, value: int) -> int:
+        """The smallest of every rank's ``value`` (one uncounted all-reduce: control, not the model's traffic)."""
+        if self.size == 1:
+            return value
+        t = torch.tensor([value], dtype=torch.int64, device=self.comm.device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MIN)
+        return int(t.item())
+
     def combine_counters(self, counters: list[tuple[int, dict[str, int]]]) -> list[tuple[int, dict[str, int]]]:
         """Every step's counters summed over ranks (bytes and lookups of the whole world)."""
         if self.size == 1:
