@@ -22,6 +22,7 @@ import torch
 import hotcold
 from hotcold.config import RunConfig
 from hotcold.data.format import Dataset
+from hotcold.distributed.launch import launcher_alive
 from hotcold.files import atomic_write, atomic_write_json, tree_sha256
 from hotcold.machine import cpu_name
 from hotcold.train import RunResult
@@ -240,7 +241,13 @@ def diverged_record(cfg: RunConfig, ds: Dataset, device: torch.device, reason: s
 
 
 def write_run(out_dir: Path, record: dict[str, Any], steps: pd.DataFrame) -> Path:
-    """Write ``steps.parquet`` then ``record.json`` (the completeness marker)."""
+    """Write ``steps.parquet`` then ``record.json`` (the completeness marker).
+
+    A rank whose launcher is gone (``kill -9`` of ``hotcold train --nproc``)
+    writes nothing: the launch it belonged to was stopped.
+    """
+    if not launcher_alive():
+        raise ChildProcessError(f"{out_dir}: the launcher of this rank is gone; an orphaned rank writes no record")
     out_dir = Path(out_dir)
     (out_dir / "record.json").unlink(missing_ok=True)
     atomic_write_parquet(out_dir / "steps.parquet", steps)
