@@ -45,15 +45,17 @@ class DivergedError(RuntimeError):
 
 
 class DivergenceGuard:
-    """Watches the training loss and the dense parameters for a non-finite value without a host sync per step.
+    """Watches the training loss and the parameters for a non-finite value without a host sync per step.
 
-    Each step's loss is added to a slot of a tensor on the device (``see``);
-    every ``every`` steps, where the CUDA phase timer synchronises anyway, and
-    after the last step (``check``), the slots since the last check and the
-    dense parameters are tested at once. Over several ranks the first bad step
-    is agreed by one (uncounted) all-reduce at each check, so every rank stops
-    at the same check. ``finish`` tests every parameter, the embedding rows
-    included, once at the end.
+    Each step's loss tensor is kept as it is, on the device (``see``); every
+    ``every`` steps, where the CUDA phase timer synchronises anyway, and after
+    the last step (``check``), the losses since the last check are tested at
+    once. A parameter that turns non-finite makes the next step's loss
+    non-finite (every dense parameter and every looked-up row reaches the
+    logit), so parameters are tested once, at the end (``finish``: the dense
+    ones and every embedding row, which covers the last update). Over several
+    ranks the first bad step is agreed by one (uncounted) all-reduce at each
+    check, so every rank stops at the same check.
     """
 
     NONE = 1 << 62
@@ -61,31 +63,39 @@ class DivergenceGuard:
     def __init__(self, cfg: RunConfig, device: torch.device, world: World) -> None:
         self.cfg, self.world, self.every = cfg, world, cfg.timing.window
         self.steps = cfg.train.steps
-        self.losses = torch.zeros(self.steps, dtype=torch.float32, device=device)
-        self.checked = 0
+        self._seen: list[tuple[int, torch.Tensor]] = []  # (step, loss) since the last check, left on the device
 
     def see(self, step: int, loss: torch.Tensor) -> None:
-        self.losses[step].add_(loss.detach())  # a non-finite part of the step makes the sum non-finite
+        self._seen.append((step, loss.detach()))
 
-    def check(self, step: int, model: nn.Module) -> None:
+    def check(self, step: int) -> None:
         """At every ``every``-th step and the last: raise ``DivergedError`` if anything seen so far is non-finite."""
         if (step + 1) % self.every and step + 1 < self.steps:
             return
-        seg = self.losses[self.checked:step + 1]
-        bad = (~torch.isfinite(seg)).nonzero()
-        first, what = (self.checked + int(bad[0]), "loss") if bad.numel() else (self.NONE, "")
-        if first == self.NONE and not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
-            first, what = step, "dense parameter"
-        self.checked = step + 1
+        first, what = self.NONE, ""
+        if self._seen:
+            bad = (~torch.isfinite(torch.stack([loss for _, loss in self._seen]))).nonzero()
+            if bad.numel():
+                first, what = self._seen[int(bad[0])][0], "loss"
+        self._seen = []
         agreed = self.world.first_across(first)
         if agreed != self.NONE:
             raise DivergedError(agreed, what if agreed == first else "loss or parameter (on another rank)", self.cfg)
 
     def finish(self, named: Sequence[tuple[str, torch.Tensor]]) -> None:
         """After training: every parameter (the embedding rows too) must be finite."""
-        bad = [name for name, t in named if not bool(torch.isfinite(t).all())]
-        if bad:
-            raise DivergedError(self.steps - 1, f"parameter {bad[0]} after the last step", self.cfg)
+        bad = [name for name, t in named if not _all_finite([t])]
+        last = self.steps - 1
+        if self.world.first_across(last if bad else self.NONE) != self.NONE:  # every rank stops, or none
+            what = f"parameter {bad[0]}" if bad else "parameter (on another rank)"
+            raise DivergedError(last, f"{what} after the last step", self.cfg)
+
+
+def _all_finite(tensors: Sequence[torch.Tensor]) -> bool:
+    """Whether every element of ``tensors`` is finite: one read of the device's answer."""
+    if not tensors:
+        return True
+    return bool(torch.stack([torch.isfinite(t.detach()).all() for t in tensors]).all())
 
 
 @dataclass
@@ -242,7 +252,7 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
             store.backward(emb.grad, timer)
             timer.end_step()
             counters.append((batch.step, store.step_counters()))
-            guard.check(i, model)  # every timing.window steps (where the CUDA timer syncs) and the last
+            guard.check(i)  # every timing.window steps (where the CUDA timer syncs) and the last
         timer.flush()
         release_pages(ds)  # the training batches' mapped pages: not held under evaluation and the record
         counters = world.combine_counters(counters)
