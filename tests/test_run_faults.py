@@ -108,7 +108,7 @@ def test_the_collective_timeout_is_validated(timeout):
 
 def test_an_indivisible_batch_is_refused_before_any_rank_starts(small_dataset, tmp_path, monkeypatch):
     """Trial: by hand, batch 64 over 3 ranks failed inside the ranks, after a torchrun traceback."""
-    monkeypatch.setattr("hotcold.runner.launch_ranks", lambda *a, **k: pytest.fail("ranks were launched"))
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("torchrun was started"))
     cfg = RunConfig.from_dict({**run_config("sharded"), "store": {"plan": "row"}})
     with pytest.raises(ConfigError, match="^train.batch_size: the global batch 64 is not divisible by the world "
                                           "size 3$"):

@@ -23,7 +23,7 @@ from hotcold import methods
 from hotcold.config import ConfigError, RunConfig
 from hotcold.distributed.comm import launched
 from hotcold.distributed.batch import batch_option
-from hotcold.distributed.launch import join_launch, launch_ranks, report_failure
+from hotcold.distributed.launch import join_launch, report_failure, run_ranks
 from hotcold.repeats import Job, run_and_record, run_group
 from hotcold.train import resolve_device
 
@@ -116,7 +116,7 @@ def _launch(cfg: RunConfig, dataset_dir: str | Path, out_dir: str | Path, thread
     verb = ["train", "--dataset", str(dataset_dir), "--run-config", json.dumps(cfg.to_dict()), "--out", str(out_dir),
             "--threads", str(threads)] + ([] if progress else ["--no-progress"])
     record = Path(out_dir) / "record.json"
-    rc, message = launch_ranks(cfg.distributed.world, verb, on_stop=lambda: record.unlink(missing_ok=True))
+    rc, message = run_ranks(cfg.distributed.world, verb, on_stop=lambda: record.unlink(missing_ok=True))
     if rc != 0:
         record.unlink(missing_ok=True)
         raise ChildProcessError(f"torchrun exited with status {rc}: a rank failed, no record was written"

@@ -125,7 +125,12 @@ def _preexec() -> None:
     die_with_parent(signal.SIGTERM)  # torchrun stops its ranks on SIGTERM
 
 
-def launch_ranks(nproc: int, verb_args: Sequence[str], on_stop: Callable[[], None] | None = None) -> tuple[int, str]:
+def launch_ranks(nproc: int, verb_args: Sequence[str]) -> int:
+    """Run the ranks to completion and return torchrun's exit status (non-zero when any rank failed)."""
+    return run_ranks(nproc, verb_args)[0]
+
+
+def run_ranks(nproc: int, verb_args: Sequence[str], on_stop: Callable[[], None] | None = None) -> tuple[int, str]:
     """Run the ranks to completion: torchrun's exit status (non-zero when any rank failed) and a rank's failure
     message ("" when none left one).
 
