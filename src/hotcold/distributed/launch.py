@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -150,6 +151,8 @@ def run_ranks(nproc: int, verb_args: Sequence[str], on_stop: Callable[[], None] 
             raise LaunchStopped(signum)
 
         signals = [s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None)) if s is not None]
+        if threading.current_thread() is not threading.main_thread():
+            signals = []  # only the main thread may handle signals; the parent-death signals still hold
         previous = {s: signal.signal(s, stop) for s in signals}
         proc = None
         try:
