@@ -72,6 +72,17 @@ def test_the_guard_reports_the_first_non_finite_step_at_its_check():
     assert e.value.step == 9
 
 
+def test_the_last_check_reads_a_large_table_in_chunks(monkeypatch):
+    monkeypatch.setattr("hotcold.train.FINITE_CHUNK", 4)
+    cfg = RunConfig.from_dict(run_config(steps=10))
+    guard = DivergenceGuard(cfg, torch.device("cpu"), World.single())
+    rows = torch.ones(5, 3)
+    guard.finish([("embedding.weight", rows)])
+    rows[4, 2] = float("nan")  # in the fourth chunk of four elements
+    with pytest.raises(DivergedError, match="parameter embedding.weight"):
+        guard.finish([("embedding.weight", rows)])
+
+
 def test_a_diverged_run_is_marked_in_the_summary_and_the_claims_never_compare_it(small_dataset, tmp_path):
     runs = tmp_path / "runs" / "small"
     ok = train_cli(small_dataset, runs / "device" / "base" / "seed~0", run_config("device"))
