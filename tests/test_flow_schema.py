@@ -131,6 +131,8 @@ def test_shipped_distributed_sections_pass() -> None:
     ({"worlds": []}, "'worlds' was unexpected"),
     ({"wire_dtype": "float16"}, "['wire_dtype']: 'float16' is not one of"),
     ({"exact": "yes"}, "['exact']: 'yes' is not of type 'boolean'"),
+    ({"timeout_s": 0}, "['timeout_s']: 0 is less than the minimum of 1"),
+    ({"timeout_s": "5m"}, "['timeout_s']: '5m' is not of type 'number'"),
 ])
 def test_bad_distributed_section_names_the_key(section: dict, expected: str) -> None:
     found = distributed_errors(section)

@@ -155,13 +155,14 @@ def test_bad_config_fails_naming_the_key(tmp_path: Path, yaml: str, expected: st
         ("profile: {window: 20, batches: 10}\n", "profile.window=20 is more than profile.batches=10"),
         ("train: {lr: .inf}\n", "lr must be a finite number > 0, got inf"),
         ("datasets:\n  taobao:\n    train: {dense_lr: .nan}\n", "dense_lr must be a finite number > 0, got nan"),
+        ("train: {dense_lr: 1.0e+308}\n", "dense_lr must be within float32's range"),
         ("distributed:\n  scales: [{world: 4, ranks_per_node: 3}]\n",
          "distributed.scales: ranks_per_node 3 does not divide world 4"),
         ("distributed:\n  scales: [{world: 3, ranks_per_node: 1}]\n",
          "train.batch_size 1024 is not divisible by distributed.scales world 3"),
     ],
     ids=["taobao-knob-on-criteo", "bad-preprocess-option", "bad-train-value", "bad-dataset-model", "bad-profile",
-         "infinite-lr", "nan-dataset-lr", "world-not-whole-nodes", "batch-not-divisible"],
+         "infinite-lr", "nan-dataset-lr", "float32-overflowing-lr", "world-not-whole-nodes", "batch-not-divisible"],
 )
 def test_bad_values_fail_at_dry_run(tmp_path: Path, yaml: str, expected: str) -> None:
     """The package's typed configs check every dataset and run config before any job starts."""

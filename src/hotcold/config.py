@@ -47,6 +47,20 @@ def is_finite(v: Any) -> bool:
     return is_real(v) and math.isfinite(v)
 
 
+FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32 (numpy.finfo(numpy.float32).max)
+FLOAT32_TINY = 1.401298464324817e-45  # the smallest positive float32 (a subnormal): smaller rounds to 0
+
+
+def is_float32(v: Any) -> bool:
+    """A finite real number that stays finite in float32, where the training step uses it (not a bool)."""
+    return is_finite(v) and abs(v) <= FLOAT32_MAX
+
+
+def is_positive_float32(v: Any) -> bool:
+    """A number > 0 that float32 holds as a finite number > 0 (neither overflows nor rounds to 0)."""
+    return is_float32(v) and v >= FLOAT32_TINY
+
+
 def is_positive_int(v: Any) -> bool:
     return is_int(v) and v > 0
 
@@ -133,9 +147,11 @@ class TrainConfig:
                  f"warmup_steps must be in [0, steps={self.steps}), got {self.warmup_steps!r}")
         require(is_int(self.eval_samples) and self.eval_samples >= 0, where,
                  f"eval_samples must be an integer >= 0, got {self.eval_samples!r}")
-        for name in ("lr", "dense_lr", "adagrad_eps"):
+        for name in ("lr", "dense_lr", "adagrad_eps"):  # the optimizers apply them in float32
             v = getattr(self, name)
             require(is_finite(v) and v > 0, where, f"{name} must be a finite number > 0, got {v!r}")
+            require(is_positive_float32(v), where, f"{name} must be within float32's range, "
+                    f"{FLOAT32_TINY:.4g} to {FLOAT32_MAX:.4g} (the optimizers apply it in float32), got {v!r}")
         require(self.row_optimizer in ROW_OPTIMIZERS, where,
                  f"row_optimizer must be one of {ROW_OPTIMIZERS}, got {self.row_optimizer!r}")
         require(self.dense_optimizer in DENSE_OPTIMIZERS, where,
@@ -161,6 +177,9 @@ class TimingConfig:
                  f"device must be auto, cpu or cuda, got {self.device!r}")
 
 
+MIN_TIMEOUT_S, MAX_TIMEOUT_S = 1.0, 86_400.0  # a collective's wait: at least a second, at most a day
+
+
 @dataclass(frozen=True)
 class DistributedConfig:
     """The ranks of a run: ``world`` processes (torchrun), ``ranks_per_node`` of them per simulated node.
@@ -174,6 +193,11 @@ class DistributedConfig:
     count, ``exact`` true the mode whose all-reduces sum in float64 so that a
     run over P ranks equals its one-process reference
     (``hotcold.distributed.traffic.Wire``).
+
+    ``timeout_s``: how long a rank waits in a collective for the others
+    before the run fails, naming the rank(s) that did not answer (a hung or
+    stopped rank). Ranks do the same work between collectives, so the
+    default leaves ample room for a slow step, an evaluation or a plan.
     """
 
     world: int = 1
@@ -181,6 +205,7 @@ class DistributedConfig:
     batch_per_rank: int | None = None
     wire_dtype: str = "float32"
     exact: bool = False
+    timeout_s: float = 120.0
 
     def validate(self, where: str) -> None:
         require(is_positive_int(self.world), where, f"world must be a positive integer, got {self.world!r}")
@@ -188,6 +213,9 @@ class DistributedConfig:
                 f"ranks_per_node must be a positive divisor of world={self.world}, got {self.ranks_per_node!r}")
         require(self.batch_per_rank is None or is_positive_int(self.batch_per_rank), where,
                 f"batch_per_rank must be a positive integer or null, got {self.batch_per_rank!r}")
+        require(is_finite(self.timeout_s) and MIN_TIMEOUT_S <= self.timeout_s <= MAX_TIMEOUT_S, where,
+                f"timeout_s must be a number of seconds in [{MIN_TIMEOUT_S:g}, {MAX_TIMEOUT_S:g}], "
+                f"got {self.timeout_s!r}")
         self.wire(where)
 
     def wire(self, where: str = "distributed") -> Any:

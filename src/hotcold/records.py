@@ -22,6 +22,7 @@ import torch
 import hotcold
 from hotcold.config import RunConfig
 from hotcold.data.format import Dataset
+from hotcold.distributed.launch import launcher_alive
 from hotcold.files import atomic_write, atomic_write_json, tree_sha256
 from hotcold.machine import cpu_name
 from hotcold.train import RunResult
@@ -29,6 +30,9 @@ from hotcold.train import RunResult
 STATUS_OK = "ok"
 STATUS_INFEASIBLE = "infeasible"
 STATUS_SKIPPED = "skipped"
+STATUS_DIVERGED = "diverged"
+#: statuses of runs without numbers: the record has a ``reason`` instead of a summary
+NO_NUMBERS = (STATUS_INFEASIBLE, STATUS_SKIPPED, STATUS_DIVERGED)
 #: ``repeat``: which repeat of the timed part a row comes from (0-based; files written before repeats lack it)
 STEPS_COLUMNS = {"step": "int64", "kind": "string", "name": "string", "value": "float64", "repeat": "int64"}
 SKETCH_SIZE = 256
@@ -159,7 +163,7 @@ def read_steps(path: Path) -> pd.DataFrame:
 
 
 def record_status(record: dict[str, Any]) -> str:
-    """``ok``, ``infeasible`` or ``skipped``; a record from before statuses existed is ok.
+    """``ok``, ``infeasible``, ``skipped`` or ``diverged``; a record from before statuses existed is ok.
 
     A record's ``status`` is ``ok`` (a trained run: summary, metrics, parameter
     fingerprint, store report), ``infeasible`` (the variant cannot run on this
@@ -167,8 +171,10 @@ def record_status(record: dict[str, Any]) -> str:
     the config, provenance and dataset hash, no numbers, and an empty
     ``steps.parquet``) or ``skipped`` (a peer method whose optional package is
     not installed here, e.g. ``fbgemm`` without ``pip install -e .[peers]``: the
-    same fields as ``infeasible``; installing the package and rerunning trains it).
-    A record without ``status`` (older) counts as ok.
+    same fields as ``infeasible``; installing the package and rerunning trains it)
+    or ``diverged`` (the loss or a parameter became non-finite: the same
+    fields, with ``diverged_step``, the first step found; no numbers, so no
+    table compares it). A record without ``status`` (older) counts as ok.
     """
     return record.get("status", STATUS_OK)
 
@@ -229,8 +235,20 @@ def skipped_record(cfg: RunConfig, ds: Dataset, device: torch.device, reason: st
     return {**_run_header(cfg, ds, device, timer_kind(device), STATUS_SKIPPED), "reason": reason}
 
 
+def diverged_record(cfg: RunConfig, ds: Dataset, device: torch.device, reason: str, step: int) -> dict[str, Any]:
+    """The record of a run whose loss or parameters became non-finite at ``step``: why, and no numbers."""
+    return {**_run_header(cfg, ds, device, timer_kind(device), STATUS_DIVERGED), "reason": reason,
+            "diverged_step": int(step)}
+
+
 def write_run(out_dir: Path, record: dict[str, Any], steps: pd.DataFrame) -> Path:
-    """Write ``steps.parquet`` then ``record.json`` (the completeness marker)."""
+    """Write ``steps.parquet`` then ``record.json`` (the completeness marker).
+
+    A rank whose launcher is gone (``kill -9`` of ``hotcold train --nproc``)
+    writes nothing: the launch it belonged to was stopped.
+    """
+    if not launcher_alive():
+        raise ChildProcessError(f"{out_dir}: the launcher of this rank is gone; an orphaned rank writes no record")
     out_dir = Path(out_dir)
     (out_dir / "record.json").unlink(missing_ok=True)
     atomic_write_parquet(out_dir / "steps.parquet", steps)

@@ -23,6 +23,7 @@ from hotcold.data.format import Dataset
 from hotcold.distributed.world import World
 from hotcold.embedding.fbgemm import PeerUnavailableError
 from hotcold.records import (
+    diverged_record,
     infeasible_record,
     param_checksum,
     param_fingerprint,
@@ -33,7 +34,7 @@ from hotcold.records import (
     write_run,
 )
 from hotcold.timing import TimedPart, summarize_repeats
-from hotcold.train import RunResult, reference, resolve_device, train
+from hotcold.train import DivergedError, RunResult, reference, resolve_device, train
 
 
 class RepeatMismatchError(RuntimeError):
@@ -71,6 +72,7 @@ class RepeatedRun:
         self.start_s: list[float] = []
         self.infeasible: str | None = None
         self.skipped: str | None = None  # a peer method without its optional package: why
+        self.diverged: tuple[int, str] | None = None  # a non-finite loss or parameter: (first step, why)
         self._first: dict[str, Any] = {}
 
     @property
@@ -80,7 +82,8 @@ class RepeatedRun:
     @property
     def pending(self) -> bool:
         """Whether repeats are left to train."""
-        return self.infeasible is None and self.skipped is None and len(self.parts) < self.repeats
+        return (self.infeasible is None and self.skipped is None and self.diverged is None
+                and len(self.parts) < self.repeats)
 
     def run_repeat(self, position: int, started: float) -> None:
         """Train the next repeat; ``position``: its place in the job's sequence of timed parts."""
@@ -93,6 +96,9 @@ class RepeatedRun:
             return
         except PeerUnavailableError as e:
             self.skipped = str(e)
+            return
+        except DivergedError as e:
+            self.diverged = (e.step, str(e))
             return
         if r == 0:
             self._first = {"summary": result.summary, "metrics": result.metrics, "order": result.order,
@@ -145,7 +151,15 @@ class RepeatedRun:
                       else skipped_record(cfg, self.ds, self.device, self.skipped))
             write_run(out_dir, record, steps_frame([], []))
             return record
-        ref = reference(cfg, self.ds, self.device, self._first["order"], progress=self.progress)
+        if self.diverged is None:
+            try:
+                ref = reference(cfg, self.ds, self.device, self._first["order"], progress=self.progress)
+            except DivergedError as e:
+                self.diverged = (e.step, f"its device reference replay: {e}")
+        if self.diverged is not None:
+            record = diverged_record(cfg, self.ds, self.device, self.diverged[1], self.diverged[0])
+            write_run(out_dir, record, steps_frame([], []))
+            return record
         record = trained_record(cfg, self.ds, self.device, self.summary(), self._first["metrics"], self.params[0],
                                 self._first["store"], ref)
         write_run(out_dir, record, pd.concat(self.steps, ignore_index=True))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -21,9 +22,12 @@ import torch
 from hotcold import methods
 from hotcold.config import ConfigError, RunConfig
 from hotcold.distributed.comm import launched
-from hotcold.distributed.launch import launch_ranks
+from hotcold.distributed.batch import batch_option
+from hotcold.distributed.launch import join_launch, report_failure, run_ranks
 from hotcold.repeats import Job, run_and_record, run_group
 from hotcold.train import resolve_device
+
+ROLL_CALL_S = 3.0  # how long a rank whose collective failed waits for the others to answer the roll call
 
 
 def with_device(cfg: RunConfig, device: str | None) -> RunConfig:
@@ -51,24 +55,59 @@ def train_run(cfg: RunConfig, dataset_dir: str | Path, out_dir: str | Path, thre
     if world_size > 1 and not methods.get(cfg.method).spans_ranks:
         raise ConfigError(f"method {cfg.method!r} runs in one process; over {world_size} ranks use "
                           f"{', '.join(methods.names(spans_ranks=True))}")
+    if world_size > 1 and cfg.train.batch_size % world_size:  # before any rank starts
+        raise ConfigError(f"{batch_option(cfg.distributed)}: the global batch {cfg.train.batch_size} is not "
+                          f"divisible by the world size {world_size}")
     if world_size > 1 and not launched():
         _launch(cfg, dataset_dir, out_dir, threads, progress)
         return None
-    world = None
-    dev = resolve_device(cfg.timing.device)
     if launched():
-        from hotcold.distributed.world import World
+        join_launch(int(os.environ["RANK"]))
+        return _train_rank(cfg, Path(dataset_dir), Path(out_dir), threads, progress)
+    torch.set_num_threads(max(1, threads))
+    print(f"run {cfg.dataset}/{cfg.method}/{cfg.variant}/seed~{cfg.seed} ({threads} threads, 1 rank(s))",
+          file=sys.stderr)
+    return run_and_record(cfg, Path(dataset_dir), Path(out_dir), progress=progress,
+                          device=resolve_device(cfg.timing.device))
 
-        world = World.join(cfg.distributed.ranks_per_node, world_size, dev)
-    torch.set_num_threads(max(1, threads // world_size))
-    if world is None or world.is_main:
-        print(f"run {cfg.dataset}/{cfg.method}/{cfg.variant}/seed~{cfg.seed} ({threads} threads, "
-              f"{world_size} rank(s))", file=sys.stderr)
+
+def _train_rank(cfg: RunConfig, dataset_dir: Path, out_dir: Path, threads: int, progress: bool) -> dict[str, Any] | None:
+    """One rank of a launch: join the process group and train this rank's slice; rank 0 returns the record.
+
+    A collective that fails (a rank that did not answer within
+    ``distributed.timeout_s``, or died) ends this rank with ``RankTimeoutError``
+    naming the ranks that did not answer a roll call (``world.unanswered``), a
+    message the launcher shows.
+    """
+    from hotcold.distributed.world import World, collective_failure, unanswered
+
+    world = None
+    world_size, timeout_s = cfg.distributed.world, cfg.distributed.timeout_s
+    rank = int(os.environ["RANK"])
     try:
-        return run_and_record(cfg, Path(dataset_dir), Path(out_dir), progress=progress, world=world, device=dev)
+        world = World.join(cfg.distributed.ranks_per_node, world_size, resolve_device(cfg.timing.device),
+                           timeout_s=timeout_s)
+        torch.set_num_threads(max(1, threads // world_size))
+        if world.is_main:
+            print(f"run {cfg.dataset}/{cfg.method}/{cfg.variant}/seed~{cfg.seed} ({threads} threads, "
+                  f"{world_size} rank(s))", file=sys.stderr)
+        return run_and_record(cfg, dataset_dir, out_dir, progress=progress, world=world, device=world.comm.device)
+    except Exception as e:
+        if world_size > 1 and collective_failure(e):
+            missing = unanswered(rank, world_size, grace_s=min(ROLL_CALL_S, timeout_s))
+            if missing:
+                message = (f"rank {rank}: rank(s) {', '.join(map(str, missing))} did not answer within "
+                           f"distributed.timeout_s {timeout_s:g} s (hung, stopped or dead; {type(e).__name__})")
+                report_failure(message)
+                raise RankTimeoutError(message) from None
+        raise
     finally:
         if world is not None:
             world.close()
+
+
+class RankTimeoutError(TimeoutError):
+    """A rank of the launch did not answer a collective in time: the run fails, naming it."""
 
 
 def _launch(cfg: RunConfig, dataset_dir: str | Path, out_dir: str | Path, threads: int, progress: bool) -> None:
@@ -76,9 +115,12 @@ def _launch(cfg: RunConfig, dataset_dir: str | Path, out_dir: str | Path, thread
     (Path(out_dir) / "record.json").unlink(missing_ok=True)
     verb = ["train", "--dataset", str(dataset_dir), "--run-config", json.dumps(cfg.to_dict()), "--out", str(out_dir),
             "--threads", str(threads)] + ([] if progress else ["--no-progress"])
-    rc = launch_ranks(cfg.distributed.world, verb)
+    record = Path(out_dir) / "record.json"
+    rc, message = run_ranks(cfg.distributed.world, verb, on_stop=lambda: record.unlink(missing_ok=True))
     if rc != 0:
-        raise ChildProcessError(f"torchrun exited with status {rc}: a rank failed, no record was written")
+        record.unlink(missing_ok=True)
+        raise ChildProcessError(f"torchrun exited with status {rc}: a rank failed, no record was written"
+                                + (f": {message}" if message else ""))
 
 
 def train_group(runs: Sequence[tuple[Mapping[str, Any], str | Path]], dataset_dir: str | Path, threads: int = 1,

@@ -34,6 +34,76 @@ from hotcold.model.optim import DenseAdagrad, DenseOptimizer, DenseSGD
 from hotcold.timing import PhaseTimer, TimedPart, summarize_repeats
 
 
+class DivergedError(RuntimeError):
+    """Training produced a non-finite loss or parameter: the run ends as a ``diverged`` record naming ``step``."""
+
+    def __init__(self, step: int, what: str, cfg: RunConfig) -> None:
+        t = cfg.train
+        self.step = step
+        super().__init__(f"non-finite {what} at step {step} of {t.steps} (counted from 0; "
+                         f"lr {t.lr:g}, dense_lr {t.dense_lr:g}, {t.row_optimizer}/{t.dense_optimizer})")
+
+
+class DivergenceGuard:
+    """Watches the training loss and the parameters for a non-finite value without a host sync per step.
+
+    Each step's loss tensor is kept as it is, on the device (``see``); every
+    ``every`` steps, where the CUDA phase timer synchronises anyway, and after
+    the last step (``check``), the losses since the last check are tested at
+    once. A parameter that turns non-finite makes the next step's loss
+    non-finite (every dense parameter and every looked-up row reaches the
+    logit), so parameters are tested once, at the end (``finish``: the dense
+    ones and every embedding row, which covers the last update). Over several
+    ranks the first bad step is agreed by one (uncounted) all-reduce at each
+    check, so every rank stops at the same check.
+    """
+
+    NONE = 1 << 62
+
+    def __init__(self, cfg: RunConfig, device: torch.device, world: World) -> None:
+        self.cfg, self.world, self.every = cfg, world, cfg.timing.window
+        self.steps = cfg.train.steps
+        self._seen: list[tuple[int, torch.Tensor]] = []  # (step, loss) since the last check, left on the device
+
+    def see(self, step: int, loss: torch.Tensor) -> None:
+        self._seen.append((step, loss.detach()))
+
+    def check(self, step: int) -> None:
+        """At every ``every``-th step and the last: raise ``DivergedError`` if anything seen so far is non-finite."""
+        if (step + 1) % self.every and step + 1 < self.steps:
+            return
+        first, what = self.NONE, ""
+        if self._seen:
+            bad = (~torch.isfinite(torch.stack([loss for _, loss in self._seen]))).nonzero()
+            if bad.numel():
+                first, what = self._seen[int(bad[0])][0], "loss"
+        self._seen = []
+        agreed = self.world.first_across(first)
+        if agreed != self.NONE:
+            raise DivergedError(agreed, what if agreed == first else "loss or parameter (on another rank)", self.cfg)
+
+    def finish(self, named: Sequence[tuple[str, torch.Tensor]]) -> None:
+        """After training: every parameter (the embedding rows too) must be finite."""
+        bad = [name for name, t in named if not _all_finite([t])]
+        last = self.steps - 1
+        if self.world.first_across(last if bad else self.NONE) != self.NONE:  # every rank stops, or none
+            what = f"parameter {bad[0]}" if bad else "parameter (on another rank)"
+            raise DivergedError(last, f"{what} after the last step", self.cfg)
+
+
+FINITE_CHUNK = 1 << 22  # elements tested at once: a table of many rows needs no mask of its own size
+
+
+def _all_finite(tensors: Sequence[torch.Tensor]) -> bool:
+    """Whether every element of ``tensors`` is finite (a large one in chunks of ``FINITE_CHUNK`` elements)."""
+    for t in tensors:
+        flat = t.detach().reshape(-1)
+        for a in range(0, flat.numel(), FINITE_CHUNK):
+            if not bool(torch.isfinite(flat[a:a + FINITE_CHUNK]).all()):
+                return False
+    return True
+
+
 @dataclass
 class RunResult:
     summary: dict[str, Any]
@@ -164,8 +234,9 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
                           part=(world.rank, world.size))  # this rank's slice of every global batch
     counters: list[tuple[int, dict[str, int]]] = []
     batches = iter(loader)
+    guard = DivergenceGuard(cfg, device, world)
     try:
-        for _ in tqdm(range(cfg.train.steps), desc=f"train {cfg.method}/{cfg.variant}",
+        for i in tqdm(range(cfg.train.steps), desc=f"train {cfg.method}/{cfg.variant}",
                       disable=not progress, mininterval=2.0):
             timer.begin_step()
             batch = next(batches)
@@ -179,7 +250,9 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
             opt.zero_grad(set_to_none=True)
             for part in world.parts(labels.shape[0]):  # the whole batch, except in a data-parallel replay
                 x = (dense, emb, valid, labels) if part is None else (dense[part], emb[part], valid[part], labels[part])
-                loss_fn(model(*x[:3]), x[3]).backward()
+                loss = loss_fn(model(*x[:3]), x[3])
+                loss.backward()
+                guard.see(i, loss)
                 world.accumulate(model)
             world.sync_dense(model, emb, timer, store.begin_backward)
             opt.step()
@@ -187,12 +260,14 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
             store.backward(emb.grad, timer)
             timer.end_step()
             counters.append((batch.step, store.step_counters()))
+            guard.check(i)  # every timing.window steps (where the CUDA timer syncs) and the last
         timer.flush()
         release_pages(ds)  # the training batches' mapped pages: not held under evaluation and the record
         counters = world.combine_counters(counters)
         metrics = evaluate(model, store, ds, cfg, device, progress) if evaluation else {}
         report = store.report()
         embedding = store.final_rows()
+        guard.finish([*model.named_parameters(), ("embedding.weight", embedding)])
     finally:
         store.close()
     timed = TimedPart(timer.steps, [c for c in counters if c[0] >= cfg.train.warmup_steps], cfg.train.batch_size,

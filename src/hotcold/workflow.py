@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping, NamedTuple
 
 from hotcold import methods
-from hotcold.config import ConfigError, RunConfig
+from hotcold.config import ConfigError, DistributedConfig, RunConfig
 
 
 def merged(base: Mapping[str, Any], override: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -162,6 +162,9 @@ class Matrix:
             out["distributed"] = {"world": int(run.world), "ranks_per_node": int(run.ranks_per_node), **self.wire()}
             if self.train_batch_per_rank() is not None:  # stated only when set: the fixed batch's params stay
                 out["distributed"]["batch_per_rank"] = self.train_batch_per_rank()
+            timeout = self.config["distributed"].get("timeout_s", DistributedConfig.timeout_s)
+            if timeout != DistributedConfig.timeout_s:  # stated only when set: a default leaves the jobs' params
+                out["distributed"]["timeout_s"] = timeout
         return out
 
     def trainer_device(self) -> str:

@@ -22,7 +22,7 @@ from hotcold.analysis.markdown import to_markdown
 from hotcold.analysis.tables import scale_of
 from hotcold.distributed.batch import GLOBAL, PER_RANK
 from hotcold.files import atomic_write_text
-from hotcold.records import STATUS_OK, record_status
+from hotcold.records import STATUS_DIVERGED, STATUS_OK, record_status
 
 #: measured or modelled within this relative distance of the paper's number counts as agreeing
 AGREE_RTOL = 0.25
@@ -201,6 +201,18 @@ def _matching(records: list[dict[str, Any]], dataset: str, run: Run) -> list[dic
     return [r for r in recs if r.get("variant") == chosen]
 
 
+def _not_run(records: list[dict[str, Any]], dataset: str, run: Run) -> str:
+    """The status of a claim whose ``run`` has no trained record: ``diverged`` where its runs diverged, else not run."""
+    diverged = sorted({f"{r.get('variant')} at step {r.get('diverged_step')}" for r in records
+                       if record_status(r) == STATUS_DIVERGED and r.get("dataset") == dataset
+                       and r.get("method") == run.method and scale_of(r) == (run.world, run.ranks_per_node)
+                       and (r.get("variant") == run.variant if run.variant
+                            else all(_same(_option(r, k), v) for k, v in run.options))})
+    if diverged:
+        return f"diverged: {run.label} on {dataset} ({', '.join(diverged)}): no number to compare"
+    return f"not run: no trained {run.label} on {dataset} in this reproduction"
+
+
 def _label(recs: list[dict[str, Any]], run: Run) -> str:
     """The variant a role resolved to, in ``compared``."""
     if not recs or run.variant:
@@ -267,8 +279,7 @@ def _speed_claim(row: dict[str, Any], claim: Claim, records: list[dict[str, Any]
                  predict: Predict) -> None:
     run, base = _matching(records, claim.dataset, claim.run), _matching(records, claim.dataset, claim.baseline)
     if not run or not base:
-        missing = claim.run.label if not run else claim.baseline.label
-        row["status"] = f"not run: no trained {missing} on {claim.dataset} in this reproduction"
+        row["status"] = _not_run(records, claim.dataset, claim.run if not run else claim.baseline)
         return
     row["compared"] = f"{_label(run, claim.run)} vs {_label(base, claim.baseline)}"
     timers = {r["summary"].get("timer") for r in run + base}
@@ -290,7 +301,7 @@ def _speed_claim(row: dict[str, Any], claim: Claim, records: list[dict[str, Any]
 def _hits_claim(row: dict[str, Any], claim: Claim, records: list[dict[str, Any]]) -> None:
     run = _matching(records, claim.dataset, claim.run)
     if not run:
-        row["status"] = f"not run: no trained {claim.run.label} on {claim.dataset} in this reproduction"
+        row["status"] = _not_run(records, claim.dataset, claim.run)
         return
     row["compared"] = _label(run, claim.run)
     counters = [r["summary"].get("counters_per_step") or {} for r in run]

@@ -24,7 +24,14 @@ from hotcold import methods
 from hotcold.analysis.markdown import to_markdown
 from hotcold.config import AggregateConfig
 from hotcold.files import atomic_write_text
-from hotcold.records import STATUS_INFEASIBLE, STATUS_OK, STATUS_SKIPPED, record_status, sketch_rel_diff
+from hotcold.records import (
+    STATUS_DIVERGED,
+    STATUS_INFEASIBLE,
+    STATUS_OK,
+    STATUS_SKIPPED,
+    record_status,
+    sketch_rel_diff,
+)
 from hotcold.timing import MAX_REPEAT_SPREAD
 
 RECORD_GLOB = "*/*/*/seed~*/record.json"
@@ -357,7 +364,8 @@ def _summary_markdown(summary: pd.DataFrame, exact_rtol: float) -> str:
         "beyond a few dozen steps its distance is far above the tolerance although its update is the same "
         f"(docs/measurements.md gives the measured growth). `auc_vs_hybrid`: AUC minus the `{BASELINE_METHOD}` run's. "
         "`status` `infeasible`: the variant cannot run on this dataset (no numbers; see infeasible.md); "
-        "`skipped`: a peer method whose optional package is not installed here (no numbers). "
+        "`skipped`: a peer method whose optional package is not installed here (no numbers); "
+        "`diverged`: the run's loss or a parameter became non-finite (no numbers; infeasible.md gives the step). "
         "`world` > 1: a scale-out run of `world` ranks, `ranks_per_node` per simulated node, under sharding "
         "`plan`; it trains fewer steps with its ranks sharing the machine, so it has no speed-up or "
         "`auc_vs_hybrid` (see comm_traffic.md and proactive.md); `exact` compares it with the one-process "
@@ -396,7 +404,9 @@ def infeasible_markdown(summary: pd.DataFrame) -> str:
         return title + "None: every configured run trained.\n"
     text = title
     for status, lead in ((STATUS_INFEASIBLE, "These variants cannot run on their dataset"),
-                         (STATUS_SKIPPED, "Skipped: these peer methods' optional package is not usable here")):
+                         (STATUS_SKIPPED, "Skipped: these peer methods' optional package is not usable here"),
+                         (STATUS_DIVERGED, "Diverged: these runs' loss or parameters became non-finite (a learning "
+                                           "rate too large for the data?)")):
         rows = summary[summary["status"] == status]
         if rows.empty:
             continue

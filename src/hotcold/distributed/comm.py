@@ -264,15 +264,16 @@ def launched() -> bool:
     return "WORLD_SIZE" in os.environ and "RANK" in os.environ
 
 
-def init_process_group(device: torch.device) -> tuple[int, int]:
-    """Join the launch's process group: NCCL on GPUs, gloo on CPUs. Returns (rank, world)."""
+def init_process_group(device: torch.device, timeout_s: float = TIMEOUT_S) -> tuple[int, int]:
+    """Join the launch's process group: NCCL on GPUs, gloo on CPUs; a collective waits ``timeout_s`` for the
+    others. Returns (rank, world)."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
         dist.init_process_group(backend, rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=TIMEOUT_S))
+                                timeout=datetime.timedelta(seconds=timeout_s))
     return rank, world
 
 

@@ -10,7 +10,9 @@ its reference in one process (``World.sync_dense``).
 """
 from __future__ import annotations
 
+import datetime
 import os
+import time
 from typing import Any, Callable
 
 import torch
@@ -39,9 +41,9 @@ class World:
         return cls(Comm(Topology(1)), slices=ranks)
 
     @classmethod
-    def join(cls, ranks_per_node: int, expected: int, device: torch.device) -> "World":
-        """Join the torchrun launch this process is a rank of."""
-        rank, world = init_process_group(device)
+    def join(cls, ranks_per_node: int, expected: int, device: torch.device, timeout_s: float = 300.0) -> "World":
+        """Join the torchrun launch this process is a rank of; a collective waits ``timeout_s`` for the others."""
+        rank, world = init_process_group(device, timeout_s)
         if world != expected:
             raise ConfigError(f"the run config asks for world {expected}, but torchrun started {world} ranks")
         per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
@@ -130,6 +132,14 @@ class World:
         if self.slices > 1:
             emb.grad.mul_(1.0 / p)
 
+    def first_across(self, value: int) -> int:
+        """The smallest of every rank's ``value`` (one uncounted all-reduce: control, not the model's traffic)."""
+        if self.size == 1:
+            return value
+        t = torch.tensor([value], dtype=torch.int64, device=self.comm.device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MIN)
+        return int(t.item())
+
     def combine_counters(self, counters: list[tuple[int, dict[str, int]]]) -> list[tuple[int, dict[str, int]]]:
         """Every step's counters summed over ranks (bytes and lookups of the whole world)."""
         if self.size == 1:
@@ -154,3 +164,41 @@ def _flat_grads(model: nn.Module) -> torch.Tensor:
     """Every dense parameter's gradient in one flat tensor (zeros for a parameter without one)."""
     return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
                       for p in model.parameters()])
+
+
+#: what a collective's failure says (gloo, NCCL, the store): a peer that did not answer in time, or went away
+_COLLECTIVE_FAILURES = ("timed out", "timeout", "connection closed", "connection reset", "broken pipe",
+                        "connection refused", "watchdog")
+
+
+def collective_failure(e: BaseException) -> bool:
+    """Whether ``e`` is a collective that failed for want of a peer (not a bug or bad input of this rank)."""
+    if isinstance(e, getattr(torch.distributed, "DistBackendError", ())) or \
+            isinstance(e, getattr(torch.distributed, "DistNetworkError", ())):
+        return True
+    return isinstance(e, RuntimeError) and any(m in str(e).lower() for m in _COLLECTIVE_FAILURES)
+
+
+def unanswered(rank: int, world: int, grace_s: float = 5.0) -> list[int]:
+    """A roll call through torchrun's store: the ranks that do not say they are here within ``grace_s``.
+
+    Called by every rank whose collective failed: the ranks still running
+    answer each other (their collectives fail at about the same time, when
+    ``distributed.timeout_s`` runs out), a hung, stopped or dead one does
+    not. The store is the launcher's (torchrun's), so it answers whatever
+    the ranks do. Empty when the store cannot be reached (the names are then unknown).
+    """
+    try:
+        store = torch.distributed.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                           is_master=False, timeout=datetime.timedelta(seconds=grace_s))
+        run = f"hotcold/roll-call/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/" \
+              f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+        store.set(f"{run}{rank}", "here")
+        deadline = time.monotonic() + grace_s
+        while True:
+            missing = [r for r in range(world) if not store.check([f"{run}{r}"])]
+            if not missing or time.monotonic() >= deadline:
+                return missing
+            time.sleep(0.1)
+    except (RuntimeError, KeyError, ValueError):
+        return []
