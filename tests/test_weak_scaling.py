@@ -72,6 +72,7 @@ def test_a_trained_run_at_a_per_rank_batch_records_both_batches(tmp_path: Path, 
     assert code == 0
     rec = json.loads((out / "record.json").read_text())
     assert rec["status"] == "ok"
-    assert (rec["config"]["train"]["batch_size"], rec["config"]["distributed"]) == \
-        (32, {"world": 2, "ranks_per_node": 2, "batch_per_rank": 16})
+    dist = rec["config"]["distributed"]
+    assert (rec["config"]["train"]["batch_size"], dist["world"], dist["ranks_per_node"], dist["batch_per_rank"]) == \
+        (32, 2, 2, 16)
     assert (rec["summary"]["batch_size"], rec["summary"]["batch_per_rank"], rec["summary"]["world"]) == (32, 16, 2)
