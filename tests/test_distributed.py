@@ -387,6 +387,8 @@ def test_two_ranks_through_the_cli_write_one_record(small_dataset, tmp_path):
     assert record["summary"]["world"] == 2 and record["summary"]["plan"] == "row"
     assert record["reference"]["method"] == "device"
     assert record["store"]["collectives"]["grad_a2a"]["bytes"] > 0
+    watched = record["summary"]["contention"]["repeats"][0]  # rank 0 counts its peer on the node as the run's
+    assert watched["local_ranks"] == 2 and watched["threads"] >= 1
 
 
 def test_flexshard_replicates_hot_rows_when_memory_allows(multi_rank):

@@ -73,6 +73,11 @@ def test_a_group_interleaves_repeats_and_records_what_separate_runs_do(tmp_path,
     hybrid, lru, infeasible = (json.loads((Path(r["out"]) / "record.json").read_text()) for r in runs)
     assert hybrid["summary"]["repeat_order"] == [0, 3] and lru["summary"]["repeat_order"] == [1, 4]
     assert hybrid["summary"]["group_runs"] == 3
+    for rec in (hybrid, lru):  # every repeat watched beside the run: its numbers kept, the verdict in the summary
+        watched = rec["summary"]["contention"]
+        assert len(watched["repeats"]) == 2 and all(r["wall_s"] > 0 and len(r["probe_ms"]) == 2
+                                                    for r in watched["repeats"])
+        assert rec["summary"]["stable"] is False or not watched["disturbed"]
     assert hybrid["summary"]["repeat_start_s"][1] > lru["summary"]["repeat_start_s"][0]  # repeat 2 after lru's 1
     assert infeasible["status"] == "infeasible" and "too small" in infeasible["reason"]
     for rec, config in ((hybrid, configs[0]), (lru, configs[1])):

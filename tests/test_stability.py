@@ -1,5 +1,8 @@
 """A run disturbed by competing processes is flagged ``stable = no``; a quiet one is not.
 
+The recorded runs (``run_and_record``) are also watched beside their training
+(``hotcold.contention``): two busy loops mark one disturbed, a quiet one is not.
+
 Trains a tiny model through the real loop (``hotcold.train.train``, CPU timer,
 one thread) once quietly and once while busy-loop processes hold every core.
 The competitors are started and confirmed spinning before training begins and
@@ -172,3 +175,42 @@ def test_a_wait_that_reading_the_cpu_clock_triggers_counts_in_the_step() -> None
     assert step_wall_ms == pytest.approx(machine.wall / 1e6)  # no wait escapes the steps' wall time
     assert summary["cpu_share"] == pytest.approx(3 / (3 + 4 * 2))  # 3 ms of work, 4 reads of 2 ms waits
     assert summary["stable"] is False and "CPU time" in summary["unstable_reason"]
+
+
+#: the issue's trial: two busy loops beside a default-style run of the run's own thread count
+BUSY_LOOPS = 2
+
+
+def recorded_summary(dataset: Dataset, out: Path, steps: int) -> dict:
+    """A run trained and recorded as the workflow does (``run_and_record``: watched for contention)."""
+    from hotcold.repeats import run_and_record
+
+    record = run_and_record(run_cfg(steps, QUIET_BATCH), Path(dataset.path), out, progress=False)
+    return record["summary"]
+
+
+@pytest.mark.slow  # busy processes beside a run
+def test_two_busy_loops_beside_a_recorded_run_mark_it_disturbed(small_dataset: Dataset, tmp_path: Path) -> None:
+    procs = competitors(BUSY_LOOPS)
+    try:
+        summary = recorded_summary(small_dataset, tmp_path / "busy", DISTURBED_STEPS)
+    finally:
+        stop(procs)
+    assert summary["stable"] is False
+    assert "other programs held" in summary["unstable_reason"], summary["unstable_reason"]
+    assert summary["other_cores"] > 0.3 and summary["contention"]["repeats"][0]["busy_s"] > 0
+
+
+@pytest.mark.slow  # needs a quiet machine
+def test_a_quiet_recorded_run_is_not_disturbed(small_dataset: Dataset, tmp_path: Path) -> None:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if others_runnable() >= 1:
+        pytest.skip(f"the machine is not quiet: {others_runnable():g} other processes want its {cores} cores")
+    for attempt in range(QUIET_TRIES):
+        summary = recorded_summary(small_dataset, tmp_path / f"quiet{attempt}", QUIET_STEPS)
+        if not summary["contention"]["disturbed"]:
+            break
+    if summary["contention"]["disturbed"] and others_runnable() >= 1:
+        pytest.skip(f"the machine got busy during the test: {summary['contention']['disturbed_reason']}")
+    assert summary["contention"]["disturbed"] is False, summary["contention"]["disturbed_reason"]
+    assert summary["other_cores"] <= 0.3

@@ -10,6 +10,7 @@ does not land on one method only. What the settings do: docs/configuration.md,
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ import pandas as pd
 import torch
 
 from hotcold.config import ConfigError, InfeasibleError, RunConfig
+from hotcold.contention import Watch
 from hotcold.data.format import Dataset
 from hotcold.distributed.world import World
 from hotcold.embedding.fbgemm import PeerUnavailableError
@@ -35,6 +37,16 @@ from hotcold.records import (
 )
 from hotcold.timing import TimedPart, summarize_repeats
 from hotcold.train import DivergedError, RunResult, reference, resolve_device, train
+
+
+def local_ranks(world: World) -> int:
+    """The run's processes on this machine: the launcher's ranks on the node (torchrun's ``LOCAL_WORLD_SIZE``)."""
+    if world.size == 1:
+        return 1
+    try:
+        return int(os.environ.get("LOCAL_WORLD_SIZE", world.size))
+    except ValueError:
+        return world.size
 
 
 class RepeatMismatchError(RuntimeError):
@@ -89,6 +101,8 @@ class RepeatedRun:
         """Train the next repeat; ``position``: its place in the job's sequence of timed parts."""
         cfg, r = self.job.cfg, len(self.parts)
         self.start_s.append(time.perf_counter() - started)
+        watch = Watch(torch.get_num_threads(), local_ranks(self.world))
+        watch.start()
         try:
             result = train(cfg, self.ds, self.device, progress=self.progress, world=self.world, evaluation=r == 0)
         except InfeasibleError as e:
@@ -100,6 +114,7 @@ class RepeatedRun:
         except DivergedError as e:
             self.diverged = (e.step, str(e))
             return
+        result.timed.contention = watch.stop()
         if r == 0:
             self._first = {"summary": result.summary, "metrics": result.metrics, "order": result.order,
                            "store": result.store_report}

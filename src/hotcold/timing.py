@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from hotcold.contention import pool
+
 PHASES = ("data", "h2d", "emb_fwd", "dense_fwd_bwd", "d2h", "emb_update")
 #: a CPU-timed run is disturbed when its process got less CPU time than this share of wall time x threads
 MIN_CPU_SHARE = 0.5
@@ -172,7 +174,9 @@ class TimedPart:
     ``steps`` and ``host_steps`` are the timer's (the same list on the CPU),
     ``counters`` the timed steps' counters, ``cpu_ms`` the process's CPU time
     per timed step; ``judge_cpu``: whether CPU time below wall time x
-    ``threads`` means a disturbed run (see ``stability``).
+    ``threads`` means a disturbed run (see ``stability``). ``contention``:
+    what ``contention.Watch`` measured beside the repeat (other programs' CPU
+    time, the fixed probe), None where nothing watched it.
     """
 
     steps: list[tuple[int, dict[str, float]]]
@@ -183,6 +187,7 @@ class TimedPart:
     cpu_ms: list[float] = field(default_factory=list)
     threads: int = 1
     judge_cpu: bool = True
+    contention: dict | None = None
 
     @property
     def samples_per_s(self) -> float:
@@ -196,7 +201,11 @@ def summarize_repeats(parts: list[TimedPart]) -> dict:
     Step and phase percentiles, counters and stability are over the pooled
     steps of all repeats; ``samples_per_s`` is the median of the repeats'
     (``repeat_samples_per_s``), ``repeat_spread`` their max / min. Repeats
-    that disagree beyond ``MAX_REPEAT_SPREAD`` make the run unstable.
+    that disagree beyond ``MAX_REPEAT_SPREAD`` make the run unstable, and so
+    does a repeat that ``contention.Watch`` found disturbed: other programs
+    held the run's cores, or the fixed probe around it ran slow (``contention``
+    in the summary keeps the numbers; ``other_cores`` and ``probe_slowdown``
+    the worst repeat's).
     """
     if not parts:
         raise ValueError("no repeats to summarise")
@@ -217,10 +226,19 @@ def summarize_repeats(parts: list[TimedPart]) -> dict:
     summary.update(repeats=len(parts), repeat_samples_per_s=per_repeat, repeat_spread=spread,
                    samples_per_s=float(np.median(per_repeat)))
     if spread > MAX_REPEAT_SPREAD:
-        reason = f"repeats' samples/s spread max/min = {spread:.2f} (> {MAX_REPEAT_SPREAD:g})"
-        summary["stable"] = False
-        summary["unstable_reason"] = "; ".join(r for r in (summary["unstable_reason"], reason) if r)
+        _unstable(summary, f"repeats' samples/s spread max/min = {spread:.2f} (> {MAX_REPEAT_SPREAD:g})")
+    watched = pool([p.contention for p in parts])
+    if watched is not None:
+        summary.update(contention=watched, other_cores=watched["other_cores"],
+                       probe_slowdown=watched["probe_slowdown"])
+        if watched["disturbed"]:
+            _unstable(summary, watched["disturbed_reason"])
     return summary
+
+
+def _unstable(summary: dict, reason: str) -> None:
+    summary["stable"] = False
+    summary["unstable_reason"] = "; ".join(r for r in (summary["unstable_reason"], reason) if r)
 
 
 def phase_order(seen: set[str]) -> list[str]:

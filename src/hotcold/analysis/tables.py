@@ -23,6 +23,7 @@ from hotcold.analysis.comparisons import fae_table, speedup_markdown, speedup_ta
 from hotcold import methods
 from hotcold.analysis.markdown import to_markdown
 from hotcold.config import AggregateConfig
+from hotcold.contention import MAX_OTHER_CORES, MAX_PROBE_SLOWDOWN
 from hotcold.files import atomic_write_text
 from hotcold.records import (
     STATUS_DIVERGED,
@@ -52,7 +53,7 @@ REFERENCE_LABELS = {"run": "device run", "replay": "device replay of this order"
 SUMMARY_COLUMNS = [
     *RUN_ID, "plan", "status", "options", "timer", "device", "samples_per_s", "step_ms_p50", "step_ms_p10", "step_ms_p90",
     "step_ms_mean", "speedup_vs_hybrid", "auc", "auc_vs_hybrid", "logloss", "exact", "exact_reference",
-    "param_rel_diff", "stable", "unstable_reason", "repeats", "repeat_spread",
+    "param_rel_diff", "stable", "unstable_reason", "repeats", "repeat_spread", "other_cores", "probe_slowdown",
 ]
 PROVENANCE_COLUMNS = [
     "reason", "dataset_sha256", "device_type", "batch_size", "steps_timed", "threads", "torch", "git_commit", "git_dirty",
@@ -163,6 +164,8 @@ def _row(rec: dict[str, Any]) -> dict[str, Any]:
         "unstable_reason": summary.get("unstable_reason") or None,
         "repeats": summary.get("repeats", 1) if summary else None,  # records from before repeats: one
         "repeat_spread": summary.get("repeat_spread"),
+        "other_cores": summary.get("other_cores"),  # absent in records from before the contention watch
+        "probe_slowdown": summary.get("probe_slowdown"),
         "auc": metrics.get("auc"),
         "logloss": metrics.get("logloss"),
         "dataset_sha256": rec.get("dataset_manifest_sha256"),
@@ -374,7 +377,11 @@ def _summary_markdown(summary: pd.DataFrame, exact_rtol: float) -> str:
         "`param_rel_diff` and no `exact` (docs/scale-out.md, \"What is sent\"). `stable`: no when the run's step times spread "
         "beyond p90/p10 = 3 or, for a one-process CPU run, its process got less than half of wall time x "
         "threads of CPU time (other programs held the cores), or its repeats' samples/s spread beyond "
-        f"max/min = {MAX_REPEAT_SPREAD:g}; `unstable_reason` says which. `repeats`: how many times the run "
+        f"max/min = {MAX_REPEAT_SPREAD:g}, or, measured beside the run and not from its times, other programs "
+        f"held more than {MAX_OTHER_CORES:g} of the cores it needed on average (`other_cores`, from /proc/stat: "
+        "the busy time of its cores less its own, plus steal, beyond the cores its threads left free) or a fixed "
+        f"CPU probe timed before and after it ran more than {MAX_PROBE_SLOWDOWN:g}x slower than the quietest probe "
+        "of its job (`probe_slowdown`); `unstable_reason` says which. `repeats`: how many times the run "
         "trained its timed part, each time from the same initial state on the same batches (`timing.repeats`); "
         "`samples_per_s` is then the median over repeats, `repeat_spread` the repeats' max/min samples/s, and "
         "the step times pool the steps of all repeats.\n\n"
