@@ -67,7 +67,8 @@ class StepCounters:
     output_a2a_bytes: int = _c("scale-out: looked-up vectors this rank's owned rows sent back to other ranks")
     grad_a2a_bytes: int = _c("scale-out: gradients of looked-up vectors this rank sent to the rows' owners")
     replica_allreduce_bytes: int = _c("scale-out: gradient all-reduce of replicated rows (ring), this rank's sends")
-    column_allreduce_bytes: int = _c("scale-out, column-wise with row-wise Adagrad: per-row squared-gradient sums (ring)")
+    column_allreduce_bytes: int = _c("scale-out, column-wise with row-wise Adagrad (`state: row`): each updated row's "
+                                     "squared-gradient partial sums, sent to the table's other shard owners")
     dense_allreduce_bytes: int = _c("scale-out: gradient all-reduce of the dense layers (ring), this rank's sends")
     intra_node_bytes: int = _c("scale-out: all of this rank's collective bytes to ranks on its own node")
     inter_node_bytes: int = _c("scale-out: all of them to ranks on other nodes")
