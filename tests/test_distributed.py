@@ -114,7 +114,8 @@ def flexshard_cfg(row_optimizer: str, world: int = 1, ranks_per_node: int = 1):
 
 def all_cases(datasets, world: int, ranks_per_node: int) -> list[dict]:
     """Every plan x method x row optimizer in exact mode; the sharded store on the float32 and bfloat16 wires too
-    (``WIRE_PLANS``)."""
+    (``WIRE_PLANS``) and the column plan with per-shard state, on the DLRM-style data (what the wire sends does
+    not depend on the model)."""
     cases = []
     for ds in datasets:
         for opt in ("sgd", "adagrad"):
@@ -126,7 +127,7 @@ def all_cases(datasets, world: int, ranks_per_node: int) -> list[dict]:
             for method, extra in METHODS:
                 for opt in ("sgd", "adagrad"):
                     for wire in WIRES:
-                        if wire != "exact" and (method != "sharded" or plan not in WIRE_PLANS):
+                        if wire != "exact" and (method != "sharded" or plan not in WIRE_PLANS or ds.sequence):
                             continue
                         if extra.get("depth", 1) > 1 and plan not in DEPTH_PLANS:
                             continue
@@ -135,7 +136,7 @@ def all_cases(datasets, world: int, ranks_per_node: int) -> list[dict]:
                         cases.append({"name": f"{ds.name}/{plan}/{method}{extra}/{opt}{tag}", "dataset": str(ds.path),
                                       "run_config": cfg.to_dict(), "ranks_per_node": ranks_per_node,
                                       "data": ds.name, "opt": opt, "plan": plan, "method": method, "wire": wire})
-        for opt in ("sgd", "adagrad"):  # TorchRec's column shards: each keeps its own row-wise state
+        for opt in ("sgd", "adagrad") if not ds.sequence else ():  # TorchRec's column shards' own row-wise state
             store = {"plan_options": SHARD_STATE}
             cases.append({"name": f"{ds.name}/column-shard-state/sharded/{opt}", "dataset": str(ds.path),
                           "run_config": case_cfg("sharded", "column", store, opt, world, ranks_per_node).to_dict(),
