@@ -324,7 +324,7 @@ def test_resume_verb_prints_one_line(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- kill -9 of a real workflow
 
-# One dataset, two one-process runs; their group job is long enough (1,500 steps each, a few seconds) to be still
+# One dataset, two one-process runs; their group job is long enough (6,000 steps each, some seconds) to be still
 # running after Snakemake was killed and its rerun refused.
 TINY_CONFIG = """\
 threads: 1
@@ -335,17 +335,9 @@ datasets:
     generator: {kind: criteo-kaggle-style, rows: 2000, max_rows_per_table: 1000, seed: 0}
   terabyte: null
   taobao: null
-methods:
-  fae: null
-  lru: null
-  lfu: null
-  freqcache: null
-  scratchpipe: null
-  fbgemm: null
-  sharded: null
-  proactive: null
-  flexshard: null
-train: {batch_size: 128, steps: 1500, warmup_steps: 1, eval_batch_size: 1024, eval_samples: 200}
+methods: {fae: null, lru: null, lfu: null, freqcache: null, scratchpipe: null, fbgemm: null, sharded: null,
+          proactive: null, flexshard: null}
+train: {batch_size: 128, steps: 6000, warmup_steps: 1, eval_batch_size: 1024, eval_samples: 200}
 profile: {batches: 4, window: 2}
 simulate: {ratios: [0.2], policies: [lru], windows: [1]}
 distributed:
