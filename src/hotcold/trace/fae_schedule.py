@@ -18,10 +18,14 @@ epoch's (``scaled_counts``: rounded to the nearest batch, so the timed hot
 share is within ``0.5 / timed steps`` of the epoch's), its kinds in the
 order ``run_length`` dictates (``"epoch"``: its cold batches, then its hot
 ones; an integer: runs of that many in random order). Syncs follow from the
-kinds: about ``2 x timed/epoch`` for ``"epoch"`` run lengths the epoch pays,
-but at least one in a timed window that holds both kinds (the cold->hot
-switch; one hot-set copy more than pro rata at most per period), and about
-the epoch's switches per batch for an integer run length.
+kinds. With ``"epoch"`` the epoch pays two an epoch; timed steps of k whole
+epochs and a scaled rest pay 2k + 1 (2k - 1 without a rest; the warm-up runs in reverse and ends
+cold, so the first timed step copies nothing): within one hot-set copy of
+pro rata, and a window shorter than an epoch pays exactly one, the least
+that holds both kinds (at paper scale one copy of the hot set in 1,900
+steps against the epoch's 0.1). With an integer run length the runs are in
+random order, and the timed switches are the epoch's switches per batch in
+expectation.
 ``FAEOrder.summary`` states the epoch's and the timed steps' hot shares and
 switches in the run's record, and ``degenerate`` (``all-hot``: every timed
 batch hot, the run is the ``device`` store's; ``all-cold``: the ``hybrid``
@@ -146,7 +150,10 @@ def order_kinds(n_hot: int, n_cold: int, steps: int, warmup: int, run_length: in
     The warm-up steps and the timed ones are each ``period_lengths`` of the
     epoch of ``n_hot + n_cold`` batches; each period holds ``scaled_counts``
     of each kind in ``period_kinds``' order (period p numbered from 0 over
-    the run).
+    the run). The warm-up steps run in reverse, so that with ``"epoch"`` they
+    end cold as the timed steps begin: the first timed step copies no hot set
+    that the epoch would not (a timed window shorter than the epoch then
+    pays one sync, its cold->hot switch).
     """
     per_epoch = n_hot + n_cold
     if per_epoch == 0:
@@ -155,7 +162,9 @@ def order_kinds(n_hot: int, n_cold: int, steps: int, warmup: int, run_length: in
         raise ConfigError(f"fae: warm-up steps {warmup} must be within the run's {steps} steps")
     parts = [period_kinds(*scaled_counts(n_hot, n_cold, length), run_length, seed, p) for p, length in
              enumerate(period_lengths(warmup, per_epoch) + period_lengths(steps - warmup, per_epoch))]
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+    kinds = np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+    kinds[:warmup] = kinds[:warmup][::-1].copy()  # ends with the kind the timed steps begin with ("epoch": cold)
+    return kinds
 
 
 def sync_steps(kinds: np.ndarray) -> np.ndarray:
@@ -212,7 +221,7 @@ class FAEOrder:
             "timed_switches_per_step": switches / len(timed) if len(timed) else None,
             "timed_selection": f"scaled epoch: {whole} whole epoch(s) of {per_epoch} batches and {rest} batches "
                                "sampled from the next with its hot:cold ratio, in run_length order; the "
-                               "warm-up steps a scaled epoch of their own",
+                               "warm-up steps a scaled epoch of their own, in reverse",
             "degenerate": degenerate,
         }
 
