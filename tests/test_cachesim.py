@@ -249,7 +249,8 @@ def test_simulator_counts_equal_training_counters(small_dataset, method, policy,
 def test_fae_model_counts_equal_training_counters(small_dataset, run_length):
     options = {"budget_ratio": 0.3, "sample_fraction": 1.0, "run_length": run_length}
     res = train(_run_cfg("fae", options), small_dataset, torch.device("cpu"), progress=False)
-    sim, hot_share = simulate_fae(small_dataset, 64, 30, 0, 0.3, run_length, 1.0, RowSizes(dim=4, state_width=1))
+    sim, hot_share = simulate_fae(small_dataset, 64, 30, 0, 0.3, run_length, 1.0, RowSizes(dim=4, state_width=1),
+                                  warmup=2)
     trained = pd.DataFrame([c for _, c in res.counters])
     pd.testing.assert_frame_equal(trained, sim.steps[list(FIELDS)], check_dtype=False)
     assert hot_share == pytest.approx(res.store.hot_fraction)

@@ -171,3 +171,15 @@ def test_a2a_reduction_is_read_at_the_weak_scaled_batch_with_the_fixed_batchs_be
     only_fixed = table([], fixed, claims=(A2A,)).loc["a2a"]
     assert only_fixed["measured_value"] == pytest.approx(50.0)
     assert "the fixed global batch 1,024 (8 per rank)" in only_fixed["compared"]
+
+
+def test_a_degenerate_fae_run_is_not_printed_as_fae_without_saying_so():
+    """FAE at a budget where every timed batch is hot ran as the device store: the row says so."""
+    plain = table([record("fae", "v", 160.0), record("hybrid", "base", 100.0)]).loc["speed"]
+    assert "degenerate" not in plain["compared"] and "degenerate" not in plain["why_they_differ"]
+    recs = [record("fae", "v", 160.0, report={"degenerate": "all-hot"}), record("hybrid", "base", 100.0)]
+    row = table(recs).loc["speed"]
+    assert row["measured_value"] == pytest.approx(1.6)
+    for column in ("compared", "why_they_differ"):
+        assert "degenerate: fae v all-hot" in row[column] and "device store's run" in row[column]
+    assert "degenerate" in claims_markdown(table(recs).reset_index())

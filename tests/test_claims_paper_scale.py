@@ -73,7 +73,7 @@ def test_a_simulated_store_gives_the_trained_records_workload(small_dataset, met
 
 def test_a_simulated_fae_gives_the_trained_records_workload(small_dataset):
     frame = fae_sweep(small_dataset, BATCH, STEPS, 0, budgets=(0.3,), run_lengths=("epoch",), sample_fraction=1.0,
-                      sizes=RowSizes(4, 1))
+                      sizes=RowSizes(4, 1), warmup=2)  # the run's warm-up steps: the same scaled-epoch order
     cfg = _cfg("fae", {"budget_ratio": 0.3, "sample_fraction": 1.0, "run_length": "epoch"})
     res = train(cfg, small_dataset, torch.device("cpu"), progress=False)
     shape = ModelShape.of(small_dataset, cfg.model)

@@ -241,7 +241,8 @@ def test_auc_close_to_hybrid(small_dataset):
 
 
 def test_default_schedule_is_the_authors_cold_then_hot_epochs(small_dataset):
-    """run_length "epoch": each epoch's cold batches, then its hot ones; two syncs an epoch at most."""
+    """run_length "epoch": each period's cold batches, then its hot ones (the warm-up steps a scaled epoch of
+    their own, in reverse, then the timed steps' whole epochs and a scaled one); two syncs a period at most."""
     got = train(fae_cfg(steps=120, row_optimizer="adagrad"), small_dataset, CPU, progress=False)
     counters = [c for _, c in got.counters]
     kinds = [c["hot_batch"] for c in counters]
@@ -249,10 +250,15 @@ def test_default_schedule_is_the_authors_cold_then_hot_epochs(small_dataset):
     start, stop = small_dataset.split("train")
     hot_inputs = round(got.store.hot_fraction * (stop - start))
     per_epoch = hot_inputs // 128 + (stop - start - hot_inputs) // 128
-    for a in range(0, 120, per_epoch):
-        epoch = kinds[a:a + per_epoch]
-        assert epoch == sorted(epoch), "cold batches first, then hot ones"
+    assert got.store_report["epoch_batches"] == per_epoch and 120 - 2 > per_epoch
+    bounds = [0, 2, *range(2 + per_epoch, 120, per_epoch), 120]  # warm-up, whole epochs, the scaled rest
+    assert kinds[:2] == sorted(kinds[:2], reverse=True), "the warm-up in reverse: it ends cold"
+    for a, b in zip(bounds[1:], bounds[2:]):
+        period = kinds[a:b]
+        assert period == sorted(period), "cold batches first, then hot ones"
+        if b - a == per_epoch:
+            assert sum(period) == hot_inputs // 128, "a whole epoch"
     switches = sum(c["switches"] for c in counters)
-    assert 0 < switches <= 2 * -(-120 // per_epoch)
+    assert 0 < switches <= 2 * (len(bounds) - 1)
     assert switches == sum(a != b for a, b in zip(kinds, kinds[1:]))
     assert sum(c["sync_bytes"] for c in counters) == switches * h * (8 + 1) * 4

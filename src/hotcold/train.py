@@ -162,6 +162,7 @@ def build(cfg: RunConfig, ds: Dataset, device: torch.device, order: Sequence[np.
         comm=world.comm if world is not None else None,
         batch_share=cfg.train.batch_size / max(1, ds.split("train")[1] - ds.split("train")[0]),
         exact_sums=world is not None and world.data_parallel > 1,
+        warmup_steps=cfg.train.warmup_steps,
     )
     cls = method.store
     if world is not None and world.size > 1 and not method.spans_ranks:

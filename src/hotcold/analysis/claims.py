@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from hotcold.analysis.markdown import to_markdown
-from hotcold.analysis.tables import scale_of
+from hotcold.analysis.tables import degenerate_of, scale_of
 from hotcold.distributed.batch import GLOBAL, PER_RANK
 from hotcold.files import atomic_write_text
 from hotcold.records import STATUS_DIVERGED, STATUS_OK, record_status
@@ -247,6 +247,15 @@ def _stable(recs: list[dict[str, Any]]) -> Any:
     return None if any(f is None for f in flags) else all(bool(f) for f in flags)
 
 
+def _degenerate(recs: list[dict[str, Any]], run: Run) -> str:
+    """Says so where ``run``'s records did not run as their technique (FAE all-hot or all-cold); empty otherwise."""
+    marks = sorted({f"{r.get('variant')} {m}" for r in recs if (m := degenerate_of(r))})
+    if not marks:
+        return ""
+    return (f"degenerate: {run.method} {', '.join(marks)} (all-hot: every timed batch hot, the device store's "
+            "run; all-cold: the hybrid store's), so this is not the technique's speed-up")
+
+
 def _comm_ms(recs: list[dict[str, Any]]) -> float:
     return _mean([sum((r["summary"].get("phase_ms_mean") or {}).get(p, 0.0) for p in COMM_PHASES) for r in recs])
 
@@ -276,12 +285,14 @@ def _modelled_speed(recs: list[dict[str, Any]], profile: Any, predict: Predict) 
 
 
 def _speed_claim(row: dict[str, Any], claim: Claim, records: list[dict[str, Any]], profiles: dict[str, Any],
-                 predict: Predict) -> None:
+                 predict: Predict) -> str:
+    """Fill ``row``; return ``_degenerate``'s note on the compared run (empty for an ordinary one)."""
     run, base = _matching(records, claim.dataset, claim.run), _matching(records, claim.dataset, claim.baseline)
     if not run or not base:
         row["status"] = _not_run(records, claim.dataset, claim.run if not run else claim.baseline)
-        return
-    row["compared"] = f"{_label(run, claim.run)} vs {_label(base, claim.baseline)}"
+        return ""
+    note = _degenerate(run, claim.run)
+    row["compared"] = f"{_label(run, claim.run)} vs {_label(base, claim.baseline)}" + (f" [{note}]" if note else "")
     timers = {r["summary"].get("timer") for r in run + base}
     row["measured_timer"] = ", ".join(sorted(str(t) for t in timers))
     if len(timers) == 1:
@@ -291,11 +302,12 @@ def _speed_claim(row: dict[str, Any], claim: Claim, records: list[dict[str, Any]
     profile = profiles.get(claim.profile)
     if profile is None:
         row["modelled_profile"] = f"{claim.profile} (profile not given)"
-        return
+        return note
     (speed_run, dominant), (speed_base, _) = (_modelled_speed(run, profile, predict),
                                               _modelled_speed(base, profile, predict))
     row["modelled_value"] = speed_run / speed_base
     row["modelled_profile"], row["modelled_dominant"] = claim.profile, f"{claim.run.method}: {dominant}"
+    return note
 
 
 def _hits_claim(row: dict[str, Any], claim: Claim, records: list[dict[str, Any]]) -> None:
@@ -415,8 +427,8 @@ def _differs(value: float, paper: float) -> bool:
     return not (math.isnan(value) or math.isnan(paper)) and abs(value - paper) > AGREE_RTOL * abs(paper)
 
 
-def _why(row: dict[str, Any], claim: Claim) -> str:
-    reasons = []
+def _why(row: dict[str, Any], claim: Claim, note: str = "") -> str:
+    reasons = [note] if note else []
     if row["measured_stable"] is False:
         reasons.append("measured runs disturbed (stable = no)")
     measured_off = _differs(row["measured_value"], claim.paper_value)
@@ -452,9 +464,9 @@ def claims_and_sweep(records: list[dict[str, Any]], comm: pd.DataFrame, profiles
         comm_model = comm_model or costmodel.comm_ms
     rows, sweep = [], []
     for claim in claims:
-        row = _row(claim)
+        row, note = _row(claim), ""
         if claim.kind == "speed":
-            _speed_claim(row, claim, records, profiles, predict)
+            note = _speed_claim(row, claim, records, profiles, predict)
         elif claim.kind == "hits":
             _hits_claim(row, claim, records)
         elif claim.kind == "a2a_reduction":
@@ -463,7 +475,7 @@ def claims_and_sweep(records: list[dict[str, Any]], comm: pd.DataFrame, profiles
             _latency_claim(row, claim, records, comm, profiles, comm_model)
         else:
             row["status"] = "no hotcold method"
-        row["why_they_differ"] = _why(row, claim)
+        row["why_they_differ"] = _why(row, claim, note)
         paper_scale_columns(row, claim, records, paper, profiles, shape_of or (lambda rec: None), comm_model, sweep)
         rows.append(row)
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS), pd.DataFrame(sweep, columns=SWEEP_COLUMNS)

@@ -108,12 +108,17 @@ def fae_table(records: list[dict[str, Any]], summary: pd.DataFrame) -> pd.DataFr
     the device (count, share of all rows, bytes with optimizer state);
     ``hot_fraction``: share of training inputs whose lookups are all hot;
     ``hot_batch_share``: share of timed steps that ran as hot batches;
+    ``epoch_hot_share``: share of the epoch's batches that are hot (the
+    timed steps are a scaled epoch: ``hotcold.trace.fae_schedule``);
     ``switches_per_step`` and ``sync_bytes_per_step``: hot-set syncs and
-    their bytes, apart from the cold batches' ``activation_bytes_per_step``.
+    their bytes, apart from the cold batches' ``activation_bytes_per_step``;
+    ``epoch_switches_per_step``: the epoch's; ``degenerate``: ``all-hot`` or
+    ``all-cold`` where FAE ran as the ``device`` or the ``hybrid`` store.
     """
     own = ["budget_ratio", "budget_bytes", "hot_rows", "hot_ratio", "hot_bytes", "hot_fraction", "hot_batch_share",
-           "switches_per_step", "sync_bytes_per_step", "activation_bytes_per_step"]
-    joined = ["options", "samples_per_s", "speedup_vs_hybrid", "auc", "auc_vs_hybrid", "exact"]
+           "epoch_hot_share", "switches_per_step", "epoch_switches_per_step", "sync_bytes_per_step",
+           "activation_bytes_per_step"]
+    joined = ["options", "samples_per_s", "speedup_vs_hybrid", "auc", "auc_vs_hybrid", "exact", "degenerate"]
     rows = []
     for rec in records:
         store = rec.get("store") or {}
@@ -126,7 +131,9 @@ def fae_table(records: list[dict[str, Any]], summary: pd.DataFrame) -> pd.DataFr
             "budget_ratio": options.budget_ratio, "budget_bytes": options.budget_bytes,
             **{k: store.get(k) for k in ("hot_rows", "hot_ratio", "hot_bytes", "hot_fraction")},
             "hot_batch_share": counters.get("hot_batch"),
+            "epoch_hot_share": store.get("epoch_hot_share"),   # absent in records from before the scaled epoch
             "switches_per_step": counters.get("switches"),
+            "epoch_switches_per_step": store.get("epoch_switches_per_step"),
             "sync_bytes_per_step": counters.get("sync_bytes"),
             "activation_bytes_per_step": (counters["vector_bytes_h2d"] + counters["grad_bytes_d2h"]
                                           if "vector_bytes_h2d" in counters else None),

@@ -53,7 +53,8 @@ REFERENCE_LABELS = {"run": "device run", "replay": "device replay of this order"
 SUMMARY_COLUMNS = [
     *RUN_ID, "plan", "status", "options", "timer", "device", "samples_per_s", "step_ms_p50", "step_ms_p10", "step_ms_p90",
     "step_ms_mean", "speedup_vs_hybrid", "auc", "auc_vs_hybrid", "logloss", "exact", "exact_reference",
-    "param_rel_diff", "stable", "unstable_reason", "repeats", "repeat_spread", "other_cores", "probe_slowdown",
+    "param_rel_diff", "stable", "unstable_reason", "degenerate", "repeats", "repeat_spread", "other_cores",
+    "probe_slowdown",
 ]
 PROVENANCE_COLUMNS = [
     "reason", "dataset_sha256", "device_type", "batch_size", "steps_timed", "threads", "torch", "git_commit", "git_dirty",
@@ -144,6 +145,12 @@ def options_label(options: dict[str, Any] | None) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted((options or {}).items()))
 
 
+def degenerate_of(rec: dict[str, Any]) -> str | None:
+    """What a run degenerated to, from its store report: FAE with every timed batch hot (``all-hot``: the
+    ``device`` store's run) or none (``all-cold``: the ``hybrid`` store's); None for an ordinary run."""
+    return (rec.get("store") or {}).get("degenerate") or None
+
+
 def _row(rec: dict[str, Any]) -> dict[str, Any]:
     summary, prov = rec.get("summary") or {}, rec.get("provenance") or {}
     metrics = rec.get("metrics") or {}
@@ -162,6 +169,7 @@ def _row(rec: dict[str, Any]) -> dict[str, Any]:
         **{k: summary.get(k) for k in ("step_ms_p50", "step_ms_p10", "step_ms_p90", "step_ms_mean")},
         "stable": summary.get("stable"),  # absent in records from before the judgement
         "unstable_reason": summary.get("unstable_reason") or None,
+        "degenerate": degenerate_of(rec),
         "repeats": summary.get("repeats", 1) if summary else None,  # records from before repeats: one
         "repeat_spread": summary.get("repeat_spread"),
         "other_cores": summary.get("other_cores"),  # absent in records from before the contention watch
@@ -381,7 +389,9 @@ def _summary_markdown(summary: pd.DataFrame, exact_rtol: float) -> str:
         f"held more than {MAX_OTHER_CORES:g} of the cores it needed on average (`other_cores`, from /proc/stat: "
         "the busy time of its cores less its own, plus steal, beyond the cores its threads left free) or a fixed "
         f"CPU probe timed before and after it ran more than {MAX_PROBE_SLOWDOWN:g}x slower than the quietest probe "
-        "of its job (`probe_slowdown`); `unstable_reason` says which. `repeats`: how many times the run "
+        "of its job (`probe_slowdown`); `unstable_reason` says which. `degenerate`: the run's technique did "
+        "not run as itself: FAE at a budget where every timed batch is hot (`all-hot`, the `device` store's run) "
+        "or none is (`all-cold`, the `hybrid` store's); its speed-up is that store's. `repeats`: how many times the run "
         "trained its timed part, each time from the same initial state on the same batches (`timing.repeats`); "
         "`samples_per_s` is then the median over repeats, `repeat_spread` the repeats' max/min samples/s, and "
         "the step times pool the steps of all repeats.\n\n"

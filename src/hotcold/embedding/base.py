@@ -70,6 +70,9 @@ class StoreSpec:
     #: the share of the training split one step reads (batch size / training samples), for planners
     #: that turn the ``frequencies`` of the whole split into expected lookups per step
     batch_share: float = 1.0
+    #: the run's first timed step (``train.warmup_steps``): a store with its own batch order (FAE) keeps the
+    #: timed steps representative of its epoch
+    warmup_steps: int = 0
 
     @property
     def num_rows(self) -> int:

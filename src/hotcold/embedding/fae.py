@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from itertools import chain
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import numpy as np
@@ -26,7 +25,7 @@ from hotcold.embedding.hybrid import HybridStore
 from hotcold.embedding.options import StoreOptions, budget_rows, check_budget
 from hotcold.embedding.rows import Lookup, ship
 from hotcold.trace.fae_schedule import (DEFAULT_BUDGET_RATIO, DEFAULT_SAMPLE_FRACTION, EPOCH, HotSetSync,
-                                        check_run_length, fae_counters, plan, shuffle_schedule)
+                                        check_run_length, fae_counters, fae_order, plan)
 
 if TYPE_CHECKING:
     from hotcold.data.format import Dataset
@@ -83,6 +82,7 @@ class FAEProfile:
     hot_rows: torch.Tensor      # int64 [H] global rows, ascending
     hot_fraction: float = 0.0   # hot training inputs / training inputs
     sampled: int = 0            # training inputs profiled
+    order: dict[str, Any] = dataclasses.field(default_factory=dict)  # ``FAEOrder.summary`` of the schedule
 
     def attach(self, spec: StoreSpec) -> None:
         spec.prepared["fae"] = self
@@ -139,27 +139,32 @@ class FAEStore(EmbeddingStore):
                 "hot_ratio": self.hot_rows.numel() / self.spec.num_rows,
                 "hot_bytes": int(self.hot_rows.numel()) * 4 * self.dim, "hot_state_bytes":
                 int(self.hot_rows.numel()) * 4 * self.optimizer.state_width,
-                "sampled_inputs": self.profile.sampled}
+                "sampled_inputs": self.profile.sampled, **self.profile.order}
 
     @classmethod
     def schedule(cls, spec: StoreSpec, ds: "Dataset", default: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
         """Profile, pick the hot rows, classify every training input, and return FAE's batch order.
 
-        The batch size is the default order's; the order has as many batches
-        as the default one (so as many as ``train.steps``). FAE always
-        shuffles; ``train.shuffle`` does not apply. With a budget of 0 rows the
-        order is exactly the loader's and the run is ``hybrid``'s.
+        The batch size and the number of batches are the default order's
+        (``train.steps``); the first ``spec.warmup_steps`` are untimed. The
+        order is ``fae_order``'s scaled epoch: the timed steps hold the
+        epoch's hot:cold batch ratio, whatever the run's length (the store's
+        report states the epoch's and the timed shares and switches). FAE
+        always shuffles; ``train.shuffle`` does not apply. With a budget of 0
+        rows the order is exactly the loader's and the run is ``hybrid``'s
+        (reported ``degenerate: all-cold``).
         """
         opts = cls.Options.parse(spec.options, f"store {cls.__name__}")
         p = plan(ds, spec.seed, opts.sample_fraction, opts.hot_rows(spec.num_rows, spec.dim))
-        FAEProfile(torch.from_numpy(p.hot_rows), p.hot_fraction, p.sampled).attach(spec)
-        it = iter(default)
-        first = next(it, None)
-        if first is None:
+        default = list(default)
+        if not default:
+            FAEProfile(torch.from_numpy(p.hot_rows), p.hot_fraction, p.sampled).attach(spec)
             return iter(())
-        batches = shuffle_schedule(np.flatnonzero(p.is_hot), np.flatnonzero(~p.is_hot), len(first), spec.seed,
-                                   opts.run_length)
-        return (b for _, b in zip(chain([first], it), batches))
+        steps = len(default)
+        order = fae_order(np.flatnonzero(p.is_hot), np.flatnonzero(~p.is_hot), len(default[0]), steps, spec.seed,
+                          opts.run_length, min(spec.warmup_steps, steps))
+        FAEProfile(torch.from_numpy(p.hot_rows), p.hot_fraction, p.sampled, order.summary()).attach(spec)
+        return iter(order.batches)
 
     def _hot_to_device(self) -> None:
         """Copy the hot rows (and state) host -> device."""

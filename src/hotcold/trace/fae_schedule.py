@@ -5,13 +5,36 @@ training inputs, keeps the hottest rows that fit a device budget on the
 device, calls an input *hot* when every one of its lookups is a hot row, and
 trains hot-only and cold mini-batches. A cold batch also reads and updates
 hot rows on the host, so every switch of batch kind copies the whole hot set
-(with its optimizer state) to where the next batch runs. The batch order:
-``shuffle_schedule``.
+(with its optimizer state) to where the next batch runs.
+
+The batch order (``fae_order``) is timed on FAE's epoch. A run trains
+``train.steps`` batches, far fewer than an epoch at paper scale (2,000 of
+~38k), and the authors' epoch puts all its cold batches first: the first
+``steps`` batches of an epoch would be timed as the ``hybrid`` store. So the
+order is a *scaled epoch* in training order: the warm-up steps are one
+period, the timed steps another, and each period is as many whole epochs as
+fit followed by a sample of the next epoch whose hot:cold batch ratio is the
+epoch's (``scaled_counts``: rounded to the nearest batch, so the timed hot
+share is within ``0.5 / timed steps`` of the epoch's), its kinds in the
+order ``run_length`` dictates (``"epoch"``: its cold batches, then its hot
+ones; an integer: runs of that many in random order). Syncs follow from the
+kinds. With ``"epoch"`` the epoch pays two an epoch; timed steps of k whole
+epochs and a scaled rest pay 2k + 1 (2k - 1 without a rest; the warm-up runs in reverse and ends
+cold, so the first timed step copies nothing): within one hot-set copy of
+pro rata, and a window shorter than an epoch pays exactly one, the least
+that holds both kinds (at paper scale one copy of the hot set in 1,900
+steps against the epoch's 0.1). With an integer run length the runs are in
+random order, and the timed switches are the epoch's switches per batch in
+expectation.
+``FAEOrder.summary`` states the epoch's and the timed steps' hot shares and
+switches in the run's record, and ``degenerate`` (``all-hot``: every timed
+batch hot, the run is the ``device`` store's; ``all-cold``: the ``hybrid``
+store's).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -87,48 +110,140 @@ def plan(ds: "Dataset", seed: int, fraction: float, capacity: int) -> FAEPlan:
     return FAEPlan(hot_rows, classify_samples(ds, hot_rows), sampled)
 
 
-def shuffle_schedule(hot: np.ndarray, cold: np.ndarray, batch_size: int, seed: int,
-                     run_length: int | str = EPOCH) -> Iterator[np.ndarray]:
-    """Endless FAE batches, epoch after epoch.
+def scaled_counts(n_hot: int, n_cold: int, length: int) -> tuple[int, int]:
+    """Hot and cold batches of a period of ``length`` batches with the epoch's ratio (nearest batch, half up)."""
+    total = n_hot + n_cold
+    hot = (2 * length * n_hot + total) // (2 * total)
+    return hot, length - hot
 
-    hot, cold: train-relative sample indices of each kind. Each batch is
-    sorted (the loader's convention); every sample appears at most once an
-    epoch.
 
-    Each epoch shuffles the hot and the cold samples (the loader's
-    permutation, ``default_rng([seed, epoch])``) and cuts each into batches
-    (dropping each kind's last partial batch). ``run_length`` sets how often the
-    kind may switch: ``"epoch"`` (the default) trains the epoch's cold batches,
-    then its hot ones, as the authors' training loop does, so the hot set is
-    synchronised about twice an epoch; an integer groups the batches of each
-    kind into runs of that many and puts the runs in random order, so the two
-    kinds are interleaved more finely at the price of more synchronisations
-    (``run_length: 1`` interleaves per batch).
+def period_lengths(length: int, per_epoch: int) -> list[int]:
+    """``length`` batches as whole epochs of ``per_epoch`` batches, then the remainder (a scaled epoch)."""
+    whole, rest = divmod(length, per_epoch)
+    return [per_epoch] * whole + ([rest] if rest else [])
+
+
+def period_kinds(n_hot: int, n_cold: int, run_length: int | str, seed: int, period: int) -> np.ndarray:
+    """bool [n_hot + n_cold]: the kind (hot: True) of each batch of one period, in training order.
+
+    ``"epoch"``: the cold batches, then the hot ones (the authors' loop). An
+    integer R: the batches of each kind grouped into runs of R (each kind's
+    last run may be short) in a random order (``default_rng([seed, period,
+    0xFAE])``).
     """
-    n = {True: len(hot) // batch_size, False: len(cold) // batch_size}
-    if n[True] + n[False] == 0:
+    if run_length == EPOCH:
+        return np.repeat([False, True], [n_cold, n_hot])
+    runs = np.repeat([True, False], [-(-n_hot // run_length), -(-n_cold // run_length)])
+    runs = np.random.default_rng([seed, period, 0xFAE]).permutation(runs)
+    left = {True: n_hot, False: n_cold}
+    sizes = []
+    for is_hot in runs.tolist():
+        sizes.append(min(run_length, left[is_hot]))
+        left[is_hot] -= sizes[-1]
+    return np.repeat(runs, sizes)
+
+
+def order_kinds(n_hot: int, n_cold: int, steps: int, warmup: int, run_length: int | str,
+                seed: int) -> np.ndarray:
+    """bool [steps]: FAE's batch kinds for a run of ``steps`` whose first ``warmup`` are not timed.
+
+    The warm-up steps and the timed ones are each ``period_lengths`` of the
+    epoch of ``n_hot + n_cold`` batches; each period holds ``scaled_counts``
+    of each kind in ``period_kinds``' order (period p numbered from 0 over
+    the run). The warm-up steps run in reverse, so that with ``"epoch"`` they
+    end cold as the timed steps begin: the first timed step copies no hot set
+    that the epoch would not (a timed window shorter than the epoch then
+    pays one sync, its cold->hot switch).
+    """
+    per_epoch = n_hot + n_cold
+    if per_epoch == 0:
+        raise ConfigError("fae: the epoch has no full batch")
+    if not 0 <= warmup <= steps:
+        raise ConfigError(f"fae: warm-up steps {warmup} must be within the run's {steps} steps")
+    parts = [period_kinds(*scaled_counts(n_hot, n_cold, length), run_length, seed, p) for p, length in
+             enumerate(period_lengths(warmup, per_epoch) + period_lengths(steps - warmup, per_epoch))]
+    kinds = np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+    kinds[:warmup] = kinds[:warmup][::-1].copy()  # ends with the kind the timed steps begin with ("epoch": cold)
+    return kinds
+
+
+def sync_steps(kinds: np.ndarray) -> np.ndarray:
+    """bool [steps]: the steps that copy the hot set first (``HotSetSync``: a switch of kind, never step 0)."""
+    out = np.zeros(len(kinds), dtype=bool)
+    out[1:] = kinds[1:] != kinds[:-1]
+    return out
+
+
+class _KindStream:
+    """One kind's batches epoch after epoch: the samples shuffled by ``default_rng([seed, epoch])`` (the
+    loader's permutation), cut into batches (the last partial one dropped), each batch sorted."""
+
+    def __init__(self, samples: np.ndarray, batch_size: int, seed: int) -> None:
+        self.samples, self.batch_size, self.seed = samples, batch_size, seed
+        self.per_epoch = len(samples) // batch_size
+        self.taken, self.epoch, self.order = 0, -1, samples
+
+    def next(self) -> np.ndarray:
+        epoch, k = divmod(self.taken, self.per_epoch)
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self.order = self.samples[np.random.default_rng([self.seed, epoch]).permutation(len(self.samples))]
+        self.taken += 1
+        return np.sort(self.order[k * self.batch_size:(k + 1) * self.batch_size])
+
+
+@dataclass(frozen=True)
+class FAEOrder:
+    """FAE's batches for one run and how they were chosen (``fae_order``)."""
+
+    batches: list[np.ndarray]   # train-relative sample indices of each batch, sorted
+    kinds: np.ndarray           # bool [steps]: hot batch
+    warmup: int                 # steps before the timed ones
+    epoch_hot: int              # hot batches an epoch
+    epoch_cold: int             # cold batches an epoch
+    epoch_switches: int         # kind switches an epoch, epoch after epoch (its kinds taken cyclically)
+
+    def summary(self) -> dict[str, Any]:
+        """The record's statement of the selection: the epoch's and the timed steps' hot shares and switches."""
+        per_epoch = self.epoch_hot + self.epoch_cold
+        timed = self.kinds[self.warmup:]
+        switches = int(sync_steps(self.kinds)[self.warmup:].sum())
+        whole, rest = divmod(len(timed), per_epoch)
+        hot = int(timed.sum())
+        degenerate = None
+        if len(timed):
+            degenerate = "all-hot" if hot == len(timed) else "all-cold" if hot == 0 else None
+        return {
+            "epoch_batches": per_epoch, "epoch_hot_share": self.epoch_hot / per_epoch,
+            "epoch_switches": self.epoch_switches, "epoch_switches_per_step": self.epoch_switches / per_epoch,
+            "timed_steps": len(timed), "timed_hot_share": hot / len(timed) if len(timed) else None,
+            "timed_switches": switches,
+            "timed_switches_per_step": switches / len(timed) if len(timed) else None,
+            "timed_selection": f"scaled epoch: {whole} whole epoch(s) of {per_epoch} batches and {rest} batches "
+                               "sampled from the next with its hot:cold ratio, in run_length order; the "
+                               "warm-up steps a scaled epoch of their own, in reverse",
+            "degenerate": degenerate,
+        }
+
+
+def fae_order(hot: np.ndarray, cold: np.ndarray, batch_size: int, steps: int, seed: int,
+              run_length: int | str = EPOCH, warmup: int = 0) -> FAEOrder:
+    """FAE's ``steps`` batches, the first ``warmup`` untimed (see the module's docstring).
+
+    hot, cold: train-relative sample indices of each kind. Each kind's
+    batches come from its own shuffled epochs (``_KindStream``: every sample
+    at most once an epoch of its kind; with one kind only, the loader's
+    order), consumed in the order of ``order_kinds``.
+    """
+    streams = {True: _KindStream(hot, batch_size, seed), False: _KindStream(cold, batch_size, seed)}
+    n_hot, n_cold = streams[True].per_epoch, streams[False].per_epoch
+    if n_hot + n_cold == 0:
         raise ConfigError(f"fae: {len(hot)} hot and {len(cold)} cold training inputs make no full "
                           f"batch of {batch_size}")
-    epoch = 0
-    while True:
-        src = {True: hot[np.random.default_rng([seed, epoch]).permutation(len(hot))],
-               False: cold[np.random.default_rng([seed, epoch]).permutation(len(cold))]}
-        if run_length == EPOCH:
-            kinds = [False] * n[False] + [True] * n[True]
-        else:
-            runs = np.repeat([True, False], [-(-n[True] // run_length), -(-n[False] // run_length)])
-            kinds = []
-            left = dict(n)
-            for is_hot in np.random.default_rng([seed, epoch, 0xFAE]).permutation(runs).tolist():
-                take = min(run_length, left[is_hot])
-                kinds += [is_hot] * take
-                left[is_hot] -= take
-        taken = {True: 0, False: 0}
-        for is_hot in kinds:
-            i = taken[is_hot]
-            taken[is_hot] += 1
-            yield np.sort(src[is_hot][i * batch_size:(i + 1) * batch_size])
-        epoch += 1
+    kinds = order_kinds(n_hot, n_cold, steps, warmup, run_length, seed)
+    epoch = period_kinds(n_hot, n_cold, run_length, seed, 0)
+    switches = int((epoch[1:] != epoch[:-1]).sum() + (epoch[-1] != epoch[0]))
+    return FAEOrder([streams[k].next() for k in kinds.tolist()], kinds, warmup, n_hot, n_cold, switches)
 
 
 class HotSetSync:

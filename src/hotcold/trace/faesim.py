@@ -3,14 +3,14 @@
 FAE routes whole inputs (an input is hot when all its lookups are hot rows)
 and pays a hot-set synchronisation whenever the batch kind switches, so it
 cannot be simulated on the loader's batch order like a cache: the model
-builds FAE's own schedule (``hotcold.trace.fae_schedule``, the store's) and
-books each batch as the ``fae`` store does. Policy name ``fae-R`` with R the
+builds FAE's own schedule (``hotcold.trace.fae_schedule.fae_order``, the
+store's scaled epoch: the same batches for the same steps and warm-up steps)
+and books each batch as the ``fae`` store does. Policy name ``fae-R`` with R the
 ``run_length`` (``fae-epoch``, ``fae-1``...).
 """
 from __future__ import annotations
 
 import time
-from itertools import islice
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -19,8 +19,7 @@ import pandas as pd
 from hotcold.trace import kernels
 from hotcold.trace.cachesim import RowSizes, SimResult, counters_frame
 from hotcold.trace.policies import rows_for_share
-from hotcold.trace.fae_schedule import (EPOCH, FAEPlan, HotSetSync, check_run_length, fae_counters, plan,
-                                        shuffle_schedule)
+from hotcold.trace.fae_schedule import EPOCH, FAEPlan, HotSetSync, check_run_length, fae_counters, fae_order, plan
 
 if TYPE_CHECKING:
     from hotcold.data.format import Dataset
@@ -32,10 +31,13 @@ _GROUP = 64   # batches read from the dataset at a time
 
 def simulate_fae(ds: "Dataset", batch_size: int, steps: int, seed: int, budget_ratio: float,
                  run_length: int | str = EPOCH, sample_fraction: float = 1.0,
-                 sizes: RowSizes = RowSizes(), fae_plan: FAEPlan | None = None) -> tuple[SimResult, float]:
+                 sizes: RowSizes = RowSizes(), fae_plan: FAEPlan | None = None,
+                 warmup: int = 0) -> tuple[SimResult, float]:
     """FAE's per-step counters over ``steps`` batches of its schedule, and its hot-input share.
 
-    ``fae_plan``: the plan of this budget and sample, when already made.
+    ``fae_plan``: the plan of this budget and sample, when already made;
+    ``warmup``: the run's untimed first steps (``train.warmup_steps``), which
+    the schedule keeps apart from the timed ones as the store does.
     """
     t0 = time.perf_counter()
     run_length = check_run_length(run_length)
@@ -46,11 +48,12 @@ def simulate_fae(ds: "Dataset", batch_size: int, steps: int, seed: int, budget_r
     sync = HotSetSync(p.hot_rows.size)
     start = ds.split("train")[0]
     out = []
-    order = shuffle_schedule(np.flatnonzero(p.is_hot), np.flatnonzero(~p.is_hot), batch_size, seed, run_length)
+    order = fae_order(np.flatnonzero(p.is_hot), np.flatnonzero(~p.is_hot), batch_size, steps, seed, run_length,
+                      min(warmup, steps)).batches
     stamp = np.zeros(num_rows, dtype=np.int32)   # last batch number + 1 that saw each row
     done = 0
     while done < steps:
-        group = list(islice(order, min(_GROUP, steps - done)))
+        group = order[done:done + _GROUP]
         ids = ds.global_ids(np.concatenate(group) + start)             # [B * G, K], -1 at padding
         real = ids >= 0
         per_batch = real.reshape(len(group), -1).sum(axis=1)           # lookups of each batch
@@ -72,14 +75,16 @@ def simulate_fae(ds: "Dataset", batch_size: int, steps: int, seed: int, budget_r
 
 def fae_sweep(ds: "Dataset", batch_size: int, steps: int, seed: int,
               budgets: Sequence[float] = DEFAULT_BUDGETS, run_lengths: Sequence[int | str] = DEFAULT_RUN_LENGTHS,
-              sample_fraction: float = 1.0, sizes: RowSizes = RowSizes()) -> pd.DataFrame:
-    """One row per budget and run length: ``SimResult.summary`` plus FAE's hot shares and switches."""
+              sample_fraction: float = 1.0, sizes: RowSizes = RowSizes(), warmup: int = 0) -> pd.DataFrame:
+    """One row per budget and run length: ``SimResult.summary`` plus FAE's hot shares and switches
+    (``warmup``: the run's untimed first steps, as ``simulate_fae``)."""
     num_rows = sum(ds.cardinalities)
     rows = []
     for ratio in budgets:
         p = plan(ds, seed, sample_fraction, rows_for_share(ratio, num_rows))
         for run in run_lengths:
-            res, hot_share = simulate_fae(ds, batch_size, steps, seed, ratio, run, sample_fraction, sizes, p)
+            res, hot_share = simulate_fae(ds, batch_size, steps, seed, ratio, run, sample_fraction, sizes, p,
+                                          warmup)
             row = res.summary(num_rows)
             row.update(cache_ratio=ratio, hot_input_share=hot_share,
                        hot_batch_share=float(res.steps["hot_batch"].mean()) if len(res.steps) else 0.0)

@@ -51,7 +51,7 @@ def placement_sweep(ds: Dataset, cfg: RunConfig, ratios: Sequence[float], polici
     frames = [sweep(trace, ratios, policies or POLICIES, freq, windows=windows, sizes=sizes)]
     if fae_budgets:
         frames.append(fae_sweep(ds, t.batch_size, t.steps, cfg.seed, fae_budgets, fae_run_lengths,
-                                fae_sample_fraction, sizes))
+                                fae_sample_fraction, sizes, t.warmup_steps))
     frame = pd.concat(frames, ignore_index=True)
     frame.insert(0, "dataset", ds.name)
     return Sweep(frame, frames[0], trace, freq, ds.name, t.steps, t.warmup_steps)
