@@ -48,7 +48,8 @@ EXACT_RTOL = AggregateConfig().exact_rtol
 
 REFERENCE_LABELS = {"run": "device run", "replay": "device replay of this order",
                     "scale_out": "one-process device replay", "peer": "device run (peer kernel, own rounding)",
-                    "wire": "one-process device replay (not exact mode: exactness not claimed)"}
+                    "wire": "one-process device replay (not exact mode: exactness not claimed)",
+                    "unchecked": "not checked (distributed.reference: none)"}
 
 SUMMARY_COLUMNS = [
     *RUN_ID, "plan", "status", "options", "timer", "device", "samples_per_s", "step_ms_p50", "step_ms_p10", "step_ms_p90",
@@ -227,6 +228,9 @@ def _exactness(frame: pd.DataFrame, records: list[dict[str, Any]],
     for _, group in frame.groupby(["dataset", "dataset_sha256", "seed"], dropna=False, sort=False):
         ref = _pick_reference(group, REFERENCE_METHOD)
         for idx in group.index:
+            if (records[idx].get("reference") or {}).get("checked") is False:  # no replay was trained
+                label[idx] = REFERENCE_LABELS["unchecked"]
+                continue
             if replays[idx] is not None:
                 kind = "scale_out" if frame.at[idx, "world"] > 1 else "replay"
                 d = sketch_rel_diff(sketches[idx], replays[idx])
