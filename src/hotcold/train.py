@@ -263,6 +263,7 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
             counters.append((batch.step, store.step_counters()))
             guard.check(i)  # every timing.window steps (where the CUDA timer syncs) and the last
         timer.flush()
+        store.settle_counters()  # device-side counts, read once the timed steps are over
         release_pages(ds)  # the training batches' mapped pages: not held under evaluation and the record
         counters = world.combine_counters(counters)
         metrics = evaluate(model, store, ds, cfg, device, progress) if evaluation else {}

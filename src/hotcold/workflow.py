@@ -341,16 +341,16 @@ def _check_batch_split(run_config: Mapping[str, Any]) -> None:
                           f"(or set distributed.train.batch_per_rank)")
 
 
-def peer_state(src: Path) -> str:
-    """The installed builds of fbgemm_gpu (CPU or CUDA) with versions, and whether its TBE imports for the jobs'
-    interpreter, asked in a child process (so the caller never loads it: importing fbgemm_gpu configures the root
+def peer_state(src: Path, device: str = "cpu") -> str:
+    """The installed builds of fbgemm_gpu (CPU or CUDA) with versions, and whether its TBE runs on the trainer
+    ``device`` for the jobs' interpreter (on cuda: the CUDA build and a tiny TBE forward), asked in a child process (so the caller never loads it: importing fbgemm_gpu configures the root
     logger, and Snakemake's log lines would then come out twice): a training rule's parameter, so that installing
     or repairing the peer's package reruns its jobs."""
     from importlib import metadata
 
     names = sorted(set(metadata.packages_distributions().get("fbgemm_gpu", [])))
     builds = ", ".join(f"{name}=={metadata.version(name)}" for name in names) or "not installed"
-    probe = "from hotcold.embedding.fbgemm import available; print(available() or 'usable')"
+    probe = f"from hotcold.embedding.fbgemm import available; print(available({device!r}) or 'usable')"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])}
     try:
         out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300)
