@@ -27,7 +27,8 @@ def test_more_ranks_than_gpus_over_nccl_is_refused_in_one_line():
     problem = ranks_fit_problem(4, "cuda", "auto", 1)
     assert problem is not None and "\n" not in problem
     assert "world 4" in problem and "this machine has 1" in problem
-    assert "distributed.scales" in problem and "distributed.backend: gloo" in problem
+    assert "distributed.scales: []" in problem and "distributed.backend: gloo" in problem
+    assert "lower distributed.scales world to 2 or fewer" in ranks_fit_problem(4, "cuda", "nccl", 2)
     with pytest.raises(ConfigError, match=r"^--nproc: world 4 needs 4 GPUs over NCCL"):
         check_ranks_fit(4, "cuda", "nccl", 1, "--nproc")
 
@@ -211,7 +212,8 @@ def test_two_ranks_without_a_reference_write_an_unchecked_record(small_dataset, 
 # -- a GPU -----------------------------------------------------------------------------------------------------------
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_two_ranks_share_one_gpu_over_gloo_and_stay_exact(small_dataset, tmp_path):
-    """gloo on a CUDA trainer: the collectives go over CPU copies, the ranks may share GPU 0; the run is exact."""
+    """gloo on a CUDA trainer: the collectives go over CPU copies, the ranks share GPU 0; the run trains the
+    replay's model."""
     from test_distributed import case_cfg
 
     out = tmp_path / "run"
@@ -226,7 +228,10 @@ def test_two_ranks_share_one_gpu_over_gloo_and_stay_exact(small_dataset, tmp_pat
     assert record["reference"]["method"] == "device"
     from hotcold.records import sketch_rel_diff
 
-    assert sketch_rel_diff(record["params"]["sketch"], record["reference"]["params"]["sketch"]) <= 1e-6
+    # a result left on the host, or not copied back, would be off by O(1); CUDA's summation order is the exactness
+    # work's (issue 18, item 1), not the transport's
+    assert sketch_rel_diff(record["params"]["sketch"], record["reference"]["params"]["sketch"]) <= 1e-3
+    assert record["config"]["distributed"]["backend"] == "gloo" and record["provenance"]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")

@@ -46,9 +46,11 @@ def ranks_fit_problem(ranks: int, device_type: str, backend: str, gpus: int) -> 
     """
     if ranks <= 1 or resolve_backend(backend, device_type) != "nccl" or ranks <= gpus:
         return None
+    fewer = (f"lower distributed.scales world to {gpus} or fewer" if gpus > 1
+             else "train no scale-out scale here (distributed.scales: [])")
     return (f"world {ranks} needs {ranks} GPUs over NCCL (one per rank), but this machine has {gpus}: "
-            f"lower distributed.scales world to {gpus} or fewer, set distributed.backend: gloo "
-            f"(collectives over CPU tensors, ranks share a GPU), or timing.device: cpu")
+            f"{fewer}, set distributed.backend: gloo (collectives over CPU tensors, ranks share a GPU), "
+            f"or timing.device: cpu")
 
 
 def check_ranks_fit(ranks: int, device_type: str, backend: str, gpus: int, where: str) -> None:
