@@ -97,14 +97,14 @@ def test_a_managed_cache_on_a_cpu_gets_its_record_without_training(tmp_path, sma
 
 
 def test_missing_extra_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(fbgemm, "available", lambda: "fbgemm_gpu is not installed; install it with "
+    monkeypatch.setattr(fbgemm, "available", lambda device=None: "fbgemm_gpu is not installed; install it with "
                         f"`{fbgemm.INSTALL_HINT}`")
     with pytest.raises(PeerUnavailableError, match=r"pip install -e \.\[peers\]"):
         methods.get("fbgemm").build(_spec("sgd"))
 
 
 def test_missing_extra_ends_as_a_skipped_record_named_in_the_summary(monkeypatch, tmp_path, small_dataset):
-    monkeypatch.setattr(fbgemm, "available", lambda: "fbgemm_gpu is not installed here (simulated)")
+    monkeypatch.setattr(fbgemm, "available", lambda device=None: "fbgemm_gpu is not installed here (simulated)")
     runs = tmp_path / "runs"
     out = runs / "small" / "fbgemm" / "host" / "seed~0"
     assert main(["train", "--dataset", str(small_dataset.path), "--run-config", json.dumps(RUN),
@@ -126,7 +126,7 @@ def test_missing_extra_ends_as_a_skipped_record_named_in_the_summary(monkeypatch
 
 def test_a_group_with_a_missing_peer_trains_the_others(monkeypatch, tmp_path, small_dataset):
     """`hotcold train-group` (timing.interleave): the skipped peer does not stop the group's other runs."""
-    monkeypatch.setattr(fbgemm, "available", lambda: "fbgemm_gpu is not installed here (simulated)")
+    monkeypatch.setattr(fbgemm, "available", lambda device=None: "fbgemm_gpu is not installed here (simulated)")
     configs = [{**RUN, "timing": {"repeats": 2}}, {**RUN, "method": "device", "variant": "base",
                                                    "timing": {"repeats": 2}}]
     runs = [{"run_config": c, "out": str(tmp_path / c["method"] / c["variant"])} for c in configs]
@@ -179,6 +179,7 @@ def test_cuda_placements_train_the_device_stores_rows(cache, kind):
     store, ref = methods.get("fbgemm").build(_spec(kind, cuda, **options)), methods.get("device").build(_spec(kind, cuda))
     gen = torch.Generator().manual_seed(0)
     total = {"lookups": 0, "misses": 0, "unique_misses": 0}
+    steps = []
     for _ in range(20):
         ids = _ids(gen)
         out, want = store.forward(ids, NullMarker()), ref.forward(ids, NullMarker())
@@ -186,8 +187,10 @@ def test_cuda_placements_train_the_device_stores_rows(cache, kind):
         grad = torch.randn(out.shape, generator=gen).to(cuda)
         store.backward(grad, NullMarker())
         ref.backward(grad, NullMarker())
-        c = store.step_counters()
-        assert c["hits"] + c["misses"] == c["lookups"] == int((ids >= 0).sum())
+        steps.append((int((ids >= 0).sum()), store.step_counters()))
+    store.settle_counters()  # the managed cache's counts are read once, after the steps
+    for valid, c in steps:
+        assert c["hits"] + c["misses"] == c["lookups"] == valid
         assert c["unique_hits"] + c["unique_misses"] == c["unique_rows"]
         assert 0 <= c["param_rows_h2d"] <= c["unique_misses"] and 0 <= c["evictions"] <= c["param_rows_h2d"]
         assert c["param_rows_d2h"] == c["evictions"]
@@ -218,3 +221,115 @@ def test_adagrad_epsilon_is_added_outside_the_square_root():
         ref.backward(grad, NullMarker())
     change = ref.export().double() - init_table(SIZES, 8, 3).double()
     assert float((store.export().double() - ref.export().double()).norm() / change.norm()) <= 1e-5
+
+
+# --- FBGEMM on a GPU: the CUDA build, probed; counts read after the timed steps ----------------------------------------
+@needs_fbgemm
+def test_a_cuda_run_with_the_cpu_wheel_is_skipped_saying_why(monkeypatch):
+    """The CPU wheel imports on a GPU machine too: on cuda the installed build is what decides, not the import."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(fbgemm, "installed_builds", lambda: {"fbgemm-gpu-cpu": "1.8.0"})
+    reason = fbgemm.available("cuda")
+    assert reason is not None and "fbgemm-gpu-cpu==1.8.0" in reason and ".[peers-cuda]" in reason
+    assert fbgemm.available("cpu") is None and fbgemm.available() is None
+    with pytest.raises(PeerUnavailableError, match="needs its CUDA build"):
+        fbgemm.require_available(torch.device("cuda"))  # a PeerUnavailableError: the run's record is `skipped`
+
+
+@needs_fbgemm
+def test_the_cuda_build_is_probed_with_a_forward_not_an_import(monkeypatch):
+    """With the CUDA build named but no working GPU (this machine), the tiny TBE forward fails and says so."""
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the probe would pass")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(fbgemm, "installed_builds", lambda: {"fbgemm-gpu": "1.8.0"})
+    fbgemm.cuda_probe.cache_clear()
+    try:
+        reason = fbgemm.available("cuda")
+        assert reason is not None and "FBGEMM's CUDA TBE does not run on cuda:0" in reason, reason
+        assert ".[peers-cuda]" in reason and "\n" not in reason
+    finally:
+        fbgemm.cuda_probe.cache_clear()
+
+
+@needs_cuda_fbgemm
+def test_the_cuda_probe_passes_where_the_cuda_build_runs():
+    assert fbgemm.available("cuda") is None and fbgemm.available(torch.device("cuda", 0)) is None
+
+
+class _SetCache:
+    """A stand-in for FBGEMM's cache directory: a set of resident rows that holds ``slots`` of them."""
+
+    def __init__(self, slots: int) -> None:
+        self.rows: set[int] = set()
+        self.slots = slots
+
+    def resident(self, rows: torch.Tensor) -> torch.Tensor:
+        return torch.tensor([r in self.rows for r in rows.numpy().tolist()], dtype=torch.bool)
+
+    def occupied(self) -> torch.Tensor:
+        return torch.tensor(len(self.rows), dtype=torch.int64)
+
+    def fill(self, rows: list[int]) -> list[int]:
+        """Admit the missing ``rows`` (evicting the smallest others when full); the rows it could not admit."""
+        batch = set(rows)
+        refused = []
+        for r in rows:
+            if r in self.rows:
+                continue
+            if len(self.rows) >= self.slots:
+                spare = sorted(self.rows - batch)
+                if not spare:
+                    refused.append(r)
+                    continue
+                self.rows.discard(spare[0])
+            self.rows.add(r)
+        return refused
+
+
+def test_cache_counts_stay_on_the_device_in_the_step_and_are_read_once_after(monkeypatch):
+    """The managed cache's per-step counting calls no ``.item()``/``.tolist()``/``int()`` on a tensor (each would
+    wait for the GPU inside the step); ``settle`` reads all steps' counts at once, and they equal a count by hand."""
+    from hotcold.embedding.rows import Lookup
+
+    cache = _SetCache(slots=6)
+    counts = fbgemm.CacheCounts(cache.resident, cache.occupied, CPU, row_bytes=32)
+    gen = torch.Generator().manual_seed(4)
+    steps, want = [], []
+    real_item, real_tolist, real_int = torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__int__
+    for _ in range(5):
+        rows = torch.randint(0, 12, (10,), generator=gen)
+        lk = Lookup(rows, None, (10, 1))
+        lk.unique()  # the host's planning (numpy), done before the probe as the store's plan() does
+        uniq = sorted(set(rows.tolist()))
+        resident_before = set(cache.rows)
+        unique_misses = [r for r in uniq if r not in resident_before]
+        misses = sum(1 for r in rows.tolist() if r not in resident_before)
+        occupied_before = len(cache.rows)
+
+        def no_sync(*a, **k):
+            raise AssertionError("read a device count inside the step")
+        monkeypatch.setattr(torch.Tensor, "item", no_sync)
+        monkeypatch.setattr(torch.Tensor, "tolist", no_sync)
+        monkeypatch.setattr(torch.Tensor, "__int__", no_sync)
+        counts.before(lk)
+        monkeypatch.setattr(torch.Tensor, "tolist", real_tolist)  # the stand-in cache's own bookkeeping
+        refused = cache.fill(uniq)
+        monkeypatch.setattr(torch.Tensor, "tolist", no_sync)
+        steps.append(counts.after(lk.size, len(uniq)))
+        monkeypatch.setattr(torch.Tensor, "item", real_item)
+        monkeypatch.setattr(torch.Tensor, "tolist", real_tolist)
+        monkeypatch.setattr(torch.Tensor, "__int__", real_int)
+        fetched = len(unique_misses) - len(refused)
+        evictions = fetched - (len(cache.rows) - occupied_before)
+        want.append({"lookups": 10, "unique_rows": len(uniq), "misses": misses, "hits": 10 - misses,
+                     "unique_misses": len(unique_misses), "unique_hits": len(uniq) - len(unique_misses),
+                     "evictions": evictions, "param_rows_h2d": fetched, "param_rows_d2h": evictions,
+                     "param_bytes_h2d": 32 * fetched, "param_bytes_d2h": 32 * evictions})
+    assert all(c["misses"] is None and c["lookups"] == 10 for c in steps)  # pending until settled
+    assert sum(w["evictions"] for w in want) > 0 and sum(w["unique_hits"] for w in want) > 0
+    counts.settle()
+    for c, w in zip(steps, want):
+        assert {k: c[k] for k in w} == w
+        assert all(isinstance(v, int) for v in c.values())

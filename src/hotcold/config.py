@@ -177,6 +177,8 @@ class TimingConfig:
                  f"device must be auto, cpu or cuda, got {self.device!r}")
 
 
+BACKENDS = ("auto", "nccl", "gloo")   # distributed.backend (hotcold.distributed.devices)
+REFERENCES = ("replay", "none")        # distributed.reference
 MIN_TIMEOUT_S, MAX_TIMEOUT_S = 1.0, 86_400.0  # a collective's wait: at least a second, at most a day
 
 
@@ -198,6 +200,14 @@ class DistributedConfig:
     before the run fails, naming the rank(s) that did not answer (a hung or
     stopped rank). Ranks do the same work between collectives, so the
     default leaves ample room for a slow step, an evaluation or a plan.
+
+    ``backend`` (auto | nccl | gloo): the collectives' backend
+    (``hotcold.distributed.devices``): auto is NCCL on a CUDA trainer (one GPU
+    per rank), gloo on the CPU; gloo on a CUDA trainer sends CPU copies, so
+    ranks may share a GPU. ``reference`` (replay | none): after a run over
+    several ranks, rank 0 replays it with the one-process ``device`` store
+    (``replay``, the exactness check), or not (``none``: for tables that do not
+    fit one device; the record says exactness was not checked).
     """
 
     world: int = 1
@@ -206,9 +216,14 @@ class DistributedConfig:
     wire_dtype: str = "float32"
     exact: bool = False
     timeout_s: float = 120.0
+    backend: str = "auto"
+    reference: str = "replay"
 
     def validate(self, where: str) -> None:
         require(is_positive_int(self.world), where, f"world must be a positive integer, got {self.world!r}")
+        require(self.backend in BACKENDS, where, f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        require(self.reference in REFERENCES, where,
+                f"reference must be one of {', '.join(REFERENCES)}, got {self.reference!r}")
         require(is_positive_int(self.ranks_per_node) and self.world % self.ranks_per_node == 0, where,
                 f"ranks_per_node must be a positive divisor of world={self.world}, got {self.ranks_per_node!r}")
         require(self.batch_per_rank is None or is_positive_int(self.batch_per_rank), where,

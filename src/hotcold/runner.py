@@ -23,6 +23,7 @@ from hotcold import methods
 from hotcold.config import ConfigError, RunConfig
 from hotcold.distributed.comm import launched
 from hotcold.distributed.batch import batch_option
+from hotcold.distributed.devices import check_ranks_fit, gpu_count, threads_per_rank
 from hotcold.distributed.launch import join_launch, report_failure, run_ranks
 from hotcold.repeats import Job, run_and_record, run_group
 from hotcold.train import resolve_device
@@ -44,8 +45,9 @@ def train_run(cfg: RunConfig, dataset_dir: str | Path, out_dir: str | Path, thre
     One-process methods cannot run over several ranks (``ConfigError``). Not
     launched yet, a run over several ranks launches them and returns None
     once they are done (a failed rank: ``ChildProcessError``, no record). A
-    rank joins the process group and trains with ``threads // world``
-    threads; rank 0 returns the record.
+    rank joins the process group and trains with ``threads`` divided by the
+    ranks on its machine (``LOCAL_WORLD_SIZE``); rank 0 returns the record.
+    Over NCCL, more ranks than GPUs fail before any starts (``devices.check_ranks_fit``).
     """
     cfg = with_device(cfg, device)
     if nproc is not None:
@@ -59,6 +61,9 @@ def train_run(cfg: RunConfig, dataset_dir: str | Path, out_dir: str | Path, thre
         raise ConfigError(f"{batch_option(cfg.distributed)}: the global batch {cfg.train.batch_size} is not "
                           f"divisible by the world size {world_size}")
     if world_size > 1 and not launched():
+        device_type = resolve_device(cfg.timing.device).type
+        check_ranks_fit(world_size, device_type, cfg.distributed.backend, gpu_count() if device_type == "cuda" else 0,
+                        "--nproc" if nproc is not None else "distributed.world")
         _launch(cfg, dataset_dir, out_dir, threads, progress)
         return None
     if launched():
@@ -86,11 +91,12 @@ def _train_rank(cfg: RunConfig, dataset_dir: Path, out_dir: Path, threads: int, 
     rank = int(os.environ["RANK"])
     try:
         world = World.join(cfg.distributed.ranks_per_node, world_size, resolve_device(cfg.timing.device),
-                           timeout_s=timeout_s)
-        torch.set_num_threads(max(1, threads // world_size))
+                           timeout_s=timeout_s, backend=cfg.distributed.backend)
+        torch.set_num_threads(threads_per_rank(threads))  # the job's threads over the ranks on this machine
         if world.is_main:
             print(f"run {cfg.dataset}/{cfg.method}/{cfg.variant}/seed~{cfg.seed} ({threads} threads, "
-                  f"{world_size} rank(s))", file=sys.stderr)
+                  f"{world_size} rank(s), {torch.get_num_threads()} per rank, {cfg.distributed.backend} backend "
+                  f"on {world.comm.device})", file=sys.stderr)
         return run_and_record(cfg, dataset_dir, out_dir, progress=progress, world=world, device=world.comm.device)
     except Exception as e:
         if world_size > 1 and collective_failure(e):

@@ -165,6 +165,10 @@ class Matrix:
             timeout = self.config["distributed"].get("timeout_s", DistributedConfig.timeout_s)
             if timeout != DistributedConfig.timeout_s:  # stated only when set: a default leaves the jobs' params
                 out["distributed"]["timeout_s"] = timeout
+            for key in ("backend", "reference"):  # stated only when not the default, as timeout_s
+                value = self.config["distributed"].get(key, getattr(DistributedConfig, key))
+                if value != getattr(DistributedConfig, key):
+                    out["distributed"][key] = value
         return out
 
     def trainer_device(self) -> str:
@@ -175,6 +179,12 @@ class Matrix:
         import torch
 
         return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def gpus(self, world: int = 1) -> int:
+        """The ``gpu`` resource a training job over ``world`` ranks claims: a GPU per rank on a CUDA trainer, none on
+        the CPU. ``snakemake --resources gpu=N`` then never gives two timed jobs one GPU (Snakemake lowers a claim
+        above N to N: a gloo run whose ranks share fewer GPUs runs alone)."""
+        return int(world) if self.trainer_device() == "cuda" else 0
 
     def infeasible_reason(self, run: Run) -> str | None:
         """Why a run cannot run on the trainer device, known from its options alone (None: it can)."""
@@ -247,9 +257,10 @@ class Matrix:
         return list(dict.fromkeys([*self.config["distributed"]["shard_sim"]["headrooms"], *trained]))
 
     # -- checks -------------------------------------------------------------------------------------
-    def check(self) -> None:
+    def check(self, gpus: int | None = None) -> None:
         """Resolve every dataset and run config with the typed configs; the first problem raises
-        ``ConfigError`` naming where it is."""
+        ``ConfigError`` naming where it is. ``gpus``: this machine's GPU count (None: asked of torch), against which
+        the scale-out runs on a CUDA trainer are checked (``check_gpus``)."""
         from hotcold.data.generators import GeneratorConfig
         from hotcold.data.sources import locate_taobao
         from hotcold.data.sources.prepare import SourceConfig
@@ -284,6 +295,26 @@ class Matrix:
             except (ConfigError, FileNotFoundError) as e:
                 raise ConfigError(f"invalid configuration for {where}: {e}") from None
         self._check_shard_sim_batch()
+        self.check_gpus(gpus)
+
+    def check_gpus(self, gpus: int | None = None) -> None:
+        """Every trained scale fits this machine's ``gpus`` (None: torch's count) over the configured backend: over
+        NCCL a CUDA trainer's ranks need a GPU each (``hotcold.distributed.devices``)."""
+        from hotcold.distributed.devices import check_ranks_fit, gpu_count, resolve_backend
+
+        if not any(run.scale_out for run in self._runs):
+            return
+        device = self.trainer_device()
+        backend = self.config["distributed"].get("backend", DistributedConfig.backend)
+        try:
+            resolve_backend(backend, device)
+        except ConfigError as e:
+            raise ConfigError(f"invalid configuration: {e}") from None
+        if device != "cuda":
+            return
+        gpus = gpu_count() if gpus is None else gpus
+        for world in sorted({run.world for run in self._runs if run.scale_out}, reverse=True):
+            check_ranks_fit(world, device, backend, gpus, "invalid configuration: distributed.scales")
 
     def _check_shard_sim_batch(self) -> None:
         """The fixed global batch the simulations use (``fixed_batch``, or no per-rank batch) splits evenly at
@@ -310,16 +341,16 @@ def _check_batch_split(run_config: Mapping[str, Any]) -> None:
                           f"(or set distributed.train.batch_per_rank)")
 
 
-def peer_state(src: Path) -> str:
-    """The installed builds of fbgemm_gpu (CPU or CUDA) with versions, and whether its TBE imports for the jobs'
-    interpreter, asked in a child process (so the caller never loads it: importing fbgemm_gpu configures the root
+def peer_state(src: Path, device: str = "cpu") -> str:
+    """The installed builds of fbgemm_gpu (CPU or CUDA) with versions, and whether its TBE runs on the trainer
+    ``device`` for the jobs' interpreter (on cuda: the CUDA build and a tiny TBE forward), asked in a child process (so the caller never loads it: importing fbgemm_gpu configures the root
     logger, and Snakemake's log lines would then come out twice): a training rule's parameter, so that installing
     or repairing the peer's package reruns its jobs."""
     from importlib import metadata
 
     names = sorted(set(metadata.packages_distributions().get("fbgemm_gpu", [])))
     builds = ", ".join(f"{name}=={metadata.version(name)}" for name in names) or "not installed"
-    probe = "from hotcold.embedding.fbgemm import available; print(available() or 'usable')"
+    probe = f"from hotcold.embedding.fbgemm import available; print(available({device!r}) or 'usable')"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])}
     try:
         out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300)

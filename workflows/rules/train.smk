@@ -1,3 +1,5 @@
+# Every training job claims the `gpu` resource on a CUDA trainer (one per rank, `Matrix.gpus`): run
+# `snakemake --resources gpu=<GPUs>` so that timed jobs never share a GPU.
 # Training: one job per dataset x method x variant x seed, with the dataset's
 # effective settings (global sections, its own overrides merged in). With
 # timing.interleave, one job per dataset x seed trains all its one-process runs
@@ -57,6 +59,8 @@ if not config["timing"]["interleave"]:
             source=SOURCE_PARAM,
             peers=lambda wildcards: peers_param([wildcards.method]),
         threads: config["threads"]
+        resources:
+            gpu=MATRIX.gpus(1),
         benchmark:
             "results/benchmarks/{dataset}/{method}/{variant}/seed~{seed}.tsv"
         log:
@@ -89,7 +93,7 @@ else:
                 peers=peers_param([method for method, _ in MATRIX.interleaved_runs(_dataset)]),
             threads: config["threads"]
             resources:
-                gpu=1 if config["timing"]["device"] == "cuda" else 0,
+                gpu=MATRIX.gpus(1),
             benchmark:
                 f"results/benchmarks/{_dataset}/train_group/seed~{{seed}}.tsv"
             log:
@@ -123,7 +127,7 @@ rule train_scaleout:
         method=one_of(methods.names(spans_ranks=True)),
     threads: lambda wildcards: int(wildcards.world)
     resources:
-        gpu=lambda wildcards: int(wildcards.world) if config["timing"]["device"] == "cuda" else 0,
+        gpu=lambda wildcards: MATRIX.gpus(int(wildcards.world)),
     benchmark:
         "results/benchmarks/{dataset}/{method}/{variant}/world~{world}-rpn~{rpn}/seed~{seed}.tsv"
     log:

@@ -48,7 +48,8 @@ EXACT_RTOL = AggregateConfig().exact_rtol
 
 REFERENCE_LABELS = {"run": "device run", "replay": "device replay of this order",
                     "scale_out": "one-process device replay", "peer": "device run (peer kernel, own rounding)",
-                    "wire": "one-process device replay (not exact mode: exactness not claimed)"}
+                    "wire": "one-process device replay (not exact mode: exactness not claimed)",
+                    "unchecked": "not checked (distributed.reference: none)"}
 
 SUMMARY_COLUMNS = [
     *RUN_ID, "plan", "status", "options", "timer", "device", "samples_per_s", "step_ms_p50", "step_ms_p10", "step_ms_p90",
@@ -235,6 +236,9 @@ def _exactness(frame: pd.DataFrame, records: list[dict[str, Any]],
     for _, group in frame.groupby(["dataset", "dataset_sha256", "seed"], dropna=False, sort=False):
         ref = _pick_reference(group, REFERENCE_METHOD)
         for idx in group.index:
+            if (records[idx].get("reference") or {}).get("checked") is False:  # no replay was trained
+                label[idx] = REFERENCE_LABELS["unchecked"]
+                continue
             if replays[idx] is not None:
                 kind = "scale_out" if frame.at[idx, "world"] > 1 else "replay"
                 d = sketch_rel_diff(sketches[idx], replays[idx])
@@ -382,7 +386,8 @@ def _summary_markdown(summary: pd.DataFrame, exact_rtol: float) -> str:
         "`auc_vs_hybrid` (see comm_traffic.md and proactive.md); `exact` compares it with the one-process "
         f"`{REFERENCE_METHOD}` store replayed on its batches, and is claimed only for a run in exact mode "
         "(`distributed.exact`: float64 all-reduces); a run on the production float32 or bfloat16 wire has its "
-        "`param_rel_diff` and no `exact` (docs/scale-out.md, \"What is sent\"). `stable`: no when the run's step times spread "
+        "`param_rel_diff` and no `exact` (docs/scale-out.md, \"What is sent\"); a run with `distributed.reference: none` "
+        "trained no replay: no `exact`, and `exact_reference` says \"not checked\". `stable`: no when the run's step times spread "
         "beyond p90/p10 = 3 or, for a one-process CPU run, its process got less than half of wall time x "
         "threads of CPU time (other programs held the cores), or its repeats' samples/s spread beyond "
         f"max/min = {MAX_REPEAT_SPREAD:g}, or, measured beside the run and not from its times, other programs "

@@ -13,13 +13,20 @@ uneven tensors does not work on gloo.
 What a float collective sends is the run's ``Wire`` (``use_wire``): a
 caller asks for it with ``on_wire=True``, and ``Comm`` rounds the tensor to
 the wire's type before sending and counts the bytes of what it sent.
+
+``host``: the collectives run on gloo over CPU tensors while the trainer is
+on a GPU (``distributed.backend: gloo``, so that ranks may share one GPU):
+each collective copies what it sends to the host and its result back to the
+trainer's device (in place for an all-reduce, at ``wait()`` when
+asynchronous). The bytes counted are the same: the copies are not the
+model's traffic.
 """
 from __future__ import annotations
 
 import datetime
 import math
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -37,8 +44,10 @@ assert all(torch.empty(0, dtype=t).element_size() == ELEMENT_BYTES[n] for n, t i
 class Pending:
     """An asynchronous collective: ``wait()`` returns its result; ``name``: the counted collective it is."""
 
-    def __init__(self, work: Any, result: torch.Tensor, name: str | None = None) -> None:
+    def __init__(self, work: Any, result: torch.Tensor, name: str | None = None,
+                 finish: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
         self._work, self._result, self.name = work, result, name
+        self._finish = finish  # what turns the received tensor into the result (a host transport's copy back)
 
     def done(self) -> bool:
         return self._work is None or self._work.is_completed()
@@ -47,17 +56,22 @@ class Pending:
         if self._work is not None:
             self._work.wait()
             self._work = None
+        if self._finish is not None:
+            self._result, self._finish = self._finish(self._result), None
         return self._result
 
 
 class Comm:
     """Counted collectives of one rank (see the module docstring)."""
 
-    def __init__(self, topology: Topology, rank: int = 0, device: torch.device | None = None) -> None:
+    def __init__(self, topology: Topology, rank: int = 0, device: torch.device | None = None,
+                 host: bool = False) -> None:
         self.topology = topology
         self.rank = rank
         self.world = topology.world
         self.device = device or torch.device("cpu")
+        self.host = host and self.device.type != "cpu"  # gloo over CPU copies of a GPU trainer's tensors
+        self.collective_device = torch.device("cpu") if self.host else self.device  # where collectives' tensors live
         self.ledger = Ledger(topology)
         self.wire = Wire()
         self._groups: dict[tuple[int, ...], Any] = {}
@@ -98,8 +112,9 @@ class Comm:
         """Each rank's count for every other rank -> int64 [P] counts this rank receives (None: not counted)."""
         if self.world == 1:
             return np.asarray(send_counts, dtype=np.int64).copy()
-        out = torch.empty(self.world, dtype=torch.int64, device=self.device)
-        dist.all_to_all_single(out, torch.as_tensor(np.asarray(send_counts), dtype=torch.int64).to(self.device))
+        out = torch.empty(self.world, dtype=torch.int64, device=self.collective_device)
+        dist.all_to_all_single(out, torch.as_tensor(np.asarray(send_counts), dtype=torch.int64)
+                               .to(self.collective_device))
         if collective is not None:
             self._book(collective, a2a_matrix(self.rank, np.full(self.world, SPLIT_BYTES), self.world))
         return out.cpu().numpy()
@@ -118,10 +133,12 @@ class Comm:
             self._book(collective, a2a_matrix(self.rank, np.asarray(send_counts, dtype=np.int64) * item, self.world))
         if self.world == 1:
             return Pending(None, data)
-        out = torch.empty((int(np.sum(recv_counts)), *data.shape[1:]), dtype=data.dtype, device=data.device)
-        work = dist.all_to_all_single(out, data.contiguous(), [int(c) for c in recv_counts],
+        send = self._send(data)
+        out = torch.empty((int(np.sum(recv_counts)), *data.shape[1:]), dtype=data.dtype, device=send.device)
+        work = dist.all_to_all_single(out, send, [int(c) for c in recv_counts],
                                       [int(c) for c in send_counts], async_op=async_op)
-        return self._issued(Pending(work if async_op else None, out, collective))
+        pending = Pending(work if async_op else None, out, collective, self._back(data.device))
+        return self._issued(pending if async_op else Pending(None, pending.wait(), collective))
 
     # -- all-reduce ----------------------------------------------------------------------------
     def all_reduce(self, tensor: torch.Tensor, group: Sequence[int] | None, collective: str | None,
@@ -140,8 +157,11 @@ class Comm:
         if len(members) < 2:
             return Pending(None, tensor)
         pg = None if len(members) == self.world else self._groups[members]
-        work = dist.all_reduce(tensor, group=pg, async_op=async_op)
-        return self._issued(Pending(work if async_op else None, tensor, collective))
+        sent = self._send(tensor)
+        work = dist.all_reduce(sent, group=pg, async_op=async_op)
+        into = None if sent is tensor else (lambda got: tensor.copy_(got))  # the host copy's sum, back in place
+        pending = Pending(work if async_op else None, sent, collective, into)
+        return self._issued(pending if async_op else Pending(None, pending.wait(), collective))
 
     # -- reduce-scatter and all-gather of equal blocks (the row-wise reduce-scatter protocol) ----------------
     def reduce_scatter(self, tensor: torch.Tensor, collective: str | None, on_wire: bool = False) -> torch.Tensor:
@@ -161,9 +181,10 @@ class Comm:
             self._book(collective, ring_reducescatter_matrix(range(self.world), [block] * self.world, self.world))
         if self.world == 1:
             return tensor
-        out = torch.empty((n, *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
-        dist.reduce_scatter_tensor(out, tensor.contiguous())
-        return out
+        send = self._send(tensor)
+        out = torch.empty((n, *tensor.shape[1:]), dtype=tensor.dtype, device=send.device)
+        dist.reduce_scatter_tensor(out, send)
+        return out.to(tensor.device)
 
     def all_gather(self, tensor: torch.Tensor, collective: str | None, on_wire: bool = False) -> torch.Tensor:
         """Every rank's ``tensor`` [n, ...] (the same shape on all), stacked in rank order: [P * n, ...].
@@ -178,10 +199,10 @@ class Comm:
             self._book(collective, ring_allgather_matrix(range(self.world), [block] * self.world, self.world))
         if self.world == 1:
             return tensor
-        out = torch.empty((self.world * tensor.shape[0], *tensor.shape[1:]), dtype=tensor.dtype,
-                          device=tensor.device)
-        dist.all_gather_into_tensor(out, tensor.contiguous())
-        return out
+        send = self._send(tensor)
+        out = torch.empty((self.world * tensor.shape[0], *tensor.shape[1:]), dtype=tensor.dtype, device=send.device)
+        dist.all_gather_into_tensor(out, send)
+        return out.to(tensor.device)
 
     # -- what is in flight ------------------------------------------------------------------------
     def _issued(self, pending: Pending) -> Pending:
@@ -202,8 +223,9 @@ class Comm:
             self._book(collective, ring_allgather_matrix(members, [SPLIT_BYTES] * len(members), self.world))
         if len(members) < 2:
             return np.array([count], dtype=np.int64)
-        out = [torch.zeros(1, dtype=torch.int64, device=self.device) for _ in members]
-        dist.all_gather(out, torch.tensor([count], dtype=torch.int64, device=self.device), group=self._group(members))
+        out = [torch.zeros(1, dtype=torch.int64, device=self.collective_device) for _ in members]
+        dist.all_gather(out, torch.tensor([count], dtype=torch.int64, device=self.collective_device),
+                        group=self._group(members))
         return torch.cat(out).cpu().numpy()
 
     def all_gather_rows(self, ids: torch.Tensor, values: torch.Tensor, counts: np.ndarray,
@@ -228,15 +250,26 @@ class Comm:
             return [(ids, values)]
         top = int(np.max(counts))
         pg = self._group(members)
-        pad_ids = torch.zeros(top, dtype=ids.dtype, device=ids.device)
+        where = self.collective_device if self.host else ids.device
+        pad_ids = torch.zeros(top, dtype=ids.dtype, device=where)
         pad_ids[:ids.shape[0]] = ids
-        pad_values = torch.zeros((top, *values.shape[1:]), dtype=values.dtype, device=values.device)
+        pad_values = torch.zeros((top, *values.shape[1:]), dtype=values.dtype, device=where)
         pad_values[:values.shape[0]] = values
         got_ids = [torch.empty_like(pad_ids) for _ in members]
         got_values = [torch.empty_like(pad_values) for _ in members]
         dist.all_gather(got_ids, pad_ids, group=pg)
         dist.all_gather(got_values, pad_values, group=pg)
-        return [(i[:int(c)], v[:int(c)]) for i, v, c in zip(got_ids, got_values, counts)]
+        return [(i[:int(c)].to(ids.device), v[:int(c)].to(values.device))
+                for i, v, c in zip(got_ids, got_values, counts)]
+
+    # -- the host transport (``host``) ------------------------------------------------------------------
+    def _send(self, tensor: torch.Tensor) -> torch.Tensor:
+        """What a collective sends: ``tensor`` contiguous, on the host with the host transport."""
+        return tensor.to(self.collective_device).contiguous() if self.host else tensor.contiguous()
+
+    def _back(self, device: torch.device) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """How a received tensor returns to ``device`` (None: it is already there)."""
+        return (lambda got: got.to(device)) if self.host else None
 
     def _group(self, members: tuple[int, ...]) -> Any:
         return None if len(members) == self.world else self._groups[members]
@@ -264,17 +297,24 @@ def launched() -> bool:
     return "WORLD_SIZE" in os.environ and "RANK" in os.environ
 
 
-def init_process_group(device: torch.device, timeout_s: float = TIMEOUT_S) -> tuple[int, int]:
-    """Join the launch's process group: NCCL on GPUs, gloo on CPUs; a collective waits ``timeout_s`` for the
-    others. Returns (rank, world)."""
+def init_process_group(device: torch.device, timeout_s: float = TIMEOUT_S,
+                       backend: str = "auto") -> tuple[int, int, torch.device]:
+    """Join the launch's process group over ``backend`` (``distributed.backend``: auto is NCCL on GPUs, gloo on
+    CPUs); a collective waits ``timeout_s`` for the others. Returns (rank, world, this rank's device): over NCCL
+    a GPU of its own (more ranks on this machine than GPUs: ``ConfigError``), over gloo GPUs shared round robin."""
+    from hotcold.distributed.devices import check_ranks_fit, gpu_count, local_ranks, rank_gpu, resolve_backend
+
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    backend = resolve_backend(backend, device.type)
+    if device.type == "cuda":
+        gpus = gpu_count()
+        check_ranks_fit(local_ranks(), "cuda", backend, gpus, "distributed.backend")
+        device = torch.device("cuda", rank_gpu(int(os.environ.get("LOCAL_RANK", rank)), gpus, backend))
+        torch.cuda.set_device(device)
     if not dist.is_initialized():
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        if device.type == "cuda":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
         dist.init_process_group(backend, rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout_s))
-    return rank, world
+    return rank, world, device
 
 
 __all__ = ["Comm", "Pending", "ID_BYTES", "ids_tensor", "init_process_group", "launched"]

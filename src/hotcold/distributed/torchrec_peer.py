@@ -179,7 +179,7 @@ def run_rank(dataset: str | Path, run_config: Any, sharding: str, batch_per_rank
     from hotcold.distributed.shardsim import table_batches
 
     torch.set_num_threads(1)
-    rank, world = init_process_group(torch.device("cpu"))
+    rank, world, _ = init_process_group(torch.device("cpu"))
     ds = Dataset.open(dataset)
     if ds.sequence:
         raise ValueError(f"{dataset}: torchrec-peer runs DLRM-style datasets (one id per table and sample); "

@@ -41,16 +41,21 @@ class World:
         return cls(Comm(Topology(1)), slices=ranks)
 
     @classmethod
-    def join(cls, ranks_per_node: int, expected: int, device: torch.device, timeout_s: float = 300.0) -> "World":
-        """Join the torchrun launch this process is a rank of; a collective waits ``timeout_s`` for the others."""
-        rank, world = init_process_group(device, timeout_s)
+    def join(cls, ranks_per_node: int, expected: int, device: torch.device, timeout_s: float = 300.0,
+             backend: str = "auto") -> "World":
+        """Join the torchrun launch this process is a rank of over ``backend`` (``distributed.backend``); a
+        collective waits ``timeout_s`` for the others. Its ``comm.device`` is this rank's device (``cuda:<i>``)."""
+        from hotcold.distributed.devices import resolve_backend
+
+        rank, world, device = init_process_group(device, timeout_s, backend)
         if world != expected:
             raise ConfigError(f"the run config asks for world {expected}, but torchrun started {world} ranks")
         per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
         if int(os.environ.get("GROUP_WORLD_SIZE", 1)) > 1 and per_node != ranks_per_node:
             raise ConfigError(f"on several real nodes distributed.ranks_per_node must be torchrun's "
                               f"--nproc-per-node ({per_node}), got {ranks_per_node}")
-        return cls(Comm(Topology(world, ranks_per_node), rank, device))
+        host = resolve_backend(backend, device.type) == "gloo"  # gloo on a GPU trainer: collectives over CPU copies
+        return cls(Comm(Topology(world, ranks_per_node), rank, device, host=host))
 
     @property
     def rank(self) -> int:
@@ -136,7 +141,7 @@ class World:
         """The smallest of every rank's ``value`` (one uncounted all-reduce: control, not the model's traffic)."""
         if self.size == 1:
             return value
-        t = torch.tensor([value], dtype=torch.int64, device=self.comm.device)
+        t = torch.tensor([value], dtype=torch.int64, device=self.comm.collective_device)
         torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MIN)
         return int(t.item())
 

@@ -223,6 +223,11 @@ class EmbeddingStore(abc.ABC):
         """Counters of the last training step: every field of ``StepCounters``."""
         return self._counters.as_dict()
 
+    def settle_counters(self) -> None:
+        """Called once after the timed steps, the timer flushed: a store whose ``step_counters`` left device-side
+        counts pending (read inside the steps they would drain the GPU) fills in the dicts it returned. Default:
+        nothing is pending."""
+
     def report(self) -> dict[str, Any]:
         """Store-specific numbers for the run record (capacity, hot fraction, hidden side time...)."""
         return {}

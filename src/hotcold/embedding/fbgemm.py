@@ -11,6 +11,7 @@ exactness and limits: docs/methods.md, "Peers: FBGEMM and TorchRec".
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -24,6 +25,8 @@ from hotcold.embedding.options import StoreOptions, budget_rows, check_budget, c
 from hotcold.embedding.rows import Lookup, init_table, ship
 
 INSTALL_HINT = "pip install -e .[peers]"
+CUDA_INSTALL_HINT = "pip uninstall fbgemm-gpu-cpu; pip install -e .[peers-cuda]"  # docs/gpu.md: offline, from a wheel
+CPU_BUILD, CUDA_BUILD = "fbgemm-gpu-cpu", "fbgemm-gpu"  # the distributions that install the module fbgemm_gpu
 CACHES = ("lru", "lfu")
 
 
@@ -65,27 +68,74 @@ class PeerUnavailableError(ConfigError):
     """A peer method whose optional package is not installed: its runs are skipped, not failed."""
 
 
-def available() -> str | None:
-    """None when fbgemm_gpu's TBE imports here; otherwise the reason (for notes and skips)."""
+def available(device: str | torch.device | None = None) -> str | None:
+    """None when FBGEMM's TBE can run here on ``device``; otherwise the reason (for notes and skips).
+
+    On the CPU (or None): whether the TBE imports. On ``cuda``: whether the
+    CUDA build is installed (the CPU wheel ``fbgemm-gpu-cpu`` imports on a GPU
+    machine too, but has no CUDA kernels) and a tiny TBE's forward runs on the
+    GPU (``cuda_probe``, once per process and GPU).
+    """
     try:
         from fbgemm_gpu.split_table_batched_embeddings_ops_training import (  # noqa: F401
             SplitTableBatchedEmbeddingBagsCodegen,
         )
     except Exception as e:  # ImportError, or the OSError of a CUDA build on a machine without its libraries
-        return f"fbgemm_gpu is not usable here ({type(e).__name__}: {e}); install it with `{INSTALL_HINT}`"
+        hint = CUDA_INSTALL_HINT if device is not None and torch.device(device).type == "cuda" else INSTALL_HINT
+        return f"fbgemm_gpu is not usable here ({type(e).__name__}: {e}); install it with `{hint}`"
+    if device is None or torch.device(device).type != "cuda":
+        return None
+    if not torch.cuda.is_available():
+        return "FBGEMM on cuda: torch sees no GPU here"
+    builds = installed_builds()
+    if CPU_BUILD in builds and CUDA_BUILD not in builds:  # another build (a nightly, a local one): the probe decides
+        return (f"FBGEMM on cuda needs its CUDA build ({CUDA_BUILD}), but this environment has {CPU_BUILD}=="
+                f"{builds[CPU_BUILD]} (the CPU build has no CUDA kernels); install it with `{CUDA_INSTALL_HINT}`")
+    index = torch.device(device).index
+    return cuda_probe(torch.cuda.current_device() if index is None else index)
+
+
+def installed_builds() -> dict[str, str]:
+    """The installed distributions that provide the module ``fbgemm_gpu``: name -> version."""
+    from importlib import metadata
+
+    names = metadata.packages_distributions().get("fbgemm_gpu", [])
+    return {name: metadata.version(name) for name in sorted(set(names))}
+
+
+@functools.cache
+def cuda_probe(index: int) -> str | None:
+    """None when a tiny TBE (two tables of 8 rows, DEVICE placement) runs a forward on GPU ``index``; else why not."""
+    try:
+        device = torch.device("cuda", index)
+        tbe = make_tbe([8, 8], 4, _PROBE_OPTIMIZER, device, probe=False)
+        out = tbe(torch.tensor([1, 7, 2], device=device), torch.tensor([0, 1, 2, 2, 3], device=device))
+        torch.cuda.synchronize(device)
+        if tuple(out.shape) != (2, 8):
+            return f"FBGEMM's CUDA TBE returned shape {list(out.shape)} for [2, 8] on cuda:{index}"
+    except Exception as e:  # a missing kernel, a CUDA build for another CUDA or architecture
+        return (f"FBGEMM's CUDA TBE does not run on cuda:{index} ({type(e).__name__}: {' '.join(str(e).split())[:300]}); "
+                f"install the CUDA build matching this torch with `{CUDA_INSTALL_HINT}`")
     return None
 
 
-def require_available() -> None:
-    """Raise ``PeerUnavailableError`` with the reason when fbgemm_gpu's TBE does not import."""
-    reason = available()
+class _ProbeOptimizer:
+    kind, lr, eps = "sgd", 0.01, 1e-8
+
+
+_PROBE_OPTIMIZER = _ProbeOptimizer()
+
+
+def require_available(device: str | torch.device | None = None) -> None:
+    """Raise ``PeerUnavailableError`` with the reason when FBGEMM's TBE cannot run on ``device`` (``available``)."""
+    reason = available(device)
     if reason is not None:
         raise PeerUnavailableError(reason)
 
 
 def make_tbe(table_sizes: Sequence[int], dim: int, optimizer: Any, device: torch.device, *,
              weights: torch.Tensor | None = None, feature_table_map: Sequence[int] | None = None,
-             cache: str | None = None, cache_ratio: float | None = None) -> torch.nn.Module:
+             cache: str | None = None, cache_ratio: float | None = None, probe: bool = True) -> torch.nn.Module:
     """A TBE with sum pooling and the optimizer fused into its backward, weights from ``weights``.
 
     optimizer: a ``RowOptimizer`` (EXACT_SGD, or EXACT_ROWWISE_ADAGRAD with its lr and eps).
@@ -94,8 +144,9 @@ def make_tbe(table_sizes: Sequence[int], dim: int, optimizer: Any, device: torch
     row-wise Adagrad fails unless the columns of one table are adjacent (``table_order`` arranges them).
     CPU device: HOST placement; CUDA: DEVICE placement, or MANAGED_CACHING with ``cache``
     'lru'/'lfu' holding ``cache_ratio`` of all rows.
-    Raises ``PeerUnavailableError`` without fbgemm_gpu, ``InfeasibleError`` for a cache on a CPU,
-    ``ConfigError`` for other bad arguments.
+    Raises ``PeerUnavailableError`` without fbgemm_gpu (on CUDA: without its CUDA build, ``available``; ``probe``
+    False skips that check, for the probe itself), ``InfeasibleError`` for a cache on a CPU, ``ConfigError`` for
+    other bad arguments.
     """
     device = torch.device(device)
     sizes = [int(n) for n in table_sizes]
@@ -109,7 +160,7 @@ def make_tbe(table_sizes: Sequence[int], dim: int, optimizer: Any, device: torch
             raise ConfigError(f"fbgemm: cache_ratio must be in (0, 1], got {cache_ratio!r}")
     if dim % 4:
         raise ConfigError(f"fbgemm: FBGEMM's TBE needs embedding_dim a multiple of 4, got {dim}")
-    require_available()
+    require_available(device if probe else None)
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
     from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
         CacheAlgorithm,
@@ -191,7 +242,7 @@ class FbgemmStore(EmbeddingStore):
 
     Options: ``cache`` (``none``, the default; ``lru``; ``lfu``) and, with a
     cache, ``cache_ratio`` (share of all rows, default 0.015) or ``cache_rows``,
-    as the harness's caches. Counters: ``_count``.
+    as the harness's caches. Counters: ``_count``, and ``CacheCounts`` for the managed cache.
 
     Placement: on a CPU, HOST (FBGEMM's CPU kernels); on a GPU, DEVICE, or
     MANAGED_CACHING (the UVM cache of TorchRec's sharded tables) with
@@ -200,10 +251,13 @@ class FbgemmStore(EmbeddingStore):
     only go into its own set, so it may miss where a fully associative cache
     of the same size would hit. A managed cache on a CPU is ``infeasible``.
 
-    Phases: the TBE's inputs (and, with a managed cache, the batch's unique
-    rows and the first cache probe) are ``h2d``; the TBE's forward is
-    ``emb_fwd``, including the cache fill FBGEMM does inside it; its fused
-    backward and update are ``emb_update``.
+    Phases: the TBE's inputs are ``h2d``; with a managed cache, planning the
+    batch's unique rows and probing the cache before FBGEMM fills it is
+    ``count`` (the harness's counting, not FBGEMM's work; the second probe
+    runs after the step); the TBE's forward is ``emb_fwd``, including the
+    cache fill FBGEMM does inside it; its fused backward and update are
+    ``emb_update``. No phase waits for the GPU: the counts are read after the
+    timed steps (``settle_counters``).
 
     Exactness: FBGEMM's SGD and row-wise Adagrad are the harness's
     (``RowOptimizer``): Adagrad adds the mean squared gradient of the row to its
@@ -233,8 +287,7 @@ class FbgemmStore(EmbeddingStore):
         self._out: torch.Tensor | None = None
         self._ids: torch.Tensor | None = None           # the last trained batch, counted after the step
         self._lk: Lookup | None = None                  # MANAGED_CACHING: the last batch's planned rows
-        self._rows: torch.Tensor | None = None          # and its unique rows [U] on the device
-        self._probe: dict[str, torch.Tensor] = {}       # device-side counts of the last step
+        self._counts = CacheCounts(self._resident, self._occupied, self.device, self.row_bytes)
         self._done: dict[str, int] | None = None
 
     def _inputs(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -248,13 +301,13 @@ class FbgemmStore(EmbeddingStore):
 
     def forward(self, ids: torch.Tensor, timer: Marker) -> torch.Tensor:
         indices, offsets = self._inputs(ids)
-        if self.cache is not None:
-            self._probe_before(ids)
         timer.mark("h2d")
+        if self.cache is not None:  # the harness's counting, charged to its own phase (not FBGEMM's h2d)
+            self._lk = self.plan(ids)
+            self._counts.before(self._lk)
+            timer.mark(COUNT_PHASE)
         with torch.enable_grad():
             out = self.tbe(indices, offsets)  # [B, K*D]; fills the managed cache first
-        if self.cache is not None:
-            self._probe_after()
         self._out, self._ids, self._done = out, ids, None
         timer.mark("emb_fwd")
         return self._columns(out.detach(), ids.shape[0])
@@ -275,9 +328,20 @@ class FbgemmStore(EmbeddingStore):
         return tbe_weights(self.tbe)
 
     def step_counters(self) -> dict[str, int]:
+        """The last step's counters (``_count``). With a managed cache, the cache events are device-side counts:
+        the dict's fields other than ``lookups`` and ``unique_rows`` are None until ``settle_counters``."""
         if self._done is None and self._ids is not None:
-            self._done = self._count().as_dict()
+            if self.cache is None:
+                self._done = self._count().as_dict()
+            else:
+                lk = self._lk
+                self._done = self._counts.after(lk.size, lk.unique()[0].numel())
         return self._done if self._done is not None else StepCounters().as_dict()
+
+    def settle_counters(self) -> None:
+        """Read the managed cache's device-side counts of every step since the last call, in one transfer."""
+        if self.cache is not None:
+            self._counts.settle()
 
     def report(self) -> dict[str, Any]:
         if self.cache is None:
@@ -293,37 +357,10 @@ class FbgemmStore(EmbeddingStore):
     # --- counting -----------------------------------------------------------------------------------------
 
     def _count(self) -> StepCounters:
-        """The last step's counters: unique rows on the host; cache events from the device-side probes.
-
-        - HOST and DEVICE placement hold every row where the lookup runs:
-          ``lookups``, ``unique_rows``, all hits (``all_resident``), nothing moved.
-          Unique rows are counted on the host after the timed step.
-        - MANAGED_CACHING: hits and misses come from FBGEMM's own cache state. Before
-          the step's forward (which is where FBGEMM fills its cache), the batch's
-          unique rows are looked up in the cache directory with FBGEMM's
-          ``lxu_cache_lookup``: ``unique_misses`` are those not resident, ``misses``
-          their lookups. After the forward the same lookup finds the rows FBGEMM
-          could not admit (every way of their set taken by the batch); the others
-          were fetched, ``param_rows_h2d`` (weights only: row-wise Adagrad's state
-          stays in device memory under MANAGED_CACHING). ``evictions``: fetched rows
-          that did not land in a free slot (slot occupancy from the cache state);
-          FBGEMM writes every evicted row back to host memory, ``param_rows_d2h``.
-          Not exposed by FBGEMM and left at zero: the traffic of rows it could not
-          admit, which its kernels read and update in place in UVM (they count as
-          misses only). These lookups run in the ``h2d`` phase; the counts are read
-          after the timed step.
-        """
-        lk = self.plan(self._ids) if self.cache is None else self._lk
-        if self.cache is None:  # counted on the host after the step, off the timed path
-            return all_resident(lk.size, lk.groups().size)
-        p = {name: int(t.item()) for name, t in self._probe.items()}
-        unique = lk.unique()[0].numel()
-        fetched = p["unique_misses"] - p["not_admitted"]
-        evictions = fetched - (p["occupied_after"] - p["occupied_before"])
-        c = StepCounters(lookups=lk.size, unique_rows=unique, misses=p["misses"], hits=lk.size - p["misses"],
-                         unique_misses=p["unique_misses"], unique_hits=unique - p["unique_misses"],
-                         evictions=evictions)
-        return c.set_param_traffic(fetched, evictions, self.row_bytes)
+        """HOST and DEVICE placement hold every row where the lookup runs: ``lookups``, ``unique_rows``, all hits
+        (``all_resident``), nothing moved; counted on the host after the timed step. MANAGED_CACHING: ``CacheCounts``."""
+        lk = self.plan(self._ids)
+        return all_resident(lk.size, lk.groups().size)
 
     def _resident(self, rows: torch.Tensor) -> torch.Tensor:
         """Whether each global row (= FBGEMM's linear cache index, every table cached) is in the cache: bool [U]."""
@@ -333,17 +370,75 @@ class FbgemmStore(EmbeddingStore):
     def _occupied(self) -> torch.Tensor:
         return (self.tbe.lxu_cache_state != -1).sum()
 
-    def _probe_before(self, ids: torch.Tensor) -> None:
+
+COUNT_PHASE = "count"  # the step's phase of the managed cache's probe before the forward (the harness's, not FBGEMM's)
+PROBED = ("unique_misses", "misses", "occupied_before", "not_admitted", "occupied_after")
+
+
+class CacheCounts:
+    """A managed cache's counters, from FBGEMM's own cache state, kept on the device through the steps.
+
+    Before the step's forward (which is where FBGEMM fills its cache), the
+    batch's unique rows are looked up in the cache directory with FBGEMM's
+    ``lxu_cache_lookup`` (``before``, in the step's ``count`` phase):
+    ``unique_misses`` are those not resident, ``misses`` their lookups. After
+    the step (``after``, called by ``step_counters`` once the timer closed the
+    step: FBGEMM's backward changes no slot) the same lookup finds the rows
+    FBGEMM could not admit (every way of their set taken by the batch); the
+    others were fetched, ``param_rows_h2d`` (weights only: row-wise Adagrad's
+    state stays in device memory under MANAGED_CACHING). ``evictions``: fetched
+    rows that did not land in a free slot (slot occupancy from the cache
+    state); FBGEMM writes every evicted row back to host memory,
+    ``param_rows_d2h``. Not exposed by FBGEMM and left at zero: the traffic of
+    rows it could not admit, which its kernels read and update in place in UVM
+    (they count as misses only).
+
+    Nothing here waits for the GPU: each step's five counts stay a device
+    tensor, and ``settle`` reads every pending step's in one transfer after the
+    timed steps (``EmbeddingStore.settle_counters``), filling the dicts
+    ``after`` returned.
+    """
+
+    def __init__(self, resident: Any, occupied: Any, device: torch.device, row_bytes: int) -> None:
+        self._resident, self._occupied = resident, occupied  # rows [U] -> bool [U]; () -> int64 scalar (device)
+        self.device, self.row_bytes = device, row_bytes
+        self._rows: torch.Tensor | None = None
+        self._before: list[torch.Tensor] = []
+        self._pending: list[tuple[dict[str, Any], int, int, torch.Tensor]] = []
+
+    def before(self, lk: Lookup) -> None:
         """The batch's unique rows against the cache before FBGEMM fills it (device tensors, no sync)."""
-        self._lk = self.plan(ids)
-        uniq, _, counts = self._lk.unique()  # [U], [U]
+        uniq, _, counts = lk.unique()  # [U], [U]
         rows, counts = ship(uniq, self.device), ship(counts, self.device)
         missing = ~self._resident(rows)
-        self._probe = {"unique_misses": missing.sum(), "misses": (counts * missing).sum(),
-                       "occupied_before": self._occupied()}
         self._rows = rows
+        self._before = [missing.sum(), (counts * missing).sum(), self._occupied()]
 
-    def _probe_after(self) -> None:
-        """After the fill: rows FBGEMM could not admit (served from UVM), and the slots now occupied."""
-        self._probe["not_admitted"] = (~self._resident(self._rows)).sum()
-        self._probe["occupied_after"] = self._occupied()
+    def after(self, lookups: int, unique: int) -> dict[str, Any]:
+        """After the step: the rows not admitted and the slots occupied; the step's counters, to be settled."""
+        assert self._rows is not None, "after() without before()"
+        probe = torch.stack([t.to(torch.int64) for t in
+                             (*self._before, (~self._resident(self._rows)).sum(), self._occupied())])
+        out: dict[str, Any] = {name: None for name in StepCounters().as_dict()}
+        out.update(lookups=lookups, unique_rows=unique)
+        self._pending.append((out, lookups, unique, probe))
+        self._rows, self._before = None, []
+        return out
+
+    def settle(self) -> None:
+        """Fill every pending step's counters from its device-side counts, read in one transfer."""
+        if not self._pending:
+            return
+        values = torch.stack([p[3] for p in self._pending]).cpu().tolist()
+        for (out, lookups, unique, _), counted in zip(self._pending, values):
+            out.update(cache_counters(lookups, unique, dict(zip(PROBED, counted)), self.row_bytes).as_dict())
+        self._pending = []
+
+
+def cache_counters(lookups: int, unique: int, p: dict[str, int], row_bytes: int) -> StepCounters:
+    """A managed-cache step's counters from its probe counts ``p`` (``PROBED``; see ``CacheCounts``)."""
+    fetched = p["unique_misses"] - p["not_admitted"]
+    evictions = fetched - (p["occupied_after"] - p["occupied_before"])
+    c = StepCounters(lookups=lookups, unique_rows=unique, misses=p["misses"], hits=lookups - p["misses"],
+                     unique_misses=p["unique_misses"], unique_hits=unique - p["unique_misses"], evictions=evictions)
+    return c.set_param_traffic(fetched, evictions, row_bytes)
