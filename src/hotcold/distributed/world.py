@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from hotcold.config import ConfigError
+from hotcold.devices import normal_device
 from hotcold.distributed.comm import Comm, init_process_group
 from hotcold.distributed.topology import Topology
 
@@ -50,6 +51,7 @@ class World:
         if int(os.environ.get("GROUP_WORLD_SIZE", 1)) > 1 and per_node != ranks_per_node:
             raise ConfigError(f"on several real nodes distributed.ranks_per_node must be torchrun's "
                               f"--nproc-per-node ({per_node}), got {ranks_per_node}")
+        device = normal_device(device.type)  # this rank's GPU (set by joining) as cuda:<index>; cpu stays
         return cls(Comm(Topology(world, ranks_per_node), rank, device))
 
     @property
