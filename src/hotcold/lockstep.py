@@ -138,12 +138,13 @@ def run(store: str | StoreBuilder, spec: StoreSpec, batches: Sequence[torch.Tens
     batches, as the training loop gives it), the same ids and the same
     gradient [B, K, D] (``GRAD_SCALE`` times standard normal, drawn on the CPU
     from ``seed``, then moved to ``spec.device``). Each store gets its own
-    copy of ``spec``; a store that plans ahead reads ``batches`` (and their
-    row counts as ``frequencies``) unless the spec has its own.
+    copy of ``spec`` (the reference without the store's ``options``); a store
+    that plans ahead reads ``batches`` (and their row counts as
+    ``frequencies``) unless the spec has its own.
     """
     batches = list(batches)
     name, under_test = _build(store, _own_spec(spec, batches))
-    _, ref = _build(reference, _own_spec(spec, batches))
+    _, ref = _build(reference, dataclasses.replace(_own_spec(spec, batches), options={}, prepared={}))
     gen = torch.Generator().manual_seed(seed)
     marker, diffs = NullMarker(), []
     for i, ids in enumerate(batches):
