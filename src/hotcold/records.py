@@ -24,6 +24,7 @@ from hotcold.config import RunConfig
 from hotcold.data.format import Dataset
 from hotcold.distributed.launch import launcher_alive
 from hotcold.files import atomic_write, atomic_write_json, tree_sha256
+from hotcold.lockstep import check_kind
 from hotcold.machine import cpu_name
 from hotcold.train import RunResult
 
@@ -210,11 +211,15 @@ def trained_record(cfg: RunConfig, ds: Dataset, device: torch.device, summary: d
         "metrics": metrics,
         "params": params,
         "store": store_report,
+        # which check the invariant is held to: "bits" (the device store's bits: the harness's own stores, whose
+        # sums and updates add in one order on every device) or "lockstep" (a peer's library kernels round
+        # their own way: compared step by step with the device store fed the same inputs, ``hotcold.lockstep``)
+        "check": check_kind(cfg.method),
     }
     if ref is not None:  # the invariant of a store with its own batch order is against this replay
         # over P ranks, the replay forms each step's gradient from the same P slices (``World.replay``)
         record["reference"] = {"method": "device", "order": "this run's", "slices": cfg.distributed.world,
-                               "metrics": ref.metrics,
+                               "check": record["check"], "metrics": ref.metrics,
                                "params": param_fingerprint(ref.named_parameters())}
     elif cfg.distributed.world > 1 and cfg.distributed.reference == "none":  # no replay: nothing to compare with
         record["reference"] = {"method": None, "checked": False,

@@ -18,6 +18,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from hotcold.config import ConfigError, RunConfig
+from hotcold.devices import normal_device
 from hotcold.data.format import Dataset
 from hotcold.data.loader import BatchLoader, batch_rows, eval_batches, release_pages
 from hotcold.data.skew import row_counts
@@ -124,12 +125,12 @@ class RunResult:
 
 
 def resolve_device(name: str) -> torch.device:
-    """``auto`` is the GPU when there is one; asking for ``cuda`` without one fails clearly."""
+    """``auto`` is the GPU when there is one (``cuda:<index>``); asking for ``cuda`` without one fails clearly."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return normal_device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
         raise ConfigError("timing.device is 'cuda' but torch sees no GPU (use 'auto' or 'cpu')")
-    return torch.device(name)
+    return normal_device(name)  # cuda: cuda:<current index>, one name per GPU
 
 
 def dense_optimizer(cfg: RunConfig, params) -> DenseOptimizer:

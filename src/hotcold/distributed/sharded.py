@@ -28,6 +28,7 @@ from hotcold.distributed.traffic import LOOKUP, REDUCE_SCATTER, RW_PROTOCOLS, Le
 from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
 from hotcold.embedding.options import StoreOptions
 from hotcold.embedding.rows import Lookup, RowGroups, init_table, sum_by_index
+from hotcold.embedding.update import row_square_sums
 
 
 def _check_headroom(where: str, headroom: Any) -> None:
@@ -358,7 +359,7 @@ class ShardedStore(EmbeddingStore):
         sends every other one its partial sums of the table's rows updated this step (the same rows on each: every
         lookup of a table reaches all its owners), in row order, in the wire's reduce type; summed in rank order."""
         assert self.shares is not None
-        part = summed.pow(2).sum(dim=1).to(self.comm.reduce_dtype())           # [U]
+        part = row_square_sums(summed).to(self.comm.reduce_dtype())            # [U], in a fixed order
         table = torch.from_numpy(self.table_of(self.owned_rows[uniq.numpy()]))
         mine = self.shares[:, table.numpy()]                                    # [P, U] rows each rank shares
         mine[self.rank] = False
@@ -370,7 +371,10 @@ class ShardedStore(EmbeddingStore):
         for q, block in enumerate(torch.split(got, counts.tolist())):
             if q != self.rank:
                 parts[q, torch.from_numpy(mine[q]).to(part.device)] = block
-        return parts.sum(dim=0).to(summed.dtype)
+        total = parts[0]
+        for q in range(1, self.world):  # rank order, the same on every device
+            total = total + parts[q]
+        return total.to(summed.dtype)
 
     def _reduce_replicas(self, uniq: torch.Tensor, summed: torch.Tensor) -> None:
         """Sum each replicated tier's gradient over its group, then update the rows touched anywhere.
@@ -390,7 +394,7 @@ class ShardedStore(EmbeddingStore):
             if how == SPARSE:
                 for ids, got in self.comm.all_gather_rows(mine, values, counts, group, "replica_allreduce",
                                                           on_wire=True):
-                    grad.index_add_(0, ids, got.to(grad.dtype))
+                    grad.index_copy_(0, ids, grad.index_select(0, ids) + got.to(grad.dtype))  # ids distinct
             else:
                 grad.index_copy_(0, mine, values)
                 grad = self.comm.all_reduce(grad, group, "replica_allreduce", on_wire=True).wait().to(summed.dtype)

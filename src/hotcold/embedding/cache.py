@@ -180,7 +180,7 @@ class CacheStore(EmbeddingStore):
             self._fetch(torch.from_numpy(acc.miss_rows), torch.from_numpy(acc.miss_slots))
         uslots = torch.from_numpy(acc.slots)                                  # [U] slot of each unique row
         lookup_slots = ship(uslots.index_select(0, inverse), self.device)     # [L]
-        self._last = (lk, ship(uslots, self.device), lk.groups().inverse(self.device))
+        self._last = (lk, ship(uslots, self.device), lk.groups().plan(self.device))
         self._pending = acc.counters(self.row_bytes)
         timer.mark("h2d")
         out = self.to_batch(self.cache_w.index_select(0, lookup_slots), lk)  # [B, K, D]

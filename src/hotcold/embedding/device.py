@@ -26,7 +26,7 @@ class DeviceStore(EmbeddingStore):
         groups = lk.groups()
         rows, uniq = ship(lk.rows, self.device), ship(groups.rows, self.device)
         if self.device.type != "cpu" or self.spec.exact_sums:
-            groups.inverse(self.device)  # the sum on this device reads it: ship it now
+            groups.plan(self.device)  # the sum on this device reads it: ship it now
         timer.mark("h2d")
         self._last = (lk, uniq)
         out = self.to_batch(self.weight.index_select(0, rows), lk)  # [B, K, D]

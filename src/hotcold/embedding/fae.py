@@ -206,7 +206,7 @@ class FAEStore(EmbeddingStore):
             uniq, inverse, _ = lk.unique()
             uslots = self._slot_of[uniq].to(torch.int64)  # [U] slot of each unique row
             dev_slots, uslots = ship(slots, self.device), ship(uslots, self.device)
-            inverse = lk.groups().inverse(self.device)
+            inverse = lk.groups().plan(self.device)  # what the sum reads on the device
             timer.mark("h2d")
             self._last = (lk, uslots, inverse)
             out = self.to_batch(self.dev_weight.index_select(0, dev_slots), lk)  # [B, K, D]

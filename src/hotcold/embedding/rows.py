@@ -4,8 +4,11 @@ All tables of a model share one global row space: row ``offsets[t] + id`` is
 id ``id`` of table ``t``. ``Lookup`` is what one batch reads, ``RowGroups``
 its lookups grouped by row (planned on the host by one sort, so no store
 synchronises the device to coalesce), and ``sum_by_index`` adds each row's
-gradients in batch order, so sums have the same bits on every processor and
-thread count. ``init_table`` gives every store the same initial rows.
+gradients in batch order, one after the other, on every processor: the sums
+have the same bits on the CPU and on a GPU, run after run and at any thread
+count, so a store that updates rows on the host trains the same bits as the
+``device`` store updating them on the GPU. ``init_table`` gives every store
+the same initial rows.
 """
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
+
+from hotcold.devices import normal_device
 
 
 class RowGroups:
@@ -27,6 +32,7 @@ class RowGroups:
     def __init__(self, rows: torch.Tensor, order: torch.Tensor, counts: torch.Tensor) -> None:
         self.rows, self.order, self.counts = rows, order, counts
         self._inverse: dict[torch.device, torch.Tensor] = {}
+        self._plan: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
         self._offsets: torch.Tensor | None = None
 
     @classmethod
@@ -55,9 +61,25 @@ class RowGroups:
             torch.cumsum(self.counts, 0, out=self._offsets[1:])
         return self._offsets
 
+    def plan(self, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """``order`` [L] and the groups' starts [U] (int64) on ``device``: what ``sum_by_index`` reads there.
+
+        Shipped once (one copy of both), then kept; a store calls it where it
+        ships the step's other inputs, so the update itself moves nothing.
+        """
+        device = normal_device(device)
+        if device not in self._plan:
+            starts = self.offsets[:-1]
+            if device.type == "cpu":
+                self._plan[device] = (self.order, starts)
+            else:
+                both = ship(torch.cat([self.order.to(torch.int64), starts]), device)
+                self._plan[device] = (both[: self.order.numel()], both[self.order.numel():])
+        return self._plan[device]
+
     def inverse(self, device: torch.device | str = "cpu") -> torch.Tensor:
         """int64 [L]: each lookup's index into ``rows``, on ``device`` (shipped once, then kept)."""
-        cpu, device = torch.device("cpu"), torch.device(device)
+        cpu, device = torch.device("cpu"), normal_device(device)
         if cpu not in self._inverse:  # lookup order[j] reads row j's group: scatter the group numbers back
             group = torch.zeros(self.order.numel(), dtype=torch.int64)
             group[self.offsets[1:-1]] = 1
@@ -144,31 +166,40 @@ def ship(t: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def bag_sums(order: torch.Tensor, starts: torch.Tensor, grads: torch.Tensor) -> torch.Tensor:
-    """[U, D]: row u sums ``grads[order[starts[u]:starts[u + 1]]]`` (to the end for the last), in that order."""
+    """[U, D]: row u sums ``grads[order[starts[u]:starts[u + 1]]]`` (to the end for the last), in that order.
+
+    torch's embedding-bag sum, on the gradients as its table: on the CPU (its
+    vectorised bag kernel, bags in parallel, each bag's rows added one after
+    the other into zeros) and on CUDA (``EmbeddingBag_updateOutputKernel_sum_mean``:
+    one thread per bag and column adds the bag's rows in order into a zero of
+    the accumulate type, which is the element type for float32 and float64)
+    alike: no atomics, no tree, so the same bits on both.
+    """
     return torch.nn.functional.embedding_bag(order, grads, starts, mode="sum")
 
 
 def sum_by_index(groups: RowGroups, grads: torch.Tensor, exact: bool = False) -> torch.Tensor:
     """Gradients [L, D] of a batch's lookups summed per distinct row: [U, D] (the second half of ``coalesce``).
 
-    Each row's gradients are added in batch order. On the CPU this is an
-    embedding-bag sum over the gradients themselves: bag u gathers
-    ``grads[order[offsets[u]:offsets[u + 1]]]``, in one pass of torch's
-    vectorised bag kernel (three times as fast as the sparse 0/1-matrix
-    product and ten times ``index_add_`` at a batch's size here). Bags are
-    summed one by one, so the sums do not depend on the thread count.
-    Elsewhere it is ``index_add_`` by the lookups' ``inverse``.
+    Each row's gradients are added in batch order (``RowGroups``), one after
+    the other, from zero: ``bag_sums`` over the gradients themselves, bag u
+    gathering ``grads[order[offsets[u]:offsets[u + 1]]]``. The order is the
+    same on every device and thread count, so the sums have the same bits on
+    the CPU and on a GPU (on the CPU this is also three times as fast as a
+    sparse 0/1-matrix product and ten times ``index_add_`` at a batch's size;
+    on CUDA ``index_add_`` adds by atomics, in an order that changes run to
+    run). The plan is read on the gradients' device (``RowGroups.plan``).
 
     ``exact``: accumulate in float64 (and return float64). A row's gradient
     is then, after rounding to float32, the same bits however its terms are
     split and ordered, as when ranks sum parts of it (``StoreSpec.exact_sums``).
+    Other float types are summed in float32.
     """
     n, width = groups.size, grads.shape[1]
     if grads.shape[0] != groups.order.numel():
         raise ValueError(f"sum_by_index: {grads.shape[0]} gradients for {groups.order.numel()} lookups")
-    if grads.device.type == "cpu" and not exact and grads.dtype in (torch.float32, torch.float64) and n:
-        return bag_sums(groups.order, groups.offsets[:-1], grads.contiguous())
-    dtype = torch.float64 if exact else grads.dtype
-    summed = torch.zeros(n, width, dtype=dtype, device=grads.device)
-    summed.index_add_(0, groups.inverse(grads.device), grads.to(dtype))
-    return summed
+    dtype = torch.float64 if exact else grads.dtype if grads.dtype in (torch.float32, torch.float64) else torch.float32
+    if not n:
+        return torch.zeros(0, width, dtype=dtype, device=grads.device)
+    order, starts = groups.plan(grads.device)
+    return bag_sums(order, starts, grads.to(dtype).contiguous())

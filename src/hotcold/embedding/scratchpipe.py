@@ -176,7 +176,7 @@ class ScratchPipeStore(EmbeddingStore):
         _, inverse, _ = lk.unique()
         uslots = torch.from_numpy(rec.admission.slots)  # [U] slot of each unique row
         lookup_slots = ship(uslots.index_select(0, inverse), self.device)  # [L]
-        self._last = (lk, ship(uslots, self.device), lk.groups().inverse(self.device), rec)
+        self._last = (lk, ship(uslots, self.device), lk.groups().plan(self.device), rec)
         out = self.to_batch(self.slot_weight.index_select(0, lookup_slots), lk)  # [B, K, D]
         timer.mark("emb_fwd")
         return out

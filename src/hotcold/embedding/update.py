@@ -21,6 +21,38 @@ from hotcold.embedding.rows import RowGroups, bag_sums, sum_by_index
 COMPILE_ENV = "HOTCOLD_COMPILE"
 
 
+def row_square_sums(grad: torch.Tensor) -> torch.Tensor:
+    """[U]: each row of ``grad`` [U, D] squared and summed, in one fixed order on every device.
+
+    A pairwise tree of elementwise adds: the left half of the columns plus the
+    right half, halving until one column is left (an odd width's last column
+    is added into the first column of that level's sums). Elementwise adds and
+    multiplies round the same on a CPU and a GPU, where a library reduction
+    (``sum``, ``mean``) adds in an order of its own per processor.
+    """
+    sq = grad * grad
+    width = sq.shape[1]
+    if width == 0:
+        return sq.new_zeros(sq.shape[0])
+    while width > 1:
+        half = width // 2
+        pairs = sq[:, :half] + sq[:, half:2 * half]
+        if width % 2:
+            pairs[:, 0] += sq[:, 2 * half]
+        sq, width = pairs, half
+    return sq[:, 0]
+
+
+def row_square_means(grad: torch.Tensor) -> torch.Tensor:
+    """[U]: each row's mean squared gradient: ``row_square_sums`` times the reciprocal of the width.
+
+    A product, not a division by the width: CUDA divides a tensor by a scalar
+    as a product with its reciprocal while the CPU divides, which differ in the
+    last bit unless the width is a power of two.
+    """
+    return row_square_sums(grad) * (1.0 / max(grad.shape[1], 1))
+
+
 def update_rows(weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, grad: torch.Tensor,
                 lr: float, eps: float, adagrad: bool, sq_mean: torch.Tensor | None = None) -> None:
     """One SGD or row-wise Adagrad step on the rows ``slots``, in place.
@@ -29,13 +61,15 @@ def update_rows(weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, 
     each row's summed gradient. Adagrad: ``acc += mean(g^2)`` per row,
     ``w -= lr * g / (sqrt(acc) + eps)``; SGD: ``w -= lr * g``. ``sq_mean``
     [U]: each row's mean squared gradient over all its columns, for a store
-    that holds only some of a row's columns (column-wise sharding). A float64
+    that holds only some of a row's columns (column-wise sharding); without it
+    ``row_square_means``, whose order is fixed, so a row updated on the host
+    gets the same bits as on the GPU. A float64
     ``grad`` (an exact sum) is rounded to the weights' float32 after its
     squares are taken. Gather, update, scatter: the rows are unique, and on
     CPUs this is several times faster than ``index_add_`` into a large table.
     """
     if adagrad:
-        sq_mean = grad.pow(2).mean(dim=1) if sq_mean is None else sq_mean
+        sq_mean = row_square_means(grad) if sq_mean is None else sq_mean
         acc = state.index_select(0, slots) + sq_mean.to(state.dtype)  # [U]
         state.index_copy_(0, slots, acc)
         grad = grad / (acc.sqrt() + eps).unsqueeze(1)
