@@ -32,8 +32,9 @@ def test_the_plan_is_the_workflows_one_process_runs_device_first():
         assert not methods.get(run.method).spans_ranks
         assert run.run_config["train"]["steps"] == SCALES["tiny"].steps
         assert run.out_dir == Path("out/runs", run.dataset, run.method, run.variant, "seed~0")
+    firsts = [r.method for r in cpu.runs[:len(cpu.generators)]]
+    assert firsts == ["device"] * 3 and "device" not in [r.method for r in cpu.runs[3:]]
     for runs in by_dataset.values():
-        assert runs[0].method == "device"
         assert {r.method for r in runs} == {m for m in config["methods"] if not methods.get(m).spans_ranks}
     # FBGEMM's managed cache is GPU-only: known infeasible on a CPU, trained on a GPU
     cache = [r for r in cpu.runs if r.method == "fbgemm" and r.variant != "base"]
@@ -138,12 +139,14 @@ def test_pytest_counts_and_failed_cases(tmp_path: Path):
         def test_other():
             assert False  # not selected
     """))
-    outcome = run_tests(tmp_path, tmp_path / "out", select=("-k", "cuda"), paths=("test_sample.py",), timeout_s=120)
+    (tmp_path / "test_unimportable.py").write_text("import hotcold_no_such_module\n\ndef test_on_cuda():\n    pass\n")
+    outcome = run_tests(tmp_path, tmp_path / "out", select=("-k", "cuda"),
+                        paths=("test_sample.py", "test_unimportable.py"), timeout_s=120)
     assert outcome.status == "ran" and outcome.exit_code == 1
-    assert (outcome.passed, outcome.failed, outcome.errors, outcome.skipped) == (1, 1, 0, 1)
-    assert outcome.failures == ["test_sample::test_fails_on_cuda"]
+    assert (outcome.passed, outcome.failed, outcome.errors, outcome.skipped) == (1, 1, 1, 1)
+    assert sorted(outcome.failures) == ["test_sample::test_fails_on_cuda", "test_unimportable"]
     assert outcome.skip_reasons == {"no GPU here": 1}
-    assert "1 passed, 1 failed, 0 errors, 1 skipped of 3" in outcome.line()
+    assert "1 passed, 1 failed, 1 errors, 1 skipped of 4" in outcome.line()
 
 
 def test_pytest_past_its_time_limit_is_ended(tmp_path: Path):

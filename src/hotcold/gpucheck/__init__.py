@@ -159,13 +159,13 @@ def train_runs(plan: Plan, out: Path, device: str, threads: int, deadline: float
         record_path.unlink(missing_ok=True)  # a stale record never stands for this check's run
         line: str
         try:
-            if data_errors.get(run.dataset):
-                raise RuntimeError(f"its dataset was not generated ({data_errors[run.dataset]})")
             if time.perf_counter() > deadline:
                 failures.append({"dataset": run.dataset, "method": run.method, "variant": run.variant,
                                  "status": "skipped",
                                  "reason": f"not started: the check's time budget ({budget_s:g} s) was spent"})
                 line = "skipped: time budget spent"
+            elif data_errors.get(run.dataset):
+                raise RuntimeError(f"its dataset was not generated ({data_errors[run.dataset]})")
             else:
                 cfg = RunConfig.from_dict(run.run_config)
                 if run.infeasible is not None:  # as the workflow's `hotcold infeasible` job writes it
@@ -230,7 +230,8 @@ def check(opts: CheckOptions) -> CheckResult:
         notes += [f"left out: {line}" for line in planned.left_out]
         say(f"gpu-check: {len(planned.runs)} runs of {len(planned.generators)} dataset(s) on {device} at scale "
             f"{scale.name} ({threads} threads)")
-        data_errors = generate_datasets(planned, out)
+        data_errors = (generate_datasets(planned, out) if time.perf_counter() < deadline
+                       else dict.fromkeys(planned.generators, "the time budget was spent"))
 
         def progress(i: int, total: int, run: PlannedRun, line: str, seconds: float) -> None:
             say(f"[{i:>{len(str(total))}}/{total}] {run.name}: {line} ({seconds:.1f} s)")
@@ -243,10 +244,11 @@ def check(opts: CheckOptions) -> CheckResult:
     environment["check_s"] = round(time.perf_counter() - started, 1)
     head = (f"# hotcold gpu-check\n\n{env.header(environment)}\n\n{tests.line()}\n\n"
             + "".join(f"{n}\n\n" for n in notes)
-            + f"Runs: scale {scale.name} ({_scale_line(scale)}), {threads} threads, "
-            f"{environment['check_s']:.0f} s in all. `exact`: the run's parameters against the `device` reference "
-            "(summary.md's column); bytes: host-device traffic per step (parameters and activations); "
-            "phases: median ms per step.\n\n")
+            + (f"Runs: scale {scale.name} ({_scale_line(scale)}), {threads} threads, "
+               f"{environment['check_s']:.0f} s in all. `exact`: the run's parameters against the `device` "
+               "reference (summary.md's column); bytes: host-device traffic per step (parameters and activations); "
+               "phases: median ms per step.\n\n" if planned is not None
+               else f"Runs: none (--no-train); {environment['check_s']:.0f} s in all.\n\n"))
     text = head + tables.markdown(frame) + "\n"
     paths_out = {"csv": out / f"{TABLE}.csv", "md": out / f"{TABLE}.md", "json": out / f"{TABLE}.json"}
     atomic_write_text(paths_out["csv"], frame.to_csv(index=False))

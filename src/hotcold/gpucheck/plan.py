@@ -135,7 +135,9 @@ def plan(config: Mapping[str, Any], out: Path, device: str, scale: Scale,
     names = [d for d in names if matrix.source_of(d) is None]
     keep = None if only is None else {*only, "device"}
     runs: list[Run] = [r for r in matrix.runs() if r.dataset in names and (keep is None or r.method in keep)]
-    runs.sort(key=lambda r: (names.index(r.dataset), _order(r.method)))
+    # method by method over the datasets: a check cut short by its time budget loses the last methods
+    # (the peer), not a whole dataset; every dataset's `device` reference trains first
+    runs.sort(key=lambda r: (_order(r.method), names.index(r.dataset)))
     planned = []
     for run in runs:
         config_ = matrix.run_config(run)
