@@ -121,6 +121,21 @@ def test_a_missing_package_is_named_in_one_line(monkeypatch, capsys):
     assert len(err.splitlines()) == 1 and "no-such-dist" in err and err.startswith("hotcold gpu-check: error:")
 
 
+def test_the_verb_exits_1_after_the_table_when_a_run_failed(tmp_path: Path, monkeypatch, capsys):
+    def train_run(cfg, *args, **kwargs):
+        raise MemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(runner, "train_run", train_run)
+    with pytest.raises(SystemExit) as exc:
+        main(["gpu-check", "--no-tests", "--device", "cpu", "--out", str(tmp_path), "--datasets", "taobao",
+              "--methods", "hybrid", "--threads", "1"])
+    assert exc.value.code == 1
+    out, err = capsys.readouterr()
+    assert "| taobao  | hybrid" in out and "MemoryError: CUDA out of memory" in out
+    assert err.strip().splitlines()[-1] == "hotcold gpu-check: 2 failed run(s)"
+    assert (tmp_path / "gpu_check.csv").is_file()
+
+
 def test_pytest_counts_and_failed_cases(tmp_path: Path):
     (tmp_path / "test_sample.py").write_text(textwrap.dedent("""
         import pytest

@@ -2,7 +2,8 @@
 
 The work is ``hotcold.gpucheck``'s; this reads the arguments, first says in
 one line which needed package is missing (a lent GPU machine has torch, not
-necessarily all of ``make setup``), and prints the table.
+necessarily all of ``make setup``), and prints the table. It exits 1 once the
+table is written when a CUDA test case or a run failed.
 """
 from __future__ import annotations
 
@@ -78,3 +79,21 @@ def cmd_gpu_check(args: argparse.Namespace) -> None:
     print(result.paths["md"].read_text())
     print(f"wrote {result.paths['csv']} (and {result.paths['md'].name}, {result.paths['json'].name})",
           file=sys.stderr)
+    problems = failures(result)
+    if problems:  # the table is written; the exit status says the check found something
+        print(f"hotcold gpu-check: {problems}", file=sys.stderr)
+        raise SystemExit(1)
+
+
+def failures(result) -> str | None:
+    """What failed: test cases (or the test run itself) and runs; None when nothing did."""
+    tests = result.tests
+    parts = []
+    if tests["failed"] or tests["errors"]:
+        parts.append(f"{tests['failed']} failed and {tests['errors']} erroring CUDA test case(s)")
+    if tests["status"] in ("timed out", "no report"):
+        parts.append(f"the CUDA test cases: {tests['status']}")
+    failed = int((result.table["status"] == "failed").sum()) if len(result.table) else 0
+    if failed:
+        parts.append(f"{failed} failed run(s)")
+    return "; ".join(parts) or None
