@@ -81,6 +81,9 @@ def test_cpu_fallback_end_to_end(tmp_path: Path, monkeypatch):
     assert {"device", "hybrid", "fae", "lru", "scratchpipe"} <= set(ok["method"])
     assert ok["exact"].astype(bool).all(), ok[["method", "variant", "param_rel_diff"]]  # deterministic on a CPU
     assert ok["exact_reference"].notna().all() and (ok["samples_per_s"] > 0).all()
+    assert (ok["check"] == "bits").all()
+    peer = rows.loc[("fbgemm", "base")]  # skipped where fbgemm_gpu is not installed
+    assert peer["check"] == "lockstep" if peer["status"] == "ok" else peer["status"] == "skipped"
     assert ok[[c for c in COLUMNS if c.endswith("_ms") and c not in ("d2h_ms",)]].notna().all().all()
     assert rows.loc[("device", "base"), "hit_rate"] == 1.0 and rows.loc[("device", "base"), "h2d_bytes_per_step"] == 0
     assert rows.loc[("hybrid", "base"), "hit_rate"] == 0.0 and rows.loc[("hybrid", "base"), "h2d_bytes_per_step"] > 0

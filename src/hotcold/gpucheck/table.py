@@ -1,8 +1,9 @@
 """The check's one table: a row per run, from the runs' records and the aggregate's own columns.
 
-``exact``, ``param_rel_diff`` and ``exact_reference`` are the summary table's
-(``hotcold.analysis.tables.summary_frame``: the same tolerance and reference
-as ``make reproduce``); the phases and counters are each record's summary.
+``exact``, ``param_rel_diff``, ``exact_reference`` and ``degenerate`` (FAE
+all-hot or all-cold) are the summary table's (``hotcold.analysis.tables.summary_frame``:
+the same tolerance and reference as ``make reproduce``); ``check`` (``bits`` or
+``lockstep``), the phases and counters are each record's.
 A run that raised (no record) has its row, with status ``failed`` and the
 error's first line as the reason.
 """
@@ -20,7 +21,7 @@ from hotcold.timing import PHASES
 STATUS_FAILED = "failed"   # the run raised: no record
 KEYS = ["dataset", "method", "variant"]
 COLUMNS = [*KEYS, "status", "device", "timer", "samples_per_s", "step_ms_p50", *[f"{p}_ms" for p in PHASES],
-           "exact", "param_rel_diff", "exact_reference", "hit_rate", "h2d_bytes_per_step", "d2h_bytes_per_step",
+           "exact", "param_rel_diff", "exact_reference", "check", "degenerate", "hit_rate", "h2d_bytes_per_step", "d2h_bytes_per_step",
            "auc", "stable", "wall_s", "reason", "unstable_reason"]
 FORMATS = {**{f"{p}_ms": "{:.3f}" for p in PHASES}, "hit_rate": "{:.3f}", "h2d_bytes_per_step": "{:,.0f}",
            "d2h_bytes_per_step": "{:,.0f}", "wall_s": "{:.1f}"}
@@ -35,6 +36,7 @@ def _from_record(rec: dict[str, Any]) -> dict[str, Any]:
     phases, counters = summary.get("phase_ms_p50") or {}, summary.get("counters_per_step") or {}
     lookups = counters.get("lookups")
     return {
+        "check": rec.get("check"),  # bits (the harness's stores) or lockstep (a peer's kernels), when recorded
         **{f"{p}_ms": phases.get(p, math.nan) if phases else math.nan for p in PHASES},
         "hit_rate": counters["hits"] / lookups if lookups else math.nan,
         "h2d_bytes_per_step": sum(counters.get(c, 0.0) for c in H2D) if counters else math.nan,
