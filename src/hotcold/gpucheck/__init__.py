@@ -13,6 +13,7 @@ error, and the others go on; runs not started within the time budget are
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import time
 import traceback
@@ -215,7 +216,7 @@ def check(opts: CheckOptions) -> CheckResult:
     threads = opts.threads or int(config.get("threads", 2))
 
     if opts.tests:
-        say(f"gpu-check: running the CUDA test cases (pytest {' '.join(opts.test_select or cudatests.SELECT)}) ...")
+        say(f"gpu-check: running the CUDA test cases (pytest {shlex.join(opts.test_select or cudatests.SELECT)}) ...")
         tests = cudatests.run_tests(opts.repo, out, select=opts.test_select or cudatests.SELECT,
                                     timeout_s=opts.tests_timeout_s)
     else:

@@ -1,9 +1,10 @@
 """The CUDA cases of the test suite, run once with pytest in a child process, counted from its JUnit report.
 
 The CUDA cases are the ``device``-parametrised tests' ``[cuda]`` cases
-(``tests/conftest.py`` ``DEVICES``) and the tests named for CUDA, slow tier
-included: ``pytest -m "" -k cuda``. Without a GPU they skip, and the counts
-say so. The child runs in its own process session, so a run past its time
+(``tests/conftest.py`` ``DEVICES``) and the tests named for CUDA or GPUs
+(``tests/test_gpu_ranks.py``: ranks sharing one GPU), slow tier included,
+less this check's own tests: ``pytest -m "" -k "(cuda or gpu) and not
+gpu_check"``. Without a GPU the CUDA cases skip, and the counts say so. The child runs in its own process session, so a run past its time
 limit is ended with everything it started.
 """
 from __future__ import annotations
@@ -18,8 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-#: pytest's selection of the CUDA cases: every tier, the tests whose id names cuda
-SELECT = ("-m", "", "-k", "cuda")
+#: pytest's selection of the CUDA cases: every tier, the tests whose id names cuda or a gpu, not this check's
+SELECT = ("-m", "", "-k", "(cuda or gpu) and not gpu_check")
 KILL_GRACE_S = 10.0
 
 
