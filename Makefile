@@ -13,7 +13,7 @@ CONFIG ?=
 SNAKEMAKE := $(BIN)/snakemake --cores $(CORES) --show-failed-logs --rerun-incomplete $(if $(CONFIG),--configfile $(CONFIG),)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup reproduce figures report test test-all bench lint clean
+.PHONY: setup reproduce figures report test test-all bench gpu-check lint clean
 
 setup: $(STAMP)
 
@@ -74,6 +74,13 @@ test-all: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m pytest tests/benchmarks --benchmark-only
+
+# On a GPU machine with torch but without Snakemake, internet or `make setup`: the machine's own python (PYTHON,
+# default python3) runs the CUDA test cases and every one-process method, and writes one table
+# (results/gpu_check/gpu_check.md; docs/gpu.md). Without a GPU: the same on the CPU at a tiny scale.
+# GPU_CHECK_ARGS passes options, e.g. GPU_CHECK_ARGS="--no-tests --steps 50".
+gpu-check:
+	PYTHONPATH=$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) -m hotcold gpu-check $(GPU_CHECK_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/snakemake --lint
