@@ -22,15 +22,19 @@ setup: $(STAMP)
 # PYTHONDONTWRITEBYTECODE (without it each process of the workflow spent 1.4 s more importing torch). pip's own
 # compiling is serial: compileall on every core after the installs took 43 s in all against pip's 68 s.
 PIP := $(BIN)/python -m pip install --quiet --no-compile
-$(STAMP): envs/requirements.txt envs/peers.txt envs/peers-nodeps.txt pyproject.toml
+# Where the environment's torch sees a GPU, the FBGEMM peer is its CUDA build (envs/peers-cuda.txt), probed
+# by a TBE forward on the GPU; elsewhere the CPU build (envs/peers.txt), probed by an import.
+$(STAMP): envs/requirements.txt envs/peers.txt envs/peers-cuda.txt envs/peers-nodeps.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) -r envs/requirements.txt
 	$(PIP) --no-deps --no-build-isolation -e .
-	@if $(PIP) -r envs/peers.txt -c envs/requirements.txt \
-		&& $(BIN)/python -c 'import sys; from hotcold.embedding.fbgemm import available; r = available(); r and print(r); sys.exit(r is not None)'; \
-	then echo "peers: fbgemm installed (envs/peers.txt); the fbgemm runs train"; \
-	else $(BIN)/python -m pip uninstall --quiet --yes fbgemm-gpu-cpu >/dev/null 2>&1 || true; \
-		echo "peers: fbgemm not installed (envs/peers.txt did not install or import here); the fbgemm runs are skipped"; fi
+	@dev=$$($(BIN)/python -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")'); \
+	peers=envs/peers.txt; [ "$$dev" = cuda ] && peers=envs/peers-cuda.txt; \
+	if $(PIP) -r $$peers -c envs/requirements.txt \
+		&& $(BIN)/python -c 'import sys; from hotcold.embedding.fbgemm import available; r = available(sys.argv[1]); r and print(r); sys.exit(r is not None)' $$dev; \
+	then echo "peers: fbgemm installed ($$peers, probed on $$dev); the fbgemm runs train"; \
+	else $(BIN)/python -m pip uninstall --quiet --yes fbgemm-gpu-cpu fbgemm-gpu >/dev/null 2>&1 || true; \
+		echo "peers: fbgemm not installed ($$peers did not install or run on $$dev here); the fbgemm runs are skipped"; fi
 	@if $(BIN)/python -c 'import fbgemm_gpu' >/dev/null 2>&1 && $(PIP) --no-deps -r envs/peers-nodeps.txt \
 		&& $(BIN)/python -c 'import sys; from hotcold.distributed.torchrec_peer import available; r = available(); r and print(r); sys.exit(r is not None)'; \
 	then echo "peers: torchrec installed (envs/peers-nodeps.txt); torchrec-peer runs"; \
