@@ -43,8 +43,12 @@ LOOKUPS, UNIQUE, HITS, UNIQUE_HITS, EVICTIONS = range(5)
 
 
 def new_heap(capacity: int) -> np.ndarray:
-    """Room for twice the slots (an eager heap compacts when full): int64 [2C + 2, 4]."""
-    return np.zeros((2 * capacity + 2, HEAP_COLS), dtype=np.int64)
+    """Room for twice the slots (an eager heap compacts when full): int64 [2C + 2, 4].
+
+    Written through at once (``np.full``, not a lazily zeroed ``np.zeros``): the
+    first write to each page would otherwise fault inside a training step.
+    """
+    return np.full((2 * capacity + 2, HEAP_COLS), 0, dtype=np.int64)
 
 
 @jit
@@ -340,7 +344,7 @@ def demand_steps(policy, rows, counts, offsets, next_use, num_rows, row_slot, sl
 
 def scratch_queue(capacity: int) -> np.ndarray:
     """The unheld slots' queue: int64 [2C + 2, 2] (last admission, slot); every slot, never used, in slot order."""
-    q = np.zeros((2 * capacity + 2, 2), dtype=np.int64)
+    q = np.full((2 * capacity + 2, 2), 0, dtype=np.int64)   # written through now, as ``new_heap``
     q[:capacity, 0] = -1
     q[:capacity, 1] = np.arange(capacity)
     return q
