@@ -8,10 +8,12 @@ reads it) this times ms per step with a FULL cache that evicts every step, at
 1.5% of 33,762,577 rows (Criteo Kaggle: 506k slots) and at 1.5% of 840,543
 rows (the default Kaggle-style data: 12.6k slots), batches of 2,048 x 26
 lookups, and the ratio of the two. The two sizes are stepped alternately in
-one loop, so a change of load hits both. ``store`` rows time a whole
+one loop, so a change of load hits both. ``fae-map-unique`` reads FAE's map
+once per unique row and expands it by the batch's inverse (a possible change
+to fae.py, timed beside what it does now). ``store`` rows time a whole
 ``forward`` + ``backward`` of the cache store and of the scratchpipe store
 (embedding dim 1, SGD: the per-step bookkeeping around the directory, not the
-row copies).
+row copies; the ms aim is the directory's, so theirs reads n/a).
 
 The id stream (``stream``): each lookup is a Zipf(1.5) rank (numpy's, folded
 into the N rows) with probability 1 - TAIL, else uniform over all N rows (the
@@ -179,6 +181,26 @@ class FAEMapSteps:
         return self.slot_of[rows].to(torch.int64)
 
 
+class FAEUniqueMapSteps(FAEMapSteps):
+    """The same map read once per unique row, expanded to the lookups by the batch's inverse (which every FAE
+    step has: a hot step asks ``Lookup.unique``, a cold one groups its rows): not what fae.py does today."""
+
+    def __init__(self, n: int, batches: list[np.ndarray], freq: np.ndarray) -> None:
+        super().__init__(n, batches, freq)
+        self.batches = []
+        for r in batches:
+            u, inv = np.unique(r, return_inverse=True)
+            self.batches.append((torch.from_numpy(u), torch.from_numpy(inv.reshape(-1))))
+
+    def step(self, t: int) -> None:
+        uniq, inverse = self.batches[t]
+        uslots = self._lookup(uniq)
+        slots = uslots.index_select(0, inverse)
+        hot = bool((uslots >= 0).all())
+        self.misses.append(int((slots < 0).sum()) if not hot else 0)
+        self.evictions.append(0)
+
+
 class StoreSteps:
     """One ``forward`` + ``backward`` of a store (dim 1, SGD, one table of N rows, ids [2048 * 26, 1])."""
 
@@ -235,18 +257,20 @@ def _frequencies(n: int, steps: int) -> np.ndarray:
 
 
 def _build(kind: str, n: int, batches: list[np.ndarray]):
-    needs_freq = kind in ("freqcache", "freqcache-lfu", "fae-map", "store-freqcache")
+    needs_freq = kind in ("freqcache", "freqcache-lfu", "fae-map", "fae-map-unique", "store-freqcache")
     freq = _frequencies(n, len(batches)) if needs_freq else None
     if kind == "scratchpad":
         return ScratchSteps(n, batches)
     if kind == "fae-map":
         return FAEMapSteps(n, batches, freq)
+    if kind == "fae-map-unique":
+        return FAEUniqueMapSteps(n, batches, freq)
     if kind.startswith("store-"):
         return StoreSteps(kind[len("store-"):], n, batches, freq)
     return CacheSteps(kind, n, batches, freq)
 
 
-KINDS = ("lru", "lfu", "freqcache", "freqcache-lfu", "scratchpad", "fae-map",
+KINDS = ("lru", "lfu", "freqcache", "freqcache-lfu", "scratchpad", "fae-map", "fae-map-unique",
          "store-lru", "store-lfu", "store-freqcache", "store-scratchpipe")
 
 
@@ -283,11 +307,16 @@ def measure(kinds=KINDS, steps: int = STEPS, warm: int = WARM) -> list[dict]:
         row["ratio_wall"] = big["wall_median"] / little["wall_median"]
         row["ratio_cpu"] = big["cpu_median"] / little["cpu_median"]
         row["ratio_ok"] = min(row["ratio_wall"], row["ratio_cpu"]) <= AIM_RATIO
-        row["aim_ok"] = min(big["wall_median"], big["cpu_median"]) <= AIM_MS
+        # the ms aim is the directory's: a store row also sorts the batch's lookups and updates its rows
+        row["aim_ok"] = None if kind.startswith("store-") else min(big["wall_median"], big["cpu_median"]) <= AIM_MS
         table.append(row)
         del steppers
         gc.collect()
     return table
+
+
+def _verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else "pass" if ok else "FAIL"
 
 
 def format_table(table: list[dict]) -> str:
@@ -302,8 +331,8 @@ def format_table(table: list[dict]) -> str:
                          f"{r['evictions_per_step']:>9.0f}{r['wall_median']:>9.3f}{r['wall_p90']:>9.3f}"
                          f"{r['cpu_median']:>8.3f}{r['cpu_p90']:>8.3f}")
         lines.append(f"{'':<19}ratio {big}/{little}: wall {row['ratio_wall']:.2f}, cpu {row['ratio_cpu']:.2f}  "
-                     f"ratio<={AIM_RATIO}: {'pass' if row['ratio_ok'] else 'FAIL'}  "
-                     f"<={AIM_MS} ms at {big}: {'pass' if row['aim_ok'] else 'FAIL'}")
+                     f"ratio<={AIM_RATIO}: {_verdict(row['ratio_ok'])}  "
+                     f"<={AIM_MS} ms at {big}: {_verdict(row['aim_ok'])}")
     return "\n".join(lines)
 
 
