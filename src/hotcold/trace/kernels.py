@@ -111,13 +111,13 @@ def heapify(h, n):
 @jit
 def list_unlink(link, bucket, c, s):
     """Take slot ``s`` out of the FIFO of count ``c`` (``bucket[0, c]`` its first slot, ``bucket[1, c]`` its last)."""
-    p, n = link[0, s], link[1, s]
+    p, n = link[s, 0], link[s, 1]
     if p >= 0:
-        link[1, p] = n
+        link[p, 1] = n
     else:
         bucket[0, c] = n
     if n >= 0:
-        link[0, n] = p
+        link[n, 0] = p
     else:
         bucket[1, c] = p
 
@@ -126,9 +126,9 @@ def list_unlink(link, bucket, c, s):
 def list_append(link, bucket, c, s):
     """Put slot ``s`` at the back of the FIFO of count ``c``."""
     t = bucket[1, c]
-    link[0, s], link[1, s] = t, -1
+    link[s, 0], link[s, 1] = t, -1
     if t >= 0:
-        link[1, t] = s
+        link[t, 1] = s
     else:
         bucket[0, c] = s
     bucket[1, c] = s
@@ -139,12 +139,13 @@ LISTED_COUNTS = 64
 
 
 def new_lists(capacity: int, policy: int, small: int = LISTED_COUNTS) -> tuple[np.ndarray, np.ndarray]:
-    """``lfu``'s per-count FIFOs: ``link`` int64 [2, C] (previous, next slot) and ``bucket`` int64 [2, K].
+    """``lfu``'s per-count FIFOs: ``link`` int64 [C, 2] (previous, next slot: one cache line) and ``bucket``
+    int64 [2, K].
 
     Counts below ``small`` (K) are listed; other policies get K = 0 (no lists).
     """
     k = small if policy == LFU else 0
-    return np.full((2, capacity if k else 1), -1, dtype=np.int64), np.full((2, k), -1, dtype=np.int64)
+    return np.full((capacity if k else 1, 2), -1, dtype=np.int64), np.full((2, k), -1, dtype=np.int64)
 
 
 @jit
@@ -341,7 +342,7 @@ def demand_steps(policy, rows, counts, offsets, next_use, num_rows, row_slot, sl
                         if mark[j] != stamp:
                             victim_slots[nv] = j
                             nv += 1
-                        j = link[1, j]
+                        j = link[j, 1]
                     if nv == need:
                         break
                 na = 0
