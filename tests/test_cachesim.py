@@ -334,7 +334,8 @@ def test_plain_python_kernels_equal_compiled():
     trace = Trace.from_batches(batches, 40)
     rows, counts, off = trace.read(0, len(trace))
     freq = trace.frequencies()
-    for name, bulk_min in (("lru", 1), ("lfu", 3), ("freqcache", 1), ("freqcache", 16), ("belady", 2)):
+    for name, bulk_min in (("lru", 1), ("lfu", 3), ("lfu", 100), ("freqcache-lfu", 100), ("freqcache", 1),
+                           ("freqcache", 16), ("belady", 2)):
         results = []
         for fn in (kernels.demand_steps, python(kernels.demand_steps)):
             pol, warm = cache_policy(name, 40, 15, freq, 0.5, trace.next_use())
@@ -347,7 +348,8 @@ def test_plain_python_kernels_equal_compiled():
             p = d.policy
             done = fn(p.code, rows, counts, off, trace.flat_next_use(), 40, d.row_slot, d.slot_row, p.last, p.count,
                       p.rank, p.next, d._gen, d._mark, d._heap, d._aside, d._state, out, slots,
-                      np.zeros(rows.size, dtype=bool), d._victim_slots, d._victim_rows, d.bulk_min)
+                      np.zeros(rows.size, dtype=bool), d._victim_slots, d._victim_rows, d.bulk_min, d._link,
+                      d._bucket)
             results.append((done, out, slots, d.row_slot.copy()))
         for a, b in zip(*results):
             assert np.array_equal(a, b), name
@@ -357,13 +359,16 @@ def test_plain_python_kernels_equal_compiled():
     assert np.array_equal(*got) and got[0].tolist() == np.diff(off).tolist()
 
 
-def _directory_steps(batches, num_rows, policy, capacity, freq, bulk_min=None):
-    """Per-step ``COUNTERS`` and (slots, victim slots, victim rows) of a ``CacheDirectory`` served step by step."""
+def _directory_steps(batches, num_rows, policy, capacity, freq, bulk_min=None, listed=None):
+    """Per-step ``COUNTERS`` and (slots, victim slots, victim rows) of a ``CacheDirectory`` served step by step.
+
+    ``listed``: lfu's counts kept in FIFOs rather than its heap (default ``kernels.LISTED_COUNTS``).
+    """
     from hotcold.trace.policies import CacheDirectory, cache_policy
 
     trace = Trace.from_batches(batches, num_rows)
     pol, warm = cache_policy(policy, num_rows, capacity, freq, 0.7, trace.next_use() if policy == "belady" else None)
-    d = CacheDirectory(num_rows, capacity, pol)
+    d = CacheDirectory(num_rows, capacity, pol) if listed is None else CacheDirectory(num_rows, capacity, pol, listed)
     if bulk_min is not None:
         d.bulk_min = bulk_min
     if warm.size:
@@ -385,8 +390,9 @@ def test_many_evictions_on_a_heavy_tail_every_victim_path_matches_the_reference(
 
     The victims are taken by the heap, by one pass over the slots, or by
     either as each step's count decides (``bulk_min``); lru by its queue,
-    compacted many times here. All give the reference's counters and the
-    same slots and victims, step by step.
+    compacted many times here; lfu from its per-count FIFOs, its heap or
+    both (``listed``: none, counts 0-1, 0-63, all). All give the reference's
+    counters and the same slots and victims, step by step.
     """
     batches = zipf_trace(seed, steps=40, batch=50, num_rows=1000, a=1.05)
     trace = Trace.from_batches(batches, 1000)
@@ -396,6 +402,8 @@ def test_many_evictions_on_a_heavy_tail_every_victim_path_matches_the_reference(
         assert sum(step[-1] for step in want) > 2 * capacity, "the trace must evict many rows"
         assert _table(simulate(trace, policy, capacity, freq)) == want
         runs = [_directory_steps(batches, 1000, policy, capacity, freq, b) for b in (None, 1, 4, capacity + 1)]
+        runs += [_directory_steps(batches, 1000, policy, capacity, freq, b, listed)
+                 for b in (4, capacity + 1) for listed in (0, 2, 5_000)]
         for table, plans in runs:
             assert table == want, capacity
             assert plans == runs[0][1], capacity

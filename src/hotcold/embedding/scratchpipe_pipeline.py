@@ -88,7 +88,8 @@ class MovePipeline:
         self.side = torch.cuda.Stream(device) if self.cuda else None
         num_rows = self.host_w.shape[0]
         self._wb_job = np.full(num_rows, -1, dtype=np.int64)   # [N] job whose staged write-back holds the row
-        self._wb_pos = np.zeros(num_rows, dtype=np.int64)      # [N] its index in that job's staging
+        self._wb_pos = np.full(num_rows, 0, dtype=np.int64)    # [N] its index in that job's staging (touched now: a
+        # first write to each page of a lazily zeroed array would fault inside the timed steps)
         self._staged: dict[int, _Job] = {}                     # jobs whose scatter may not have landed
         self._landing: deque[_Job] = deque()                   # jobs whose rows are not in their slots yet
         self._timing: deque[_Job] = deque()                    # CUDA: jobs with unresolved copy events

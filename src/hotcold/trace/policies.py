@@ -174,7 +174,8 @@ class CacheDirectory:
     simulator many (``run``); both run ``kernels.demand_steps``.
     """
 
-    def __init__(self, num_rows: int, capacity: int, policy: Policy) -> None:
+    def __init__(self, num_rows: int, capacity: int, policy: Policy,
+                 listed_counts: int = kernels.LISTED_COUNTS) -> None:
         if capacity < 1:
             raise ConfigError(f"a cache needs at least 1 slot, got {capacity}")
         self.num_rows, self.capacity, self.policy = num_rows, capacity, policy
@@ -190,6 +191,8 @@ class CacheDirectory:
         self.bulk_min = kernels.bulk_threshold(capacity, policy.code)
         self._victim_slots = np.zeros(capacity, dtype=np.int64)
         self._victim_rows = np.zeros(capacity, dtype=np.int64)
+        #: lfu: the slots of count below ``listed_counts``, one FIFO per count (``kernels.new_lists``)
+        self._link, self._bucket = kernels.new_lists(capacity, policy.code, listed_counts)
 
     @property
     def used(self) -> int:
@@ -208,7 +211,7 @@ class CacheDirectory:
         self.policy.warm(slots, rows)
         p = self.policy
         kernels.demand_warm(p.code, self.num_rows, rows, self.row_slot, self.slot_row, p.last, p.count, p.rank,
-                            p.next, self._gen, self._heap, self._state)
+                            p.next, self._gen, self._heap, self._state, self._link, self._bucket)
         return slots
 
     def _too_small(self, unique: int, step: int) -> InfeasibleError:
@@ -222,7 +225,7 @@ class CacheDirectory:
         done = kernels.demand_steps(p.code, rows, counts, offsets, next_use, self.num_rows, self.row_slot,
                                     self.slot_row, p.last, p.count, p.rank, p.next, self._gen, self._mark,
                                     self._heap, self._aside, self._state, out, slots, hit, self._victim_slots,
-                                    self._victim_rows, self.bulk_min)
+                                    self._victim_rows, self.bulk_min, self._link, self._bucket)
         if done < offsets.size - 1:
             raise self._too_small(int(offsets[done + 1] - offsets[done]), self.step)
 
