@@ -193,8 +193,7 @@ def sum_by_index(groups: RowGroups, grads: torch.Tensor, exact: bool = False) ->
     ``exact``: accumulate in float64 (and return float64). A row's gradient
     is then, after rounding to float32, the same bits however its terms are
     split and ordered, as when ranks sum parts of it (``StoreSpec.exact_sums``).
-    Other float types are summed in float32. On the CPU the float64 sum is
-    ``index_add_``, which there adds in the same order (lookup by lookup).
+    Other float types are summed in float32.
     """
     n, width = groups.size, grads.shape[1]
     if grads.shape[0] != groups.order.numel():
@@ -202,10 +201,5 @@ def sum_by_index(groups: RowGroups, grads: torch.Tensor, exact: bool = False) ->
     dtype = torch.float64 if exact else grads.dtype if grads.dtype in (torch.float32, torch.float64) else torch.float32
     if not n:
         return torch.zeros(0, width, dtype=dtype, device=grads.device)
-    if dtype == torch.float64 and grads.device.type == "cpu":
-        # The CPU's index_add_ adds lookup by lookup in batch order (the same order and bits as the bags), and its
-        # float64 kernel is three times as fast as the bags' here.
-        summed = torch.zeros(n, width, dtype=dtype)
-        return summed.index_add_(0, groups.inverse(grads.device), grads.to(dtype))
     order, starts = groups.plan(grads.device)
     return bag_sums(order, starts, grads.to(dtype).contiguous())
