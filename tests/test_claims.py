@@ -1,6 +1,7 @@
 """The claims table: measured ratios from records, counted traffic, modelled values through the cost model."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from types import SimpleNamespace
 
@@ -183,3 +184,17 @@ def test_a_degenerate_fae_run_is_not_printed_as_fae_without_saying_so():
     for column in ("compared", "why_they_differ"):
         assert "degenerate: fae v all-hot" in row[column] and "device store's run" in row[column]
     assert "degenerate" in claims_markdown(table(recs).reset_index())
+
+
+def test_the_largest_budget_role_skips_a_budget_that_ran_as_another_store():
+    """FAE's largest budget is all-hot (the device store's run): the claim reads the largest ordinary one."""
+    role = dataclasses.replace(SPEED, run=Run("fae", pick="largest"))
+    recs = [record("fae", "big", 400.0, report={"hot_rows": 300, "degenerate": "all-hot"}),
+            record("fae", "mid", 160.0, report={"hot_rows": 200}),
+            record("fae", "small", 120.0, report={"hot_rows": 100}),
+            record("hybrid", "base", 100.0)]
+    row = table(recs, claims=(role,)).loc["speed"]
+    assert row["measured_value"] == pytest.approx(1.6) and "degenerate" not in row["compared"]
+    every = [dict(r, store={**r["store"], "degenerate": "all-hot"}) if r["method"] == "fae" else r for r in recs]
+    row = table(every, claims=(role,)).loc["speed"]
+    assert row["measured_value"] == pytest.approx(4.0) and "degenerate: fae big all-hot" in row["compared"]

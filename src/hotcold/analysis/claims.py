@@ -50,7 +50,9 @@ class Run:
     rows in the default config, 256 MiB trained and 512 MiB simulated at paper
     scale), ``Run("freqcache", options=(("cache_ratio", 0.015),))`` the 1.5%
     frequency-aware cache. ``pick``: ``largest`` or ``smallest`` device
-    budget (the store report's hot rows or capacity), or "" (one variant).
+    budget (the store report's hot rows or capacity) among the variants that
+    ran as their technique (FAE's all-hot or all-cold budgets only when all
+    are), or "" (one variant).
     """
 
     method: str
@@ -194,6 +196,9 @@ def _matching(records: list[dict[str, Any]], dataset: str, run: Run) -> list[dic
         return []
     variants = sorted({r.get("variant") for r in recs})
     if run.pick in ("largest", "smallest"):
+        # a budget that ran as another store (FAE all-hot or all-cold) is picked only when every budget did
+        ordinary = [v for v in variants if not any(degenerate_of(r) for r in recs if r.get("variant") == v)]
+        variants = ordinary or variants
         budget = {v: max(budget_of(r) for r in recs if r.get("variant") == v) for v in variants}
         chosen = (max if run.pick == "largest" else min)(variants, key=lambda v: (budget[v], v))
     else:
