@@ -535,3 +535,18 @@ def test_a_peer_is_compared_with_the_device_run_and_labelled_as_its_own_kernel(t
     assert peer.exact_reference == "device run (peer kernel, own rounding)"
     assert row(summary, "kaggle", "hybrid", "base", 0).exact_reference == "device run"
     assert "own kernels" in (tmp_path / "tables" / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("ok", [True, False])
+def test_a_peer_checked_in_lock_step_takes_that_checks_exactness(tmp_path: Path, ok: bool) -> None:
+    """A peer's record with a lock-step check: `exact` is the check's, the end-state distance stays beside it."""
+    runs = tmp_path / "runs"
+    write_run(runs, "kaggle", "device", "base", 0, rate=5000.0)
+    out = write_run(runs, "kaggle", "fbgemm", "base", 0, rate=4000.0, sketch=SKETCH + 1e-2)
+    rec = json.loads((out / "record.json").read_text())
+    rec["lockstep"] = {"check": "lockstep", "steps": 20, "atol": 1e-5, "ok": ok, "max_diff": 3e-8 if ok else 0.2}
+    (out / "record.json").write_text(json.dumps(rec))
+    peer = row(aggregate(find_records(runs), tmp_path / "tables", exact_rtol=1e-6), "kaggle", "fbgemm", "base", 0)
+    assert bool(peer.exact) is ok and peer.param_rel_diff > 1e-6
+    assert peer.exact_reference.startswith("lock-step with the device store") and "20 steps" in peer.exact_reference
+    assert ("<= 1e-05" if ok else "> 1e-05") in peer.exact_reference

@@ -333,3 +333,16 @@ def test_cache_counts_stay_on_the_device_in_the_step_and_are_read_once_after(mon
     for c, w in zip(steps, want):
         assert {k: c[k] for k in w} == w
         assert all(isinstance(v, int) for v in c.values())
+
+
+@needs_fbgemm
+def test_a_trained_peer_run_is_checked_in_lock_step(tmp_path, small_dataset):
+    """The peer's own rounding is held to a lock-step check against the device store on the run's first batches."""
+    out = tmp_path / "fbgemm"
+    assert main(["train", "--dataset", str(small_dataset.path), "--run-config", json.dumps(RUN),
+                 "--out", str(out), "--threads", "1", "--no-progress"]) == 0
+    rec = json.loads((out / "record.json").read_text())
+    assert rec["check"] == "lockstep"
+    lock = rec["lockstep"]
+    assert lock["steps"] == RUN["train"]["steps"] and len(lock["max_diff_per_step"]) == lock["steps"]
+    assert lock["ok"] and 0 <= lock["max_diff"] <= lock["atol"]

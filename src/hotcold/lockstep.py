@@ -22,17 +22,23 @@ API (small on purpose; ``make gpu-check`` may call it):
 - ``random_batches(table_sizes, batch_size, steps, seed)``: skewed ids to
   drive it.
 - ``check_kind(method)``: which check a method's runs are held to.
+- ``check_run(cfg, ds, device, order)``: the check of a trained run (a
+  peer's), on its first ``RUN_STEPS`` batches; the record keeps it.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
 from hotcold import methods
 from hotcold.embedding.base import EmbeddingStore, NullMarker, StoreSpec
+
+if TYPE_CHECKING:
+    from hotcold.config import RunConfig
+    from hotcold.data.format import Dataset
 
 #: the check of a store that must train the ``device`` store's bits
 CHECK_BITS = "bits"
@@ -158,6 +164,25 @@ def run(store: str | StoreBuilder, spec: StoreSpec, batches: Sequence[torch.Tens
         rows = _max_abs(under_test.lookup(ids), ref.lookup(ids))
         diffs.append(StepDiff(i, lookup, rows))
     return Lockstep(name, tuple(diffs), float(atol))
+
+
+#: steps of the lock-step check a peer's trained run gets (``check_run``)
+RUN_STEPS = 20
+
+
+def check_run(cfg: "RunConfig", ds: "Dataset", device: torch.device, order: Sequence[Any],
+              steps: int = RUN_STEPS) -> Lockstep:
+    """The lock-step check of a trained run: its store against ``device`` on the run's first ``steps`` batches.
+
+    ``order``: the run's row batches of the train split (as ``train.build``
+    returns them); the stores are built from the run's own spec
+    (``train.store_spec``) on the run's device.
+    """
+    from hotcold.train import store_spec
+
+    start = ds.split("train")[0]
+    batches = [torch.from_numpy(ds.batch_ids(rows + start)) for rows in list(order)[:steps]]
+    return run(cfg.method, store_spec(cfg, ds, device), batches, seed=cfg.seed)
 
 
 def random_batches(table_sizes: Sequence[int], batch_size: int, steps: int, seed: int = 0,

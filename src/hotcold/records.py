@@ -202,9 +202,10 @@ def _run_header(cfg: RunConfig, ds: Dataset, device: torch.device, timer: str, s
 
 def trained_record(cfg: RunConfig, ds: Dataset, device: torch.device, summary: dict[str, Any],
                    metrics: dict[str, Any], params: dict[str, Any], store_report: dict[str, Any],
-                   ref: RunResult | None = None) -> dict[str, Any]:
+                   ref: RunResult | None = None, lockstep: dict[str, Any] | None = None) -> dict[str, Any]:
     """The record of a trained run: its (repeats') summary, metrics, parameter fingerprint and store report;
-    ``ref``: the ``device`` store replayed on the run's own batch order."""
+    ``ref``: the ``device`` store replayed on the run's own batch order; ``lockstep``: a peer's lock-step check
+    against the ``device`` store (``hotcold.lockstep.Lockstep.to_record``)."""
     record = {
         **_run_header(cfg, ds, device, summary["timer"], STATUS_OK),
         "summary": summary,
@@ -216,6 +217,8 @@ def trained_record(cfg: RunConfig, ds: Dataset, device: torch.device, summary: d
         # their own way: compared step by step with the device store fed the same inputs, ``hotcold.lockstep``)
         "check": check_kind(cfg.method),
     }
+    if lockstep is not None:
+        record["lockstep"] = lockstep
     if ref is not None:  # the invariant of a store with its own batch order is against this replay
         # over P ranks, the replay forms each step's gradient from the same P slices (``World.replay``)
         record["reference"] = {"method": "device", "order": "this run's", "slices": cfg.distributed.world,

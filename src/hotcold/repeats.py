@@ -23,7 +23,9 @@ from hotcold.config import ConfigError, InfeasibleError, RunConfig
 from hotcold.contention import Watch
 from hotcold.data.format import Dataset
 from hotcold.distributed.world import World
+from hotcold import lockstep
 from hotcold.embedding.fbgemm import PeerUnavailableError
+from hotcold.lockstep import CHECK_LOCKSTEP, check_kind
 from hotcold.records import (
     diverged_record,
     infeasible_record,
@@ -175,8 +177,11 @@ class RepeatedRun:
             record = diverged_record(cfg, self.ds, self.device, self.diverged[1], self.diverged[0])
             write_run(out_dir, record, steps_frame([], []))
             return record
+        lock = None
+        if check_kind(cfg.method) == CHECK_LOCKSTEP:  # a peer's kernels round their own way: checked step by step
+            lock = lockstep.check_run(cfg, self.ds, self.device, self._first["order"]).to_record()
         record = trained_record(cfg, self.ds, self.device, self.summary(), self._first["metrics"], self.params[0],
-                                self._first["store"], ref)
+                                self._first["store"], ref, lock)
         write_run(out_dir, record, pd.concat(self.steps, ignore_index=True))
         return record
 

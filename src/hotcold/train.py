@@ -140,6 +140,23 @@ def dense_optimizer(cfg: RunConfig, params) -> DenseOptimizer:
     return DenseAdagrad(params, lr=t.dense_lr, eps=t.adagrad_eps)
 
 
+def store_spec(cfg: RunConfig, ds: Dataset, device: torch.device, world: World | None = None) -> StoreSpec:
+    """What a run's store is built from: the dataset's tables, the run's options and optimizer, the device."""
+    return StoreSpec(
+        table_sizes=ds.cardinalities,
+        dim=cfg.model.embedding_dim,
+        optimizer=RowOptimizer(cfg.train.row_optimizer, cfg.train.lr, cfg.train.adagrad_eps),
+        device=device,
+        seed=cfg.seed,
+        options=methods.get(cfg.method).parse_options(cfg.store),
+        column_tables=ds.column_tables,
+        comm=world.comm if world is not None else None,
+        batch_share=cfg.train.batch_size / max(1, ds.split("train")[1] - ds.split("train")[0]),
+        exact_sums=world is not None and world.data_parallel > 1,
+        warmup_steps=cfg.train.warmup_steps,
+    )
+
+
 def build(cfg: RunConfig, ds: Dataset, device: torch.device, order: Sequence[np.ndarray] | None = None,
           world: World | None = None) -> tuple[nn.Module, EmbeddingStore, list[np.ndarray]]:
     """The model, the store (initialised identically for every method) and the batch order.
@@ -149,22 +166,9 @@ def build(cfg: RunConfig, ds: Dataset, device: torch.device, order: Sequence[np.
     ``world``: the ranks the store spans (one process when None).
     """
     method = methods.get(cfg.method)
-    options = method.parse_options(cfg.store)
     torch.manual_seed(cfg.seed)
     model = build_model(ds, cfg.model).to(device)
-    spec = StoreSpec(
-        table_sizes=ds.cardinalities,
-        dim=cfg.model.embedding_dim,
-        optimizer=RowOptimizer(cfg.train.row_optimizer, cfg.train.lr, cfg.train.adagrad_eps),
-        device=device,
-        seed=cfg.seed,
-        options=options,
-        column_tables=ds.column_tables,
-        comm=world.comm if world is not None else None,
-        batch_share=cfg.train.batch_size / max(1, ds.split("train")[1] - ds.split("train")[0]),
-        exact_sums=world is not None and world.data_parallel > 1,
-        warmup_steps=cfg.train.warmup_steps,
-    )
+    spec = store_spec(cfg, ds, device, world)
     cls = method.store
     if world is not None and world.size > 1 and not method.spans_ranks:
         raise ConfigError(f"method {cfg.method!r} runs in one process; over several ranks use "

@@ -49,7 +49,8 @@ EXACT_RTOL = AggregateConfig().exact_rtol
 REFERENCE_LABELS = {"run": "device run", "replay": "device replay of this order",
                     "scale_out": "one-process device replay", "peer": "device run (peer kernel, own rounding)",
                     "wire": "one-process device replay (not exact mode: exactness not claimed)",
-                    "unchecked": "not checked (distributed.reference: none)"}
+                    "unchecked": "not checked (distributed.reference: none)",
+                    "lockstep": "lock-step with the device store (peer kernel, own rounding)"}
 
 SUMMARY_COLUMNS = [
     *RUN_ID, "plan", "status", "options", "timer", "device", "samples_per_s", "step_ms_p50", "step_ms_p10", "step_ms_p90",
@@ -253,6 +254,11 @@ def _exactness(frame: pd.DataFrame, records: list[dict[str, Any]],
             if not math.isnan(d):
                 diff[idx], label[idx] = d, REFERENCE_LABELS[kind]
                 exact[idx] = pd.NA if kind == "wire" else d <= exact_rtol
+            lock = records[idx].get("lockstep")
+            if lock:  # a peer checked step by step: its exactness is that check's, its distance the end state's
+                exact[idx] = bool(lock["ok"])
+                label[idx] = (f"{REFERENCE_LABELS['lockstep']}: {lock['steps']} steps, max diff "
+                              f"{lock['max_diff']:.1e} {'<=' if lock['ok'] else '>'} {lock['atol']:g}")
     return exact, diff, label
 
 
@@ -377,7 +383,10 @@ def _summary_markdown(summary: pd.DataFrame, exact_rtol: float) -> str:
         f"`{REFERENCE_METHOD}` store. A peer method (`fbgemm`) runs its own kernels: the same update, rounded "
         "differently, and training amplifies rounding (Adagrad turns near-zero gradients into full steps), so "
         "beyond a few dozen steps its distance is far above the tolerance although its update is the same "
-        f"(docs/measurements.md gives the measured growth). `auc_vs_hybrid`: AUC minus the `{BASELINE_METHOD}` run's. "
+        "(docs/measurements.md gives the measured growth): its `exact` is a lock-step check instead, its store "
+        f"and the `{REFERENCE_METHOD}` store fed the same ids and gradients for the run's first batches and compared "
+        "every step (`exact_reference` gives the steps and the largest difference; `param_rel_diff` stays the end "
+        "state's). `auc_vs_hybrid`: AUC minus the `{BASELINE_METHOD}` run's. "
         "`status` `infeasible`: the variant cannot run on this dataset (no numbers; see infeasible.md); "
         "`skipped`: a peer method whose optional package is not installed here (no numbers); "
         "`diverged`: the run's loss or a parameter became non-finite (no numbers; infeasible.md gives the step). "
