@@ -4,13 +4,12 @@
 once a step (``CacheDirectory.access`` for lru, lfu, freqcache and
 freqcache-lfu; ScratchPipe's ``ScratchpadDirectory.admit`` of batch i+W and
 ``release`` of batch i; FAE's hot map, timed from outside as ``FAEStore.forward``
-reads it) this times ms per step with a FULL cache that evicts every step, at
-1.5% of 33,762,577 rows (Criteo Kaggle: 506k slots) and at 1.5% of 840,543
+reads it: once per unique row, expanded by the batch's inverse) this times
+ms per step with a FULL cache that evicts every step, at 1.5% of 33,762,577 rows (Criteo Kaggle: 506k slots) and at 1.5% of 840,543
 rows (the default Kaggle-style data: 12.6k slots), batches of 2,048 x 26
 lookups, and the ratio of the two. The two sizes are stepped alternately in
-one loop, so a change of load hits both. ``fae-map-unique`` reads FAE's map
-once per unique row and expands it by the batch's inverse (a possible change
-to fae.py, timed beside what it does now). ``store`` rows time a whole
+one loop, so a change of load hits both. ``fae-map-per-lookup`` reads FAE's
+map once per lookup, as fae.py did before (for comparison). ``store`` rows time a whole
 ``forward`` + ``backward`` of the cache store and of the scratchpipe store
 (embedding dim 1, SGD: the per-step bookkeeping around the directory, not the
 row copies; the ms aim is the directory's, so theirs reads n/a).
@@ -158,22 +157,29 @@ class ScratchSteps:
 
 
 class FAEMapSteps:
-    """FAE's hot map as ``FAEStore.forward`` reads it: int32 [N] row -> hot slot, hot rows = the 1.5% most used."""
+    """FAE's hot map as ``FAEStore.forward`` reads it: int32 [N] row -> hot slot, hot rows = the 1.5% most used.
+
+    Once per unique row (the batch's grouping is the step's anyway), then expanded to the lookups by the
+    batch's inverse; fae.py expands on a hot step only, timed here on every step (the dearer case).
+    """
 
     def __init__(self, n: int, batches: list[np.ndarray], freq: np.ndarray) -> None:
         self.capacity = capacity_from_ratio(RATIO, n)
         hot = torch.from_numpy(frequency_order(freq, self.capacity))
         self.slot_of = torch.full((n,), -1, dtype=torch.int32)
         self.slot_of[hot] = torch.arange(hot.numel(), dtype=torch.int32)
-        self.batches = [(torch.from_numpy(r), torch.from_numpy(np.unique(r))) for r in batches]
+        self.batches = []
+        for r in batches:
+            u, inv = np.unique(r, return_inverse=True)
+            self.batches.append((torch.from_numpy(u), torch.from_numpy(inv.reshape(-1))))
         self.evictions: list[int] = []
         self.misses: list[int] = []
 
     def step(self, t: int) -> None:
-        rows, uniq = self.batches[t]
-        slots = self._lookup(rows)
-        hot = bool((slots >= 0).all())
-        self._lookup(uniq)  # a hot step's unique slots (timed on every step: the dearer case)
+        uniq, inverse = self.batches[t]
+        uslots = self._lookup(uniq)
+        hot = bool((uslots >= 0).all())
+        slots = uslots.index_select(0, inverse)
         self.misses.append(int((slots < 0).sum()) if not hot else 0)
         self.evictions.append(0)
 
@@ -181,22 +187,19 @@ class FAEMapSteps:
         return self.slot_of[rows].to(torch.int64)
 
 
-class FAEUniqueMapSteps(FAEMapSteps):
-    """The same map read once per unique row, expanded to the lookups by the batch's inverse (which every FAE
-    step has: a hot step asks ``Lookup.unique``, a cold one groups its rows): not what fae.py does today."""
+class FAELookupMapSteps(FAEMapSteps):
+    """The map as fae.py read it before: once per lookup (``slot_of[rows]``, ``all``), and on a hot step again
+    per unique row (timed on every step, the dearer case), for comparison."""
 
     def __init__(self, n: int, batches: list[np.ndarray], freq: np.ndarray) -> None:
         super().__init__(n, batches, freq)
-        self.batches = []
-        for r in batches:
-            u, inv = np.unique(r, return_inverse=True)
-            self.batches.append((torch.from_numpy(u), torch.from_numpy(inv.reshape(-1))))
+        self.batches = [(torch.from_numpy(r), torch.from_numpy(np.unique(r))) for r in batches]
 
     def step(self, t: int) -> None:
-        uniq, inverse = self.batches[t]
-        uslots = self._lookup(uniq)
-        slots = uslots.index_select(0, inverse)
-        hot = bool((uslots >= 0).all())
+        rows, uniq = self.batches[t]
+        slots = self._lookup(rows)
+        hot = bool((slots >= 0).all())
+        self._lookup(uniq)
         self.misses.append(int((slots < 0).sum()) if not hot else 0)
         self.evictions.append(0)
 
@@ -257,20 +260,20 @@ def _frequencies(n: int, steps: int) -> np.ndarray:
 
 
 def _build(kind: str, n: int, batches: list[np.ndarray]):
-    needs_freq = kind in ("freqcache", "freqcache-lfu", "fae-map", "fae-map-unique", "store-freqcache")
+    needs_freq = kind in ("freqcache", "freqcache-lfu", "fae-map", "fae-map-per-lookup", "store-freqcache")
     freq = _frequencies(n, len(batches)) if needs_freq else None
     if kind == "scratchpad":
         return ScratchSteps(n, batches)
     if kind == "fae-map":
         return FAEMapSteps(n, batches, freq)
-    if kind == "fae-map-unique":
-        return FAEUniqueMapSteps(n, batches, freq)
+    if kind == "fae-map-per-lookup":
+        return FAELookupMapSteps(n, batches, freq)
     if kind.startswith("store-"):
         return StoreSteps(kind[len("store-"):], n, batches, freq)
     return CacheSteps(kind, n, batches, freq)
 
 
-KINDS = ("lru", "lfu", "freqcache", "freqcache-lfu", "scratchpad", "fae-map", "fae-map-unique",
+KINDS = ("lru", "lfu", "freqcache", "freqcache-lfu", "scratchpad", "fae-map", "fae-map-per-lookup",
          "store-lru", "store-lfu", "store-freqcache", "store-scratchpipe")
 
 

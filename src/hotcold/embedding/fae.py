@@ -196,15 +196,17 @@ class FAEStore(EmbeddingStore):
 
     def forward(self, ids: torch.Tensor, timer: Marker) -> torch.Tensor:
         lk = self.plan(ids)
-        slots = self._slot_of[lk.rows].to(torch.int64)  # [L], -1 = cold row
-        hot = bool((slots >= 0).all())
+        # the [N] map is read once per distinct row (a few thousand reads, not one per lookup); the grouping
+        # is the step's anyway: the hot update sums by it, a cold step hands it to the host's update
+        uniq, inverse, _ = lk.unique()
+        uslots = self._slot_of[uniq].to(torch.int64)  # [U] slot of each unique row, -1 = cold row
+        hot = bool((uslots >= 0).all())
         self._synced = self._sync.enter(hot)
         self._hot_step = hot
         if hot:
             if self._synced:
                 self._hot_to_device()
-            uniq, inverse, _ = lk.unique()
-            uslots = self._slot_of[uniq].to(torch.int64)  # [U] slot of each unique row
+            slots = uslots.index_select(0, inverse)  # [L]
             dev_slots, uslots = ship(slots, self.device), ship(uslots, self.device)
             inverse = lk.groups().plan(self.device)  # what the sum reads on the device
             timer.mark("h2d")
@@ -216,7 +218,7 @@ class FAEStore(EmbeddingStore):
             self._hot_to_host()
             timer.mark("d2h")
         self._last = None
-        return self.host.forward(ids, timer)
+        return self.host.forward_planned(lk, timer)
 
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
         assert self._hot_step is not None, "backward without forward"

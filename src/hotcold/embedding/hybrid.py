@@ -39,7 +39,11 @@ class HybridStore(EmbeddingStore):
         return torch.index_select(self.weight, 0, rows, out=self._out_buf[: rows.numel()])
 
     def forward(self, ids: torch.Tensor, timer: Marker) -> torch.Tensor:
-        lk = self.plan(ids)
+        return self.forward_planned(self.plan(ids), timer)
+
+    def forward_planned(self, lk: Lookup, timer: Marker) -> torch.Tensor:
+        """``forward`` of a batch already planned (``plan``): a store that wraps this one passes its own plan,
+        so the grouping it made serves this store's update."""
         self._last = lk
         values = self._gather(lk.rows)
         timer.mark("emb_fwd")
