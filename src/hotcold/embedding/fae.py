@@ -198,15 +198,14 @@ class FAEStore(EmbeddingStore):
         lk = self.plan(ids)
         # the [N] map is read once per distinct row (a few thousand reads, not one per lookup); the grouping
         # is the step's anyway: the hot update sums by it, a cold step hands it to the host's update
-        uniq, inverse, _ = lk.unique()
-        uslots = self._slot_of[uniq].to(torch.int64)  # [U] slot of each unique row, -1 = cold row
+        uslots = self._slot_of[lk.groups().rows].to(torch.int64)  # [U] slot of each unique row, -1 = cold row
         hot = bool((uslots >= 0).all())
         self._synced = self._sync.enter(hot)
         self._hot_step = hot
         if hot:
             if self._synced:
                 self._hot_to_device()
-            slots = uslots.index_select(0, inverse)  # [L]
+            slots = uslots.index_select(0, lk.groups().inverse())  # [L]
             dev_slots, uslots = ship(slots, self.device), ship(uslots, self.device)
             inverse = lk.groups().plan(self.device)  # what the sum reads on the device
             timer.mark("h2d")
