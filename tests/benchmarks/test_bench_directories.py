@@ -36,7 +36,6 @@ import time
 from typing import Callable
 
 import numpy as np
-import pytest
 import torch
 
 from hotcold.embedding.base import NullMarker, StoreSpec
