@@ -260,8 +260,10 @@ def test_dry_run_plans_scale_out_runs_and_shard_sims(tmp_path: Path) -> None:
     assert all("--batch-per-rank 512 --fixed-batch" in ln for ln in sims)
 
 
+@pytest.mark.slow
 def test_dry_run_weak_scales_the_trained_runs_with_a_per_rank_batch(tmp_path: Path) -> None:
-    """distributed.train.batch_per_rank: each trained scale's run config has batch_size = per-rank x world."""
+    """distributed.train.batch_per_rank: each trained scale's run config has batch_size = per-rank x world (the
+    matrix's side is in the default tier: test_workflow_matrix; this is the Snakefile's command lines)."""
     yaml = ("seeds: [0]\ntiming: {interleave: false}\ndistributed:\n  train: {batch_per_rank: 96}\n"
             "  shard_sim: {batch_per_rank: 256, fixed_batch: false}\n")
     proc = dry_run(tmp_path, yaml, "-p", "--cores", "2")
