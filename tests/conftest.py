@@ -26,6 +26,17 @@ def device(request) -> torch.device:
     return request.param
 
 
+#: the longest test files (the tiny workflow, the launched ranks), started first: with `make test`'s workers
+#: (pytest-xdist, --dist loadfile) a long file collected last would keep one worker busy while the other waits
+LONG_FILES_FIRST = ("test_workflow.py", "test_distributed.py", "test_flow_resume.py", "test_rw_protocol.py",
+                    "test_torchrec_peer.py", "test_run_faults.py")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    first = {name: i for i, name in enumerate(LONG_FILES_FIRST)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable: the rest keep their order
+
+
 # Tiny models train fastest on one thread, and the tests then do not fight
 # over the cores with each other or with background work.
 torch.set_num_threads(1)
