@@ -104,6 +104,7 @@ def dry_run(tmp_path: Path, yaml: str, *args: str) -> subprocess.CompletedProces
     return snakemake(tmp_path, "-n", "--configfile", str(tmp_path / "extra.yaml"), *args)
 
 
+@pytest.mark.slow  # and `make lint`
 def test_lint_is_clean(tmp_path: Path) -> None:
     proc = snakemake(tmp_path, "--lint")
     out = proc.stdout + proc.stderr
