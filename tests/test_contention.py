@@ -228,11 +228,9 @@ def test_busy_loops_beside_a_process_are_seen() -> None:
     assert m["other_cores"] > MAX_OTHER_CORES
 
 
-def test_a_rank_counts_the_launchers_ranks_on_its_node(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hotcold.repeats import local_ranks
+def test_a_rank_counts_the_launchers_ranks_on_its_node() -> None:
+    from hotcold.distributed.devices import local_ranks
 
-    assert local_ranks(SimpleNamespace(size=1)) == 1
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    assert local_ranks(SimpleNamespace(size=4)) == 2
-    monkeypatch.delenv("LOCAL_WORLD_SIZE")
-    assert local_ranks(SimpleNamespace(size=4)) == 4
+    assert local_ranks({}) == 1
+    assert local_ranks({"LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "4"}) == 2
+    assert local_ranks({"WORLD_SIZE": "4"}) == 4

@@ -131,7 +131,7 @@ def test_backend_and_reference_reach_the_scale_out_runs_only_when_set():
 
 def test_a_dry_run_with_more_ranks_than_gpus_fails_naming_them(tmp_path):
     """This machine: no GPU; the default scales train 4 ranks."""
-    pytest.importorskip("snakemake")
+    pytest.importorskip("snakemake", reason="the dry run is Snakemake's; `make` installs it (envs/requirements.txt)")
     from test_workflow import dry_run
 
     if torch.cuda.is_available() and torch.cuda.device_count() >= 4:
@@ -146,7 +146,7 @@ def test_a_dry_run_with_more_ranks_than_gpus_fails_naming_them(tmp_path):
 
 @pytest.mark.slow
 def test_a_dry_run_on_gloo_claims_a_gpu_per_rank(tmp_path):
-    pytest.importorskip("snakemake")
+    pytest.importorskip("snakemake", reason="the dry run is Snakemake's; `make` installs it (envs/requirements.txt)")
     from test_workflow import dry_run
 
     proc = dry_run(tmp_path, "timing: {device: cuda, interleave: false}\ndistributed: {backend: gloo}\n",
@@ -210,7 +210,7 @@ def test_two_ranks_without_a_reference_write_an_unchecked_record(small_dataset, 
 
 
 # -- a GPU -----------------------------------------------------------------------------------------------------------
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU here: ranks on a real GPU run where one is lent")
 def test_two_ranks_share_one_gpu_over_gloo_and_stay_exact(small_dataset, tmp_path):
     """gloo on a CUDA trainer: the collectives go over CPU copies, the ranks share GPU 0; the run trains the
     replay's model."""
@@ -234,7 +234,7 @@ def test_two_ranks_share_one_gpu_over_gloo_and_stay_exact(small_dataset, tmp_pat
     assert record["config"]["distributed"]["backend"] == "gloo" and record["provenance"]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU here: ranks on a real GPU run where one is lent")
 def test_more_ranks_than_gpus_over_nccl_fail_before_launching(small_dataset, tmp_path):
     from test_distributed import case_cfg
 

@@ -10,7 +10,6 @@ does not land on one method only. What the settings do: docs/configuration.md,
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ import torch
 from hotcold.config import ConfigError, InfeasibleError, RunConfig
 from hotcold.contention import Watch
 from hotcold.data.format import Dataset
+from hotcold.distributed.devices import local_ranks
 from hotcold.distributed.world import World
 from hotcold import lockstep
 from hotcold.embedding.fbgemm import PeerUnavailableError
@@ -41,14 +41,6 @@ from hotcold.timing import TimedPart, summarize_repeats
 from hotcold.train import DivergedError, RunResult, reference, resolve_device, train
 
 
-def local_ranks(world: World) -> int:
-    """The run's processes on this machine: the launcher's ranks on the node (torchrun's ``LOCAL_WORLD_SIZE``)."""
-    if world.size == 1:
-        return 1
-    try:
-        return int(os.environ.get("LOCAL_WORLD_SIZE", world.size))
-    except ValueError:
-        return world.size
 
 
 class RepeatMismatchError(RuntimeError):
@@ -103,7 +95,7 @@ class RepeatedRun:
         """Train the next repeat; ``position``: its place in the job's sequence of timed parts."""
         cfg, r = self.job.cfg, len(self.parts)
         self.start_s.append(time.perf_counter() - started)
-        watch = Watch(torch.get_num_threads(), local_ranks(self.world))
+        watch = Watch(torch.get_num_threads(), 1 if self.world.size == 1 else local_ranks())
         watch.start()
         try:
             result = train(cfg, self.ds, self.device, progress=self.progress, world=self.world, evaluation=r == 0)

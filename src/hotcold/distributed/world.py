@@ -45,12 +45,12 @@ class World:
              backend: str = "auto") -> "World":
         """Join the torchrun launch this process is a rank of over ``backend`` (``distributed.backend``); a
         collective waits ``timeout_s`` for the others. Its ``comm.device`` is this rank's device (``cuda:<i>``)."""
-        from hotcold.distributed.devices import resolve_backend
+        from hotcold.distributed.devices import local_ranks, resolve_backend
 
         rank, world, device = init_process_group(device, timeout_s, backend)
         if world != expected:
             raise ConfigError(f"the run config asks for world {expected}, but torchrun started {world} ranks")
-        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        per_node = local_ranks()  # torchrun sets LOCAL_WORLD_SIZE (and WORLD_SIZE)
         if int(os.environ.get("GROUP_WORLD_SIZE", 1)) > 1 and per_node != ranks_per_node:
             raise ConfigError(f"on several real nodes distributed.ranks_per_node must be torchrun's "
                               f"--nproc-per-node ({per_node}), got {ranks_per_node}")

@@ -63,22 +63,19 @@ def say(line: str) -> None:
 
 
 def resolve(device: str) -> tuple[str, str | None]:
-    """(cpu | cuda, a note when ``auto`` fell back to the CPU); ``cuda`` without a GPU fails."""
+    """(cpu | cuda, a note when ``auto`` fell back to the CPU); ``cuda`` without a GPU fails (``train.resolve_device``)."""
     import torch
 
     from hotcold.config import ConfigError
+    from hotcold.train import resolve_device
 
     if device not in ("auto", "cpu", "cuda"):
         raise ConfigError(f"gpu-check: --device must be auto, cpu or cuda, got {device!r}")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("gpu-check: --device cuda, but torch sees no GPU (torch "
-                          f"{torch.__version__}, built for CUDA {torch.version.cuda or 'none'})")
-    if device == "auto":
-        if torch.cuda.is_available():
-            return "cuda", None
-        return "cpu", (f"no GPU seen by torch {torch.__version__} (CUDA build: {torch.version.cuda or 'none'}): "
-                       "running the CPU fallback at the tiny scale")
-    return device, None
+    kind = resolve_device(device).type
+    if device == "auto" and kind == "cpu":
+        return kind, (f"no GPU seen by torch {torch.__version__} (CUDA build: {torch.version.cuda or 'none'}): "
+                      "running the CPU fallback at the tiny scale")
+    return kind, None
 
 
 def load_config(path: Path) -> dict[str, Any]:
