@@ -47,6 +47,8 @@ import numpy as np
 from hotcold.jit import jit
 
 LRU, LFU, STATIC, BELADY = 0, 1, 2, 3
+#: children of a heap node
+ARITY = 2
 #: columns of a heap entry: primary key, secondary key, slot, slot generation
 HEAP_COLS = 4
 #: columns of ``demand_steps``' per-step output
@@ -297,6 +299,9 @@ def demand_steps(policy, rows, counts, offsets, next_use, num_rows, row_slot, sl
     small = bucket.shape[1]
     eager = policy == BELADY
     lru = policy == LRU
+    static = policy == STATIC
+    # freqcache: a step's misses' ranks, read in the first pass over its rows
+    fetched = np.empty(np.diff(offsets).max() if static and offsets.size > 1 else 0, dtype=np.int64)
     for t in range(offsets.size - 1):
         a, b = offsets[t], offsets[t + 1]
         u = b - a
@@ -317,6 +322,8 @@ def demand_steps(policy, rows, counts, offsets, next_use, num_rows, row_slot, sl
                 mark[s] = stamp
             else:
                 hit[i] = False
+                if static:   # read here, in a short loop: the [N] ranks' cache misses overlap
+                    fetched[i - a] = rank[rows[i]]
         need = (u - uh) - (capacity - used)
         nv = 0
         bulk = not lru and need >= bulk_min and need > 0
@@ -415,9 +422,9 @@ def demand_steps(policy, rows, counts, offsets, next_use, num_rows, row_slot, sl
                     if push and hit[i] and was < small:   # leaves the lists for the heap
                         hsize = heap_push(heap, hsize, count[s], (step + 1) * num_rows + rows[i], s, gen[s])
                         continue
-                elif policy == STATIC:
+                elif static:
                     if not hit[i]:
-                        count[s] = rank[rows[i]]
+                        count[s] = fetched[i - a]
                 elif policy == BELADY:
                     nxt[s] = next_use[i]
                 if push and (eager or not hit[i]):
