@@ -47,8 +47,6 @@ import numpy as np
 from hotcold.jit import jit
 
 LRU, LFU, STATIC, BELADY = 0, 1, 2, 3
-#: children of a heap node
-ARITY = 2
 #: columns of a heap entry: primary key, secondary key, slot, slot generation
 HEAP_COLS = 4
 #: columns of ``demand_steps``' per-step output
