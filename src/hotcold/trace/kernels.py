@@ -321,16 +321,17 @@ def bulk_threshold(capacity: int, policy: int) -> int:
     belady. ``lfu`` takes most victims from its per-count lists in O(1)
     each: at 12.6k slots and 2.6k victims a step (C / 5) the pass was slower
     than the lists, so lfu passes only from C / 4 victims. freqcache's
-    pairing heap pops its inserted rows near the root: on the Kaggle-style
-    stream of the directory benchmark, at 840k rows and about 2.5k victims
-    a step, the pass won at 4.5k slots (0.33 against 0.46 ms), tied at 6k
-    and 9k, and lost at 25k (0.69 against 0.39), so freqcache passes from
-    C / 2 victims. Either way the victims are the same.
+    pairing heap pops its inserted rows near the root: on the directory
+    benchmark's Kaggle-style stream at 840k rows, 2.1k-2.8k victims a step,
+    the pass won at C / 5 victims (0.32-0.36 against 0.40-0.54 ms) and lost
+    from C / 10 (0.48 against 0.40-0.52 at 25k slots, 1.05-1.09 against
+    0.41-0.42 at 100k), so freqcache passes from C / 8 victims. Either way
+    the victims are the same.
     """
     if policy == LFU:
         return max(1, capacity // 4)
     if policy == STATIC:
-        return max(1, capacity // 2)
+        return max(1, capacity // 8)
     return max(1, capacity // max(1, int(capacity).bit_length()))
 
 
@@ -357,12 +358,20 @@ def bulk_victims(policy, num_rows, slot_row, used, last, count, rank, nxt, mark,
     Fills ``victim_slots[:need]`` (in slot order); ``scratch`` [4, C]. Exact,
     ties included: the need-th smallest primary key splits the slots, and
     among those at it the smallest secondary keys (unique) fill the rest.
+    freqcache's packed key is split back into (count, row part): in slot
+    order its packed keys can come in runs that make numba's median-of-three
+    selection quadratic (0.6 against 0.35 ms a step at 12.6k slots), its
+    counts (many equal) do not.
     """
     k1s, k2s, ss, ties = scratch[0], scratch[1], scratch[2], scratch[3]
+    bits = row_bits(num_rows)
     m = 0
     for s in range(used):
         if mark[s] != stamp:
-            k1, k2 = demand_key(policy, s, slot_row[s], num_rows, last, count, rank, nxt)
+            if policy == STATIC:
+                k1, k2 = count[s] >> bits, count[s] & ((1 << bits) - 1)
+            else:
+                k1, k2 = demand_key(policy, s, slot_row[s], num_rows, last, count, rank, nxt)
             k1s[m], k2s[m], ss[m] = k1, k2, s
             m += 1
     p1 = np.partition(k1s[:m], need - 1)[need - 1]
