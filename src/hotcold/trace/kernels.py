@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hotcold.jit import jit
+from hotcold.jit import jit, jit_helper
 
 LRU, LFU, STATIC, BELADY = 0, 1, 2, 3
 #: columns of a heap entry: primary key, secondary key, slot, slot generation
@@ -67,7 +67,7 @@ def new_heap(capacity: int, policy: int = LRU) -> np.ndarray:
     return np.full((2 * capacity + 2, HEAP_COLS), 0, dtype=np.int64)
 
 
-@jit
+@jit_helper
 def heap_push(h, n, k1, k2, slot, gen):
     """Insert (k1, k2, slot, gen) into the min-heap ``h[:n]``; returns the new size."""
     i = n
@@ -81,7 +81,7 @@ def heap_push(h, n, k1, k2, slot, gen):
     return n + 1
 
 
-@jit
+@jit_helper
 def _sift_down(h, n, i, k1, k2, slot, gen):
     """Place the entry (k1, k2, slot, gen) at ``i`` of ``h[:n]`` and move it down to where it belongs."""
     while True:
@@ -97,7 +97,7 @@ def _sift_down(h, n, i, k1, k2, slot, gen):
     h[i, 0], h[i, 1], h[i, 2], h[i, 3] = k1, k2, slot, gen
 
 
-@jit
+@jit_helper
 def heap_pop(h, n):
     """Remove the root of ``h[:n]`` (read it first); returns the new size."""
     n -= 1
@@ -106,7 +106,7 @@ def heap_pop(h, n):
     return n
 
 
-@jit
+@jit_helper
 def heapify(h, n):
     """Make ``h[:n]`` a heap in place."""
     for start in range((n - 2) // 2, -1, -1):
@@ -127,7 +127,7 @@ def heapify(h, n):
 # at every pop: its steps grew with the cache.
 
 
-@jit
+@jit_helper
 def _pair_link(h, key, a, b):
     """Join the heaps rooted at ``a`` and ``b``; returns the new root (the loser becomes its first child)."""
     if key[b] < key[a]:
@@ -137,7 +137,7 @@ def _pair_link(h, key, a, b):
     return a
 
 
-@jit
+@jit_helper
 def pair_push(h, key, s):
     """Add slot ``s`` (its key set) to the pairing heap ``h``."""
     root = h[h.shape[0] - 1, 0]
@@ -145,7 +145,7 @@ def pair_push(h, key, s):
     h[h.shape[0] - 1, 0] = s if root < 0 else _pair_link(h, key, root, s)
 
 
-@jit
+@jit_helper
 def pair_pop(h, key):
     """Remove and return the root of the non-empty pairing heap ``h``: its children are joined in pairs from
     the first, then the pairs from the last."""
@@ -176,7 +176,7 @@ def pair_pop(h, key):
     return root
 
 
-@jit
+@jit_helper
 def row_bits(num_rows):
     """B: the bits of a row id below ``num_rows`` (at least 1)."""
     b = 1
@@ -185,7 +185,7 @@ def row_bits(num_rows):
     return b
 
 
-@jit
+@jit_helper
 def static_key(rank, row, bits):
     """freqcache's key of ``row``: ``rank[row] << B | (2**B - 1 - row)``, smallest evicted first; so ordered
     as (dataset count, minus row id), unique per row."""
@@ -209,7 +209,7 @@ def static_ranks(frequencies: np.ndarray) -> np.ndarray:
     return freq
 
 
-@jit
+@jit_helper
 def list_unlink(link, bucket, c, s):
     """Take slot ``s`` out of the FIFO of count ``c`` (``bucket[0, c]`` its first slot, ``bucket[1, c]`` its last)."""
     p, n = link[s, 0], link[s, 1]
@@ -223,7 +223,7 @@ def list_unlink(link, bucket, c, s):
         bucket[1, c] = p
 
 
-@jit
+@jit_helper
 def list_append(link, bucket, c, s):
     """Put slot ``s`` at the back of the FIFO of count ``c``."""
     t = bucket[1, c]
@@ -249,7 +249,7 @@ def new_lists(capacity: int, policy: int, small: int = LISTED_COUNTS) -> tuple[n
     return np.full((capacity if k else 1, 2), -1, dtype=np.int64), np.full((2, k), -1, dtype=np.int64)
 
 
-@jit
+@jit_helper
 def demand_key(policy, slot, row, num_rows, last, count, rank, nxt):
     """The eviction key (primary, secondary) of a resident row in ``slot``; smallest goes first.
 
