@@ -288,12 +288,13 @@ def demand_rebuild(policy, num_rows, slot_row, used, last, count, rank, nxt, gen
 @jit
 def demand_warm(policy, num_rows, rows, row_slot, slot_row, last, count, rank, nxt, gen, heap, state, link, bucket):
     """Preload distinct ``rows`` into slots 0.. of an empty cache (counts set by the caller) and index them."""
+    bits = row_bits(num_rows)
     for i in range(rows.size):
         slot_row[i] = rows[i]
         row_slot[rows[i]] = i
         gen[i] += 1
         if policy == STATIC:
-            count[i] = static_key(rank, rows[i], row_bits(num_rows))
+            count[i] = static_key(rank, rows[i], bits)
     state[0] = rows.size
     if policy == LRU:   # the queue: warm rows share step last = -1, in row order
         order = np.argsort(rows)
