@@ -420,3 +420,58 @@ def test_lru_evicts_warm_rows_first_in_row_order():
     assert a.hit.tolist() == [False, True, False] and sorted(a.victim_rows.tolist()) == [1, 7]
     a = d.access(np.array([8]), np.array([1]))
     assert a.victim_rows.tolist() == [3]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_pairing_heap_pops_in_key_order_under_mixed_pushes_and_pops(seed):
+    """freqcache's pairing heap against heapq: random unique keys, pushes and pops interleaved (bursts of
+    either), compiled and plain Python; every pop returns the smallest key left."""
+    import heapq
+
+    from hotcold.jit import python
+    from hotcold.trace import kernels
+
+    rng = np.random.default_rng(seed)
+    n = 300
+    key = rng.permutation(10 * n)[:n].astype(np.int64)
+    for push, pop in ((kernels.pair_push, kernels.pair_pop), (python(kernels.pair_push), python(kernels.pair_pop))):
+        h = np.full((n + 1, 2), -1, dtype=np.int64)
+        ref, outside = [], list(rng.permutation(n))
+        for _ in range(40):
+            for _ in range(int(rng.integers(0, 25))):
+                if outside:
+                    s = int(outside.pop())
+                    push(h, key, s)
+                    heapq.heappush(ref, (int(key[s]), s))
+            for _ in range(int(rng.integers(0, 20))):
+                if ref:
+                    s = int(pop(h, key))
+                    assert (int(key[s]), s) == heapq.heappop(ref)
+                    outside.insert(0, s)
+        while ref:
+            assert int(pop(h, key)) == heapq.heappop(ref)[1]
+        assert h[n, 0] == -1
+
+
+def test_freqcache_keys_order_rows_by_count_then_highest_row_first():
+    from hotcold.trace.kernels import row_bits, static_key, static_ranks
+
+    freq = np.array([5, 0, 5, 2, 0, 9, 2])
+    rank = static_ranks(freq)
+    keys = [static_key(rank, r, row_bits(freq.size)) for r in range(freq.size)]
+    assert sorted(range(freq.size), key=lambda r: keys[r]) == sorted(range(freq.size), key=lambda r: (freq[r], -r))
+    with pytest.raises(ValueError, match="must not be negative"):
+        static_ranks(np.array([3, -1]))
+
+
+def test_freqcache_with_counts_too_large_to_pack_evicts_as_with_their_ranks():
+    """Counts beside which a row id does not fit in an int64 are replaced by their dense ranks (same order):
+    the same victims as counts of that order, and as the plain-Python reference."""
+    batches = zipf_trace(3, steps=30, batch=20, num_rows=60, a=1.1)
+    trace = Trace.from_batches(batches, 60)
+    freq = trace.frequencies()
+    huge = freq.astype(np.int64) + (1 << 60)          # same order, too large beside 6 bits of row id
+    for capacity in (trace.max_unique, trace.max_unique + 9):
+        want = reference(batches, capacity, "freqcache", freq.tolist())
+        assert _table(simulate(trace, "freqcache", capacity, huge)) == want
+        assert _table(simulate(trace, "freqcache", capacity, freq)) == want

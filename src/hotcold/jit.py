@@ -27,9 +27,17 @@ def jit(fn: F) -> F:
     return numba.njit(nogil=True, cache=True)(fn) if numba is not None else fn
 
 
+def jit_helper(fn: F) -> F:
+    """``jit`` for a small helper that takes arrays and allocates none, compiled without numba's reference
+    counting (its ``_nrt=False``). Each call of an ordinary compiled function increments and decrements the
+    count of every array it takes, with locked instructions, which also wait for the loop's outstanding
+    cache misses: in a kernel's per-row loop over large arrays these calls cost more than the work."""
+    return numba.njit(nogil=True, cache=True, _nrt=False)(fn) if numba is not None else fn
+
+
 def python(fn: Callable) -> Callable:
     """The plain-Python body of a kernel made by ``jit`` (itself when numba is absent)."""
     return getattr(fn, "py_func", fn)
 
 
-__all__ = ["KERNEL", "jit", "python"]
+__all__ = ["KERNEL", "jit", "jit_helper", "python"]

@@ -14,13 +14,15 @@ step in row order, its stale entries (the row used again later, or
 evicted) skipped when they reach the front, yields the victims in order
 in O(1) amortised a lookup; it is compacted in place when full.
 
-The other policies take victims from a binary min-heap of (primary,
+``lfu`` and ``belady`` take victims from a binary min-heap of (primary,
 secondary) int64 keys, one entry per candidate slot, so a step costs
-O(U + E log C) instead of a scan of all C slots. The keys of ``lfu`` and
-``freqcache`` only grow while a row stays resident, so their heap is
-*lazy*: an entry is a lower bound of its slot's key, and a popped entry
-whose key has grown is pushed again with the current key; the smallest
-entry whose key is current is then the smallest key of all. ``belady``'s
+O(U + E log C) instead of a scan of all C slots. The keys of ``lfu`` only
+grow while a row stays resident, so its heap is *lazy*: an entry is a lower
+bound of its slot's key, and a popped entry whose key has grown is pushed
+again with the current key; the smallest entry whose key is current is then
+the smallest key of all. ``freqcache``'s key never changes: its slots are
+the nodes of a pairing heap (``pair_push``), which keeps the rows a step
+inserts near its root, where the next pops find them. ``belady``'s
 key (minus the next use) shrinks on every access, so it pushes a fresh
 entry at every access and drops stale ones when popped (*eager*). A step
 that needs many victims (``bulk_threshold``) takes them instead by one
@@ -44,7 +46,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hotcold.jit import jit
+from hotcold.jit import jit, jit_helper
 
 LRU, LFU, STATIC, BELADY = 0, 1, 2, 3
 #: columns of a heap entry: primary key, secondary key, slot, slot generation
@@ -53,16 +55,19 @@ HEAP_COLS = 4
 LOOKUPS, UNIQUE, HITS, UNIQUE_HITS, EVICTIONS = range(5)
 
 
-def new_heap(capacity: int) -> np.ndarray:
-    """Room for twice the slots (an eager heap compacts when full): int64 [2C + 2, 4].
+def new_heap(capacity: int, policy: int = LRU) -> np.ndarray:
+    """Room for twice the slots (an eager heap compacts when full): int64 [2C + 2, 4]; freqcache's
+    (``pair_push``): [C + 1, 2].
 
     Written through at once (``np.full``, not a lazily zeroed ``np.zeros``): the
     first write to each page would otherwise fault inside a training step.
     """
+    if policy == STATIC:
+        return np.full((capacity + 1, 2), -1, dtype=np.int64)
     return np.full((2 * capacity + 2, HEAP_COLS), 0, dtype=np.int64)
 
 
-@jit
+@jit_helper
 def heap_push(h, n, k1, k2, slot, gen):
     """Insert (k1, k2, slot, gen) into the min-heap ``h[:n]``; returns the new size."""
     i = n
@@ -76,7 +81,7 @@ def heap_push(h, n, k1, k2, slot, gen):
     return n + 1
 
 
-@jit
+@jit_helper
 def _sift_down(h, n, i, k1, k2, slot, gen):
     """Place the entry (k1, k2, slot, gen) at ``i`` of ``h[:n]`` and move it down to where it belongs."""
     while True:
@@ -92,7 +97,7 @@ def _sift_down(h, n, i, k1, k2, slot, gen):
     h[i, 0], h[i, 1], h[i, 2], h[i, 3] = k1, k2, slot, gen
 
 
-@jit
+@jit_helper
 def heap_pop(h, n):
     """Remove the root of ``h[:n]`` (read it first); returns the new size."""
     n -= 1
@@ -101,14 +106,110 @@ def heap_pop(h, n):
     return n
 
 
-@jit
+@jit_helper
 def heapify(h, n):
     """Make ``h[:n]`` a heap in place."""
     for start in range((n - 2) // 2, -1, -1):
         _sift_down(h, n, start, h[start, 0], h[start, 1], h[start, 2], h[start, 3])
 
 
-@jit
+# -- freqcache's heap: a pairing heap over the slots --------------------------------------------------------
+#
+# freqcache's key never changes while a row stays resident, and its two parts
+# pack into one int64 (``static_key``), unique per row; so each candidate
+# slot is one node, and the heap needs no entries of its own: ``h[s]`` holds
+# slot s's first child and next sibling, ``h[C, 0]`` the root (-1: empty).
+# A push links the new node with the root: O(1), and the rows a step inserts
+# (mostly the tail's, of the smallest keys) stay near the root, where the
+# next steps' pops find them; the mass of rows that are never evicted sits in
+# a few subtrees that a pop only compares at their roots. A binary heap
+# instead moved its last entry from the bottom of all C to the top and back
+# at every pop: its steps grew with the cache.
+
+
+@jit_helper
+def _pair_link(h, key, a, b):
+    """Join the heaps rooted at ``a`` and ``b``; returns the new root (the loser becomes its first child)."""
+    if key[b] < key[a]:
+        a, b = b, a
+    h[b, 1] = h[a, 0]
+    h[a, 0] = b
+    return a
+
+
+@jit_helper
+def pair_push(h, key, s):
+    """Add slot ``s`` (its key set) to the pairing heap ``h``."""
+    root = h[h.shape[0] - 1, 0]
+    h[s, 0], h[s, 1] = -1, -1
+    h[h.shape[0] - 1, 0] = s if root < 0 else _pair_link(h, key, root, s)
+
+
+@jit_helper
+def pair_pop(h, key):
+    """Remove and return the root of the non-empty pairing heap ``h``: its children are joined in pairs from
+    the first, then the pairs from the last."""
+    top = h.shape[0] - 1
+    root = h[top, 0]
+    c = h[root, 0]
+    paired = -1   # the pairs' roots, last first, chained by their sibling field
+    while c >= 0:
+        b = h[c, 1]
+        if b < 0:
+            h[c, 1] = paired
+            paired = c
+            break
+        rest = h[b, 1]
+        r = _pair_link(h, key, c, b)
+        h[r, 1] = paired
+        paired = r
+        c = rest
+    r = paired
+    if r >= 0:
+        paired = h[r, 1]
+        while paired >= 0:
+            rest = h[paired, 1]
+            r = _pair_link(h, key, r, paired)
+            paired = rest
+        h[r, 1] = -1
+    h[top, 0] = r
+    return root
+
+
+@jit_helper
+def row_bits(num_rows):
+    """B: the bits of a row id below ``num_rows`` (at least 1)."""
+    b = 1
+    while (1 << b) < num_rows:
+        b += 1
+    return b
+
+
+@jit_helper
+def static_key(rank, row, bits):
+    """freqcache's key of ``row``: ``rank[row] << B | (2**B - 1 - row)``, smallest evicted first; so ordered
+    as (dataset count, minus row id), unique per row."""
+    return (rank[row] << bits) | (((1 << bits) - 1) - row)
+
+
+def static_ranks(frequencies: np.ndarray) -> np.ndarray:
+    """freqcache's ``rank`` [N] for ``static_key``: the dataset counts (int64, not copied when they are), or
+    where a count does not fit the key beside a row id, the counts' dense ranks (the same order)."""
+    freq = np.ascontiguousarray(frequencies, dtype=np.int64)
+    n = freq.size
+    if n == 0:
+        return freq
+    if freq.min() < 0:
+        raise ValueError("dataset counts must not be negative")
+    bits = row_bits(n)
+    if int(freq.max()) >> (63 - bits):
+        if 2 * bits > 63:
+            raise ValueError(f"freqcache's keys cannot hold {n} rows")
+        freq = np.unique(freq, return_inverse=True)[1].astype(np.int64).reshape(-1)   # below N
+    return freq
+
+
+@jit_helper
 def list_unlink(link, bucket, c, s):
     """Take slot ``s`` out of the FIFO of count ``c`` (``bucket[0, c]`` its first slot, ``bucket[1, c]`` its last)."""
     p, n = link[s, 0], link[s, 1]
@@ -122,7 +223,7 @@ def list_unlink(link, bucket, c, s):
         bucket[1, c] = p
 
 
-@jit
+@jit_helper
 def list_append(link, bucket, c, s):
     """Put slot ``s`` at the back of the FIFO of count ``c``."""
     t = bucket[1, c]
@@ -148,25 +249,31 @@ def new_lists(capacity: int, policy: int, small: int = LISTED_COUNTS) -> tuple[n
     return np.full((capacity if k else 1, 2), -1, dtype=np.int64), np.full((2, k), -1, dtype=np.int64)
 
 
-@jit
+@jit_helper
 def demand_key(policy, slot, row, num_rows, last, count, rank, nxt):
     """The eviction key (primary, secondary) of a resident row in ``slot``; smallest goes first.
 
     ``count`` [C] holds lfu's lookups since insertion, and for freqcache
-    (``STATIC``) the row's dataset count (``rank`` [N], copied on insertion).
+    (``STATIC``) the row's key (``static_key``, set on insertion): unique, so
+    its secondary key is 0.
     """
     if policy == LRU:
         return last[slot], row
     if policy == LFU:
         return count[slot], (last[slot] + 1) * num_rows + row
     if policy == STATIC:   # worst dataset rank first: fewest lookups, then highest row id
-        return count[slot], -row
+        return count[slot], 0
     return -nxt[slot], row
 
 
 @jit
 def demand_rebuild(policy, num_rows, slot_row, used, last, count, rank, nxt, gen, heap, small):
     """A heap of one current entry per occupied slot (``lfu``: of count ``small`` or more); returns its size."""
+    if policy == STATIC:
+        heap[heap.shape[0] - 1, 0] = -1
+        for s in range(used):
+            pair_push(heap, count, s)
+        return used
     n = 0
     for s in range(used):
         if policy == LFU and count[s] < small:
@@ -181,12 +288,13 @@ def demand_rebuild(policy, num_rows, slot_row, used, last, count, rank, nxt, gen
 @jit
 def demand_warm(policy, num_rows, rows, row_slot, slot_row, last, count, rank, nxt, gen, heap, state, link, bucket):
     """Preload distinct ``rows`` into slots 0.. of an empty cache (counts set by the caller) and index them."""
+    bits = row_bits(num_rows)
     for i in range(rows.size):
         slot_row[i] = rows[i]
         row_slot[rows[i]] = i
         gen[i] += 1
         if policy == STATIC:
-            count[i] = rank[rows[i]]
+            count[i] = static_key(rank, rows[i], bits)
     state[0] = rows.size
     if policy == LRU:   # the queue: warm rows share step last = -1, in row order
         order = np.argsort(rows)
@@ -211,16 +319,21 @@ def bulk_threshold(capacity: int, policy: int) -> int:
     A heap pop costs about ``log2 C`` sift steps (and lfu's lazy re-pushes
     more), a pass a few operations per slot: measured on Zipf traces at
     15k and 50k slots, the pass wins above about C / log2 C victims for
-    lfu (and belady), C / (2 log2 C) for freqcache, whose inserted rows are
-    mostly of small dataset count and sift up the whole heap. ``lfu`` takes
-    most victims from its per-count lists in O(1) each: at 12.6k slots and
-    2.6k victims a step (C / 5) the pass was slower than the lists, so lfu
-    passes only from C / 4 victims. Either way the victims are the same.
+    belady. ``lfu`` takes most victims from its per-count lists in O(1)
+    each: at 12.6k slots and 2.6k victims a step (C / 5) the pass was slower
+    than the lists, so lfu passes only from C / 4 victims. freqcache's
+    pairing heap pops its inserted rows near the root: on the directory
+    benchmark's Kaggle-style stream at 840k rows, 2.1k-2.8k victims a step,
+    the pass won at C / 5 victims (0.32-0.36 against 0.40-0.54 ms) and lost
+    from C / 10 (0.48 against 0.40-0.52 at 25k slots, 1.05-1.09 against
+    0.41-0.42 at 100k), so freqcache passes from C / 8 victims. Either way
+    the victims are the same.
     """
     if policy == LFU:
         return max(1, capacity // 4)
-    per = 2 if policy == STATIC else 1
-    return max(1, capacity // (per * max(1, int(capacity).bit_length())))
+    if policy == STATIC:
+        return max(1, capacity // 8)
+    return max(1, capacity // max(1, int(capacity).bit_length()))
 
 
 @jit
@@ -246,12 +359,20 @@ def bulk_victims(policy, num_rows, slot_row, used, last, count, rank, nxt, mark,
     Fills ``victim_slots[:need]`` (in slot order); ``scratch`` [4, C]. Exact,
     ties included: the need-th smallest primary key splits the slots, and
     among those at it the smallest secondary keys (unique) fill the rest.
+    freqcache's packed key is split back into (count, row part): in slot
+    order its packed keys can come in runs that make numba's median-of-three
+    selection quadratic (0.6 against 0.35 ms a step at 12.6k slots), its
+    counts (many equal) do not.
     """
     k1s, k2s, ss, ties = scratch[0], scratch[1], scratch[2], scratch[3]
+    bits = row_bits(num_rows)
     m = 0
     for s in range(used):
         if mark[s] != stamp:
-            k1, k2 = demand_key(policy, s, slot_row[s], num_rows, last, count, rank, nxt)
+            if policy == STATIC:
+                k1, k2 = count[s] >> bits, count[s] & ((1 << bits) - 1)
+            else:
+                k1, k2 = demand_key(policy, s, slot_row[s], num_rows, last, count, rank, nxt)
             k1s[m], k2s[m], ss[m] = k1, k2, s
             m += 1
     p1 = np.partition(k1s[:m], need - 1)[need - 1]
@@ -297,6 +418,10 @@ def demand_steps(policy, rows, counts, offsets, next_use, num_rows, row_slot, sl
     small = bucket.shape[1]
     eager = policy == BELADY
     lru = policy == LRU
+    static = policy == STATIC
+    bits = row_bits(num_rows)
+    # freqcache: a step's misses' ranks, read in the first pass over its rows
+    fetched = np.empty(np.diff(offsets).max() if static and offsets.size > 1 else 0, dtype=np.int64)
     for t in range(offsets.size - 1):
         a, b = offsets[t], offsets[t + 1]
         u = b - a
@@ -317,6 +442,8 @@ def demand_steps(policy, rows, counts, offsets, next_use, num_rows, row_slot, sl
                 mark[s] = stamp
             else:
                 hit[i] = False
+                if static:   # read here, in a short loop: the [N] ranks' cache misses overlap
+                    fetched[i - a] = static_key(rank, rows[i], bits)
         need = (u - uh) - (capacity - used)
         nv = 0
         bulk = not lru and need >= bulk_min and need > 0
@@ -346,6 +473,15 @@ def demand_steps(policy, rows, counts, offsets, next_use, num_rows, row_slot, sl
                     if nv == need:
                         break
                 na = 0
+                while static and nv < need:   # a node per candidate slot
+                    s = pair_pop(heap, count)
+                    hsize -= 1
+                    if mark[s] == stamp:
+                        aside[0, na] = s
+                        na += 1
+                    else:
+                        victim_slots[nv] = s
+                        nv += 1
                 while nv < need:
                     k1, k2, s, g = heap[0, 0], heap[0, 1], heap[0, 2], heap[0, 3]
                     hsize = heap_pop(heap, hsize)
@@ -364,7 +500,11 @@ def demand_steps(policy, rows, counts, offsets, next_use, num_rows, row_slot, sl
                     victim_slots[nv] = s
                     nv += 1
                 for j in range(na):
-                    hsize = heap_push(heap, hsize, aside[0, j], aside[1, j], aside[2, j], aside[3, j])
+                    if static:
+                        pair_push(heap, count, aside[0, j])
+                        hsize += 1
+                    else:
+                        hsize = heap_push(heap, hsize, aside[0, j], aside[1, j], aside[2, j], aside[3, j])
             victim_slots[:nv].sort()
             for j in range(nv):
                 if small and count[victim_slots[j]] < small:
@@ -415,9 +555,13 @@ def demand_steps(policy, rows, counts, offsets, next_use, num_rows, row_slot, sl
                     if push and hit[i] and was < small:   # leaves the lists for the heap
                         hsize = heap_push(heap, hsize, count[s], (step + 1) * num_rows + rows[i], s, gen[s])
                         continue
-                elif policy == STATIC:
+                elif static:
                     if not hit[i]:
-                        count[s] = rank[rows[i]]
+                        count[s] = fetched[i - a]
+                        if push:
+                            pair_push(heap, count, s)
+                            hsize += 1
+                    continue
                 elif policy == BELADY:
                     nxt[s] = next_use[i]
                 if push and (eager or not hit[i]):

@@ -105,13 +105,14 @@ class StaticRank(Policy):
     """Evicts the resident row of worst dataset rank: fewest lookups, then highest row id.
 
     ``frequencies`` [N]: the rank (descending count, ties by row id) as a key
-    without a rank array: (count, -row), smallest first.
+    without a rank array: (count, -row), smallest first, packed in one int64
+    (``kernels.static_key``).
     """
 
     name, code = "freqcache", kernels.STATIC
 
     def __init__(self, frequencies: np.ndarray) -> None:
-        self._freq = np.ascontiguousarray(frequencies, dtype=np.int64)
+        self._freq = kernels.static_ranks(frequencies)
 
     def bind(self, num_rows, capacity):
         super().bind(num_rows, capacity)
@@ -184,7 +185,7 @@ class CacheDirectory:
         policy.bind(num_rows, capacity)
         self._gen = np.zeros(capacity, dtype=np.int64)          # [C] insertions into each slot
         self._mark = np.zeros(capacity, dtype=np.int64)         # [C] scratch: step + 1 of the batch holding it
-        self._heap = kernels.new_heap(capacity)                  # victim candidates (lru: a queue; see kernels)
+        self._heap = kernels.new_heap(capacity, policy.code)                  # victim candidates (lru: a queue; see kernels)
         self._aside = np.zeros((kernels.HEAP_COLS, capacity), dtype=np.int64)  # scratch of a step
         self._state = np.zeros(4, dtype=np.int64)                # used, step, heap size (queue end), queue start
         #: the fewest victims of a step chosen by one pass over the slots instead of the heap (not lru)
