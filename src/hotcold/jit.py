@@ -27,12 +27,23 @@ def jit(fn: F) -> F:
     return numba.njit(nogil=True, cache=True)(fn) if numba is not None else fn
 
 
+def _without_refcounts() -> dict:
+    """numba's option to compile a function without reference counting (``_nrt=False``, not public), where
+    this numba has it; none otherwise (the same results, slower)."""
+    try:
+        from numba.core.cpu import CPUTargetOptions
+        return {"_nrt": False} if isinstance(getattr(CPUTargetOptions, "_nrt", None),
+                                             CPUTargetOptions.Mapping) else {}
+    except Exception:   # another numba's internals
+        return {}
+
+
 def jit_helper(fn: F) -> F:
     """``jit`` for a small helper that takes arrays and allocates none, compiled without numba's reference
-    counting (its ``_nrt=False``). Each call of an ordinary compiled function increments and decrements the
-    count of every array it takes, with locked instructions, which also wait for the loop's outstanding
-    cache misses: in a kernel's per-row loop over large arrays these calls cost more than the work."""
-    return numba.njit(nogil=True, cache=True, _nrt=False)(fn) if numba is not None else fn
+    counting. Each call of an ordinary compiled function increments and decrements the count of every array
+    it takes, with locked instructions, which also wait for the loop's outstanding cache misses: in a
+    kernel's per-row loop over large arrays these calls cost more than the work."""
+    return numba.njit(nogil=True, cache=True, **_without_refcounts())(fn) if numba is not None else fn
 
 
 def python(fn: Callable) -> Callable:
