@@ -23,9 +23,8 @@ from hotcold.contention import Watch
 from hotcold.data.format import Dataset
 from hotcold.distributed.devices import local_ranks
 from hotcold.distributed.world import World
-from hotcold import lockstep
 from hotcold.embedding.fbgemm import PeerUnavailableError
-from hotcold.lockstep import CHECK_LOCKSTEP, check_kind
+from hotcold.lockstep import CHECK_LOCKSTEP, check_kind, check_run
 from hotcold.records import (
     diverged_record,
     infeasible_record,
@@ -39,8 +38,6 @@ from hotcold.records import (
 )
 from hotcold.timing import TimedPart, summarize_repeats
 from hotcold.train import DivergedError, RunResult, reference, resolve_device, train
-
-
 
 
 class RepeatMismatchError(RuntimeError):
@@ -171,7 +168,7 @@ class RepeatedRun:
             return record
         lock = None
         if check_kind(cfg.method) == CHECK_LOCKSTEP:  # a peer's kernels round their own way: checked step by step
-            lock = lockstep.check_run(cfg, self.ds, self.device, self._first["order"]).to_record()
+            lock = check_run(cfg, self.ds, self.device, self._first["order"]).to_record()
         record = trained_record(cfg, self.ds, self.device, self.summary(), self._first["metrics"], self.params[0],
                                 self._first["store"], ref, lock)
         write_run(out_dir, record, pd.concat(self.steps, ignore_index=True))

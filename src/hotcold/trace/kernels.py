@@ -55,7 +55,7 @@ HEAP_COLS = 4
 LOOKUPS, UNIQUE, HITS, UNIQUE_HITS, EVICTIONS = range(5)
 
 
-def new_heap(capacity: int, policy: int = LRU) -> np.ndarray:
+def new_heap(capacity: int, policy: int) -> np.ndarray:
     """Room for twice the slots (an eager heap compacts when full): int64 [2C + 2, 4]; freqcache's
     (``pair_push``): [C + 1, 2].
 

@@ -185,7 +185,7 @@ class CacheDirectory:
         policy.bind(num_rows, capacity)
         self._gen = np.zeros(capacity, dtype=np.int64)          # [C] insertions into each slot
         self._mark = np.zeros(capacity, dtype=np.int64)         # [C] scratch: step + 1 of the batch holding it
-        self._heap = kernels.new_heap(capacity, policy.code)                  # victim candidates (lru: a queue; see kernels)
+        self._heap = kernels.new_heap(capacity, policy.code)     # victim candidates (lru: a queue; see kernels)
         self._aside = np.zeros((kernels.HEAP_COLS, capacity), dtype=np.int64)  # scratch of a step
         self._state = np.zeros(4, dtype=np.int64)                # used, step, heap size (queue end), queue start
         #: the fewest victims of a step chosen by one pass over the slots instead of the heap (not lru)
