@@ -11,7 +11,7 @@ from hotcold import bench
 from hotcold.cli import main
 from hotcold.embedding.fbgemm import available
 
-SMALL = ["--cap", "500", "--batch", "32", "--steps", "2", "--repeats", "2", "--check-steps", "3", "--no-compile"]
+SMALL = ["--cap", "500", "--batch", "32", "--steps", "2", "--repeats", "2", "--check-steps", "3", "--no-fused"]
 
 
 def test_bench_embedding_verb_writes_its_table(tmp_path, capsys):
@@ -44,7 +44,7 @@ def test_bench_csv_and_bad_options(tmp_path, capsys):
 
 def test_torch_bag_peer_trains_the_same_model():
     """The fallback peer (no FBGEMM) applies the same SGD and row-wise Adagrad as the harness."""
-    cfg = bench.BenchConfig(cap=300, batch=64, check_steps=4, compile=False)
+    cfg = bench.BenchConfig(cap=300, batch=64, check_steps=4, fused=False)
     sizes = cfg.sizes()
     batches = bench.zipf_batches(sizes, cfg.batch, cfg.zipf, 4, 0)
     grads = [torch.randn(cfg.batch, len(sizes), cfg.dim) for _ in batches]

@@ -187,7 +187,9 @@ def test_every_store_keeps_device_bits_under_a_random_order(small_dataset, metho
 @pytest.mark.parametrize("row_optimizer", ["sgd", "adagrad"])
 def test_the_old_gpu_sum_drifts_from_the_reference(small_dataset, monkeypatch, row_optimizer):
     """The negative control: with main's GPU sum (``index_add_`` in the processor's order) the hybrid store and the
-    ``device`` reference, summed in different orders, no longer share their bits."""
+    ``device`` reference, summed in different orders, no longer share their bits (the torch composition of the
+    step, where the GPU runs it, not the CPU's one kernel)."""
+    monkeypatch.setattr(update_mod.fused, "available", lambda *args: False)
     monkeypatch.setattr(update_mod, "sum_by_index", _old_gpu_sum)
     with random_reduction_order(seed=11):
         got = train(run_cfg("hybrid", row_optimizer, steps=STEPS), small_dataset, torch.device("cpu"), progress=False)

@@ -1,5 +1,5 @@
 """The optimizers: the dense ones are torch.optim's arithmetic, bit for bit; the embedding rows' shared
-pieces (grouping a batch's lookups by row, their gradient sums, the row update, compiled or not)."""
+pieces (grouping a batch's lookups by row, their gradient sums, the row update, fused or not)."""
 from __future__ import annotations
 
 import warnings
@@ -8,27 +8,32 @@ import numpy as np
 import pytest
 import torch
 
-from hotcold.embedding import update
+from hotcold.embedding import fused, update
 from hotcold.embedding.rows import RowGroups, sum_by_index
 from hotcold.embedding.update import RowOptimizer
 from hotcold.model.optim import DenseAdagrad, DenseSGD
 
 
+@pytest.mark.parametrize("foreach", [False, True])
 @pytest.mark.parametrize("kind", ["sgd", "adagrad"])
-def test_dense_optimizers_match_torch_optim(kind):
+def test_dense_optimizers_match_torch_optim(kind, foreach):
+    """The multi-tensor step has the bits of torch.optim's, one tensor at a time or multi-tensor; a parameter
+    without a gradient is left alone."""
     gen = torch.Generator().manual_seed(0)
-    ours = [torch.randn(7, 3, generator=gen).requires_grad_(), torch.randn(5, generator=gen).requires_grad_()]
+    ours = [torch.randn(7, 3, generator=gen).requires_grad_(), torch.randn(5, generator=gen).requires_grad_(),
+            torch.randn(4, generator=gen).requires_grad_()]
     theirs = [p.detach().clone().requires_grad_() for p in ours]
     if kind == "sgd":
-        a, b = DenseSGD(ours, lr=0.05), torch.optim.SGD(theirs, lr=0.05)
+        a, b = DenseSGD(ours, lr=0.05), torch.optim.SGD(theirs, lr=0.05, foreach=foreach)
     else:
-        a, b = DenseAdagrad(ours, lr=0.05, eps=1e-8), torch.optim.Adagrad(theirs, lr=0.05, eps=1e-8)
-    for _ in range(5):
+        a, b = DenseAdagrad(ours, lr=0.05, eps=1e-8), torch.optim.Adagrad(theirs, lr=0.05, eps=1e-8, foreach=foreach)
+    for step in range(5):
         grads = [torch.randn(p.shape, generator=gen) * 1e-3 for p in ours]
         for params, opt in ((ours, a), (theirs, b)):
             opt.zero_grad(set_to_none=True)
-            for p, g in zip(params, grads):
-                p.grad = g.clone()
+            for i, (p, g) in enumerate(zip(params, grads)):
+                if not (i == 1 and step % 2):  # the second parameter has no gradient every other step
+                    p.grad = g.clone()
             opt.step()
     for x, y in zip(ours, theirs):
         assert torch.equal(x, y)
@@ -97,15 +102,15 @@ def test_sum_by_index_does_not_depend_on_threads():
     assert all(torch.equal(one, t) for t in two)
 
 
-def _step_case(kind: str, compile: bool):
+def _step_case(kind: str, fused: bool, width: int = 8):
     """Three batches of 400 lookups of 123 rows through ``RowOptimizer.step``."""
     gen = torch.Generator().manual_seed(4)
-    weight, state = torch.randn(500, 8, generator=gen), torch.rand(500, generator=gen)
-    opt = RowOptimizer(kind, 0.1, compile=compile)
+    weight, state = torch.randn(500, width, generator=gen), torch.rand(500, generator=gen)
+    opt = RowOptimizer(kind, 0.1, fused=fused)
     batches = []
     for _ in range(3):
         rows = torch.randperm(500, generator=gen)[:123][torch.randint(0, 123, (400,), generator=gen)]
-        batches.append((rows, torch.randn(400, 8, generator=gen)))
+        batches.append((rows, torch.randn(400, width, generator=gen)))
     for rows, grads in batches:
         groups = RowGroups.of(rows)
         opt.step(weight, state, groups.rows, groups, grads)
@@ -115,7 +120,7 @@ def _step_case(kind: str, compile: bool):
 @pytest.mark.parametrize("kind", ["sgd", "adagrad"])
 def test_step_is_the_documented_formula(kind):
     """Each distinct row: g = the sum of its gradients; Adagrad acc += mean(g^2), w -= lr g / (sqrt(acc) + eps)."""
-    weight, state, _, batches = _step_case(kind, compile=False)
+    weight, state, _, batches = _step_case(kind, fused=False)
     gen = torch.Generator().manual_seed(4)
     w, s = torch.randn(500, 8, generator=gen).double(), torch.rand(500, generator=gen).double()
     for rows, grads in batches:
@@ -130,37 +135,48 @@ def test_step_is_the_documented_formula(kind):
     assert torch.allclose(state.double(), s, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.slow  # compiles with torch.compile: seconds
-def test_compiled_step_matches_plain():
-    """The one test that compiles (seconds; ~15 s with a cold compiler cache): ``HOTCOLD_COMPILE=1``'s step."""
-    plain_w, plain_s, _, _ = _step_case("adagrad", compile=False)
-    with warnings.catch_warnings(record=True):
-        warnings.simplefilter("always")
-        comp_w, comp_s, opt, _ = _step_case("adagrad", compile=True)
-    if not opt.compiled:
-        pytest.skip(f"torch.compile does not work here: {update._COMPILED.failed}")
-    assert torch.allclose(comp_w, plain_w, rtol=1e-6, atol=1e-7)
-    assert torch.allclose(comp_s, plain_s, rtol=1e-6, atol=1e-7)
+@pytest.mark.parametrize("kind", ["sgd", "adagrad"])
+@pytest.mark.parametrize("width", [16, 7, 1])
+def test_fused_step_has_the_torch_compositions_bits(kind, width):
+    """The one-kernel step (CPU) and the torch operations it replaces: the same bits, at any thread count."""
+    if not fused.available(torch.zeros(1, 1), torch.zeros(1, 1)):
+        pytest.skip("numba is not installed: the step runs as torch operations only")
+    plain_w, plain_s, opt, _ = _step_case(kind, fused=False, width=width)
+    assert not opt.runs_fused(plain_w, plain_w)
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            one_w, one_s, opt, _ = _step_case(kind, fused=True, width=width)
+            assert opt.runs_fused(one_w, one_w)
+            assert torch.equal(one_w, plain_w) and torch.equal(one_s, plain_s)
+    finally:
+        torch.set_num_threads(threads)
 
 
-def test_failed_compile_falls_back_and_says_so_once(monkeypatch):
-    def broken(*args, **kwargs):
-        raise RuntimeError("no C++ compiler")
+def test_fused_step_splits_rows_over_threads_with_the_same_bits(monkeypatch):
+    """Rows in chunks on a pool (many distinct rows, 3 threads) or in one loop: the same bits."""
+    if not fused.available(torch.zeros(1, 1), torch.zeros(1, 1)):
+        pytest.skip("numba is not installed: the step runs as torch operations only")
+    gen = torch.Generator().manual_seed(5)
+    rows = torch.randint(0, 40_000, (30_000,), generator=gen)
+    grads = torch.randn(30_000, 16, generator=gen)
+    g = RowGroups.of(rows)
+    assert g.size >= 3 * fused.MIN_ROWS_PER_THREAD  # three chunks
+    out = []
+    for floor in (fused.MIN_ROWS_PER_THREAD, 10**9):  # chunked, then one loop
+        monkeypatch.setattr(fused, "MIN_ROWS_PER_THREAD", floor)
+        w, s = torch.ones(40_000, 16), torch.full((40_000,), 0.5)
+        fused.fused_step(w, s, g.rows, g.order, g.offsets, grads, 0.1, 1e-8, True, threads=3)
+        out.append((w, s))
+    assert torch.equal(out[0][0], out[1][0]) and torch.equal(out[0][1], out[1][1])
+    assert not torch.equal(out[0][0], torch.ones(40_000, 16))
 
-    monkeypatch.setattr(update, "_COMPILED", update._CompiledStep())
-    monkeypatch.setattr(torch, "compile", broken)
-    plain_w, plain_s, _, _ = _step_case("adagrad", compile=False)
-    with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler") as caught:
-        comp_w, comp_s, opt, _ = _step_case("adagrad", compile=True)
-    assert len([w for w in caught if issubclass(w.category, RuntimeWarning)]) == 1
-    assert not opt.compiled
-    assert torch.equal(comp_w, plain_w) and torch.equal(comp_s, plain_s)
+
+def test_correct_sqrt_is_the_correctly_rounded_root():
+    """torch's vectorised CPU sqrt is off by one unit in the last place for some inputs; ``correct_sqrt`` is not:
+    it equals numpy's float32 root (IEEE 754) everywhere."""
+    x = torch.rand(200_000, generator=torch.Generator().manual_seed(6)) * 10
+    assert np.array_equal(update.correct_sqrt(x).numpy(), np.sqrt(x.numpy()))
 
 
-def test_compile_switch_reads_the_environment(monkeypatch):
-    monkeypatch.setenv(update.COMPILE_ENV, "1")
-    assert RowOptimizer("sgd", 0.1).compile
-    monkeypatch.setenv(update.COMPILE_ENV, "0")
-    assert not RowOptimizer("sgd", 0.1).compile
-    monkeypatch.delenv(update.COMPILE_ENV)
-    assert not RowOptimizer("sgd", 0.1).compile

@@ -50,13 +50,13 @@ class BenchConfig:
     zipf: float = 1.2              # exponent of the ids' Zipf law within each table
     steps: int = 40                # timed steps of each side per repeat
     repeats: int = 7
-    warmup: int = 5                # untimed steps of each side first (and the compile, when on)
+    warmup: int = 5                # untimed steps of each side first
     check_steps: int = 20          # steps of the weight-agreement check
     device: str = "cpu"
     optimizers: tuple[str, ...] = OPTIMIZERS
     lr: float = 0.01
     eps: float = 1e-8
-    compile: bool = True           # the harness's compiled backward + update (``RowOptimizer(compile=...)``)
+    fused: bool = True             # the harness's one-kernel backward + update (``RowOptimizer(fused=...)``)
     batches: int = 16              # distinct batches, cycled
     seed: int = 0
     table_sizes: list[int] = field(default_factory=list)  # default: Kaggle's cardinalities capped at ``cap``
@@ -102,7 +102,7 @@ class HarnessSide:
     name = "hotcold device"
 
     def __init__(self, sizes: list[int], cfg: BenchConfig, optimizer: str, device: torch.device) -> None:
-        opt = RowOptimizer(optimizer, cfg.lr, cfg.eps, compile=cfg.compile)
+        opt = RowOptimizer(optimizer, cfg.lr, cfg.eps, fused=cfg.fused)
         self.store = DeviceStore(StoreSpec(list(sizes), cfg.dim, opt, device, seed=cfg.seed))
         self.optimizer = opt
 
@@ -232,7 +232,7 @@ def time_step(cfg: BenchConfig, optimizer: str, batches: list[torch.Tensor], gra
     ours_in = [ours.prepare(b, g) for b, g in zip(batches, grads)]
     peer_in = [peer.prepare(b, g) for b, g in zip(batches, grads)]
     measure = functools.partial(time_ms, device=device)  # CUDA events on a GPU, the clock on a CPU
-    _run_steps(ours, ours_in, max(cfg.warmup, 2), 0)   # the compile (when on) happens here, untimed
+    _run_steps(ours, ours_in, max(cfg.warmup, 2), 0)
     _run_steps(peer, peer_in, max(cfg.warmup, 2), 0)
     ours_ms, peer_ms = [], []
     for r in range(cfg.repeats):
@@ -255,7 +255,7 @@ def time_step(cfg: BenchConfig, optimizer: str, batches: list[torch.Tensor], gra
     return {"optimizer": optimizer, "hotcold_ms": float(np.median(ours_ms)), "peer": peer.name,
             "peer_ms": float(np.median(peer_ms)), "ratio": float(np.median(ratios)),
             "ratio_min": float(ratios.min()), "ratio_max": float(ratios.max()),
-            "compiled": ours.optimizer.compiled and device.type == "cpu",  # step compiles on the CPU only
+            "fused": ours.optimizer.fused and device.type == "cpu",  # the one-kernel step runs on the CPU
             "max_abs_diff": diff, "peer_note": why or ""}
 
 
@@ -346,12 +346,12 @@ def render(result: dict[str, Any]) -> str:
              f"batch {cfg['batch']}, Zipf {cfg['zipf']}, {cfg['threads']} thread(s), {cfg['device']}; "
              f"median of {cfg['repeats']} repeats x {cfg['steps']} steps, interleaved",
              f"{'optimizer':<10}{'hotcold ms':>11}{'peer':>22}{'peer ms':>9}{'ratio':>7}  "
-             f"{'(min..max)':<13}{'max |dw|':>9}  compiled"]
+             f"{'(min..max)':<13}{'max |dw|':>9}  fused"]
     for s in result["step"]:
         diff = "n/a" if s["max_abs_diff"] is None else f"{s['max_abs_diff']:.1e}"
         lines.append(f"{s['optimizer']:<10}{s['hotcold_ms']:>11.3f}{s['peer']:>22}{s['peer_ms']:>9.3f}"
                      f"{s['ratio']:>7.2f}  ({s['ratio_min']:.2f}..{s['ratio_max']:.2f})"
-                     f"{diff:>10}  {'yes' if s['compiled'] else 'no'}")
+                     f"{diff:>10}  {'yes' if s['fused'] else 'no'}")
     notes = {s["peer_note"] for s in result["step"] if s["peer_note"]}
     lines += [f"  peer note: {n}" for n in sorted(notes)]
     lines.append("ratio: peer ms / hotcold ms (> 1: hotcold is faster)")

@@ -48,8 +48,8 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     be.add_argument("--check-steps", type=int, default=20, help="steps of the weight-agreement check (0: skip)")
     be.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     be.add_argument("--optimizers", nargs="+", choices=["sgd", "adagrad"], default=["sgd", "adagrad"])
-    be.add_argument("--no-compile", action="store_true",
-                    help="run the harness's backward + update (sparse_step) plainly, not compiled")
+    be.add_argument("--no-fused", action="store_true",
+                    help="run the harness's backward + update as torch operations (sparse_step), not as one kernel")
     be.add_argument("--out", help="write the result as JSON (.json) or CSV (.csv)")
     ss = be.add_argument_group("shard-sim")
     ss.add_argument("--dataset", help="shard-sim: dataset directory")
@@ -71,7 +71,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
     result = run(BenchConfig(threads=args.threads, batch=args.batch, dim=args.dim, cap=args.cap, zipf=args.zipf,
                              steps=args.steps, repeats=args.repeats, check_steps=args.check_steps,
-                             device=args.device, optimizers=tuple(args.optimizers), compile=not args.no_compile))
+                             device=args.device, optimizers=tuple(args.optimizers), fused=not args.no_fused))
     print(render(result))
     if args.out:
         write(result, Path(args.out))

@@ -1,24 +1,19 @@
 """The sparse update every store applies: SGD or row-wise Adagrad on a batch's distinct rows.
 
 ``RowOptimizer.step`` is a batch's backward and update: the lookups'
-gradients summed per row (``rows.sum_by_index``), then ``update_rows``.
-On the CPU the two can run fused through ``torch.compile``
-(``HOTCOLD_COMPILE=1``); the arithmetic is the same either way.
+gradients summed per row (``rows.sum_by_index``), then ``update_rows``. On
+the CPU the two run as one compiled kernel (``fused``), on other devices as
+the torch composition ``sparse_step``; both are the same float32 operations
+in the same order, each rounded as IEEE 754 says, so a row updated on the
+host has the bits it would have on a GPU.
 """
 from __future__ import annotations
-
-import os
-import warnings
-from typing import Any, Callable
 
 import torch
 
 from hotcold.config import ConfigError, row_state_width
+from hotcold.embedding import fused
 from hotcold.embedding.rows import RowGroups, bag_sums, sum_by_index
-
-
-#: environment switch of the compiled sparse step: "1" compiles it (where ``torch.compile`` works), else plain
-COMPILE_ENV = "HOTCOLD_COMPILE"
 
 
 def row_square_sums(grad: torch.Tensor) -> torch.Tensor:
@@ -53,13 +48,26 @@ def row_square_means(grad: torch.Tensor) -> torch.Tensor:
     return row_square_sums(grad) * (1.0 / max(grad.shape[1], 1))
 
 
+def correct_sqrt(x: torch.Tensor) -> torch.Tensor:
+    """The square root of float32 ``x`` rounded correctly (IEEE 754), on every device.
+
+    CUDA's ``sqrt`` is; torch's vectorised CPU ``sqrt`` is not (on an AVX-512
+    build, 0.7% of random inputs come out one unit in the last place off). The
+    float64 root rounded to float32 is the correctly rounded float32 root (a
+    double has more than twice a float's precision, so rounding twice is safe).
+    """
+    if x.device.type == "cuda" or x.dtype != torch.float32:
+        return x.sqrt()
+    return x.double().sqrt_().to(torch.float32)
+
+
 def update_rows(weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, grad: torch.Tensor,
                 lr: float, eps: float, adagrad: bool, sq_mean: torch.Tensor | None = None) -> None:
     """One SGD or row-wise Adagrad step on the rows ``slots``, in place.
 
     weight [N, D] float32; state [N]; slots: unique int64 [U]; grad [U, D],
     each row's summed gradient. Adagrad: ``acc += mean(g^2)`` per row,
-    ``w -= lr * g / (sqrt(acc) + eps)``; SGD: ``w -= lr * g``. ``sq_mean``
+    ``w -= lr * (g / (sqrt(acc) + eps))``; SGD: ``w -= lr * g``. ``sq_mean``
     [U]: each row's mean squared gradient over all its columns, for a store
     that holds only some of a row's columns (column-wise sharding); without it
     ``row_square_means``, whose order is fixed, so a row updated on the host
@@ -72,55 +80,20 @@ def update_rows(weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, 
         sq_mean = row_square_means(grad) if sq_mean is None else sq_mean
         acc = state.index_select(0, slots) + sq_mean.to(state.dtype)  # [U]
         state.index_copy_(0, slots, acc)
-        grad = grad / (acc.sqrt() + eps).unsqueeze(1)
+        grad = grad / (correct_sqrt(acc) + eps).unsqueeze(1)
     weight.index_copy_(0, slots, weight.index_select(0, slots) - lr * grad.to(weight.dtype))
 
 
 def sparse_step(weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, order: torch.Tensor,
                 starts: torch.Tensor, grads: torch.Tensor, lr: float, eps: float, adagrad: bool) -> None:
-    """The backward and update of the rows a batch looked up, fused: the function ``torch.compile`` takes.
+    """The backward and update of the rows a batch looked up, from torch operations.
 
     grads [L, D]: the lookups' gradients; ``order`` [L] and ``starts`` [U]
     group them by distinct row (``RowGroups``); slots [U]: where those rows
     live in ``weight``/``state``. Sums each row's gradients (``bag_sums``),
-    then ``update_rows``. Run plainly it is exactly those two calls.
+    then ``update_rows``: the arithmetic ``fused.fused_step`` does in one kernel.
     """
     update_rows(weight, state, slots, bag_sums(order, starts, grads), lr, eps, adagrad)
-
-
-class _CompiledStep:
-    """``sparse_step`` through ``torch.compile(dynamic=True)``, made on first use; plain where that fails.
-
-    One graph per optimizer kind; the number of lookups and rows varies
-    without recompiling. Compiling takes seconds at the first call (a
-    training run's warm-up steps absorb it). A failure (no C++ compiler, an
-    old torch) is said once, then every call runs ``sparse_step`` plainly.
-    """
-
-    def __init__(self) -> None:
-        self.fn: Callable[..., None] | None = None
-        self.failed: str | None = None
-
-    def __call__(self, *args: Any) -> None:
-        if self.failed is None:
-            try:
-                if self.fn is None:
-                    self.fn = torch.compile(sparse_step, dynamic=True)
-                self.fn(*args)
-                return
-            except Exception as e:  # noqa: BLE001 - any compiler failure means: run it plainly
-                self.failed = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-                warnings.warn(f"torch.compile of the sparse step failed, running it plainly: {self.failed}",
-                              RuntimeWarning, stacklevel=2)
-        sparse_step(*args)
-
-
-_COMPILED = _CompiledStep()
-
-
-def compile_requested() -> bool:
-    """Whether ``HOTCOLD_COMPILE`` asks for the compiled sparse step."""
-    return os.environ.get(COMPILE_ENV, "0").strip() == "1"
 
 
 class RowOptimizer:
@@ -128,26 +101,21 @@ class RowOptimizer:
 
     Row-wise Adagrad keeps one float per row (the running sum of the mean
     squared gradient of the row), so its state is a [N] tensor that moves with
-    the rows wherever a store puts them. ``compile``: run ``step`` on the CPU
-    through ``torch.compile`` (None: as ``HOTCOLD_COMPILE`` says; exact
-    float64 sums and every other device run plainly).
+    the rows wherever a store puts them. ``fused``: run ``step`` as one kernel
+    where it can (``fused.available``: float32 on the CPU, numba installed);
+    False always runs the torch composition. Both give the same bits.
     """
 
-    def __init__(self, kind: str, lr: float, eps: float = 1e-8, compile: bool | None = None) -> None:
+    def __init__(self, kind: str, lr: float, eps: float = 1e-8, fused: bool = True) -> None:
         if kind not in ("sgd", "adagrad"):
             raise ConfigError(f"row optimizer must be 'sgd' or 'adagrad', got {kind!r}")
         self.kind, self.lr, self.eps = kind, lr, eps
-        self.compile = compile_requested() if compile is None else bool(compile)
+        self.fused = bool(fused)
 
     @property
     def state_width(self) -> int:
         """Floats of optimizer state per row."""
         return row_state_width(self.kind)
-
-    @property
-    def compiled(self) -> bool:
-        """Whether ``step`` runs compiled on the CPU (requested, and the compiler has not failed)."""
-        return self.compile and _COMPILED.failed is None
 
     def init_state(self, num_rows: int, device: torch.device | str = "cpu") -> torch.Tensor:
         """The optimizer state of ``num_rows`` rows: float32 [N] zeros.
@@ -161,6 +129,10 @@ class RowOptimizer:
             return torch.zeros(1, dtype=torch.float32, device=device).expand(num_rows)
         return torch.zeros(num_rows, dtype=torch.float32, device=device)
 
+    def runs_fused(self, weight: torch.Tensor, grads: torch.Tensor, exact: bool = False) -> bool:
+        """Whether ``step`` on these tensors runs as one kernel."""
+        return self.fused and not exact and fused.available(weight, grads)
+
     def step(self, weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, groups: RowGroups,
              grads: torch.Tensor, exact: bool = False) -> None:
         """A batch's backward and update: its lookups' gradients summed per row, then ``apply``.
@@ -169,11 +141,11 @@ class RowOptimizer:
         (``sum_by_index``, float64 with ``exact``); slots [U]: where the
         distinct rows ``groups.rows`` live in ``weight`` and ``state``.
         """
-        if (self.compile and not exact and grads.device.type == "cpu" and weight.device.type == "cpu"
-                and grads.dtype == weight.dtype == torch.float32 and groups.size > 1):
-            # (below two rows a dynamic graph would specialise and recompile; they cost nothing plainly)
-            _COMPILED(weight, state, slots, groups.order, groups.offsets[:-1], grads.contiguous(), self.lr, self.eps,
-                      self.kind == "adagrad")
+        if self.runs_fused(weight, grads, exact):
+            if grads.shape[0] != groups.order.numel():
+                raise ValueError(f"step: {grads.shape[0]} gradients for {groups.order.numel()} lookups")
+            fused.fused_step(weight, state, slots, groups.order, groups.offsets, grads, self.lr, self.eps,
+                             self.kind == "adagrad", torch.get_num_threads())
             return
         self.apply(weight, state, slots, sum_by_index(groups, grads, exact))
 

@@ -1,11 +1,15 @@
-"""The dense layers' optimizers: SGD and Adagrad, the same arithmetic as ``torch.optim``'s.
+"""The dense layers' optimizers: SGD and Adagrad, the same arithmetic as ``torch.optim``'s, in a few kernels.
 
 ``torch.optim``'s optimizers import ``torch._dynamo`` when built (about a
 second per process here, several when ranks share the cores); every training
 job builds one, and a run over P ranks P + 1. These two are the same
-element-wise operations as the single-tensor paths of ``torch.optim.SGD`` and
-``torch.optim.Adagrad`` (no momentum, decay or initial accumulator), tested
-bit for bit against them.
+element-wise operations as ``torch.optim.SGD`` and ``torch.optim.Adagrad``
+(no momentum, decay or initial accumulator), applied to every parameter at
+once by torch's multi-tensor (``_foreach``) operations: on a GPU one launch
+per operation for all the parameters (a DLRM's 14 tensors took 56 kernels a
+step with Adagrad one tensor at a time, now 4); on a CPU each operation runs
+tensor by tensor, the single-tensor kernels' bits. Tested bit for bit
+against ``torch.optim``.
 """
 from __future__ import annotations
 
@@ -28,17 +32,19 @@ class DenseOptimizer:
 
     @torch.no_grad()
     def step(self) -> None:
-        for i, p in enumerate(self.params):
-            if p.grad is not None:
-                self.update(i, p, p.grad)
+        """Update every parameter that has a gradient."""
+        which = [i for i, p in enumerate(self.params) if p.grad is not None]
+        if which:
+            self.update(which, [self.params[i] for i in which], [self.params[i].grad for i in which])
 
-    def update(self, i: int, param: torch.Tensor, grad: torch.Tensor) -> None:
+    def update(self, which: list[int], params: list[torch.Tensor], grads: list[torch.Tensor]) -> None:
+        """One step of ``params`` (those of ``self.params`` at ``which``) with their ``grads``."""
         raise NotImplementedError
 
 
 class DenseSGD(DenseOptimizer):
-    def update(self, i: int, param: torch.Tensor, grad: torch.Tensor) -> None:
-        param.add_(grad, alpha=-self.lr)
+    def update(self, which: list[int], params: list[torch.Tensor], grads: list[torch.Tensor]) -> None:
+        torch._foreach_add_(params, grads, alpha=-self.lr)
 
 
 class DenseAdagrad(DenseOptimizer):
@@ -47,7 +53,9 @@ class DenseAdagrad(DenseOptimizer):
         self.eps = eps
         self.state_sum = [torch.zeros_like(p) for p in self.params]
 
-    def update(self, i: int, param: torch.Tensor, grad: torch.Tensor) -> None:
-        state = self.state_sum[i]
-        state.addcmul_(grad, grad, value=1)
-        param.addcdiv_(grad, state.sqrt().add_(self.eps), value=-self.lr)
+    def update(self, which: list[int], params: list[torch.Tensor], grads: list[torch.Tensor]) -> None:
+        state = self.state_sum if len(which) == len(self.params) else [self.state_sum[i] for i in which]
+        torch._foreach_addcmul_(state, grads, grads, value=1)
+        std = torch._foreach_sqrt(state)
+        torch._foreach_add_(std, self.eps)
+        torch._foreach_addcdiv_(params, grads, std, value=-self.lr)
