@@ -1,4 +1,5 @@
-"""``hotcold bench embedding`` at toy sizes: it runs, its numbers hang together, and both sides train one model."""
+"""``hotcold bench embedding`` and ``bench step`` at toy sizes: they run, their numbers hang together, and both
+sides of the embedding benchmark train one model."""
 from __future__ import annotations
 
 import json
@@ -70,3 +71,33 @@ def test_peer_falls_back_to_embedding_bag_saying_why(tmp_path):
     step = json.loads(out.read_text())["step"][0]
     assert step["peer"] == "torch EmbeddingBag" and step["peer_note"]
     assert step["max_abs_diff"] < 1e-6
+
+
+# -- hotcold bench step ------------------------------------------------------------------------------------------
+
+def test_op_count_counts_kernels_not_views():
+    from hotcold.bench_step import OpCount
+
+    a, b = torch.ones(4, 3), torch.ones(4, 3)
+    with OpCount() as ops:
+        c = (a + b).view(12)   # one add, one view
+        c.mul_(2)              # one in-place multiply
+        torch._foreach_add_([a, b], 1.0)  # one multi-tensor op for both
+    assert ops.total == 3 and ops.views == 1
+    assert dict(ops.ops) == {"aten.add": 1, "aten.mul_": 1, "aten._foreach_add_": 1}
+
+
+def test_bench_step_counts_and_times_each_method(small_dataset, tmp_path, capsys):
+    out = tmp_path / "step.json"
+    assert main(["bench", "step", "--dataset", str(small_dataset.path), "--methods", "device", "hybrid",
+                 "--batch", "128", "--steps", "3", "--warmup", "2", "--repeats", "1", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "device" in printed and "hybrid" in printed and "load average" in printed
+    got = {m["method"]: m for m in json.loads(out.read_text())["methods"]}
+    for m in got.values():
+        # the training thread plans the step itself with the pipeline off: more operations than with it on
+        assert 0 < m["ops_on"] < m["ops_off"]
+        assert m["op_counts_off"]["aten.sort"] == 1 and "aten.sort" not in m["op_counts_on"]
+        assert m["step_ms_off"] > 0 and m["step_ms_on"] > 0 and m["prepare_ms_off"] > 0
+    assert main(["bench", "step", "--dataset", str(small_dataset.path), "--methods", "nosuch"]) == 2
+    assert "no benchmark setting for ['nosuch']" in capsys.readouterr().err

@@ -143,8 +143,9 @@ def test_lookup_reads_cache_and_host_without_changing_them():
         return [d.row_slot.copy(), d.slot_row.copy(), d.policy.count.copy(), d.policy.last.copy(),
                 store.cache_w.numpy().copy(), store.host_w.numpy().copy()]
 
+    exported = store.export()  # lands the last step's write-back in the host table (deferred to the next plan)
     before, counters = arrays(), store.step_counters()
-    torch.testing.assert_close(store.lookup(torch.arange(10).unsqueeze(1))[:, 0], store.export(), rtol=0, atol=0)
+    torch.testing.assert_close(store.lookup(torch.arange(10).unsqueeze(1))[:, 0], exported, rtol=0, atol=0)
     assert all(np.array_equal(a, b) for a, b in zip(before, arrays()))
     assert store.step_counters() == counters and d.step == len(HAND_TRACE)
 

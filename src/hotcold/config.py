@@ -121,6 +121,7 @@ def row_state_width(row_optimizer: str) -> int:
     return 1 if row_optimizer == "adagrad" else 0
 DENSE_OPTIMIZERS = ("sgd", "adagrad")
 SHUFFLES = ("global", "none")
+SWITCHES = ("auto", "on", "off")       # train.pipeline, train.cuda_graphs
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,10 @@ class TrainConfig:
     eval_batch_size: int = 16384
     eval_samples: int = 0     # 0: the whole test split
     shuffle: str = "global"
+    #: prepare step i+1 (read, plan, copy) on a worker thread while step i trains; auto: on a GPU
+    pipeline: str = "auto"
+    #: replay the dense forward, backward and optimizer as a captured CUDA graph; auto: on a GPU where it captures
+    cuda_graphs: str = "auto"
 
     def validate(self, where: str) -> None:
         for name in ("batch_size", "steps", "eval_batch_size"):
@@ -157,6 +162,12 @@ class TrainConfig:
         require(self.dense_optimizer in DENSE_OPTIMIZERS, where,
                  f"dense_optimizer must be one of {DENSE_OPTIMIZERS}, got {self.dense_optimizer!r}")
         require(self.shuffle in SHUFFLES, where, f"shuffle must be one of {SHUFFLES}, got {self.shuffle!r}")
+        for name in ("pipeline", "cuda_graphs"):
+            v = getattr(self, name)
+            if isinstance(v, bool):  # YAML 1.1 reads a bare on/off as true/false
+                object.__setattr__(self, name, "on" if v else "off")
+            v = getattr(self, name)
+            require(v in SWITCHES, where, f"{name} must be one of {SWITCHES}, got {v!r}")
 
 
 @dataclass(frozen=True)

@@ -188,6 +188,11 @@ class TimedPart:
     threads: int = 1
     judge_cpu: bool = True
     contention: dict | None = None
+    #: the step pipeline's per timed step: the host's ms preparing the step, the training thread's ms waiting for
+    #: it, and whether a worker prepared it ahead (``hotcold.pipeline``)
+    prepared_ms: list[float] = field(default_factory=list)
+    waited_ms: list[float] = field(default_factory=list)
+    pipelined: bool = False
 
     @property
     def samples_per_s(self) -> float:
@@ -205,7 +210,10 @@ def summarize_repeats(parts: list[TimedPart]) -> dict:
     does a repeat that ``contention.Watch`` found disturbed: other programs
     held the run's cores, or the fixed probe around it ran slow (``contention``
     in the summary keeps the numbers; ``other_cores`` and ``probe_slowdown``
-    the worst repeat's).
+    the worst repeat's). ``prepare_ms_p50``, ``prepare_wait_ms_p50`` and
+    ``prepare_hidden``: the step pipeline's preparation of a step, the
+    training thread's wait for it, and the share of it hidden (0 with the
+    pipeline off: the training thread prepared every step itself).
     """
     if not parts:
         raise ValueError("no repeats to summarise")
@@ -227,6 +235,11 @@ def summarize_repeats(parts: list[TimedPart]) -> dict:
                    samples_per_s=float(np.median(per_repeat)))
     if spread > MAX_REPEAT_SPREAD:
         _unstable(summary, f"repeats' samples/s spread max/min = {spread:.2f} (> {MAX_REPEAT_SPREAD:g})")
+    prepared, waited = [ms for p in parts for ms in p.prepared_ms], [ms for p in parts for ms in p.waited_ms]
+    if prepared:
+        summary.update(pipeline=first.pipelined, prepare_ms_p50=float(np.median(prepared)),
+                       prepare_wait_ms_p50=float(np.median(waited)),
+                       prepare_hidden=float(1 - sum(waited) / sum(prepared)) if sum(prepared) > 0 else float("nan"))
     watched = pool([p.contention for p in parts])
     if watched is not None:
         summary.update(contention=watched, other_cores=watched["other_cores"],

@@ -1,10 +1,12 @@
 """The one training loop and evaluation. It never names a technique.
 
-Per step: read the batch (``data``), move dense features and labels to the
-device (``h2d``), let the store look up and pool the embeddings, run the
-dense forward and backward and the dense optimizer (``dense_fwd_bwd``), and
-hand the embedding gradients back to the store for the sparse update. The
-store marks its own phases (``emb_fwd``, ``h2d``, ``d2h``, ``emb_update``).
+Per step: take the step's inputs from the step pipeline (``data``: the batch
+read, its rows planned by the store, its dense features and labels on the
+device; prepared while the previous step trained, or just now with
+``train.pipeline`` off), let the store look up and pool the embeddings, run
+the dense forward and backward and the dense optimizer (``dense_fwd_bwd``),
+and hand the embedding gradients back to the store for the sparse update.
+The store marks its own phases (``emb_fwd``, ``h2d``, ``d2h``, ``emb_update``).
 """
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ from hotcold.memory import require_memory
 from hotcold.metrics import log_loss, roc_auc
 from hotcold.model import build_model
 from hotcold.model.optim import DenseAdagrad, DenseOptimizer, DenseSGD
+from hotcold.dense_step import DenseStep, check_graphs
+from hotcold.pipeline import StepPipeline, pipeline_on
 from hotcold.timing import PhaseTimer, TimedPart, summarize_repeats
 
 
@@ -217,6 +221,82 @@ def train_loader(cfg: RunConfig, ds: Dataset, lookahead: int, pin_memory: bool =
     return BatchLoader(ds, "train", t.batch_size, t.steps, cfg.seed, t.shuffle, lookahead, pin_memory, rows, part)
 
 
+class Trainer:
+    """One run's training, a step at a time: the model, the store, the optimizers, the step pipeline, the timer.
+
+    ``train`` is ``Trainer(...)``, ``step`` for every step, ``finish``; the
+    step benchmark (``hotcold bench step``) drives the same steps. With a
+    ``world`` of several ranks, this rank trains on its slice of every global
+    batch (``order``: see ``build``).
+    """
+
+    def __init__(self, cfg: RunConfig, ds: Dataset, device: torch.device, order: Sequence[np.ndarray] | None = None,
+                 world: World | None = None, progress: bool = True) -> None:
+        self.cfg, self.ds, self.device = cfg, ds, device
+        self.world = world = world or World.single()
+        world.comm.use_wire(cfg.distributed.wire())  # what this run's collectives send (a launch may train many runs)
+        world.check_batch(cfg.train.batch_size)
+        check_batch_fits(cfg.train.batch_size, ds, batch_option(cfg.distributed))
+        self.progress = progress and world.is_main
+        check_graphs(cfg.train.cuda_graphs, device, world)  # before anything is built
+        self.model, self.store, self.rows = build(cfg, ds, device, order, world)
+        self.opt = dense_optimizer(cfg, self.model.parameters())
+        self.dense = DenseStep(self.model, self.opt, nn.BCEWithLogitsLoss(), world, device, cfg.train.cuda_graphs,
+                               capture_at=cfg.train.warmup_steps - 1)
+        self.timer = PhaseTimer("cuda" if device.type == "cuda" else "cpu",
+                                warmup=cfg.train.warmup_steps, window=cfg.timing.window)
+        loader = train_loader(cfg, ds, self.store.lookahead, pin_memory=device.type == "cuda", rows=self.rows,
+                              part=(world.rank, world.size))  # this rank's slice of every global batch
+        self.pipeline = StepPipeline(iter(loader), cfg.train.steps, self.store, device,
+                                     ahead=pipeline_on(cfg, device))
+        self.guard = DivergenceGuard(cfg, device, world)
+        self.counters: list[tuple[int, dict[str, int]]] = []
+
+    def step(self, i: int) -> None:
+        """Train step ``i`` (steps are trained in order, from 0)."""
+        timer, store = self.timer, self.store
+        timer.begin_step()
+        step = self.pipeline.next()  # read, planned and copied while the previous step trained (or just now)
+        timer.mark("data")
+        store.prefetch(step.batch.upcoming)
+        emb = store.forward(step.batch.ids, timer).detach().requires_grad_()  # [B, T, D]
+        self.dense(i, step.dense, emb, step.valid, step.labels, lambda loss: self.guard.see(i, loss), timer,
+                   store.begin_backward)
+        timer.mark("dense_fwd_bwd")
+        store.backward(emb.grad, timer)
+        timer.end_step()
+        self.counters.append((step.batch.step, store.step_counters()))
+        self.guard.check(i)  # every timing.window steps (where the CUDA timer syncs) and the last
+
+    def finish(self, evaluation: bool = True) -> RunResult:
+        """After the last step: settle the counters, evaluate, and gather the run's result."""
+        cfg, store, world, timer = self.cfg, self.store, self.world, self.timer
+        timer.flush()
+        store.settle_counters()  # device-side counts, read once the timed steps are over
+        release_pages(self.ds)  # the training batches' mapped pages: not held under evaluation and the record
+        counters = world.combine_counters(self.counters)
+        metrics = evaluate(self.model, store, self.ds, cfg, self.device, self.progress) if evaluation else {}
+        report = {**store.report(), "dense_step": self.dense.kind, "dense_step_note": self.dense.note}
+        embedding = store.final_rows()
+        self.guard.finish([*self.model.named_parameters(), ("embedding.weight", embedding)])
+        warm, pipeline = cfg.train.warmup_steps, self.pipeline
+        timed = TimedPart(timer.steps, [c for c in counters if c[0] >= warm], cfg.train.batch_size,
+                          timer.kind, host_steps=timer.host_steps, cpu_ms=timer.cpu_ms,
+                          threads=torch.get_num_threads(), judge_cpu=timer.kind == "cpu" and world.size == 1,
+                          prepared_ms=pipeline.prepared_ms[warm:], waited_ms=pipeline.waited_ms[warm:],
+                          pipelined=pipeline.ahead)
+        summary = summarize_repeats([timed])
+        summary.update(world=world.size, ranks_per_node=world.comm.topology.ranks_per_node, plan=report.get("plan"),
+                       batch_size=cfg.train.batch_size, batch_per_rank=cfg.train.batch_size // world.data_parallel)
+        return RunResult(summary, metrics, self.rows, report, timer.steps, counters, self.model, store, embedding,
+                         timed)
+
+    def close(self) -> None:
+        """Release the store's and the pipeline's threads (the store first: a plan may be waiting on it)."""
+        self.store.close()
+        self.pipeline.close()
+
+
 def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = True,
           order: Sequence[np.ndarray] | None = None, world: World | None = None,
           evaluation: bool = True) -> RunResult:
@@ -227,64 +307,14 @@ def train(cfg: RunConfig, ds: Dataset, device: torch.device, progress: bool = Tr
     this rank's. ``evaluation`` False skips the evaluation (empty metrics): a
     repeat of a run whose first repeat was evaluated.
     """
-    world = world or World.single()
-    world.comm.use_wire(cfg.distributed.wire())  # what this run's collectives send (a launch may train many runs)
-    world.check_batch(cfg.train.batch_size)
-    check_batch_fits(cfg.train.batch_size, ds, batch_option(cfg.distributed))
-    progress = progress and world.is_main
-    model, store, rows = build(cfg, ds, device, order, world)
-    opt = dense_optimizer(cfg, model.parameters())
-    loss_fn = nn.BCEWithLogitsLoss()
-    timer = PhaseTimer("cuda" if device.type == "cuda" else "cpu",
-                       warmup=cfg.train.warmup_steps, window=cfg.timing.window)
-    loader = train_loader(cfg, ds, store.lookahead, pin_memory=device.type == "cuda", rows=rows,
-                          part=(world.rank, world.size))  # this rank's slice of every global batch
-    counters: list[tuple[int, dict[str, int]]] = []
-    batches = iter(loader)
-    guard = DivergenceGuard(cfg, device, world)
+    trainer = Trainer(cfg, ds, device, order, world, progress)
     try:
         for i in tqdm(range(cfg.train.steps), desc=f"train {cfg.method}/{cfg.variant}",
-                      disable=not progress, mininterval=2.0):
-            timer.begin_step()
-            batch = next(batches)
-            timer.mark("data")
-            dense = batch.dense.to(device, non_blocking=True)
-            valid = (batch.ids >= 0).to(device, non_blocking=True)
-            labels = batch.labels.to(device, non_blocking=True)
-            timer.mark("h2d")
-            store.prefetch(batch.upcoming)
-            emb = store.forward(batch.ids, timer).detach().requires_grad_()  # [B, T, D]
-            opt.zero_grad(set_to_none=True)
-            for part in world.parts(labels.shape[0]):  # the whole batch, except in a data-parallel replay
-                x = (dense, emb, valid, labels) if part is None else (dense[part], emb[part], valid[part], labels[part])
-                loss = loss_fn(model(*x[:3]), x[3])
-                loss.backward()
-                guard.see(i, loss)
-                world.accumulate(model)
-            world.sync_dense(model, emb, timer, store.begin_backward)
-            opt.step()
-            timer.mark("dense_fwd_bwd")
-            store.backward(emb.grad, timer)
-            timer.end_step()
-            counters.append((batch.step, store.step_counters()))
-            guard.check(i)  # every timing.window steps (where the CUDA timer syncs) and the last
-        timer.flush()
-        store.settle_counters()  # device-side counts, read once the timed steps are over
-        release_pages(ds)  # the training batches' mapped pages: not held under evaluation and the record
-        counters = world.combine_counters(counters)
-        metrics = evaluate(model, store, ds, cfg, device, progress) if evaluation else {}
-        report = store.report()
-        embedding = store.final_rows()
-        guard.finish([*model.named_parameters(), ("embedding.weight", embedding)])
+                      disable=not trainer.progress, mininterval=2.0):
+            trainer.step(i)
+        return trainer.finish(evaluation)
     finally:
-        store.close()
-    timed = TimedPart(timer.steps, [c for c in counters if c[0] >= cfg.train.warmup_steps], cfg.train.batch_size,
-                      timer.kind, host_steps=timer.host_steps, cpu_ms=timer.cpu_ms, threads=torch.get_num_threads(),
-                      judge_cpu=timer.kind == "cpu" and world.size == 1)
-    summary = summarize_repeats([timed])
-    summary.update(world=world.size, ranks_per_node=world.comm.topology.ranks_per_node, plan=report.get("plan"),
-                   batch_size=cfg.train.batch_size, batch_per_rank=cfg.train.batch_size // world.data_parallel)
-    return RunResult(summary, metrics, rows, report, timer.steps, counters, model, store, embedding, timed)
+        trainer.close()
 
 
 def reference(cfg: RunConfig, ds: Dataset, device: torch.device, order: Sequence[np.ndarray],

@@ -14,6 +14,7 @@ those run and what moves.
 from __future__ import annotations
 
 import abc
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator, Mapping, Protocol, Sequence
 
@@ -113,6 +114,16 @@ class EmbeddingStore(abc.ABC):
     of what ``forward`` returned. ``step_counters`` reports what that step
     looked up and moved. ``lookup`` serves evaluation without updating state
     or counters.
+
+    The host's share of a step (the batch's global rows and their grouping,
+    a store's decisions such as a cache directory's) is ``plan_step``. A
+    store that sets ``plans_ahead`` lets the step pipeline (``hotcold.pipeline``)
+    call ``prepare`` with each batch, in training order, on a worker thread
+    while the previous step trains; ``forward`` then takes that plan
+    (``planned``) or, called without one (a lock-step check, a benchmark),
+    makes it itself. So ``plan_step`` of batch i+1 may run while step i's
+    ``forward`` and ``backward`` do: it must not touch what they read or
+    write, and step i's own plan is made before it and never changed by it.
     """
 
     #: the typed options this store takes in ``StoreSpec.options``
@@ -124,6 +135,8 @@ class EmbeddingStore(abc.ABC):
     needs_frequencies: bool = False
     #: whether the store can span several processes (the scale-out stores); others run in one
     spans_ranks: bool = False
+    #: whether the step pipeline calls ``prepare`` (``forward`` takes its plan from there: it may be made a step ahead)
+    plans_ahead: bool = False
 
     def __init__(self, spec: StoreSpec) -> None:
         self.options = self.Options.parse(spec.options, f"store {type(self).__name__}")
@@ -133,6 +146,7 @@ class EmbeddingStore(abc.ABC):
         self.optimizer = spec.optimizer
         self.column_offsets = spec.column_offsets()  # [K], CPU
         self._counters = StepCounters()
+        self._prepared: deque[tuple[torch.Tensor, Any]] = deque()  # (ids, plan) made ahead, in training order
 
     def plan(self, ids: torch.Tensor) -> Lookup:
         """ids int64 [B, K] on the CPU -> the global rows to look up."""
@@ -145,12 +159,39 @@ class EmbeddingStore(abc.ABC):
         positions = valid.nonzero().squeeze(1)
         return Lookup(rows.index_select(0, positions), positions, tuple(ids.shape))
 
+    def plan_step(self, ids: torch.Tensor) -> Any:
+        """What ``forward`` needs of a batch that the host decides: by default its ``Lookup``, grouped by row.
+
+        A store overrides it to add its own decisions (which rows hit, which
+        slots to fill) and to start its copies; the result is ``planned``'s.
+        """
+        lk = self.plan(ids)
+        lk.groups().offsets  # noqa: B018 - computed now, off the training path
+        lk.positions_on(self.device)
+        return lk
+
+    def prepare(self, ids: torch.Tensor, upcoming: Sequence[torch.Tensor] = ()) -> None:
+        """Plan the batch ``ids`` [B, K] ahead of its ``forward`` (the step pipeline's worker, in training order).
+
+        ``upcoming``: the ids of the batches after it, as ``prefetch`` will see them.
+        """
+        self._prepared.append((ids, self.plan_step(ids)))
+
+    def planned(self, ids: torch.Tensor) -> Any:
+        """``forward``'s plan of ``ids``: the one ``prepare`` made, else ``plan_step``'s now."""
+        if not self._prepared:
+            return self.plan_step(ids)
+        got, plan = self._prepared.popleft()
+        if got is not ids:
+            raise RuntimeError(f"{type(self).__name__}: forward got a batch other than the next one prepared")
+        return plan
+
     def to_batch(self, values: torch.Tensor, lk: Lookup) -> torch.Tensor:
         """[L, D] looked-up rows -> [B, K, D], zeros at padding, on ``values``' device."""
         if lk.positions is None:
             return values.view(*lk.shape, self.dim)
         out = torch.zeros(lk.shape[0] * lk.shape[1], self.dim, dtype=values.dtype, device=values.device)
-        out.index_copy_(0, lk.positions.to(values.device, non_blocking=True), values)
+        out.index_copy_(0, lk.positions_on(values.device), values)
         return out.view(*lk.shape, self.dim)
 
     def from_batch(self, grad: torch.Tensor, lk: Lookup) -> torch.Tensor:
@@ -158,7 +199,7 @@ class EmbeddingStore(abc.ABC):
         flat = grad.reshape(-1, self.dim)
         if lk.positions is None:
             return flat
-        return flat.index_select(0, lk.positions.to(grad.device, non_blocking=True))
+        return flat.index_select(0, lk.positions_on(grad.device))
 
     @classmethod
     def schedule(cls, spec: StoreSpec, ds: "Dataset", default: Iterator[np.ndarray]) -> Iterator[np.ndarray]:

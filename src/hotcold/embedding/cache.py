@@ -10,6 +10,7 @@ and options: ``CacheOptions``, ``FreqCacheOptions`` and docs/methods.md.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ from hotcold.counters import StepCounters, row_bytes
 from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
 from hotcold.embedding.options import StoreOptions, budget_rows, check_budget, check_choice
 from hotcold.embedding.rows import Lookup, init_table, ship
-from hotcold.trace.policies import CacheDirectory, Policy, cache_policy
+from hotcold.trace.policies import Access, CacheDirectory, Policy, cache_policy
 
 DEFAULT_CACHE_RATIO = 0.015
 
@@ -75,16 +76,48 @@ class FreqCacheOptions(CacheOptions):
         check_choice(where, "evict", self.evict, ("static", "lfu"))
 
 
+@dataclass
+class _CachePlan:
+    """One batch, planned on the host: the directory's decisions and what its forward reads on the device."""
+
+    lookup: Lookup
+    access: Access
+    lookup_slots: torch.Tensor        # int64 [L] slot of each lookup, on the device
+    uslots: torch.Tensor              # int64 [U] slot of each distinct row, on the device
+    miss_slots: torch.Tensor          # int64 [M] slots to fill, on the device
+    victim_slots: torch.Tensor        # int64 [E] slots to write back, on the device
+    fetched: tuple[torch.Tensor, torch.Tensor | None]  # the missed rows' weights [M, D] and state [M], on the device
+
+
+@dataclass
+class _WriteBack:
+    """Rows copied out of their slots by a forward, on their way to the host table."""
+
+    rows: torch.Tensor                     # int64 [E]
+    weight: torch.Tensor                   # [E, D] (pinned on a GPU)
+    state: torch.Tensor | None             # [E]
+    done: Any = None                       # CUDA: an event after the copies
+
+
 class CacheStore(EmbeddingStore):
     """A host table with a device cache of C slots; subclasses choose the policy.
 
     The host table is pinned on a GPU only with ``pin_host: true``; copies go
-    through pinned staging buffers. Phases: planning and fetch are ``h2d``,
-    write-back is ``d2h``, the gather is ``emb_fwd``, the update ``emb_update``.
+    through pinned staging. A step's host work is its plan (``plan_step``,
+    made a step ahead by the step pipeline): the directory's decisions, the
+    write-back of the previous step's victims into the host table, the gather
+    of this step's misses from it and their copy to the device (on the copy
+    stream). Its forward then copies the victims out of their slots (on a GPU
+    without waiting for them: the next plan lands them), writes the fetched
+    rows into their slots, and gathers the lookups. A miss is always gathered
+    after every earlier write-back has landed, so no row is read stale.
+    Phases: waiting for the plan is ``h2d``, the copy-out ``d2h``, the
+    fill and the gather ``emb_fwd``, the update ``emb_update``.
     """
 
     Options = CacheOptions
     policy_name = ""
+    plans_ahead = True
 
     def __init__(self, spec: StoreSpec) -> None:
         super().__init__(spec)
@@ -104,13 +137,17 @@ class CacheStore(EmbeddingStore):
         self.row_bytes = row_bytes(spec.dim, self.optimizer.state_width)
         self._row_slot = torch.from_numpy(self.directory.row_slot)  # [N], shares the directory's memory
         self._slot_row = torch.from_numpy(self.directory.slot_row)  # [C]
-        self._staging: dict[str, torch.Tensor] = {}                 # pinned buffers (GPU only)
-        self._fetched: torch.cuda.Event | None = None               # last copy out of the fetch buffers
-        self._last: tuple[Lookup, torch.Tensor, torch.Tensor] | None = None
+        self._written: _WriteBack | None = None   # the last forward's victims, not in the host table yet
+        self._copied_out = threading.Event()      # set once the last forward has copied its victims out
+        self._copied_out.set()
+        self._closed = False
+        self._last: tuple[Lookup, torch.Tensor] | None = None
         self._pending = StepCounters()
         self.warm_rows = int(warm.size)
         if warm.size:
-            self._fetch(torch.from_numpy(warm), torch.from_numpy(self.directory.warm(warm)))
+            slots = torch.from_numpy(self.directory.warm(warm)).to(self.device)
+            w, s = self._gather_host(torch.from_numpy(warm))
+            self._fill(slots, (ship(w, self.device), None if s is None else ship(s, self.device)))
 
     def report(self) -> dict[str, Any]:
         return {"capacity": self.capacity, "cache_ratio": self.capacity / self.spec.num_rows,
@@ -120,76 +157,86 @@ class CacheStore(EmbeddingStore):
         """The eviction policy and the rows to preload."""
         return cache_policy(self.policy_name, spec.num_rows, self.capacity)
 
-    def _stage(self, name: str, n: int, width: int) -> torch.Tensor:
-        """Pinned buffer ``name`` of at least n rows: [n, width] (width 0: [n])."""
-        buf = self._staging.get(name)
-        if buf is None or buf.shape[0] < n:
-            shape = (max(n, 1), width) if width else (max(n, 1),)
-            buf = self._staging[name] = torch.empty(shape, dtype=torch.float32, pin_memory=True)
-        return buf[:n]
+    # -- host side: the plan, a step ahead ---------------------------------------------------------------
 
-    def _copy_rows(self, dst: tuple[torch.Tensor, torch.Tensor], dst_index: torch.Tensor,
-                   src: tuple[torch.Tensor, torch.Tensor], src_index: torch.Tensor) -> None:
-        """``dst[dst_index] = src[src_index]`` for the (weights, state) pairs, in one memory (CPU)."""
-        dst[0].index_copy_(0, dst_index, src[0].index_select(0, src_index))
-        if self._with_state:
-            dst[1].index_copy_(0, dst_index, src[1].index_select(0, src_index))
+    def _gather_host(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Host rows' weights [M, D] and state [M] (None for SGD)."""
+        return self.host_w.index_select(0, rows), self.host_s.index_select(0, rows) if self._with_state else None
 
-    def _fetch(self, rows: torch.Tensor, slots: torch.Tensor) -> None:
-        """Copy host rows (weights and state) into cache slots; rows, slots: int64 [M] on the CPU."""
-        if not self._cuda:
-            self._copy_rows((self.cache_w, self.cache_s), slots, (self.host_w, self.host_s), rows)
+    def _land(self) -> None:
+        """Write the last forward's victims into the host table (waiting for their copies on a GPU)."""
+        wb, self._written = self._written, None
+        if wb is None:
             return
-        if self._fetched is not None:
-            self._fetched.synchronize()  # the previous copy out of the staging buffers is done
-        dev_slots = slots.to(self.device, non_blocking=True)
-        w = torch.index_select(self.host_w, 0, rows, out=self._stage("fetch_w", rows.numel(), self.dim))
-        self.cache_w.index_copy_(0, dev_slots, w.to(self.device, non_blocking=True))
-        if self._with_state:
-            s = torch.index_select(self.host_s, 0, rows, out=self._stage("fetch_s", rows.numel(), 0))
-            self.cache_s.index_copy_(0, dev_slots, s.to(self.device, non_blocking=True))
-        self._fetched = torch.cuda.Event()
-        self._fetched.record(torch.cuda.current_stream(self.device))
+        if wb.done is not None:
+            wb.done.synchronize()
+        self.host_w.index_copy_(0, wb.rows, wb.weight)
+        if wb.state is not None:
+            self.host_s.index_copy_(0, wb.rows, wb.state)
 
-    def _write_back(self, rows: torch.Tensor, slots: torch.Tensor) -> None:
-        """Copy cache slots (weights and state) back to their host rows; int64 [E] on the CPU."""
-        if not self._cuda:
-            self._copy_rows((self.host_w, self.host_s), rows, (self.cache_w, self.cache_s), slots)
-            return
-        dev_slots = slots.to(self.device, non_blocking=True)
-        w = self._stage("back_w", rows.numel(), self.dim)
-        w.copy_(self.cache_w.index_select(0, dev_slots), non_blocking=True)
-        if self._with_state:
-            s = self._stage("back_s", rows.numel(), 0)
-            s.copy_(self.cache_s.index_select(0, dev_slots), non_blocking=True)
-        # Enqueued before this step's fetch overwrites the slots; the host needs the rows now.
-        torch.cuda.current_stream(self.device).synchronize()
-        self.host_w.index_copy_(0, rows, w)
-        if self._with_state:
-            self.host_s.index_copy_(0, rows, s)
+    def plan_step(self, ids: torch.Tensor) -> _CachePlan:
+        """The directory's decisions for the batch, then its misses fetched: gathered on the host, copied over.
 
-    def forward(self, ids: torch.Tensor, timer: Marker) -> torch.Tensor:
+        The misses are gathered once the previous forward copied its victims
+        out and they landed in the host table (a row evicted last step and
+        missed now is read as trained).
+        """
         lk = self.plan(ids)
         uniq, inverse, counts = lk.unique()  # [U], [L], [U]
         acc = self.directory.access(uniq.numpy(), counts.numpy())
+        while not self._copied_out.wait(0.1):  # the previous forward has not run yet (planned ahead)
+            if self._closed:
+                raise RuntimeError(f"{type(self).__name__} closed while a step was being planned")
+        self._copied_out.clear()
+        self._land()
+        w, s = self._gather_host(torch.from_numpy(acc.miss_rows))
+        uslots = torch.from_numpy(acc.slots)                                  # [U] slot of each unique row
+        dev = self.device
+        lk.groups().plan(dev)
+        lk.positions_on(dev)
+        return _CachePlan(lk, acc, ship(uslots.index_select(0, inverse), dev), ship(uslots, dev),
+                          ship(torch.from_numpy(acc.miss_slots), dev), ship(torch.from_numpy(acc.victim_slots), dev),
+                          (ship(w, dev), None if s is None else ship(s, dev)))
+
+    # -- device side: the step --------------------------------------------------------------------------
+
+    def _copy_out(self, rows: torch.Tensor, slots: torch.Tensor) -> None:
+        """Copy victims' slots out toward the host (on a GPU into pinned memory, not waited for)."""
+        w = self.cache_w.index_select(0, slots)
+        s = self.cache_s.index_select(0, slots) if self._with_state else None
+        done = None
+        if self._cuda:
+            w = torch.empty(w.shape, dtype=w.dtype, pin_memory=True).copy_(w, non_blocking=True)
+            s = None if s is None else torch.empty(s.shape, dtype=s.dtype, pin_memory=True).copy_(s, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(torch.cuda.current_stream(self.device))
+        self._written = _WriteBack(rows, w, s, done)
+
+    def _fill(self, slots: torch.Tensor, fetched: tuple[torch.Tensor, torch.Tensor | None]) -> None:
+        """Write fetched rows (weights and state, on the device) into their slots."""
+        self.cache_w.index_copy_(0, slots, fetched[0])
+        if fetched[1] is not None:
+            self.cache_s.index_copy_(0, slots, fetched[1])
+
+    def forward(self, ids: torch.Tensor, timer: Marker) -> torch.Tensor:
+        p = self.planned(ids)
+        acc = p.access
         timer.mark("h2d")
         if acc.victim_rows.size:
-            self._write_back(torch.from_numpy(acc.victim_rows), torch.from_numpy(acc.victim_slots))
+            self._copy_out(torch.from_numpy(acc.victim_rows), p.victim_slots)
+        self._copied_out.set()
         timer.mark("d2h")
         if acc.miss_rows.size:
-            self._fetch(torch.from_numpy(acc.miss_rows), torch.from_numpy(acc.miss_slots))
-        uslots = torch.from_numpy(acc.slots)                                  # [U] slot of each unique row
-        lookup_slots = ship(uslots.index_select(0, inverse), self.device)     # [L]
-        self._last = (lk, ship(uslots, self.device), lk.groups().plan(self.device))
+            self._fill(p.miss_slots, p.fetched)
+        self._last = (p.lookup, p.uslots)
         self._pending = acc.counters(self.row_bytes)
-        timer.mark("h2d")
-        out = self.to_batch(self.cache_w.index_select(0, lookup_slots), lk)  # [B, K, D]
+        out = self.to_batch(self.cache_w.index_select(0, p.lookup_slots), p.lookup)  # [B, K, D]
         timer.mark("emb_fwd")
         return out
 
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
         assert self._last is not None, "backward without forward"
-        lk, uslots, inverse = self._last
+        lk, uslots = self._last
         self.optimizer.step(self.cache_w, self.cache_s, uslots, lk.groups(), self.from_batch(grad, lk))
         self._counters = self._pending
         self._last = None
@@ -198,6 +245,7 @@ class CacheStore(EmbeddingStore):
     @torch.no_grad()
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
         """Resident rows from the cache, the others from the host; the cache is not changed."""
+        self._land()
         lk = self.plan(ids)
         slots = self._row_slot.index_select(0, lk.rows)  # [L], -1: not resident
         resident = slots >= 0
@@ -209,6 +257,7 @@ class CacheStore(EmbeddingStore):
         return self.to_batch(out, lk)
 
     def export(self) -> torch.Tensor:
+        self._land()
         out = self.host_w.clone()
         used = self.directory.used
         out.index_copy_(0, self._slot_row[:used], self.cache_w[:used].to("cpu"))
@@ -216,9 +265,13 @@ class CacheStore(EmbeddingStore):
 
     def final_rows(self) -> torch.Tensor:
         """``export``'s rows without a second table: the cached rows written into the host table."""
+        self._land()
         used = self.directory.used
         self.host_w.index_copy_(0, self._slot_row[:used], self.cache_w[:used].to("cpu"))
         return self.host_w
+
+    def close(self) -> None:
+        self._closed = True
 
 
 class LRUCacheStore(CacheStore):

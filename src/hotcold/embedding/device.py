@@ -15,18 +15,24 @@ class DeviceStore(EmbeddingStore):
     run where the rows are. No embedding data moves.
     """
 
+    plans_ahead = True
+
     def __init__(self, spec: StoreSpec) -> None:
         super().__init__(spec)
         self.weight = init_table(spec.table_sizes, spec.dim, spec.seed, self.device)  # [N, D], drawn in place
         self.state = self.optimizer.init_state(spec.num_rows, self.device)                # [N]
         self._last: tuple[Lookup, torch.Tensor] | None = None
 
-    def forward(self, ids: torch.Tensor, timer: Marker) -> torch.Tensor:
-        lk = self.plan(ids)
-        groups = lk.groups()
-        rows, uniq = ship(lk.rows, self.device), ship(groups.rows, self.device)
+    def plan_step(self, ids: torch.Tensor) -> tuple[Lookup, torch.Tensor, torch.Tensor]:
+        """The batch's plan and, on the device, its rows [L], distinct rows [U] and the plan of their sum."""
+        lk = super().plan_step(ids)
+        rows, uniq = ship(lk.rows, self.device), ship(lk.groups().rows, self.device)
         if self.device.type != "cpu" or self.spec.exact_sums:
-            groups.plan(self.device)  # the sum on this device reads it: ship it now
+            lk.groups().plan(self.device)  # the sum on this device reads it: ship it now
+        return lk, rows, uniq
+
+    def forward(self, ids: torch.Tensor, timer: Marker) -> torch.Tensor:
+        lk, rows, uniq = self.planned(ids)
         timer.mark("h2d")
         self._last = (lk, uniq)
         out = self.to_batch(self.weight.index_select(0, rows), lk)  # [B, K, D]

@@ -92,6 +92,17 @@ class FAEProfile:
         return spec.prepared.get("fae")
 
 
+@dataclass
+class _FAEPlan:
+    """One batch, planned on the host: its lookups, its kind, the hot rows synchronised before it."""
+
+    lookup: Lookup
+    hot: bool
+    synced: int                          # hot rows copied across before this batch (0: none)
+    slots: torch.Tensor | None = None    # hot batch: int64 [L] hot slot of each lookup, on the device
+    uslots: torch.Tensor | None = None   # hot batch: int64 [U] hot slot of each distinct row, on the device
+
+
 class FAEStore(EmbeddingStore):
     """Hot rows (weights + optimizer state) in device memory, every row in host memory.
 
@@ -107,6 +118,7 @@ class FAEStore(EmbeddingStore):
     """
 
     Options = FAEOptions
+    plans_ahead = True
 
     def __init__(self, spec: StoreSpec) -> None:
         super().__init__(spec)
@@ -126,7 +138,7 @@ class FAEStore(EmbeddingStore):
             self._pin_s = torch.empty(h, dtype=torch.float32, pin_memory=True)
         self.row_bytes = row_bytes(spec.dim, self.optimizer.state_width)
         self._sync = HotSetSync(h)
-        self._last: tuple[Lookup, torch.Tensor, torch.Tensor] | None = None  # hot batch: plan, slots, inverse
+        self._last: tuple[Lookup, torch.Tensor] | None = None  # hot batch: plan, slot of each distinct row
         self._hot_step: bool | None = None  # kind of the batch awaiting ``backward``
         self._synced = 0                    # hot rows synchronised before that batch
 
@@ -194,26 +206,32 @@ class FAEStore(EmbeddingStore):
         if adagrad:
             self.host.state.index_copy_(0, self.hot_rows, s)
 
-    def forward(self, ids: torch.Tensor, timer: Marker) -> torch.Tensor:
-        lk = self.plan(ids)
+    def plan_step(self, ids: torch.Tensor) -> _FAEPlan:
+        """Hot or cold, and whether the hot set moves before it; a hot batch's slots, shipped to the device."""
+        lk = super().plan_step(ids)
         # the [N] map is read once per distinct row (a few thousand reads, not one per lookup); the grouping
         # is the step's anyway: the hot update sums by it, a cold step hands it to the host's update
         uslots = self._slot_of[lk.groups().rows].to(torch.int64)  # [U] slot of each unique row, -1 = cold row
         hot = bool((uslots >= 0).all())
-        self._synced = self._sync.enter(hot)
-        self._hot_step = hot
-        if hot:
-            if self._synced:
+        synced = self._sync.enter(hot)
+        if not hot:
+            return _FAEPlan(lk, False, synced)
+        slots = uslots.index_select(0, lk.groups().inverse())  # [L]
+        lk.groups().plan(self.device)  # what the sum reads on the device
+        return _FAEPlan(lk, True, synced, ship(slots, self.device), ship(uslots, self.device))
+
+    def forward(self, ids: torch.Tensor, timer: Marker) -> torch.Tensor:
+        p = self.planned(ids)
+        lk, self._synced, self._hot_step = p.lookup, p.synced, p.hot
+        if p.hot:
+            if p.synced:
                 self._hot_to_device()
-            slots = uslots.index_select(0, lk.groups().inverse())  # [L]
-            dev_slots, uslots = ship(slots, self.device), ship(uslots, self.device)
-            inverse = lk.groups().plan(self.device)  # what the sum reads on the device
             timer.mark("h2d")
-            self._last = (lk, uslots, inverse)
-            out = self.to_batch(self.dev_weight.index_select(0, dev_slots), lk)  # [B, K, D]
+            self._last = (lk, p.uslots)
+            out = self.to_batch(self.dev_weight.index_select(0, p.slots), lk)  # [B, K, D]
             timer.mark("emb_fwd")
             return out
-        if self._synced:
+        if p.synced:
             self._hot_to_host()
             timer.mark("d2h")
         self._last = None
@@ -227,7 +245,7 @@ class FAEStore(EmbeddingStore):
             c = self.host.step_counters()
         else:
             assert self._last is not None
-            lk, uslots, inverse = self._last
+            lk, uslots = self._last
             self.optimizer.step(self.dev_weight, self.dev_state, uslots, lk.groups(), self.from_batch(grad, lk))
             c = {"lookups": lk.size, "unique_rows": uslots.numel()}
             self._last = None

@@ -14,6 +14,8 @@ from hotcold.embedding.rows import Lookup, init_table
 
 
 class HybridStore(EmbeddingStore):
+    plans_ahead = True
+
     def __init__(self, spec: StoreSpec) -> None:
         super().__init__(spec)
         self.weight = init_table(spec.table_sizes, spec.dim, spec.seed)   # [N, D], host
@@ -39,7 +41,7 @@ class HybridStore(EmbeddingStore):
         return torch.index_select(self.weight, 0, rows, out=self._out_buf[: rows.numel()])
 
     def forward(self, ids: torch.Tensor, timer: Marker) -> torch.Tensor:
-        return self.forward_planned(self.plan(ids), timer)
+        return self.forward_planned(self.planned(ids), timer)
 
     def forward_planned(self, lk: Lookup, timer: Marker) -> torch.Tensor:
         """``forward`` of a batch already planned (``plan``): a store that wraps this one passes its own plan,

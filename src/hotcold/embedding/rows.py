@@ -12,8 +12,10 @@ the same initial rows.
 """
 from __future__ import annotations
 
+import contextlib
+import threading
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -97,6 +99,15 @@ class Lookup:
     positions: torch.Tensor | None     # int64 [L] their flat positions in [B*K]; None: no padding
     shape: tuple[int, int]             # (B, K)
     _groups: RowGroups | None = field(default=None, repr=False)
+    _positions: dict = field(default_factory=dict, repr=False)  # device -> ``positions`` there
+
+    def positions_on(self, device: torch.device) -> torch.Tensor | None:
+        """``positions`` on ``device`` (shipped once, then kept; a plan ships them with its other inputs)."""
+        if self.positions is None or device.type == "cpu":
+            return self.positions
+        if device not in self._positions:
+            self._positions[device] = ship(self.positions, device)
+        return self._positions[device]
 
     @property
     def size(self) -> int:
@@ -158,11 +169,37 @@ def init_table(table_sizes: Sequence[int], dim: int, seed: int,
     return out
 
 
+_COPYING = threading.local()  # this thread's (copy stream, shipped tensors) inside ``copying_on``
+
+
+@contextlib.contextmanager
+def copying_on(stream: Any) -> Iterator[list[torch.Tensor]]:
+    """Within: this thread's CUDA work, ``ship``'s copies among it, goes to ``stream``; yields what ``ship`` made.
+
+    The step pipeline's worker prepares the next step this way. Each shipped
+    tensor was made on ``stream``: the consumer records its own stream on it
+    (``Tensor.record_stream``) before using it, so that its memory is not
+    reused while that stream still reads it.
+    """
+    shipped: list[torch.Tensor] = []
+    before = getattr(_COPYING, "ctx", None)
+    _COPYING.ctx = (stream, shipped)
+    try:
+        with torch.cuda.stream(stream):
+            yield shipped
+    finally:
+        _COPYING.ctx = before
+
+
 def ship(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A host tensor on ``device``: through pinned memory and without blocking on a GPU."""
     if device.type != "cuda":
         return t.to(device)
-    return t.pin_memory().to(device, non_blocking=True)
+    out = (t if t.is_pinned() else t.pin_memory()).to(device, non_blocking=True)
+    ctx = getattr(_COPYING, "ctx", None)
+    if ctx is not None:
+        ctx[1].append(out)
+    return out
 
 
 def bag_sums(order: torch.Tensor, starts: torch.Tensor, grads: torch.Tensor) -> torch.Tensor:

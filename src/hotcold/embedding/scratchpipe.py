@@ -95,6 +95,7 @@ class ScratchPipeStore(EmbeddingStore):
 
     Options = ScratchPipeOptions
     needs_batches = True
+    plans_ahead = True
 
     def __init__(self, spec: StoreSpec) -> None:
         super().__init__(spec)
@@ -133,6 +134,9 @@ class ScratchPipeStore(EmbeddingStore):
         self.pipeline = MovePipeline((self.host_weight, self.host_state), (self.slot_weight, self.slot_state),
                                      self._has_state, self.device)
         self._closed = False
+        self._ahead: dict[int, tuple[torch.Tensor, Lookup]] = {}  # id(ids) -> (ids, plan) made by ``prepare``
+        self._known = 0                                            # batches ``prepare`` planned so far
+        self._calls = 0                                            # ``prepare`` calls so far
 
     # -- admission: bookkeeping on the training thread, data movement queued -------------------
 
@@ -148,9 +152,27 @@ class ScratchPipeStore(EmbeddingStore):
         for ids in upcoming[len(self._queue) - 1:]:
             self._queue.append(self._admit(ids))
 
+    def prepare(self, ids: torch.Tensor, upcoming: Sequence[torch.Tensor] = ()) -> None:
+        """Plan the batches admission has not seen, a step ahead: the newest of ``upcoming`` (at the first step,
+        this batch and all of them). Admission itself stays in ``prefetch``: it waits for the step before, whose
+        holds are released when it has trained."""
+        batches = [ids, *upcoming]  # batches calls .. calls + len(upcoming)
+        for b in batches[max(0, self._known - self._calls):]:
+            self._ahead[id(b)] = (b, self._plan_rows(b))
+        self._known = max(self._known, self._calls + len(batches))
+        self._calls += 1
+
+    def _plan_rows(self, ids: torch.Tensor) -> Lookup:
+        lk = self.plan(ids)
+        lk.unique()
+        lk.groups().plan(self.device)
+        lk.positions_on(self.device)
+        return lk
+
     def _admit(self, ids: torch.Tensor) -> _Admitted:
         """Hold the rows of a batch, give its missing rows slots and queue their movement."""
-        lk = self.plan(ids)
+        got = self._ahead.pop(id(ids), None)
+        lk = got[1] if got is not None and got[0] is ids else self._plan_rows(ids)
         uniq, _, _ = lk.unique()
         adm = self.directory.admit(uniq.numpy())
         if adm.missing.size:

@@ -1,0 +1,232 @@
+"""``hotcold bench step``: one training step per method at the Kaggle DLRM shape, counted and timed.
+
+Each method trains through ``train.Trainer`` (the loop of every run) on a
+Criteo-Kaggle-style dataset: DLRM's Kaggle model (26 tables of dimension 16,
+MLPs 13-512-256-64-16 and 512-256-1), batch 2,048. For each it reports
+
+- the aten operations of one timed step on the training thread, counted by
+  a dispatch mode (``OpCount``: views apart), with the step pipeline off (the
+  training thread plans the step itself) and on (a worker planned it);
+- the step's milliseconds with the pipeline off and on, run in turn
+  (off, on, on, off, ...) over ``repeats``, with what the host spent preparing
+  a step and the share of it the pipeline hid from the training thread;
+- on CUDA, the step eager and with the dense part as a CUDA graph.
+
+What it prints and how to read it: docs/benchmarks.md.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from hotcold.config import ConfigError, RunConfig
+from hotcold.data.format import Dataset
+
+#: the methods and options benchmarked by default: the one-process techniques at their headline settings
+VARIANTS = {"device": {}, "hybrid": {}, "fae": {"budget_ratio": 0.124, "sample_fraction": 1.0},
+            "lru": {"cache_ratio": 0.015}, "lfu": {"cache_ratio": 0.015},
+            "freqcache": {"cache_ratio": 0.015, "warmup_ratio": 0.7}, "scratchpipe": {"window": 2}}
+KAGGLE_MODEL = {"embedding_dim": 16, "bottom_mlp": [512, 256, 64, 16], "top_mlp": [512, 256, 1]}
+
+
+class OpCount(TorchDispatchMode):
+    """Counts the aten operations dispatched on this thread inside it: views (no kernel) apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: collections.Counter[str] = collections.Counter()
+        self.views = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.is_view:
+            self.views += 1
+        else:
+            self.ops[str(func.overloadpacket)] += 1
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def total(self) -> int:
+        """Operations that are not views."""
+        return sum(self.ops.values())
+
+
+@dataclass
+class StepBenchConfig:
+    """What ``hotcold bench step`` runs (defaults: a capped Kaggle-style step on the CPU, one thread)."""
+
+    methods: tuple[str, ...] = tuple(VARIANTS)
+    batch: int = 2048
+    steps: int = 30                 # timed steps per run
+    warmup: int = 5                 # untimed steps first (the CUDA graph is captured in the last one)
+    repeats: int = 3                # runs of each pipeline setting, in turn
+    threads: int = 1
+    device: str = "cpu"
+    cap: int = 200_000              # rows per table of the generated dataset at most (None-like 0: real sizes)
+    dataset: str | None = None      # a `hotcold generate` output instead of generating one
+    seed: int = 0
+    options: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(VARIANTS))
+
+    def validate(self) -> None:
+        for name in ("batch", "steps", "warmup", "repeats", "threads"):
+            v = getattr(self, name)
+            if not (isinstance(v, int) and v >= 1):
+                raise ConfigError(f"bench step: --{name} must be an integer >= 1, got {v!r}")
+        unknown = [m for m in self.methods if m not in self.options]
+        if unknown:
+            raise ConfigError(f"bench step: no benchmark setting for {unknown}; choose among {list(self.options)}")
+        if self.device not in ("cpu", "cuda"):
+            raise ConfigError(f"bench step: --device must be cpu or cuda, got {self.device!r}")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("bench step: --device cuda, but torch sees no GPU here")
+
+    def run_config(self, method: str, pipeline: str, graphs: str) -> RunConfig:
+        return RunConfig.from_dict({
+            "dataset": "bench", "method": method, "variant": "bench", "seed": self.seed,
+            "store": self.options[method], "model": KAGGLE_MODEL,
+            "train": {"batch_size": self.batch, "steps": self.warmup + self.steps, "warmup_steps": self.warmup,
+                      "pipeline": pipeline, "cuda_graphs": graphs, "eval_samples": self.batch},
+        })
+
+
+def _dataset(cfg: StepBenchConfig, tmp: Path) -> Dataset:
+    """The given dataset, or a Kaggle-style one with one epoch of the run's steps (and a test split)."""
+    if cfg.dataset:
+        return Dataset.open(Path(cfg.dataset))
+    from hotcold.data.generators import GeneratorConfig, generate
+
+    gen = GeneratorConfig(kind="criteo-kaggle-style", rows=int(cfg.batch * (cfg.warmup + cfg.steps + 1) / 0.9) + 1,
+                          max_rows_per_table=cfg.cap or None, seed=cfg.seed)
+    generate(gen, tmp / "kaggle", progress=False)
+    return Dataset.open(tmp / "kaggle")
+
+
+def _trained(cfg: StepBenchConfig, ds: Dataset, method: str, pipeline: str, graphs: str,
+             count_step: int | None = None) -> tuple[dict[str, Any], OpCount | None]:
+    """One run of ``warmup + steps`` steps (no evaluation); its summary, and the ops of step ``count_step``."""
+    from hotcold.train import Trainer
+
+    device = torch.device(cfg.device)
+    run = cfg.run_config(method, pipeline, graphs)
+    trainer = Trainer(run, ds, device, progress=False)
+    counted = None
+    try:
+        for i in range(run.train.steps):
+            if i == count_step:
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                with OpCount() as counted:
+                    trainer.step(i)
+            else:
+                trainer.step(i)
+        result = trainer.finish(evaluation=False)
+    finally:
+        trainer.close()
+    s = result.summary
+    return {"step_ms": s["step_ms_p50"], "host_ms": s.get("host_step_ms_p50", s["step_ms_p50"]),
+            "prepare_ms": s.get("prepare_ms_p50"), "prepare_wait_ms": s.get("prepare_wait_ms_p50"),
+            "prepare_hidden": s.get("prepare_hidden"), "dense_step": result.store_report["dense_step"],
+            "phase_ms": s["phase_ms_p50"]}, counted
+
+
+def _in_turn(repeats: int) -> Iterator[str]:
+    """off, on, on, off, off, on, ...: each setting first as often as the other."""
+    for r in range(repeats):
+        yield from (("off", "on") if r % 2 == 0 else ("on", "off"))
+
+
+def bench_method(cfg: StepBenchConfig, ds: Dataset, method: str) -> dict[str, Any]:
+    """One method: its ops per timed step and its step times, pipeline off and on (and graphed on CUDA)."""
+    graphs = "off"
+    ops: dict[str, OpCount] = {}
+    runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
+    for pipeline in _in_turn(cfg.repeats):
+        count = cfg.warmup if pipeline not in ops else None  # the first timed step of the first run of each
+        got, counted = _trained(cfg, ds, method, pipeline, graphs, count)
+        if counted is not None:
+            ops[pipeline] = counted
+        runs[pipeline].append(got)
+    out: dict[str, Any] = {"method": method, "options": cfg.options[method]}
+    for pipeline, counted in ops.items():
+        out[f"ops_{pipeline}"] = counted.total
+        out[f"views_{pipeline}"] = counted.views
+        out[f"op_counts_{pipeline}"] = dict(counted.ops.most_common())
+    for pipeline, got in runs.items():
+        out[f"step_ms_{pipeline}"] = float(np.median([g["step_ms"] for g in got]))
+        out[f"host_ms_{pipeline}"] = float(np.median([g["host_ms"] for g in got]))
+        out[f"prepare_ms_{pipeline}"] = float(np.median([g["prepare_ms"] for g in got]))
+        out[f"prepare_wait_ms_{pipeline}"] = float(np.median([g["prepare_wait_ms"] for g in got]))
+        out[f"phase_ms_{pipeline}"] = got[0]["phase_ms"]
+    # the share of a step's preparation (the training thread's own, pipeline off) that the training thread no
+    # longer waits for (pipeline on); and the share of it the step got shorter by (noisier: a difference of steps)
+    out["prepare_hidden"] = 1 - out["prepare_wait_ms_on"] / out["prepare_ms_off"] if out["prepare_ms_off"] > 0 \
+        else float("nan")
+    saved = out["step_ms_off"] - out["step_ms_on"]
+    out["step_saved_share"] = saved / out["prepare_ms_off"] if out["prepare_ms_off"] > 0 else float("nan")
+    if cfg.device == "cuda":
+        graphed = [_trained(cfg, ds, method, "on", "on", cfg.warmup) for _ in range(cfg.repeats)]
+        out["ops_graph"] = graphed[0][1].total
+        out["step_ms_graph"] = float(np.median([g["step_ms"] for g, _ in graphed]))
+        out["host_ms_graph"] = float(np.median([g["host_ms"] for g, _ in graphed]))
+        out["dense_step_graph"] = graphed[0][0]["dense_step"]
+    return out
+
+
+def _load() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def run(cfg: StepBenchConfig) -> dict[str, Any]:
+    """Every method of ``cfg``: what ``bench_method`` measures, with the machine's load before and after."""
+    cfg.validate()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.threads)
+    load_before = _load()
+    try:
+        with tempfile.TemporaryDirectory(prefix="hotcold-bench-step-") as tmp:
+            ds = _dataset(cfg, Path(tmp))
+            rows = [bench_method(cfg, ds, m) for m in cfg.methods]
+            tables = {"tables": len(ds.cardinalities), "rows": int(sum(ds.cardinalities))}
+    finally:
+        torch.set_num_threads(threads)
+    device = torch.cuda.get_device_name(cfg.device) if cfg.device == "cuda" else "cpu"
+    return {"config": {**asdict(cfg), **tables, "torch": torch.__version__, "device_name": device},
+            "methods": rows, "load": {"before": load_before, "after": _load()}}
+
+
+def render(result: dict[str, Any]) -> str:
+    """The result as the text the verb prints."""
+    cfg = result["config"]
+    cuda = cfg["device"] == "cuda"
+    lines = [f"training step: {cfg['tables']} tables, {cfg['rows']} rows, DLRM Kaggle MLPs, batch {cfg['batch']}, "
+             f"{cfg['threads']} thread(s), {cfg['device_name']}; median of {cfg['repeats']} runs x {cfg['steps']} "
+             f"timed steps per pipeline setting, run in turn",
+             f"{'method':<12}{'ops off':>8}{'ops on':>7}{'step ms off':>12}{'on':>8}{'prepare ms':>11}"
+             f"{'waited':>8}{'hidden':>8}{'saved':>7}" + (f"{'ops graph':>10}{'graph ms':>9}" if cuda else "")]
+    for m in result["methods"]:
+        line = (f"{m['method']:<12}{m['ops_off']:>8}{m['ops_on']:>7}{m['step_ms_off']:>12.3f}{m['step_ms_on']:>8.3f}"
+                f"{m['prepare_ms_off']:>11.3f}{m['prepare_wait_ms_on']:>8.3f}{m['prepare_hidden']:>8.0%}"
+                f"{m['step_saved_share']:>7.0%}")
+        if cuda:
+            line += f"{m['ops_graph']:>10}{m['step_ms_graph']:>9.3f}"
+        lines.append(line)
+    lines += ["ops: aten operations of one timed step on the training thread, views apart (pipeline off: the "
+              "thread plans the step itself; on: a worker did)",
+              "prepare ms: the training thread's time preparing a step (read, plan, copies) with the pipeline off; "
+              "waited: its wait for the worker's with the pipeline on; hidden: 1 - waited / prepare ms; "
+              "saved: (step off - step on) / prepare ms"]
+    if cuda:
+        lines.append("graph: the dense forward, backward and optimizer replayed as a CUDA graph (pipeline on)")
+    load = result["load"]
+    lines.append(f"load average (1, 5, 15 min) before {load['before']}, after {load['after']}")
+    return "\n".join(lines)
