@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from hotcold.embedding import fused, update
-from hotcold.embedding.rows import RowGroups, sum_by_index
+from hotcold.embedding.rows import RowGroups, group_rows, sum_by_index
+from hotcold.jit import python
 from hotcold.embedding.update import RowOptimizer
 from hotcold.model.optim import DenseAdagrad, DenseSGD
 
@@ -52,6 +53,19 @@ def test_row_groups_match_torch_unique(high):
     for u in range(0, g.size, max(1, g.size // 20)):                                  # ...in batch order
         mine = g.order[g.offsets[u]:g.offsets[u + 1]]
         assert torch.equal(mine, (rows == uniq[u]).nonzero().squeeze(1))
+
+
+@pytest.mark.parametrize("high", [1, 50, 2**21, 2**31 - 1])
+def test_radix_grouping_is_a_stable_sort(high):
+    """``group_rows`` (compiled, and its plain-Python body) groups as torch's stable sort does."""
+    rows = torch.randint(0, high, (5000,), generator=torch.Generator().manual_seed(high % 1000))
+    rows[::9] = rows[1]  # a heavy row
+    ordered, order = torch.sort(rows, stable=True)
+    uniq, counts = torch.unique_consecutive(ordered, return_counts=True)
+    for kernel in (group_rows, python(group_rows)):
+        got_order, got_uniq, got_offsets = kernel(rows.numpy())
+        assert np.array_equal(got_order, order.numpy()) and np.array_equal(got_uniq, uniq.numpy())
+        assert np.array_equal(np.diff(got_offsets), counts.numpy()) and got_offsets[0] == 0
 
 
 def test_row_groups_of_no_rows():
