@@ -32,6 +32,11 @@ def add_gpu_check(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--warmup-steps", type=int, help="untimed first steps (default with --steps: a tenth)")
     g.add_argument("--batch-size", type=int)
     g.add_argument("--eval-samples", type=int, help="test samples evaluated (0: the whole test split)")
+    g.add_argument("--pipeline", choices=["auto", "on", "off"],
+                   help="train.pipeline of every run (default: the config's, auto: on on a GPU)")
+    g.add_argument("--cuda-graphs", choices=["auto", "on", "off"],
+                   help="train.cuda_graphs of every run (default: the config's, auto: the dense step as a CUDA "
+                        "graph where it captures)")
     g.add_argument("--datasets", nargs="+", help="only these datasets of the config")
     g.add_argument("--methods", nargs="+", help="only these methods (device is kept: the others' reference)")
     g.add_argument("--threads", type=int, help="torch threads of the training (default: the config's threads)")
@@ -63,7 +68,8 @@ def cmd_gpu_check(args: argparse.Namespace) -> None:
     if args.steps is not None and warmup is None:
         warmup = max(1, args.steps // 10) if args.steps > 1 else 0
     hand = dict(rows=args.rows, max_rows_per_table=args.max_rows_per_table, steps=args.steps, warmup_steps=warmup,
-                batch_size=args.batch_size, eval_samples=args.eval_samples)
+                batch_size=args.batch_size, eval_samples=args.eval_samples, pipeline=args.pipeline,
+                cuda_graphs=args.cuda_graphs)
     scale = SCALES[args.scale] if args.scale else None
     if any(v is not None for v in hand.values()):
         if scale is None:  # the device's default scale, known once the device is

@@ -33,17 +33,19 @@ class Scale:
     warmup_steps: int | None = None
     batch_size: int | None = None
     eval_samples: int | None = None
+    pipeline: str | None = None             # train.pipeline of every run (auto | on | off)
+    cuda_graphs: str | None = None          # train.cuda_graphs of every run
 
-    def train(self) -> dict[str, int]:
+    def train(self) -> dict[str, Any]:
         """The train section's replaced keys."""
-        keys = ("steps", "warmup_steps", "batch_size", "eval_samples")
+        keys = ("steps", "warmup_steps", "batch_size", "eval_samples", "pipeline", "cuda_graphs")
         return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
 
     def generator(self) -> dict[str, int]:
         """The generator options replaced."""
         return {k: getattr(self, k) for k in ("rows", "max_rows_per_table") if getattr(self, k) is not None}
 
-    def with_(self, **changes: int | None) -> "Scale":
+    def with_(self, **changes: Any) -> "Scale":
         """This scale with the given non-None fields replaced (options given by hand)."""
         return Scale(**{**asdict(self), **{k: v for k, v in changes.items() if v is not None}})
 

@@ -20,10 +20,12 @@ from hotcold.timing import PHASES
 
 STATUS_FAILED = "failed"   # the run raised: no record
 KEYS = ["dataset", "method", "variant"]
-COLUMNS = [*KEYS, "status", "device", "timer", "samples_per_s", "step_ms_p50", *[f"{p}_ms" for p in PHASES],
+COLUMNS = [*KEYS, "status", "device", "timer", "samples_per_s", "step_ms_p50", "host_step_ms", "dense_step",
+           "prepare_hidden", *[f"{p}_ms" for p in PHASES],
            "exact", "param_rel_diff", "exact_reference", "check", "degenerate", "hit_rate", "h2d_bytes_per_step", "d2h_bytes_per_step",
            "auc", "stable", "wall_s", "reason", "unstable_reason"]
-FORMATS = {**{f"{p}_ms": "{:.3f}" for p in PHASES}, "hit_rate": "{:.3f}", "h2d_bytes_per_step": "{:,.0f}",
+FORMATS = {**{f"{p}_ms": "{:.3f}" for p in PHASES}, "host_step_ms": "{:.3f}", "prepare_hidden": "{:.2f}",
+           "hit_rate": "{:.3f}", "h2d_bytes_per_step": "{:,.0f}",
            "d2h_bytes_per_step": "{:,.0f}", "wall_s": "{:.1f}"}
 #: the counters whose bytes cross between host and device memory, each way (``hotcold.counters.StepCounters``)
 H2D = ("param_bytes_h2d", "vector_bytes_h2d")
@@ -37,6 +39,10 @@ def _from_record(rec: dict[str, Any]) -> dict[str, Any]:
     lookups = counters.get("lookups")
     return {
         "check": rec.get("check"),  # bits (the harness's stores) or lockstep (a peer's kernels), when recorded
+        # the host clock's step (on a CPU the step itself)
+        "host_step_ms": summary.get("host_step_ms_p50", summary.get("step_ms_p50", math.nan)),
+        "dense_step": (rec.get("store") or {}).get("dense_step"),   # eager, or graph (train.cuda_graphs)
+        "prepare_hidden": summary.get("prepare_hidden", math.nan),  # the step pipeline's hidden share
         **{f"{p}_ms": phases.get(p, math.nan) if phases else math.nan for p in PHASES},
         "hit_rate": counters["hits"] / lookups if lookups else math.nan,
         "h2d_bytes_per_step": sum(counters.get(c, 0.0) for c in H2D) if counters else math.nan,
@@ -62,7 +68,8 @@ def frame(records: Sequence[dict[str, Any]], failures: Sequence[dict[str, Any]],
                                                  **failure}
     out = pd.DataFrame([{**{c: None for c in COLUMNS}, **rows[key], "wall_s": wall_s.get(key)}
                         for key in order if key in rows], columns=COLUMNS)
-    for col in ("samples_per_s", "step_ms_p50", *[f"{p}_ms" for p in PHASES], "param_rel_diff", "hit_rate",
+    for col in ("samples_per_s", "step_ms_p50", "host_step_ms", "prepare_hidden", *[f"{p}_ms" for p in PHASES],
+                "param_rel_diff", "hit_rate",
                 "h2d_bytes_per_step", "d2h_bytes_per_step", "auc", "wall_s"):
         out[col] = pd.to_numeric(out[col], errors="coerce").astype("float64")
     out["exact"] = out["exact"].astype("boolean")
