@@ -97,7 +97,8 @@ def test_bench_step_counts_and_times_each_method(small_dataset, tmp_path, capsys
     for m in got.values():
         # the training thread plans the step itself with the pipeline off: more operations than with it on
         assert 0 < m["ops_on"] < m["ops_off"]
-        assert m["op_counts_off"]["aten.sort"] == 1 and "aten.sort" not in m["op_counts_on"]
+        assert m["op_counts_off"]["aten.ge"] == 1 and "aten.ge" not in m["op_counts_on"]  # the padding mask
+        assert m["op_counts_on"]["hotcold.fused_step"] == 1  # the sparse step: one compiled kernel
         assert m["step_ms_off"] > 0 and m["step_ms_on"] > 0 and m["prepare_ms_off"] > 0
     assert main(["bench", "step", "--dataset", str(small_dataset.path), "--methods", "nosuch"]) == 2
     assert "no benchmark setting for ['nosuch']" in capsys.readouterr().err

@@ -187,6 +187,23 @@ def test_fused_step_splits_rows_over_threads_with_the_same_bits(monkeypatch):
     assert not torch.equal(out[0][0], torch.ones(40_000, 16))
 
 
+@pytest.mark.parametrize("adagrad", [False, True])
+def test_update_by_add_has_the_bits_of_gather_update_scatter(adagrad):
+    """The GPU's form of the row update (changes added in place) and the CPU's (gather, update, scatter)."""
+    gen = torch.Generator().manual_seed(7)
+    weight, state = torch.randn(300, 16, generator=gen), torch.rand(300, generator=gen)
+    slots = torch.randperm(300, generator=gen)[:120]
+    out = []
+    for by_add in (False, True):
+        w, s = weight.clone(), state.clone()
+        for _ in range(3):
+            update.update_rows(w, s, slots, torch.randn(120, 16, generator=torch.Generator().manual_seed(_)),
+                               0.05, 1e-8, adagrad, by_add=by_add)
+        out.append((w, s))
+    assert torch.equal(out[0][0], out[1][0]) and torch.equal(out[0][1], out[1][1])
+    assert not torch.equal(out[0][0], weight)
+
+
 def test_correct_sqrt_is_the_correctly_rounded_root():
     """torch's vectorised CPU sqrt is off by one unit in the last place for some inputs; ``correct_sqrt`` is not:
     it equals numpy's float32 root (IEEE 754) everywhere."""

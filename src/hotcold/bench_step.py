@@ -29,6 +29,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from hotcold.config import ConfigError, RunConfig
 from hotcold.data.format import Dataset
+from hotcold.embedding import fused
 
 #: the methods and options benchmarked by default: the one-process techniques at their headline settings
 VARIANTS = {"device": {}, "hybrid": {}, "fae": {"budget_ratio": 0.124, "sample_fraction": 1.0},
@@ -38,12 +39,27 @@ KAGGLE_MODEL = {"embedding_dim": 16, "bottom_mlp": [512, 256, 64, 16], "top_mlp"
 
 
 class OpCount(TorchDispatchMode):
-    """Counts the aten operations dispatched on this thread inside it: views (no kernel) apart."""
+    """Counts the aten operations dispatched on this thread inside it, views (no kernel) apart, and the
+    harness's own compiled kernels (``fused.watching``: one operation each)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.ops: collections.Counter[str] = collections.Counter()
         self.views = 0
+        self._watch = fused.watching(self._kernel)
+
+    def _kernel(self, name: str) -> None:
+        self.ops[name] += 1
+
+    def __enter__(self):
+        self._watch.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._watch.__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.is_view:

@@ -20,8 +20,11 @@ run on a thread pool: the same bits at any thread count.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -76,6 +79,20 @@ def _step_rows(weight, state, slots, order, starts, grads, lr, eps, inv_width, a
 
 
 _POOL: ThreadPoolExecutor | None = None
+_WATCH = threading.local()  # this thread's observer of the kernels run (``watching``)
+
+
+@contextlib.contextmanager
+def watching(seen: Callable[[str], None]) -> Iterator[None]:
+    """Within: every ``fused_step`` on this thread calls ``seen`` with its name: a kernel that no torch
+    dispatch sees (``bench_step.OpCount`` counts it as one operation)."""
+    before = getattr(_WATCH, "seen", None)
+    _WATCH.seen = seen
+    try:
+        yield
+    finally:
+        _WATCH.seen = before
+
 
 
 def _pool(threads: int) -> ThreadPoolExecutor:
@@ -101,6 +118,9 @@ def fused_step(weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, o
     (``RowGroups``); grads float32 [L, D]. ``available`` must hold.
     """
     u = slots.numel()
+    seen = getattr(_WATCH, "seen", None)
+    if seen is not None:
+        seen("hotcold.fused_step")
     if not u:
         return
     w = weight.numpy()

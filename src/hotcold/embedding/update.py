@@ -62,7 +62,8 @@ def correct_sqrt(x: torch.Tensor) -> torch.Tensor:
 
 
 def update_rows(weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, grad: torch.Tensor,
-                lr: float, eps: float, adagrad: bool, sq_mean: torch.Tensor | None = None) -> None:
+                lr: float, eps: float, adagrad: bool, sq_mean: torch.Tensor | None = None,
+                by_add: bool | None = None) -> None:
     """One SGD or row-wise Adagrad step on the rows ``slots``, in place.
 
     weight [N, D] float32; state [N]; slots: unique int64 [U]; grad [U, D],
@@ -73,15 +74,27 @@ def update_rows(weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, 
     ``row_square_means``, whose order is fixed, so a row updated on the host
     gets the same bits as on the GPU. A float64
     ``grad`` (an exact sum) is rounded to the weights' float32 after its
-    squares are taken. Gather, update, scatter: the rows are unique, and on
-    CPUs this is several times faster than ``index_add_`` into a large table.
+    squares are taken.
+
+    ``by_add`` (default: on a GPU) adds each row's change in place
+    (``index_add_``: the rows are unique, so each element gets one add, the
+    same bits as ``w - lr * g``; fewer kernels); otherwise gather, update,
+    scatter, which on CPUs is several times faster than ``index_add_`` into
+    a large table.
     """
+    by_add = weight.device.type == "cuda" if by_add is None else by_add
     if adagrad:
-        sq_mean = row_square_means(grad) if sq_mean is None else sq_mean
-        acc = state.index_select(0, slots) + sq_mean.to(state.dtype)  # [U]
-        state.index_copy_(0, slots, acc)
+        sq_mean = (row_square_means(grad) if sq_mean is None else sq_mean).to(state.dtype)  # [U]
+        if by_add:
+            acc = state.index_add_(0, slots, sq_mean).index_select(0, slots)
+        else:
+            acc = state.index_select(0, slots) + sq_mean
+            state.index_copy_(0, slots, acc)
         grad = grad / (correct_sqrt(acc) + eps).unsqueeze(1)
-    weight.index_copy_(0, slots, weight.index_select(0, slots) - lr * grad.to(weight.dtype))
+    if by_add:  # w + (-(lr g)) is w - lr g: IEEE rounds a sum and a difference of the same values alike
+        weight.index_add_(0, slots, grad.to(weight.dtype) * -lr)
+    else:
+        weight.index_copy_(0, slots, weight.index_select(0, slots) - lr * grad.to(weight.dtype))
 
 
 def sparse_step(weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, order: torch.Tensor,
