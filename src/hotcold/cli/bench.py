@@ -82,7 +82,8 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
     result = run(BenchConfig(threads=args.threads, batch=args.batch, dim=args.dim, cap=args.cap, zipf=args.zipf,
                              steps=_given(args.steps, 40), repeats=_given(args.repeats, 7),
-                             check_steps=args.check_steps, device=args.device, optimizers=tuple(args.optimizers), fused=not args.no_fused))
+                             check_steps=args.check_steps, device=args.device, optimizers=tuple(args.optimizers),
+                             fused=not args.no_fused))
     print(render(result))
     if args.out:
         write(result, Path(args.out))

@@ -21,9 +21,8 @@ from hotcold.timing import PHASES
 STATUS_FAILED = "failed"   # the run raised: no record
 KEYS = ["dataset", "method", "variant"]
 COLUMNS = [*KEYS, "status", "device", "timer", "samples_per_s", "step_ms_p50", "host_step_ms", "dense_step",
-           "prepare_hidden", *[f"{p}_ms" for p in PHASES],
-           "exact", "param_rel_diff", "exact_reference", "check", "degenerate", "hit_rate", "h2d_bytes_per_step", "d2h_bytes_per_step",
-           "auc", "stable", "wall_s", "reason", "unstable_reason"]
+           "prepare_hidden", *[f"{p}_ms" for p in PHASES], "exact", "param_rel_diff", "exact_reference", "check",
+           "degenerate", "hit_rate", "h2d_bytes_per_step", "d2h_bytes_per_step", "auc", "stable", "wall_s", "reason", "unstable_reason"]
 FORMATS = {**{f"{p}_ms": "{:.3f}" for p in PHASES}, "host_step_ms": "{:.3f}", "prepare_hidden": "{:.2f}",
            "hit_rate": "{:.3f}", "h2d_bytes_per_step": "{:,.0f}",
            "d2h_bytes_per_step": "{:,.0f}", "wall_s": "{:.1f}"}
