@@ -8,7 +8,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from matplotlib.collections import LineCollection
+
+pytest.importorskip("seaborn", reason="seaborn is not installed: the figures need it (make setup installs it)")
+from matplotlib.collections import LineCollection  # noqa: E402 - after the skip
 
 from hotcold.analysis.comparisons import cache_sim_table
 from hotcold.analysis.figures import make_figures

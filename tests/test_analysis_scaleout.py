@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+pytest.importorskip("seaborn", reason="seaborn is not installed: the figures need it (make setup installs it)")
+
 from hotcold.analysis.figures import make_figures
 from hotcold.analysis.scaleout import (batch_label, comm_traffic_markdown, comm_traffic_table,
                                        flexshard_headroom_markdown, flexshard_headroom_table, proactive_table,

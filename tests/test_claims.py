@@ -8,6 +8,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
+pytest.importorskip("seaborn", reason="seaborn is not installed: the figures need it (make setup installs it)")
+
 from hotcold.analysis.claims import CLAIMS, Claim, Run, claims_markdown, claims_table
 from hotcold.analysis.claims_figure import UNSTABLE_HATCH, claims_figure
 

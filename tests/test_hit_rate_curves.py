@@ -7,6 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+pytest.importorskip("seaborn", reason="seaborn is not installed: the figures need it (make setup installs it)")
+
 from hotcold.analysis.hit_rate_curves import measured_hit_rates, trained_sizes
 from hotcold.cli import main
 from hotcold.trace import stackdist
