@@ -236,7 +236,7 @@ def test_exact_uses_the_records_own_reference(tmp_path: Path) -> None:
     summary = aggregate(find_records(runs), tmp_path / "tables", exact_rtol=1e-6)
     good = row(summary, "kaggle", "fae", "good", 0)
     assert bool(good.exact) is True and good.param_rel_diff == 0.0
-    assert good.exact_reference == "device replay of this order"
+    assert good.exact_reference == "device replay of this order" and good.exact_check.startswith("bits: ")
     bad = row(summary, "kaggle", "fae", "bad", 0)
     assert bool(bad.exact) is False
     assert bad.param_rel_diff == pytest.approx(np.linalg.norm(np.full(256, 1e-3)) / np.linalg.norm(reordered))
@@ -535,6 +535,7 @@ def test_a_peer_is_compared_with_the_device_run_and_labelled_as_its_own_kernel(t
     peer = row(summary, "kaggle", "fbgemm", "base", 0)
     assert bool(peer.exact) is False and peer.param_rel_diff > 1e-6
     assert peer.exact_reference == "device run (peer kernel, own rounding)"
+    assert peer.exact_check.startswith("end-state distance: ")
     assert row(summary, "kaggle", "hybrid", "base", 0).exact_reference == "device run"
     assert "own kernels" in (tmp_path / "tables" / "summary.md").read_text()
 
@@ -552,3 +553,4 @@ def test_a_peer_checked_in_lock_step_takes_that_checks_exactness(tmp_path: Path,
     assert bool(peer.exact) is ok and peer.param_rel_diff > 1e-6
     assert peer.exact_reference.startswith("lock-step with the device store") and "20 steps" in peer.exact_reference
     assert ("<= 1e-05" if ok else "> 1e-05") in peer.exact_reference
+    assert peer.exact_check.startswith("lock-step: ")

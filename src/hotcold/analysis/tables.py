@@ -54,7 +54,7 @@ REFERENCE_LABELS = {"run": "device run", "replay": "device replay of this order"
 
 SUMMARY_COLUMNS = [
     *RUN_ID, "plan", "status", "options", "timer", "device", "samples_per_s", "step_ms_p50", "step_ms_p10", "step_ms_p90",
-    "step_ms_mean", "speedup_vs_hybrid", "auc", "auc_vs_hybrid", "logloss", "exact", "exact_reference",
+    "step_ms_mean", "speedup_vs_hybrid", "auc", "auc_vs_hybrid", "logloss", "exact", "exact_check", "exact_reference",
     "param_rel_diff", "stable", "unstable_reason", "degenerate", "repeats", "repeat_spread", "other_cores",
     "probe_slowdown",
 ]
@@ -218,9 +218,23 @@ def _speedups(frame: pd.DataFrame) -> pd.Series:
     return out
 
 
+#: ``exact_check``: how a run's ``exact`` was decided (``lockstep.CHECK_BITS`` and ``CHECK_LOCKSTEP``, and none)
+EXACT_CHECKS = {"bits": "bits: the same operations in the same order as the reference",
+                "lockstep": "lock-step: its own kernels round their own way",
+                "distance": "end-state distance: its own kernels round their own way",
+                "none": "none"}
+
+
 def _exactness(frame: pd.DataFrame, records: list[dict[str, Any]],
-               exact_rtol: float) -> tuple[pd.Series, pd.Series, pd.Series]:
-    """Relative parameter-sketch distance to each run's reference, and which reference that was.
+               exact_rtol: float) -> tuple[pd.Series, pd.Series, pd.Series, pd.Series]:
+    """Relative parameter-sketch distance to each run's reference, which reference that was, and the check.
+
+    ``exact_check`` names how ``exact`` was decided: ``bits`` (the
+    harness's stores: the reference's operations in its order, so its bits,
+    held to the sketch's float32 tolerance), ``lock-step`` (a peer's kernels,
+    compared step by step; a peer's record from before that check: its
+    end-state distance) or ``none`` (a run outside exact mode, or with no
+    reference trained): never a bare "no".
 
     The reference is the record's own ``reference`` (the ``device`` store
     replayed on the run's batch order) when it has one, else the ``device``
@@ -234,11 +248,12 @@ def _exactness(frame: pd.DataFrame, records: list[dict[str, Any]],
     diff = pd.Series(np.nan, index=frame.index, dtype="float64")
     exact = pd.Series(pd.NA, index=frame.index, dtype="boolean")
     label = pd.Series(pd.NA, index=frame.index, dtype="string")
+    check = pd.Series(pd.NA, index=frame.index, dtype="string")
     for _, group in frame.groupby(["dataset", "dataset_sha256", "seed"], dropna=False, sort=False):
         ref = _pick_reference(group, REFERENCE_METHOD)
         for idx in group.index:
             if (records[idx].get("reference") or {}).get("checked") is False:  # no replay was trained
-                label[idx] = REFERENCE_LABELS["unchecked"]
+                label[idx], check[idx] = REFERENCE_LABELS["unchecked"], EXACT_CHECKS["none"]
                 continue
             if replays[idx] is not None:
                 kind = "scale_out" if frame.at[idx, "world"] > 1 else "replay"
@@ -254,12 +269,13 @@ def _exactness(frame: pd.DataFrame, records: list[dict[str, Any]],
             if not math.isnan(d):
                 diff[idx], label[idx] = d, REFERENCE_LABELS[kind]
                 exact[idx] = pd.NA if kind == "wire" else d <= exact_rtol
+                check[idx] = EXACT_CHECKS[{"wire": "none", "peer": "distance"}.get(kind, "bits")]
             lock = records[idx].get("lockstep")
             if lock:  # a peer checked step by step: its exactness is that check's, its distance the end state's
-                exact[idx] = bool(lock["ok"])
+                exact[idx], check[idx] = bool(lock["ok"]), EXACT_CHECKS["lockstep"]
                 label[idx] = (f"{REFERENCE_LABELS['lockstep']}: {lock['steps']} steps, max diff "
                               f"{lock['max_diff']:.1e} {'<=' if lock['ok'] else '>'} {lock['atol']:g}")
-    return exact, diff, label
+    return exact, check, diff, label
 
 
 def _auc_vs_hybrid(frame: pd.DataFrame) -> pd.Series:
@@ -295,7 +311,8 @@ def summary_frame(records: list[dict[str, Any]], exact_rtol: float = EXACT_RTOL)
     frame["seed"] = frame["seed"].astype("int64")
     frame["speedup_vs_hybrid"] = _speedups(frame)
     frame["auc_vs_hybrid"] = _auc_vs_hybrid(frame)
-    frame["exact"], frame["param_rel_diff"], frame["exact_reference"] = _exactness(frame, records, exact_rtol)
+    frame["exact"], frame["exact_check"], frame["param_rel_diff"], frame["exact_reference"] = _exactness(
+        frame, records, exact_rtol)
     frame = frame[SUMMARY_COLUMNS + PROVENANCE_COLUMNS]
     return frame.sort_values(RUN_ID, kind="stable").reset_index(drop=True)
 
@@ -378,6 +395,8 @@ def _summary_markdown(summary: pd.DataFrame, exact_rtol: float) -> str:
         f"Timer kind(s): {timers}. Speed-up is samples/s over the `{BASELINE_METHOD}` run "
         "of the same dataset, seed and timer kind; times from different timers are never compared.\n"
         f"`exact`: final parameters match the reference (relative sketch distance <= {exact_rtol:g}); "
+        "`exact_check` names how that was decided: `bits` (the harness's stores run the reference's operations "
+        "in its order, each IEEE-rounded on the host as on a GPU), `lock-step` (below) or `none`; "
         f"`exact_reference` says which: the `{REFERENCE_METHOD}` run of the same dataset and seed, or, "
         "for a store with its own batch order (FAE), the record's own replay of that order on the "
         f"`{REFERENCE_METHOD}` store. A peer method (`fbgemm`) runs its own kernels: the same update, rounded "
