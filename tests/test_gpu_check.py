@@ -45,6 +45,51 @@ def test_the_plan_is_the_workflows_one_process_runs_device_first():
     assert "steps" not in gpu.runs[0].run_config["train"]  # the config's own (the schema's default)
 
 
+@pytest.mark.parametrize("name", ["default.yaml", "paper-scale-cpu.yaml", "paper.yaml"])
+def test_a_config_is_read_and_planned_as_the_workflow_reads_it(name, tmp_path):
+    """``gpu-check --config X`` reads what ``make reproduce CONFIG=X`` runs (default.yaml with X merged over it
+    by Snakemake, nulls kept, the schema's defaults filled in) and plans its one-process runs."""
+    utils = pytest.importorskip("snakemake.utils", reason="Snakemake is not installed: nothing to compare with")
+    from hotcold.gpucheck import load_config
+    from hotcold.workflow import Matrix
+
+    path = REPO / "workflows/config" / name
+    snakemake_config = yaml.safe_load(DEFAULT.read_text())
+    if name != "default.yaml":
+        utils.update_config(snakemake_config, yaml.safe_load(path.read_text()))
+    utils.validate(snakemake_config, str(REPO / "workflows/schemas/config.schema.yaml"))
+    config = load_config(path)
+    assert config == snakemake_config
+    planned = plan(config, tmp_path, "cuda", SCALES["config"])
+    matrix = Matrix(snakemake_config)
+    first = snakemake_config["seeds"][0]
+    want = {(r.dataset, r.method, r.variant): r for r in matrix.runs()
+            if not r.scale_out and r.seed == first and matrix.source_of(r.dataset) is None}
+    assert {(r.dataset, r.method, r.variant) for r in planned.runs} == set(want)
+    for run in planned.runs:
+        workflow_run = matrix.run_config(want[run.dataset, run.method, run.variant])
+        for section in ("store", "model", "train"):
+            assert run.run_config[section] == workflow_run[section], (run.name, section)
+    if name == "paper-scale-cpu.yaml":  # the full-size Kaggle-style tables: a null kept as "real sizes"
+        assert planned.generators["kaggle"]["max_rows_per_table"] is None
+        assert ("kaggle", "device", "base") in want and ("kaggle", "fae", "256mib") in want
+
+
+def test_the_full_size_kaggle_preset_plans_the_evidence_runs(tmp_path):
+    """``--preset full-size-kaggle``: the first GPU run's full-size table, without writing its config by hand."""
+    from hotcold.gpucheck import load_config
+    from hotcold.gpucheck.plan import PRESETS
+
+    preset = PRESETS["full-size-kaggle"]
+    planned = plan(load_config(REPO / preset.config), tmp_path, "cuda", preset.scale, preset.datasets, preset.methods)
+    assert [r.name for r in planned.runs] == ["kaggle/device/base", "kaggle/hybrid/base", "kaggle/fae/256mib",
+                                              "kaggle/lru/1.5pct", "kaggle/freqcache/1.5pct", "kaggle/scratchpipe/w2"]
+    assert planned.generators["kaggle"]["max_rows_per_table"] is None and planned.generators["kaggle"]["rows"] == 4e6
+    train = planned.runs[0].run_config["train"]
+    assert (train["batch_size"], train["steps"], train["eval_samples"]) == (2048, 120, 20_000)
+    assert planned.runs[0].run_config["model"]["bottom_mlp"] == [512, 256, 64, 16]
+
+
 def test_the_plan_refuses_scale_out_and_unknown_names():
     config = yaml.safe_load(DEFAULT.read_text())
     with pytest.raises(ValueError, match="spans ranks"):

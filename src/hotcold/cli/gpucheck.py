@@ -19,8 +19,14 @@ def add_gpu_check(sub: argparse._SubParsersAction) -> None:
                                          "method on small datasets with CUDA events; write one table "
                                          "(without a GPU: the same on the CPU at a tiny scale)")
     g.add_argument("--out", default="results/gpu_check", help="directory for the table, its data and its runs")
-    g.add_argument("--config", default=str(REPO / "workflows/config/default.yaml"),
-                   help="workflow config whose generated datasets and one-process methods are trained")
+    g.add_argument("--config", help="workflow config whose generated datasets and one-process methods are "
+                                    "trained, read as `make reproduce CONFIG=` reads it (merged over "
+                                    "default.yaml; default: default.yaml itself)")
+    g.add_argument("--preset", choices=["full-size-kaggle"],
+                   help="full-size-kaggle: paper-scale-cpu.yaml's Kaggle-style dataset at its real table sizes "
+                        "(33.8M rows, 4M samples, DLRM's Kaggle model, batch 2048), device hybrid fae lru "
+                        "freqcache scratchpipe, 20k evaluation samples, a 360 s budget; options given by hand "
+                        "take precedence")
     g.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="auto: the GPU when torch sees one, else the CPU fallback (tiny scale)")
     g.add_argument("--scale", choices=["config", "tiny"],
@@ -56,7 +62,7 @@ def cmd_gpu_check(args: argparse.Namespace) -> None:
     if message:
         raise ConfigError(message)
     from hotcold.gpucheck import BUDGET_S, CheckOptions, check
-    from hotcold.gpucheck.plan import SCALES
+    from hotcold.gpucheck.plan import PRESETS, SCALES
 
     for name in ("rows", "max_rows_per_table", "steps", "warmup_steps", "batch_size", "threads"):
         value = getattr(args, name)
@@ -70,18 +76,21 @@ def cmd_gpu_check(args: argparse.Namespace) -> None:
     hand = dict(rows=args.rows, max_rows_per_table=args.max_rows_per_table, steps=args.steps, warmup_steps=warmup,
                 batch_size=args.batch_size, eval_samples=args.eval_samples, pipeline=args.pipeline,
                 cuda_graphs=args.cuda_graphs)
-    scale = SCALES[args.scale] if args.scale else None
+    preset = PRESETS[args.preset] if args.preset else None
+    scale = SCALES[args.scale] if args.scale else preset.scale if preset else None
     if any(v is not None for v in hand.values()):
         if scale is None:  # the device's default scale, known once the device is
             from hotcold.gpucheck import resolve
 
             scale = SCALES["config" if resolve(args.device)[0] == "cuda" else "tiny"]
         scale = scale.with_(**hand)
+    config = args.config or (REPO / preset.config if preset else REPO / "workflows/config/default.yaml")
+    budget = args.budget if args.budget is not None else preset.budget_s if preset else BUDGET_S
     result = check(CheckOptions(
-        out=Path(args.out), config=Path(args.config), repo=REPO, device=args.device, scale=scale,
-        datasets=args.datasets, methods=args.methods, tests=not args.no_tests, train=not args.no_train,
-        tests_timeout_s=args.tests_timeout, budget_s=args.budget if args.budget is not None else BUDGET_S,
-        threads=args.threads))
+        out=Path(args.out), config=Path(config), repo=REPO, device=args.device, scale=scale,
+        datasets=args.datasets or (preset.datasets if preset else None),
+        methods=args.methods or (preset.methods if preset else None), tests=not args.no_tests,
+        train=not args.no_train, tests_timeout_s=args.tests_timeout, budget_s=budget, threads=args.threads))
     print(result.paths["md"].read_text())
     print(f"wrote {result.paths['csv']} (and {result.paths['md'].name}, {result.paths['json'].name})",
           file=sys.stderr)

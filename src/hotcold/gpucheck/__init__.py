@@ -79,9 +79,11 @@ def resolve(device: str) -> tuple[str, str | None]:
 
 
 def load_config(path: Path) -> dict[str, Any]:
-    from hotcold.cli.args import load_mapping
+    """The config as the workflow reads it: ``default.yaml`` with ``path`` overlaid, nulls and defaults
+    as Snakemake has them (``workflow.workflow_config``): what ``make reproduce CONFIG=path`` would train."""
+    from hotcold.workflow import workflow_config
 
-    return load_mapping(str(path))
+    return workflow_config(path)
 
 
 def generate_datasets(plan: Plan, out: Path, progress: bool = False) -> dict[str, str | None]:

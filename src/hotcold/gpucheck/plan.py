@@ -61,6 +61,27 @@ SCALES = {
 
 
 @dataclass(frozen=True)
+class Preset:
+    """A named check: a config of the repository, its datasets and methods, a scale and a time budget."""
+
+    config: str                    # relative to the repository
+    datasets: tuple[str, ...]
+    methods: tuple[str, ...]
+    scale: Scale
+    budget_s: float
+
+
+PRESETS = {
+    # the full-size Kaggle-style tables (33.8M rows, 4M samples) with DLRM's Kaggle model at batch 2,048, as
+    # `make reproduce CONFIG=workflows/config/paper-scale-cpu.yaml` trains them, the one-process techniques at
+    # their headline settings; the evaluation cut to 20k samples so the check fits 6 minutes on one GPU
+    "full-size-kaggle": Preset("workflows/config/paper-scale-cpu.yaml", ("kaggle",),
+                               ("device", "hybrid", "fae", "lru", "freqcache", "scratchpipe"),
+                               Scale("full-size-kaggle", eval_samples=20_000), 360.0),
+}
+
+
+@dataclass(frozen=True)
 class PlannedRun:
     """One run of the check: its keys, the run config ``hotcold train`` gets, and where its record goes."""
 
