@@ -554,3 +554,18 @@ def test_a_peer_checked_in_lock_step_takes_that_checks_exactness(tmp_path: Path,
     assert peer.exact_reference.startswith("lock-step with the device store") and "20 steps" in peer.exact_reference
     assert ("<= 1e-05" if ok else "> 1e-05") in peer.exact_reference
     assert peer.exact_check.startswith("lock-step: ")
+
+
+def test_runs_of_several_machines_are_named_with_their_spread(tmp_path: Path) -> None:
+    """Two fresh machines of one kind time the same run differently: the summary says so, with the spread."""
+    from hotcold.analysis.tables import machines_note, summary_frame
+
+    records = []
+    for machine, rate in (("gpu-a", 1000.0), ("gpu-b", 1700.0)):
+        out = write_run(tmp_path / machine, "kaggle", "device", "base", 0, rate=rate, timer="cuda")
+        rec = json.loads((out / "record.json").read_text())
+        rec["provenance"]["machine"] = machine
+        records.append(rec)
+    note = machines_note(summary_frame(records))
+    assert "2 machines (`gpu-a`, `gpu-b`)" in note and "up to 1.70x" in note and "kaggle/device/base" in note
+    assert machines_note(summary_frame(records[:1])) == ""

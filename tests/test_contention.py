@@ -28,6 +28,7 @@ from hotcold.contention import (
     MAX_OTHER_CORES,
     MAX_PROBE_SLOWDOWN,
     CpuTimes,
+    GpuState,
     QuietProbe,
     Watch,
     pool,
@@ -226,6 +227,95 @@ def test_busy_loops_beside_a_process_are_seen() -> None:
             proc.stdout.close()
     assert m["disturbed"], m
     assert m["other_cores"] > MAX_OTHER_CORES
+
+
+# -- a GPU run: judged by its GPU and the host load beyond its own threads, not by a CPU probe --------------------
+
+QUIET_GPU = GpuState(other_pids=(), sm_clock_mhz=1980.0, max_sm_clock_mhz=1980.0, throttle=())
+
+
+def _spinning(n: int) -> list[subprocess.Popen]:
+    procs = [subprocess.Popen([sys.executable, "-I", "-S", "-c", SPIN], stdout=subprocess.PIPE,
+                              stdin=subprocess.DEVNULL, text=True) for _ in range(n)]
+    for proc in procs:
+        assert proc.stdout.readline().strip() == "ready"
+    return procs
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        proc.kill()
+    for proc in procs:
+        proc.wait(timeout=10)
+        proc.stdout.close()
+
+
+def _busy_own_threads(seconds: float, threads: int) -> None:
+    """This process keeps ``threads`` cores busy (torch's matmuls free the GIL): a run's own threads."""
+    import threading
+
+    import torch
+
+    def work():
+        a = torch.rand(256, 256)
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            torch.mm(a, a)
+
+    workers = [threading.Thread(target=work) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+
+
+def _gpu_run(gpu=lambda: QUIET_GPU) -> Watch:
+    """The watch of a one-thread CUDA run, with a stand-in for the GPU's own signal (``gpu_state``)."""
+    return Watch(1, gpu=gpu)
+
+
+@pytest.mark.skipif(read_cpu_times() is None, reason="no /proc/stat here")
+def test_a_gpu_run_busy_with_its_own_threads_is_not_flagged() -> None:
+    """The run's process keeps every core busy (its own threads beyond the one it asked for: a pipeline worker,
+    copy threads): that is the run, not a disturbance. A GPU run is not judged by a CPU probe at all."""
+    import os
+
+    watch = _gpu_run()
+    assert watch.probe is None
+    watch.start()
+    _busy_own_threads(0.5, len(os.sched_getaffinity(0)))
+    m = watch.stop()
+    assert not m["disturbed"], m["disturbed_reason"]
+    assert m["gpu"] == [vars(QUIET_GPU)] * 2 and "probe_ms" not in m
+
+
+@pytest.mark.skipif(read_cpu_times() is None, reason="no /proc/stat here")
+def test_a_gpu_run_beside_a_busy_loop_is_flagged() -> None:
+    """Busy loops, two a core, beside a one-thread GPU run: the host that launches its steps was shared (the
+    cores its thread left free are the others' to use: it takes more than those to disturb it)."""
+    import os
+
+    procs = _spinning(min(2 * len(os.sched_getaffinity(0)), 16))
+    try:
+        watch = _gpu_run()
+        watch.start()
+        _busy_own_threads(0.5, 1)
+        m = watch.stop()
+    finally:
+        _stop(procs)
+    assert m["disturbed"] and "other programs held" in m["disturbed_reason"]
+
+
+@pytest.mark.parametrize("state, reason", [
+    (GpuState((4242,), 1980.0, 1980.0, ()), "other processes computed on the GPU (pids 4242)"),
+    (GpuState((), 1980.0, 1980.0, ("hw_thermal_slowdown",)), "clocks were held down (hw_thermal_slowdown)"),
+    (GpuState((), 990.0, 1980.0, ()), "SM clock ran at 990 of its 1980 MHz"),
+])
+def test_what_disturbs_a_gpu_is_named(state, reason) -> None:
+    m = verdict({"wall_s": 1.0, "gpu": [vars(QUIET_GPU), vars(state)]})
+    assert m["disturbed"] and reason in m["disturbed_reason"]
+    idle = verdict({"wall_s": 1.0, "gpu": [vars(GpuState((), 345.0, 1980.0, (), idle=True))]})
+    assert not idle["disturbed"]  # an idle GPU's clocks are down by design
 
 
 def test_a_rank_counts_the_launchers_ranks_on_its_node() -> None:

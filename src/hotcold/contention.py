@@ -17,6 +17,14 @@ depend on the run itself judge it instead (``Watch``):
   spell at the run's start or end, also where ``/proc`` says nothing (another
   VM on the host without steal accounting, clock throttling).
 
+A GPU run is judged by what disturbs a GPU run (``Watch(gpu=...)``): the
+``/proc/stat`` measure (host load beyond the job's own threads: the
+launching host is a GPU step's critical path), other processes computing on
+its GPU, and the GPU's clocks (``gpu_state``: the SM clock against its
+maximum and the active throttle reasons, before and after). The CPU probe is
+not used there: right after a run it measures the run's own threads winding
+down as much as anything else.
+
 ``verdict`` turns the numbers into ``disturbed`` and its reasons; the record
 keeps the numbers (``contention`` in its summary). Without ``/proc/stat``
 (not Linux) only the probe judges.
@@ -24,8 +32,9 @@ keeps the numbers (``contention`` in its summary). Without ``/proc/stat``
 from __future__ import annotations
 
 import os
+import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -37,6 +46,11 @@ MAX_PROBE_SLOWDOWN = 1.5
 #: (about 45 ms on a quiet machine here, one thread or two: 33.5 MFLOP a product)
 PROBE_N = 256
 PROBE_ROUNDS = 128
+
+#: a GPU whose SM clock ran below this share of its maximum (before or after the run) was throttled
+MIN_SM_CLOCK_SHARE = 0.85
+#: nvidia-smi's throttle reasons that do not slow a run (the GPU idles between runs; a clock set on purpose)
+HARMLESS_THROTTLE = {"gpu_idle", "applications_clocks_setting"}
 
 PROC_STAT = Path("/proc/stat")
 PROC_LOADAVG = Path("/proc/loadavg")
@@ -81,6 +95,59 @@ def read_load(path: Path = PROC_LOADAVG) -> tuple[float, int] | None:
         return float(fields[0]), int(fields[3].split("/")[0])
     except (OSError, IndexError, ValueError):
         return None
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """What may disturb a run on one GPU now: other processes computing on it, its clocks and why they are low."""
+
+    other_pids: tuple[int, ...]        # compute processes on the GPU that are not this one
+    sm_clock_mhz: float | None
+    max_sm_clock_mhz: float | None
+    throttle: tuple[str, ...]          # active throttle reasons that slow a run (``HARMLESS_THROTTLE`` apart)
+    idle: bool = False                 # nothing ran on it just now: its clocks are down by design
+
+
+#: the throttle reasons nvidia-smi reports, by the field name of ``--query-gpu`` (``clocks_event_reasons`` on new
+#: drivers, ``clocks_throttle_reasons`` on old ones)
+_REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "hw_thermal_slowdown",
+            "hw_power_brake_slowdown", "sw_thermal_slowdown", "sync_boost")
+
+
+def _smi(*args: str) -> list[list[str]] | None:
+    try:
+        out = subprocess.run(["nvidia-smi", *args, "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                             timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return [[f.strip() for f in line.split(",")] for line in out.stdout.strip().splitlines() if line.strip()]
+
+
+def gpu_state(index: int) -> GpuState | None:
+    """GPU ``index``'s state from ``nvidia-smi`` (None where it does not answer)."""
+    for prefix in ("clocks_event_reasons", "clocks_throttle_reasons"):
+        rows = _smi("-i", str(index), "--query-gpu=uuid,clocks.sm,clocks.max.sm,"
+                    + ",".join(f"{prefix}.{r}" for r in _REASONS))
+        if rows:
+            break
+    else:
+        return None
+    uuid, sm, max_sm, *flags = rows[0]
+    apps = _smi("--query-compute-apps=gpu_uuid,pid") or []
+    own = os.getpid()
+    others = tuple(sorted(int(pid) for gpu, pid in apps if gpu == uuid and pid.isdigit() and int(pid) != own))
+
+    def number(text: str) -> float | None:
+        try:
+            return float(text)
+        except ValueError:
+            return None
+
+    on = {r for r, f in zip(_REASONS, flags) if f.strip().lower() == "active"}
+    return GpuState(others, number(sm), number(max_sm), tuple(r for r in _REASONS if r in on - HARMLESS_THROTTLE),
+                    "gpu_idle" in on)
 
 
 def probe_ms(threads: int) -> float:
@@ -152,13 +219,27 @@ class Watch:
     def __init__(self, threads: int, local_ranks: int = 1, probe: QuietProbe | None = _QUIET,
                  stat: Callable[[], CpuTimes | None] | None = None,
                  own_cpu: Callable[[], float] = time.process_time,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
-        self.threads, self.local_ranks, self.probe = max(1, threads), max(1, local_ranks), probe
+                 clock: Callable[[], float] = time.perf_counter,
+                 gpu: Callable[[], GpuState | None] | None = None) -> None:
+        self.threads, self.local_ranks = max(1, threads), max(1, local_ranks)
+        self.gpu = gpu
+        self.probe = None if gpu is not None else probe  # a GPU run is judged by its GPU, not by a CPU probe
         cores = _affinity()
         self._stat = stat or (lambda: read_cpu_times(cores))
         self._own_cpu, self._clock = own_cpu, clock
 
+    @classmethod
+    def for_device(cls, device: Any, threads: int, local_ranks: int = 1) -> "Watch":
+        """The watch of a run on ``device`` (a ``torch.device``): a CUDA run's is its GPU's (``gpu_state``)."""
+        if getattr(device, "type", device) == "cuda":
+            import torch
+
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            return cls(threads, local_ranks, gpu=lambda: gpu_state(index))
+        return cls(threads, local_ranks)
+
     def start(self) -> None:
+        self._gpu0 = self.gpu() if self.gpu is not None else None
         self._probe0 = self.probe.measure(self.threads) if self.probe is not None else None
         self._load0 = read_load()
         self._t0, self._cpu0, self._stat0 = self._clock(), self._own_cpu(), self._stat()
@@ -177,6 +258,9 @@ class Watch:
         loads = [x for x in (self._load0, load1) if x is not None]
         if loads:
             out.update(load1=[x[0] for x in loads], procs_running=[x[1] for x in loads])
+        if self.gpu is not None:
+            states = [g for g in (self._gpu0, self.gpu()) if g is not None]
+            out["gpu"] = [asdict(g) for g in states] if states else None  # None: nvidia-smi did not answer
         return {**out, **verdict(out)}
 
 
@@ -198,6 +282,15 @@ def verdict(m: dict[str, Any]) -> dict[str, Any]:
         if other > MAX_OTHER_CORES:
             reasons.append(f"other programs held {other:.2f} of the run's cores on average "
                            f"(> {MAX_OTHER_CORES:g}; /proc/stat over {wall:.1f} s)")
+    for state in m.get("gpu") or []:
+        if state["other_pids"]:
+            reasons.append(f"other processes computed on the GPU (pids {', '.join(map(str, state['other_pids']))})")
+        if state["throttle"]:
+            reasons.append(f"the GPU's clocks were held down ({', '.join(state['throttle'])})")
+        sm, top = state.get("sm_clock_mhz"), state.get("max_sm_clock_mhz")
+        if sm and top and sm < MIN_SM_CLOCK_SHARE * top and not state.get("idle"):
+            reasons.append(f"the GPU's SM clock ran at {sm:.0f} of its {top:.0f} MHz (< {MIN_SM_CLOCK_SHARE:.0%})")
+    reasons = list(dict.fromkeys(reasons))  # before and after alike: said once
     slowdown = float("nan")
     probes = [p for p in m.get("probe_ms") or [] if p is not None]
     if probes and m.get("probe_quiet_ms"):

@@ -126,6 +126,15 @@ def _nvidia_driver() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
+def machine_id() -> str:
+    """This machine: its host name and its boot's id (two fresh machines of one kind may share a name)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+    except OSError:
+        boot = ""
+    return f"{platform.node() or 'unknown'}" + (f"-{boot}" if boot else "")
+
+
 def provenance(device: torch.device, timer: str) -> dict[str, Any]:
     """Where a number came from: code, hardware, library versions, threads."""
     cuda = device.type == "cuda"
@@ -134,6 +143,7 @@ def provenance(device: torch.device, timer: str) -> dict[str, Any]:
         "device": torch.cuda.get_device_name(device) if cuda else "cpu",
         "device_type": device.type,
         "cpu": cpu_name(),
+        "machine": machine_id(),
         "driver": _nvidia_driver() if cuda else None,
         "cuda": torch.version.cuda if cuda else None,
         "torch": torch.__version__,

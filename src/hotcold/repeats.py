@@ -92,7 +92,7 @@ class RepeatedRun:
         """Train the next repeat; ``position``: its place in the job's sequence of timed parts."""
         cfg, r = self.job.cfg, len(self.parts)
         self.start_s.append(time.perf_counter() - started)
-        watch = Watch(torch.get_num_threads(), 1 if self.world.size == 1 else local_ranks())
+        watch = Watch.for_device(self.device, torch.get_num_threads(), 1 if self.world.size == 1 else local_ranks())
         watch.start()
         try:
             result = train(cfg, self.ds, self.device, progress=self.progress, world=self.world, evaluation=r == 0)

@@ -60,7 +60,7 @@ SUMMARY_COLUMNS = [
 ]
 PROVENANCE_COLUMNS = [
     "reason", "dataset_sha256", "device_type", "batch_size", "steps_timed", "threads", "torch", "git_commit", "git_dirty",
-    "source_sha256", "eval_samples",
+    "source_sha256", "eval_samples", "machine",
 ]
 
 
@@ -188,6 +188,7 @@ def _row(rec: dict[str, Any]) -> dict[str, Any]:
         "git_dirty": prov.get("git_dirty"),
         "source_sha256": prov.get("source_sha256"),
         "eval_samples": metrics.get("eval_samples"),
+        "machine": prov.get("machine"),  # absent in records from before it was recorded
     }
 
 
@@ -369,6 +370,27 @@ def code_note(summary: pd.DataFrame) -> str:
             "`train_group_<dataset>` rules) reruns every training job with the code checked out now.\n\n")
 
 
+def machines_note(summary: pd.DataFrame) -> str:
+    """A note for the top of a table whose runs come from several machines: which, and how far the same run
+    (dataset, method, variant, scale, seed, timer) measured apart on two of them. Empty for one machine."""
+    ok = summary[(summary["status"] == STATUS_OK) & summary["machine"].notna()]
+    machines = sorted(ok["machine"].unique())
+    if len(machines) <= 1:
+        return ""
+    spreads = []
+    for key, group in ok.groupby([*RUN_ID, "timer"], dropna=False, sort=True):
+        rates = group.groupby("machine")["samples_per_s"].median().dropna()
+        if len(rates) > 1 and rates.min() > 0:
+            spreads.append((float(rates.max() / rates.min()), "/".join(str(k) for k in key[:3])))
+    line = (f"**Machines:** these runs come from {len(machines)} machines ({', '.join(f'`{m}`' for m in machines)}); "
+            "times are compared only within one machine's runs where it matters.")
+    if spreads:
+        worst = max(spreads)
+        line += (f" The same run measured on several of them differed by up to {worst[0]:.2f}x in samples/s "
+                 f"({worst[1]}; median {float(np.median([s for s, _ in spreads])):.2f}x over {len(spreads)} runs).")
+    return line + "\n\n"
+
+
 def skipped_note(summary: pd.DataFrame) -> str:
     """A note for the top of the summary naming the runs skipped for a missing optional package, and why.
 
@@ -391,7 +413,7 @@ def _summary_markdown(summary: pd.DataFrame, exact_rtol: float) -> str:
     timers = ", ".join(sorted(summary["timer"].dropna().astype(str).unique())) or "unknown"
     return (
         "# hotcold summary\n\n"
-        + code_note(summary) + skipped_note(summary) +
+        + code_note(summary) + machines_note(summary) + skipped_note(summary) +
         f"Timer kind(s): {timers}. Speed-up is samples/s over the `{BASELINE_METHOD}` run "
         "of the same dataset, seed and timer kind; times from different timers are never compared.\n"
         f"`exact`: final parameters match the reference (relative sketch distance <= {exact_rtol:g}); "
