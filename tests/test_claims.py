@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
@@ -200,3 +201,46 @@ def test_the_largest_budget_role_skips_a_budget_that_ran_as_another_store():
     every = [dict(r, store={**r["store"], "degenerate": "all-hot"}) if r["method"] == "fae" else r for r in recs]
     row = table(every, claims=(role,)).loc["speed"]
     assert row["measured_value"] == pytest.approx(4.0) and "degenerate: fae big all-hot" in row["compared"]
+
+
+# -- the claims on a GPU -----------------------------------------------------------------------------------------
+
+EVIDENCE = Path(__file__).resolve().parents[1] / "docs/evidence/2026-11-27-h100"
+H100 = Path(__file__).resolve().parents[1] / "workflows/config/hardware/h100-calibrated-2026-11-27.yaml"
+
+
+def test_the_committed_gpu_evidence_measures_and_models_the_claims_on_its_card():
+    """The first GPU run's records (default scale): each speed claim measured there, by hand from two records'
+    samples/s, with the card's name, and modelled on that card's calibrated profile."""
+    from hotcold import methods
+    from hotcold.analysis.claims_gpu import gpu_columns
+    from hotcold.analysis.tables import load_records
+    from hotcold.costmodel import load_profile, predict_record
+
+    records = load_records(sorted((EVIDENCE / "records/default-scale").rglob("record.json")))
+    profile = load_profile(H100)
+    rows = {}
+    for claim in CLAIMS:
+        row: dict = {}
+        gpu_columns(row, claim, records, "evidence", profile,
+                    lambda rec, p: predict_record(rec, p, methods.price(rec["method"])))
+        rows[claim.claim_id] = row
+
+    def rate(method: str, variant: str) -> float:
+        (rec,) = [r for r in records if (r["dataset"], r["method"], r["variant"]) == ("kaggle", method, variant)]
+        return rec["summary"]["samples_per_s"]
+
+    fae = rows["fae_vs_hybrid"]  # 24.8% ran all-hot (the device store's run): the largest ordinary budget
+    assert fae["gpu_measured_value"] == pytest.approx(rate("fae", "12.4pct") / rate("hybrid", "base"))
+    assert "NVIDIA H100" in fae["gpu_measured_hardware"] and "fae/12.4pct vs hybrid/base" in fae["gpu_records"]
+    assert fae["gpu_modelled_profile"] == "h100-calibrated-2026-11-27" and fae["gpu_modelled_value"] > 0
+    assert rows["scratchpipe_hits"]["gpu_measured_value"] == 100.0  # counted on the GPU run too
+    assert math.isnan(rows["fae_vs_cpu"]["gpu_measured_value"])     # no hotcold method: no GPU value either
+
+
+def test_without_gpu_records_the_gpu_columns_stay_empty():
+    from hotcold.analysis.claims_gpu import gpu_columns
+
+    row: dict = {}
+    gpu_columns(row, CLAIMS[0], [], "this reproduction", None, lambda rec, p: None)
+    assert math.isnan(row["gpu_measured_value"]) and row["gpu_records"] is None

@@ -163,6 +163,22 @@ def hardware_profiles() -> list[str]:
     return [str(HARDWARE / f"{name}.yaml") for name in config["costmodel"]["profiles"]]
 
 
+def gpu_profile_files() -> list[str]:
+    """The GPU's calibrated profile the claims are modelled on, if any (`costmodel.gpu_profile`)."""
+    name = config["costmodel"]["gpu_profile"]
+    return [str(HARDWARE / f"{name}.yaml")] if name else []
+
+
+def gpu_claims_args() -> str:
+    """`hotcold claims`'s options for the claims on a GPU (`costmodel.gpu_records`, `costmodel.gpu_profile`)."""
+    cm = config["costmodel"]
+    records = " ".join(shlex.quote(str(Path(workflow.basedir, p))) for p in cm["gpu_records"])
+    args = f" --gpu-records {records}" if records else ""
+    for profile in gpu_profile_files():
+        args += " --gpu-profile " + shlex.quote(profile)
+    return args
+
+
 # `make figures` redraws the tables from the runs there (it allows no training rule): with a run's files gone,
 # it stops here naming them instead of in Snakemake's MissingInputException.
 if os.environ.get(TABLES_ONLY) == "1":

@@ -51,6 +51,7 @@ rule claims:
         comm_traffic="results/tables/comm_traffic.csv",
         manifests=per_dataset("results/data/{dataset}/manifest.json"),
         profiles=hardware_profiles(),
+        gpu_profile=gpu_profile_files(),
         sims=per_dataset("results/sim/{dataset}.csv"),
         shard_sims=per_dataset("results/shard_sim/{dataset}.csv"),
     output:
@@ -66,6 +67,7 @@ rule claims:
         data=lambda wildcards, input: str(Path(input.manifests[0]).parent.parent),
         sim_configs=lambda wildcards: to_json({d: {"simulate": MATRIX.simulate_config(d),
                                                    "shard_sim": MATRIX.shard_sim_config(d)} for d in MATRIX.datasets()}),
+        gpu=gpu_claims_args(),
     log:
         "results/logs/claims.log",
     conda:
@@ -73,5 +75,5 @@ rule claims:
     shell:
         "{params.cli} claims {input.records:q} --comm-traffic {input.comm_traffic:q}"
         " --profiles {input.profiles:q} --data {params.data} --out {params.out:q} --figures {params.figures:q}"
-        " --sims {input.sims:q} --shard-sims {input.shard_sims:q} --sim-configs {params.sim_configs:q}"
+        " --sims {input.sims:q} --shard-sims {input.shard_sims:q} --sim-configs {params.sim_configs:q}{params.gpu}"
         " > {log:q} 2>&1"

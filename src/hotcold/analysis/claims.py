@@ -448,7 +448,8 @@ def _why(row: dict[str, Any], claim: Claim, note: str = "") -> str:
 def claims_and_sweep(records: list[dict[str, Any]], comm: pd.DataFrame, profiles: dict[str, Any],
                      predict: Predict | None = None, comm_model: CommModel | None = None,
                      claims: Sequence[Claim] = CLAIMS, paper: Any = None,
-                     shape_of: Callable[[dict[str, Any]], Any] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+                     shape_of: Callable[[dict[str, Any]], Any] | None = None,
+                     more: Callable[[dict[str, Any], Claim], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One row per claim (``CLAIM_COLUMNS``) and the knob sweep behind the paper-scale reasons
     (``SWEEP_COLUMNS``); ``profiles`` maps profile names to loaded hardware profiles.
 
@@ -458,7 +459,8 @@ def claims_and_sweep(records: list[dict[str, Any]], comm: pd.DataFrame, profiles
     (``hotcold shard-sim``): they do not depend on the hardware, so their
     measured and modelled values are one number. ``paper``: the paper-scale
     outputs (``paper_scale.PaperScale``; None: the paper-scale columns say they
-    are absent); ``shape_of``: a record's model shape (``modelled.model_shapes``).
+    are absent); ``shape_of``: a record's model shape (``modelled.model_shapes``);
+    ``more``: fills further columns of each row (the GPU's: ``claims_gpu.gpu_columns``).
     """
     from hotcold.analysis.claims_paper_scale import paper_scale_columns
 
@@ -482,8 +484,11 @@ def claims_and_sweep(records: list[dict[str, Any]], comm: pd.DataFrame, profiles
             row["status"] = "no hotcold method"
         row["why_they_differ"] = _why(row, claim, note)
         paper_scale_columns(row, claim, records, paper, profiles, shape_of or (lambda rec: None), comm_model, sweep)
+        if more is not None:
+            more(row, claim)
         rows.append(row)
-    return pd.DataFrame(rows, columns=CLAIM_COLUMNS), pd.DataFrame(sweep, columns=SWEEP_COLUMNS)
+    columns = CLAIM_COLUMNS + [k for k in (rows[0] if rows else {}) if k not in CLAIM_COLUMNS]
+    return pd.DataFrame(rows, columns=columns), pd.DataFrame(sweep, columns=SWEEP_COLUMNS)
 
 
 def claims_table(records: list[dict[str, Any]], comm: pd.DataFrame, profiles: dict[str, Any],
@@ -507,9 +512,15 @@ def claims_markdown(frame: pd.DataFrame) -> str:
         "`paper_scale_value` is **modelled** on the paper-scale configuration's workload (`paper_scale_workload`: "
         "model, batch, table rows, budget and where the counters come from) under `paper_scale_profile`; "
         "`paper_scale_why` names the knob of `claims_sweep.csv` that closes a gap, or says the outputs are "
-        "absent.\n\n"
+        "absent."
+        + (" `gpu_measured_value`: the same comparison on GPU-timed runs (`gpu_records` says whose: the committed "
+           "evidence of a GPU run, a `gpu-check` output or this reproduction's own CUDA runs) on the card "
+           "`gpu_measured_hardware`; `gpu_modelled_value` is **modelled** from those runs on that GPU's calibrated "
+           "profile `gpu_modelled_profile`." if "gpu_measured_value" in frame else "")
+        + "\n\n"
         + to_markdown(shown, {"paper_value": "{:.3g}", "measured_value": "{:.3g}", "modelled_value": "{:.3g}",
-                              "paper_scale_value": "{:.3g}"})
+                              "paper_scale_value": "{:.3g}", "gpu_measured_value": "{:.3g}",
+                              "gpu_modelled_value": "{:.3g}"})
     )
 
 
@@ -523,9 +534,10 @@ def load_profiles(paths: Sequence[Path]) -> dict[str, Any]:
 
 def write_claims(records: list[dict[str, Any]], comm: pd.DataFrame, profiles: dict[str, Any],
                  out_dir: Path, predict: Predict | None = None, paper: Any = None,
-                 shape_of: Callable[[dict[str, Any]], Any] | None = None) -> pd.DataFrame:
+                 shape_of: Callable[[dict[str, Any]], Any] | None = None,
+                 more: Callable[[dict[str, Any], Claim], None] | None = None) -> pd.DataFrame:
     """Write ``claims.csv``, ``claims.md`` and ``claims_sweep.csv`` to ``out_dir``; return the table."""
-    frame, sweep = claims_and_sweep(records, comm, profiles, predict, paper=paper, shape_of=shape_of)
+    frame, sweep = claims_and_sweep(records, comm, profiles, predict, paper=paper, shape_of=shape_of, more=more)
     atomic_write_text(Path(out_dir) / "claims.csv", frame.to_csv(index=False))
     atomic_write_text(Path(out_dir) / "claims_sweep.csv", sweep.to_csv(index=False))
     atomic_write_text(Path(out_dir) / "claims.md", claims_markdown(frame))

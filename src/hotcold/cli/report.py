@@ -73,6 +73,10 @@ def add_claims(sub: argparse._SubParsersAction) -> None:
     cl.add_argument("--shard-sims", nargs="*", default=[], help="`hotcold shard-sim` CSVs (<dataset>.csv)")
     cl.add_argument("--sim-configs", default="{}", help="JSON: dataset -> {simulate: {seed, train}, shard_sim: "
                                                         "{seed, train, model}}, the configs the simulations ran under")
+    cl.add_argument("--gpu-records", nargs="*", default=[],
+                    help="GPU-timed record.json files or folders (a GPU run's committed evidence, a gpu-check "
+                         "output): the claims measured on that GPU (default: this reproduction's own CUDA runs)")
+    cl.add_argument("--gpu-profile", help="the GPU's calibrated profile: the claims modelled on it")
     cl.set_defaults(func=cmd_claims)
 
 
@@ -81,7 +85,8 @@ def cmd_claims(args: argparse.Namespace) -> None:
 
     frame, written = claims_report([Path(p) for p in args.records], Path(args.comm_traffic), args.profiles,
                                    args.data, Path(args.out), Path(args.figures), [Path(p) for p in args.sims],
-                                   [Path(p) for p in args.shard_sims], args.sim_configs)
+                                   [Path(p) for p in args.shard_sims], args.sim_configs,
+                                   [Path(p) for p in args.gpu_records], args.gpu_profile)
     print(f"wrote {len(frame)} claims into {Path(args.out) / 'claims.md'} and {', '.join(map(str, written))}")
 
 
