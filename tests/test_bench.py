@@ -76,7 +76,7 @@ def test_peer_falls_back_to_embedding_bag_saying_why(tmp_path):
 # -- hotcold bench step ------------------------------------------------------------------------------------------
 
 def test_op_count_counts_kernels_not_views():
-    from hotcold.bench_step import OpCount
+    from hotcold.opcount import OpCount
 
     a, b = torch.ones(4, 3), torch.ones(4, 3)
     with OpCount() as ops:

@@ -16,7 +16,6 @@ What it prints and how to read it: docs/benchmarks.md.
 """
 from __future__ import annotations
 
-import collections
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -25,53 +24,16 @@ from typing import Any, Iterator
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from hotcold.config import ConfigError, RunConfig
 from hotcold.data.format import Dataset
-from hotcold.embedding import fused
+from hotcold.opcount import OpCount
 
 #: the methods and options benchmarked by default: the one-process techniques at their headline settings
 VARIANTS = {"device": {}, "hybrid": {}, "fae": {"budget_ratio": 0.124, "sample_fraction": 1.0},
             "lru": {"cache_ratio": 0.015}, "lfu": {"cache_ratio": 0.015},
             "freqcache": {"cache_ratio": 0.015, "warmup_ratio": 0.7}, "scratchpipe": {"window": 2}}
 KAGGLE_MODEL = {"embedding_dim": 16, "bottom_mlp": [512, 256, 64, 16], "top_mlp": [512, 256, 1]}
-
-
-class OpCount(TorchDispatchMode):
-    """Counts the aten operations dispatched on this thread inside it, views (no kernel) apart, and the
-    harness's own compiled kernels (``fused.watching``: one operation each)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: collections.Counter[str] = collections.Counter()
-        self.views = 0
-        self._watch = fused.watching(self._kernel)
-
-    def _kernel(self, name: str) -> None:
-        self.ops[name] += 1
-
-    def __enter__(self):
-        self._watch.__enter__()
-        return super().__enter__()
-
-    def __exit__(self, *exc):
-        try:
-            return super().__exit__(*exc)
-        finally:
-            self._watch.__exit__(*exc)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.is_view:
-            self.views += 1
-        else:
-            self.ops[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
-
-    @property
-    def total(self) -> int:
-        """Operations that are not views."""
-        return sum(self.ops.values())
 
 
 @dataclass
