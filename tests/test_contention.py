@@ -12,8 +12,6 @@ quiet and the end-to-end disturbed training runs are in the slow tier
 """
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -37,6 +35,7 @@ from hotcold.contention import (
     verdict,
 )
 from hotcold.timing import TimedPart, summarize_repeats
+from test_stability import competitors, stop
 
 STAT = """cpu  700 0 300 1000 0 0 0 40 0 0
 cpu0 100 0 50 500 0 0 0 10 0 0
@@ -198,9 +197,6 @@ def test_the_tables_and_the_claim_built_on_a_disturbed_run_say_so() -> None:
     assert "disturbed" in claims.loc["speed", "why_they_differ"]
 
 
-SPIN = "import sys; sys.stdout.write('ready\\n'); sys.stdout.flush()\nwhile True: pass"
-
-
 @pytest.mark.skipif(read_cpu_times() is None, reason="no /proc/stat here")
 def test_busy_loops_beside_a_process_are_seen() -> None:
     """Busy loops (one a core, up to 8) beside 0.5 s of this process's work, judged as a run that needs every
@@ -208,11 +204,8 @@ def test_busy_loops_beside_a_process_are_seen() -> None:
     import os
 
     cores = len(os.sched_getaffinity(0))
-    procs = [subprocess.Popen([sys.executable, "-I", "-S", "-c", SPIN], stdout=subprocess.PIPE,
-                              stdin=subprocess.DEVNULL, text=True) for _ in range(min(cores, 8))]
+    procs = competitors(min(cores, 8))
     try:
-        for proc in procs:
-            assert proc.stdout.readline().strip() == "ready"
         watch = Watch(cores, probe=None)
         watch.start()
         end = time.perf_counter() + 0.5
@@ -220,11 +213,7 @@ def test_busy_loops_beside_a_process_are_seen() -> None:
             pass
         m = watch.stop()
     finally:
-        for proc in procs:
-            proc.kill()
-        for proc in procs:
-            proc.wait(timeout=10)
-            proc.stdout.close()
+        stop(procs)
     assert m["disturbed"], m
     assert m["other_cores"] > MAX_OTHER_CORES
 
@@ -232,22 +221,6 @@ def test_busy_loops_beside_a_process_are_seen() -> None:
 # -- a GPU run: judged by its GPU and the host load beyond its own threads, not by a CPU probe --------------------
 
 QUIET_GPU = GpuState(other_pids=(), sm_clock_mhz=1980.0, max_sm_clock_mhz=1980.0, throttle=())
-
-
-def _spinning(n: int) -> list[subprocess.Popen]:
-    procs = [subprocess.Popen([sys.executable, "-I", "-S", "-c", SPIN], stdout=subprocess.PIPE,
-                              stdin=subprocess.DEVNULL, text=True) for _ in range(n)]
-    for proc in procs:
-        assert proc.stdout.readline().strip() == "ready"
-    return procs
-
-
-def _stop(procs: list[subprocess.Popen]) -> None:
-    for proc in procs:
-        proc.kill()
-    for proc in procs:
-        proc.wait(timeout=10)
-        proc.stdout.close()
 
 
 def _busy_own_threads(seconds: float, threads: int) -> None:
@@ -295,14 +268,14 @@ def test_a_gpu_run_beside_a_busy_loop_is_flagged() -> None:
     cores its thread left free are the others' to use: it takes more than those to disturb it)."""
     import os
 
-    procs = _spinning(min(2 * len(os.sched_getaffinity(0)), 16))
+    procs = competitors(min(2 * len(os.sched_getaffinity(0)), 16))
     try:
         watch = _gpu_run()
         watch.start()
         _busy_own_threads(0.5, 1)
         m = watch.stop()
     finally:
-        _stop(procs)
+        stop(procs)
     assert m["disturbed"] and "other programs held" in m["disturbed_reason"]
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import csv
 import functools
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -29,7 +28,7 @@ from hotcold.embedding.base import NullMarker, StoreSpec
 from hotcold.embedding.rows import init_table
 from hotcold.embedding.update import RowOptimizer, update_rows
 from hotcold.embedding.device import DeviceStore
-from hotcold.machine import last_level_cache_bytes
+from hotcold.machine import last_level_cache_bytes, load_average
 from hotcold.timing import time_ms
 
 OPTIMIZERS = ("sgd", "adagrad")
@@ -321,7 +320,7 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
     cfg.validate()
     torch.set_num_threads(cfg.threads)
     device = torch.device(cfg.device)
-    load_before = _load()
+    load_before = load_average()
     sizes = cfg.sizes()
     batches = zipf_batches(sizes, cfg.batch, cfg.zipf, cfg.batches, cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed + 1)
@@ -329,14 +328,7 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
     steps = [time_step(cfg, o, batches, grads, device) for o in cfg.optimizers]
     gather = gather_bandwidth(cfg, batches[0], device)
     return {"config": {**asdict(cfg), "table_sizes": sizes, "rows": sum(sizes), "torch": torch.__version__},
-            "step": steps, "gather": gather, "load": {"before": load_before, "after": _load()}}
-
-
-def _load() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
+            "step": steps, "gather": gather, "load": {"before": load_before, "after": load_average()}}
 
 
 def render(result: dict[str, Any]) -> str:

@@ -16,7 +16,6 @@ What it prints and how to read it: docs/benchmarks.md.
 """
 from __future__ import annotations
 
-import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ import torch
 
 from hotcold.config import ConfigError, RunConfig
 from hotcold.data.format import Dataset
+from hotcold.machine import load_average
 from hotcold.opcount import OpCount
 
 #: the methods and options benchmarked by default: the one-process techniques at their headline settings
@@ -122,12 +122,11 @@ def _in_turn(repeats: int) -> Iterator[str]:
 
 def bench_method(cfg: StepBenchConfig, ds: Dataset, method: str) -> dict[str, Any]:
     """One method: its ops per timed step and its step times, pipeline off and on (and graphed on CUDA)."""
-    graphs = "off"
     ops: dict[str, OpCount] = {}
     runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
     for pipeline in _in_turn(cfg.repeats):
         count = cfg.warmup if pipeline not in ops else None  # the first timed step of the first run of each
-        got, counted = _trained(cfg, ds, method, pipeline, graphs, count)
+        got, counted = _trained(cfg, ds, method, pipeline, "off", count)
         if counted is not None:
             ops[pipeline] = counted
         runs[pipeline].append(got)
@@ -157,19 +156,12 @@ def bench_method(cfg: StepBenchConfig, ds: Dataset, method: str) -> dict[str, An
     return out
 
 
-def _load() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
-
-
 def run(cfg: StepBenchConfig) -> dict[str, Any]:
     """Every method of ``cfg``: what ``bench_method`` measures, with the machine's load before and after."""
     cfg.validate()
     threads = torch.get_num_threads()
     torch.set_num_threads(cfg.threads)
-    load_before = _load()
+    load_before = load_average()
     try:
         with tempfile.TemporaryDirectory(prefix="hotcold-bench-step-") as tmp:
             ds = _dataset(cfg, Path(tmp))
@@ -179,7 +171,7 @@ def run(cfg: StepBenchConfig) -> dict[str, Any]:
         torch.set_num_threads(threads)
     device = torch.cuda.get_device_name(cfg.device) if cfg.device == "cuda" else "cpu"
     return {"config": {**asdict(cfg), **tables, "torch": torch.__version__, "device_name": device},
-            "methods": rows, "load": {"before": load_before, "after": _load()}}
+            "methods": rows, "load": {"before": load_before, "after": load_average()}}
 
 
 def render(result: dict[str, Any]) -> str:

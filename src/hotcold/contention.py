@@ -32,11 +32,12 @@ keeps the numbers (``contention`` in its summary). Without ``/proc/stat``
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
+
+from hotcold.machine import nvidia_smi
 
 #: other programs' (and steal's) CPU beyond the cores the run left free, in cores averaged over the run
 MAX_OTHER_CORES = 0.3
@@ -114,28 +115,17 @@ _REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowd
             "hw_power_brake_slowdown", "sw_thermal_slowdown", "sync_boost")
 
 
-def _smi(*args: str) -> list[list[str]] | None:
-    try:
-        out = subprocess.run(["nvidia-smi", *args, "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                             timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if out.returncode != 0:
-        return None
-    return [[f.strip() for f in line.split(",")] for line in out.stdout.strip().splitlines() if line.strip()]
-
-
 def gpu_state(index: int) -> GpuState | None:
     """GPU ``index``'s state from ``nvidia-smi`` (None where it does not answer)."""
     for prefix in ("clocks_event_reasons", "clocks_throttle_reasons"):
-        rows = _smi("-i", str(index), "--query-gpu=uuid,clocks.sm,clocks.max.sm,"
+        rows = nvidia_smi("-i", str(index), "--query-gpu=uuid,clocks.sm,clocks.max.sm,"
                     + ",".join(f"{prefix}.{r}" for r in _REASONS))
         if rows:
             break
     else:
         return None
     uuid, sm, max_sm, *flags = rows[0]
-    apps = _smi("--query-compute-apps=gpu_uuid,pid") or []
+    apps = nvidia_smi("--query-compute-apps=gpu_uuid,pid") or []
     own = os.getpid()
     others = tuple(sorted(int(pid) for gpu, pid in apps if gpu == uuid and pid.isdigit() and int(pid) != own))
 

@@ -17,7 +17,8 @@ eager when one is missing or the capture fails, and says why
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -51,18 +52,14 @@ class CudaGraphs:
         self.device = device
         self.side = torch.cuda.Stream(device)
 
-    def on_side(self) -> Any:
+    @contextlib.contextmanager
+    def on_side(self) -> Iterator[None]:
         """Run the block on the side stream, after what the current stream has queued; the current waits for it."""
-        import contextlib
-
-        @contextlib.contextmanager
-        def ctx():
-            current = torch.cuda.current_stream(self.device)
-            self.side.wait_stream(current)
-            with torch.cuda.stream(self.side):
-                yield
-            current.wait_stream(self.side)
-        return ctx()
+        current = torch.cuda.current_stream(self.device)
+        self.side.wait_stream(current)
+        with torch.cuda.stream(self.side):
+            yield
+        current.wait_stream(self.side)
 
     def capture(self, fn: Callable[[], torch.Tensor]) -> tuple[Any, torch.Tensor]:
         """``fn`` captured into a graph on the side stream (not run); the graph and ``fn``'s static output."""
@@ -86,15 +83,15 @@ class DenseStep:
     """
 
     def __init__(self, model: nn.Module, opt: DenseOptimizer, loss_fn: nn.Module, world: World,
-                 device: torch.device, mode: str, capture_at: int, graphs: Any = None) -> None:
+                 device: torch.device, mode: str, capture_at: int) -> None:
         self.model, self.opt, self.loss_fn, self.world, self.device = model, opt, loss_fn, world, device
-        obstacle = check_graphs(mode, device, world) if graphs is None else None
+        obstacle = check_graphs(mode, device, world)
         self.graphed = False
         self.note = obstacle or "waiting for the warm-up"  # why eager, or how the graph went
         self.capture_at = max(2, capture_at) if obstacle is None else None
         self.mode = mode
-        #: the CUDA graph calls (``CudaGraphs``; a test passes its own)
-        self.graphs = graphs if graphs is not None or self.capture_at is None else CudaGraphs(device)
+        #: the CUDA calls of the capture (None: eager throughout)
+        self.graphs = CudaGraphs(device) if self.capture_at is not None else None
         self._graph: Any = None
         self._static: tuple[torch.Tensor, ...] = ()
         self._loss: torch.Tensor | None = None

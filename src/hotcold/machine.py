@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 from pathlib import Path
 
 #: where Linux lists cpu0's caches, one ``index<i>`` directory (``type``, ``size``, ``level``) each
@@ -113,3 +114,32 @@ def device_memory(device: "object") -> tuple[int, int, str]:
 
     free, total = torch.cuda.mem_get_info(device)
     return int(free), int(total), "torch.cuda.mem_get_info"
+
+
+def load_average() -> list[float] | None:
+    """The 1-, 5- and 15-minute load averages, rounded (None where the system has none): a timing's context."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def machine_id() -> str:
+    """This machine: its host name and its boot's id (two fresh machines of one kind may share a name)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+    except OSError:
+        boot = ""
+    return f"{platform.node() or 'unknown'}" + (f"-{boot}" if boot else "")
+
+
+def nvidia_smi(*args: str) -> list[list[str]] | None:
+    """``nvidia-smi ARGS --format=csv,noheader,nounits`` as rows of fields; None where it does not answer."""
+    try:
+        out = subprocess.run(["nvidia-smi", *args, "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                             timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return [[f.strip() for f in line.split(",")] for line in out.stdout.strip().splitlines() if line.strip()]

@@ -25,7 +25,7 @@ from hotcold.data.format import Dataset
 from hotcold.distributed.launch import launcher_alive
 from hotcold.files import atomic_write, atomic_write_json, tree_sha256
 from hotcold.lockstep import check_kind
-from hotcold.machine import cpu_name
+from hotcold.machine import cpu_name, machine_id, nvidia_smi
 from hotcold.train import RunResult
 
 STATUS_OK = "ok"
@@ -118,21 +118,8 @@ def _git(*args: str) -> str | None:
 
 
 def _nvidia_driver() -> str | None:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
-
-
-def machine_id() -> str:
-    """This machine: its host name and its boot's id (two fresh machines of one kind may share a name)."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
-    except OSError:
-        boot = ""
-    return f"{platform.node() or 'unknown'}" + (f"-{boot}" if boot else "")
+    rows = nvidia_smi("--query-gpu=driver_version")
+    return rows[0][0] if rows and rows[0] and rows[0][0] else None
 
 
 def provenance(device: torch.device, timer: str) -> dict[str, Any]:

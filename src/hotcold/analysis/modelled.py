@@ -66,18 +66,16 @@ def claims_report(records: Sequence[Path], comm_traffic: Path, profiles: Sequenc
     shape_of = model_shapes(data_dir)
     paper = PaperScale.load(sims, shard_sims, sim_configs, data_dir)
 
-    def predict(rec: dict[str, Any], profile: Any) -> Any:
-        return predict_record(rec, profile, methods.price(rec["method"]), shape_of(rec))
+    def predictor(shape: ShapeOf) -> Callable[[dict[str, Any], Any], Any]:
+        return lambda rec, profile: predict_record(rec, profile, methods.price(rec["method"]), shape(rec))
 
-    def predict_elsewhere(rec: dict[str, Any], profile: Any) -> Any:  # records of datasets that are not here
-        return predict_record(rec, profile, methods.price(rec["method"]), None)
-
+    predict = predictor(shape_of)
     missing = [str(p) for p in gpu_records if not Path(p).exists()]
     if missing:
         raise ConfigError(f"claims: --gpu-records {', '.join(missing)}: no such file or folder")
     files = [f for p in gpu_records for f in (sorted(Path(p).rglob("record.json")) if Path(p).is_dir() else [Path(p)])]
     named = ", ".join("/".join(Path(p).resolve().parts[-4:]) for p in gpu_records)  # not this machine's whole path
-    gpu, source, gpu_predict = ((load_records(files), named, predict_elsewhere) if files
+    gpu, source, gpu_predict = ((load_records(files), named, predictor(lambda rec: None)) if files  # not here
                                 else (loaded, "this reproduction", predict))
     gpu_prof = load_profile(gpu_profile) if gpu_profile else None
     frame = write_claims(loaded, comm, load_profiles(profiles), Path(out_dir), predict=predict, paper=paper,
