@@ -82,8 +82,11 @@ def test_a_cuda_calibration_names_the_gpu(tmp_path):
     profile = calibrate("cuda", **SMALL)
     name = torch.cuda.get_device_name()
     assert profile["kind"] == "gpu"
-    for key in ("pcie_h2d_bw", "pcie_d2h_bw", "device_memory_bw", "device_gather_efficiency", "device_kernel_us"):
+    for key in ("pcie_h2d_bw", "pcie_d2h_bw", "device_memory_bw", "device_gather_efficiency", "device_kernel_us",
+                "dense_op_us", "dense_graph_op_us", "dense_flops"):
         assert name in profile["rates"][key]["source"]
+    # a small step is bound by launching its ops; a graph launches them at once
+    assert profile["rates"]["dense_graph_op_us"]["value"] < profile["rates"]["dense_op_us"]["value"]
     out = tmp_path / "gpu.yaml"
     out.write_text(yaml.safe_dump(profile))
     assert load_profile(out).value("device_memory_bw") > 0

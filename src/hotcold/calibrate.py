@@ -52,6 +52,7 @@ class Calibration:
         self.dim, self.batch, self.lookups, self.repeats = dim, batch_size, lookups, repeats
         self.rows = table_mib * MiB // (4 * dim)
         self.rates: dict[str, dict[str, Any]] = {}
+        self.notes: list[str] = []   # rates not measured, and why
         self.when = dt.date.today().isoformat()
         self.cpu = f"{cpu_name()} ({torch.get_num_threads()} threads)"
         self.gen = torch.Generator().manual_seed(0)
@@ -174,35 +175,46 @@ class Calibration:
     # -- dense --------------------------------------------------------------------------------------
 
     def dense(self, device: torch.device, op_us: float, on: str | None = None) -> None:
-        """The DLRM dense step (default model sizes, Criteo's 13 features) on ``device``."""
-        from hotcold.model.dlrm import DLRM
-        from hotcold.model.optim import DenseAdagrad
+        """The DLRM dense step (default model sizes, Criteo's 13 features) on ``device``.
 
+        On a CPU the step is arithmetic: ``dense_flops`` is its FLOPs over its time less its ops' dispatch.
+        On a GPU a step of this size is bound by launching its ops: its time per op is ``dense_op_us``
+        (eagerly) and ``dense_graph_op_us`` (replayed as a CUDA graph), and ``dense_flops`` is measured
+        on a step big enough to be bound by arithmetic (``_dense_rate``)."""
         cfg = ModelConfig(embedding_dim=self.dim, bottom_mlp=(64, self.dim))
         k = max(1, self.lookups // self.batch)
         shape = ModelShape(13, k, self.dim, cfg.bottom_mlp, cfg.top_mlp)
-        torch.manual_seed(0)
-        model = DLRM(13, k, cfg).to(device)
-        opt = DenseAdagrad(model.parameters(), lr=0.01, eps=1e-8)
-        dense = torch.rand(self.batch, 13, device=device)
-        emb = torch.rand(self.batch, k, self.dim, device=device, requires_grad=True)
-        labels = torch.randint(0, 2, (self.batch,), device=device).float()
-        loss_fn = torch.nn.BCEWithLogitsLoss()
-
-        def step() -> None:
-            opt.zero_grad()
-            loss_fn(model(dense, emb), labels).backward()
-            opt.step()
-
+        step, what = _dense_step(device, cfg, k, self.batch)
         ms = median_ms(step, self.repeats, device)
-        if device.type != "cuda":
-            self._parallel(step)
+        what = f"{what}, batch {self.batch}; forward, backward, Adagrad"
+        if device.type == "cuda":
+            ops = shape.dense_ops()
+            self.put("dense_op_us", ms * 1e3 / ops, f"{what}, launched eagerly: time / its {ops} ops", on)
+            graphed = _graphed_ms(device, cfg, k, self.batch, self.repeats)
+            if isinstance(graphed, float):
+                self.put("dense_graph_op_us", graphed * 1e3 / ops,
+                         f"{what}, replayed as a CUDA graph: time / its {ops} ops", on)
+            else:
+                self.notes.append(f"dense_graph_op_us not measured: {graphed}")
+            self._dense_rate(device, on)
+            return
+        self._parallel(step)
         flops = shape.flops_per_sample() * self.batch
         compute_ms = max(ms - shape.dense_ops() * op_us * 1e-3, ms * 0.05)
         self.put("dense_flops", flops / (compute_ms * 1e6),
-                 f"DLRM dense step (13 dense, {k} tables, D={self.dim}, MLPs {list(cfg.bottom_mlp)}/"
-                 f"{list(cfg.top_mlp)}, batch {self.batch}; forward, backward, Adagrad): counted FLOPs / "
-                 f"(time less {shape.dense_ops()} ops of dispatch)", on)
+                 f"{what}: counted FLOPs / (time less {shape.dense_ops()} ops of dispatch)", on)
+
+    def _dense_rate(self, device: torch.device, on: str | None) -> None:
+        """``dense_flops`` on a GPU: DLRM's Kaggle MLPs at a batch whose arithmetic outlasts launching its ops."""
+        cfg = ModelConfig(embedding_dim=16, bottom_mlp=KAGGLE_MLPS[0], top_mlp=KAGGLE_MLPS[1])
+        shape = ModelShape(13, 26, 16, cfg.bottom_mlp, cfg.top_mlp)
+        step, what = _dense_step(device, cfg, 26, BIG_BATCH)
+        ms = median_ms(step, max(3, self.repeats // 2), device)
+        flops = shape.flops_per_sample() * BIG_BATCH
+        launch = shape.dense_ops() * self.rates["dense_op_us"]["value"] * 1e-3
+        bound = "" if ms > 2 * launch else f" (a lower bound: the step took {ms:.2f} ms, its launches ~{launch:.2f})"
+        self.put("dense_flops", flops / (ms * 1e6),
+                 f"{what}, batch {BIG_BATCH}; forward, backward, Adagrad: counted FLOPs / time{bound}", on)
 
     def _parallel(self, step: Callable[[], None]) -> None:
         """How well this machine's cores run one-thread processes side by side (the scale-out ranks):
@@ -249,6 +261,53 @@ class Calibration:
         ms = median_ms(lambda: [a.add_(1) for _ in range(1000)], r, dev)
         self.put("device_kernel_us", ms, "1000 one-element additions back to back, per kernel (CUDA events)", name)
         return name
+
+
+#: DLRM's Criteo Kaggle MLPs (bottom, top) and a batch at which their dense step is bound by arithmetic on a GPU
+KAGGLE_MLPS = ((512, 256, 64, 16), (512, 256, 1))
+BIG_BATCH = 1 << 18
+
+
+def _dense_step(device: torch.device, cfg: ModelConfig, tables: int, batch: int
+                ) -> tuple[Callable[[], torch.Tensor], str]:
+    """One DLRM dense step (forward, backward, dense Adagrad) on random inputs, and what it is in words."""
+    from hotcold.model.dlrm import DLRM
+    from hotcold.model.optim import DenseAdagrad
+
+    torch.manual_seed(0)
+    model = DLRM(13, tables, cfg).to(device)
+    opt = DenseAdagrad(model.parameters(), lr=0.01, eps=1e-8)
+    dense = torch.rand(batch, 13, device=device)
+    emb = torch.rand(batch, tables, cfg.embedding_dim, device=device, requires_grad=True)
+    labels = torch.randint(0, 2, (batch,), device=device).float()
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+
+    def step() -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        emb.grad = None
+        loss = loss_fn(model(dense, emb), labels)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step, (f"DLRM dense step (13 dense, {tables} tables, D={cfg.embedding_dim}, MLPs "
+                  f"{list(cfg.bottom_mlp)}/{list(cfg.top_mlp)}")
+
+
+def _graphed_ms(device: torch.device, cfg: ModelConfig, tables: int, batch: int, repeats: int) -> float | str:
+    """The median ms of the dense step replayed as a CUDA graph (``dense_step.CudaGraphs``), or why not."""
+    from hotcold.dense_step import CudaGraphs
+
+    step, _ = _dense_step(device, cfg, tables, batch)
+    graphs = CudaGraphs(device)
+    try:
+        with graphs.on_side():  # warm-up on the capture's stream, as capture requires
+            for _ in range(3):
+                step()
+        graph, _ = graphs.capture(step)
+    except Exception as e:  # noqa: BLE001 - the profile says why the rate is missing
+        return f"capture failed ({type(e).__name__}: {' '.join(str(e).split())[:160]})"
+    return median_ms(graph.replay, repeats, device)
 
 
 def _concurrent_ms(fn: Callable[[], Any], procs: int, repeats: int) -> list[float]:
@@ -436,7 +495,7 @@ def calibrate(device: str = "cpu", dim: int = 16, batch_size: int = 1024, lookup
             cal.network()
     label = on or cal.cpu
     left = ("; no network rates: NCCL collectives need two GPUs" if device == "cuda"
-            else "" if network else "; no network rates (not asked for)")
+            else "" if network else "; no network rates (not asked for)") + "".join(f"; {n}" for n in cal.notes)
     profile = {"name": name or f"calibrated-{device}",
                "description": f"{label}, torch {torch.__version__}, measured by hotcold calibrate on {cal.when}"
                               f"{left}",

@@ -51,13 +51,20 @@ DEVICE_RATES = {
     "device_gather_efficiency": ("fraction", "share of device bandwidth a row gather/scatter of D floats reaches"),
     "device_kernel_us": ("us", "kernel launch latency"),
 }
+#: optional on a ``gpu`` profile: the dense step where it is bound by launching its ops, not by arithmetic
+#: (without them its ops are priced at ``max(host_op_us, device_kernel_us)`` each)
+LAUNCH_RATES = {
+    "dense_op_us": ("us/op", "one op of the DLRM dense step (forward, autograd backward, optimizer) launched "
+                             "eagerly: a small step's time / its ops (ModelShape.dense_ops)"),
+    "dense_graph_op_us": ("us/op", "the same step replayed as a CUDA graph: its time / its ops"),
+}
 COMM_RATES = {
     "collective_latency_us": ("us", "latency of one collective"),
     "intra_node_bw": ("GB/s", "intra-node (NVLink) bandwidth per GPU, one direction"),
     "inter_node_bw": ("GB/s", "inter-node (InfiniBand/Ethernet) bandwidth per GPU, one direction"),
     "gpus_per_node": ("count", "GPUs (ranks) per node"),
 }
-ALL_RATES = {**HOST_RATES, **SHARED_RATES, **DEVICE_RATES, **COMM_RATES}
+ALL_RATES = {**HOST_RATES, **SHARED_RATES, **DEVICE_RATES, **LAUNCH_RATES, **COMM_RATES}
 
 
 @dataclass(frozen=True)
