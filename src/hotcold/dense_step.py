@@ -62,10 +62,14 @@ class CudaGraphs:
         current.wait_stream(self.side)
 
     def capture(self, fn: Callable[[], torch.Tensor]) -> tuple[Any, torch.Tensor]:
-        """``fn`` captured into a graph on the side stream (not run); the graph and ``fn``'s static output."""
+        """``fn`` captured into a graph on the side stream (not run); the graph and ``fn``'s static output.
+
+        The capture is thread-local: the step pipeline's worker and ScratchPipe's movers go on pinning host
+        memory, copying on their own streams and waiting for events while this thread captures (a global
+        capture forbids those calls in every thread: the first GPU run failed there)."""
         graph = torch.cuda.CUDAGraph()
         self.side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.graph(graph, stream=self.side):
+        with torch.cuda.graph(graph, stream=self.side, capture_error_mode="thread_local"):
             out = fn()
         return graph, out
 
