@@ -236,10 +236,15 @@ def _busy_own_threads(seconds: float, threads: int) -> None:
             torch.mm(a, a)
 
     workers = [threading.Thread(target=work) for _ in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # one core a thread: torch's own pool would add a thread a core (16 on 16 cores)
+    try:
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    finally:
+        torch.set_num_threads(before)
 
 
 def _gpu_run(gpu=lambda: QUIET_GPU) -> Watch:
