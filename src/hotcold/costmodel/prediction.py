@@ -47,6 +47,8 @@ def predict(workload: Workload, profile: HardwareProfile, price: PriceFn) -> Pre
     c = Costs(profile, sharers=w.world if profile.kind == "cpu" else w.ranks_per_node)
     batch_terms(t, c, w)
     price(t, c, w)
+    if w.pipelined:
+        _pipelined(t)
     compute, slowdown, notes = oversubscription(w, profile)
     if compute > 1 or slowdown > 1:
         _shared_cores(t, compute, slowdown)
@@ -60,6 +62,30 @@ def predict(workload: Workload, profile: HardwareProfile, price: PriceFn) -> Pre
     dominant = max(terms, key=terms.get) if terms else ""
     return Prediction(phases, terms, dict(t.hidden), step, w.batch_size / (step / 1e3) if step > 0 else math.nan,
                       dominant, profile.name, w.assumptions + notes)
+
+
+#: the terms the step pipeline's worker does for the next step while this one trains (``pipeline.py``: the
+#: batch's read and copy, the store's ``plan_step``: global rows and their grouping, a cache's directory and
+#: fetches, FAE's routing); FAE's come as ``hot_``/``cold_`` shares
+PLANNED = frozenset({"read_batch", "ship_batch", "plan_ids", "unique_ids", "directory", "fetch", "slots", "slot_of",
+                     "classify"})
+
+
+def _pipelined(t: Terms) -> None:
+    """A run with the step pipeline: the next step's planning (``PLANNED``) runs beside this step's training,
+    so the step takes the longer of the two. What the training thread waits for is ``data.pipeline_wait``;
+    the rest of the planning is hidden (``pipeline_<term>``)."""
+    def planned(name: str) -> bool:
+        return name.split("_", 1)[1] in PLANNED if name.startswith(("hot_", "cold_")) else name in PLANNED
+
+    ahead = [(p, n, ms) for p, n, ms in t.items if planned(n)]
+    t.items = [(p, n, ms) for p, n, ms in t.items if not planned(n)]
+    prepare, train = sum(ms for *_, ms in ahead), sum(ms for *_, ms in t.items)
+    wait = max(0.0, prepare - train)
+    t.add("data", "pipeline_wait", wait)
+    for phase, name, ms in ahead:
+        key = f"pipeline_{phase}.{name}"
+        t.hidden[key] = t.hidden.get(key, 0.0) + ms * (1 - wait / prepare)
 
 
 #: a scale-out step's collectives in the order a rank reaches them (``train.py``, ``distributed/``)

@@ -29,10 +29,11 @@ class Costs:
       from column ids) and ``ids * host_unique_ns`` (``RowGroups.of``);
     - a cache's or scratchpad's directory: ``unique_rows * host_directory_row_ns + slots_scanned *
       host_directory_slot_ns``;
-    - an op: ``host_op_us`` of dispatch (on a GPU ``max(host_op_us, device_kernel_us)``);
+    - an op: ``host_op_us`` of dispatch (on a GPU ``dense_op_us``, else ``max(host_op_us, device_kernel_us)``);
     - a device gather or scatter of n rows: ``n * b / (device_memory_bw * device_gather_efficiency)``; a copy
       over PCIe: ``bytes / pcie_bw + pcie_latency_us``;
-    - the dense forward, backward and optimizer: ``dense_ops * op latency + flops / dense_flops``.
+    - the dense forward, backward and optimizer: ``dense_ops * op latency + flops / dense_flops`` on a CPU; on a
+      GPU the longer of launching its ops and running their kernels (``dense_terms``).
 
     On a ``cpu`` profile the trainer device is host memory: ``.to(device)`` is a no-op, so activations cost
     no transfer, and a cache's fetch or write-back is a host gather plus a host scatter.
@@ -68,11 +69,14 @@ class Costs:
         return rows * self._ns("host_scatter_row_ns") + self.host_bytes(rows * row_bytes)
 
     def ops(self, n: float) -> float:
-        """Dispatch of n ops on the trainer device."""
-        us = self.p.value("host_op_us")
-        if not self.host:
-            us = max(us, self.p.value("device_kernel_us"))
-        return n * us * 1e-3
+        """Dispatch of n ops on the trainer device: on a GPU each is launched eagerly from the training path,
+        at ``dense_op_us`` where the profile measured it (the dense step's ops, with the code around them),
+        else at ``max(host_op_us, device_kernel_us)`` (a bare launch loop's floor)."""
+        if self.host:
+            return n * self.p.value("host_op_us") * 1e-3
+        if self.p.has("dense_op_us"):
+            return n * self.p.value("dense_op_us") * 1e-3
+        return n * max(self.p.value("host_op_us"), self.p.value("device_kernel_us")) * 1e-3
 
     def host_ops(self, n: float) -> float:
         return n * self.p.value("host_op_us") * 1e-3
@@ -98,6 +102,13 @@ class Costs:
         if self.host or nbytes <= 0:
             return 0.0
         return nbytes / (self.p.value("pcie_h2d_bw") * 1e6) + copies * self.p.value("pcie_latency_us") * 1e-3
+
+    def ship(self, nbytes: float, tensors: float) -> float:
+        """Host tensors shipped to the device as the stores do (``rows.ship``): each pinned, then copied without
+        blocking: 3 ops a tensor and the copies. Nothing on a CPU."""
+        if self.host:
+            return 0.0
+        return self.h2d(nbytes, tensors) + self.ops(3 * tensors)
 
     def d2h(self, nbytes: float, copies: float) -> float:
         if self.host or nbytes <= 0:
@@ -162,10 +173,35 @@ def batch_terms(t: Terms, c: Costs, w: Workload) -> None:
     k, nd = w.shape.id_columns, w.shape.num_dense
     b = w.batch_size / max(1, w.world)
     t.add("data", "read_batch", c.ids(b, "host_data_sample_ns") + c.host_bytes(b * w.shape.sample_bytes))
-    t.add("h2d", "ship_batch", c.h2d(b * (nd * FLOAT_BYTES + k + FLOAT_BYTES), 3) + c.ops(3)
-          + c.dev_bytes(b * k * 9))
-    t.add("dense_fwd_bwd", "dense_compute", w.shape.flops_per_sample() * b / (c.p.value("dense_flops") * 1e6))
-    t.add("dense_fwd_bwd", "dense_dispatch", c.ops(w.shape.dense_ops()))
+    shipped = b * (nd * FLOAT_BYTES + k + FLOAT_BYTES)  # dense features, padding mask, labels
+    t.add("h2d", "ship_batch", (c.ops(3) if c.host else c.ship(shipped, 3)) + c.dev_bytes(b * k * 9))
+    dense_terms(t, c, w, b)
+
+
+def dense_terms(t: Terms, c: Costs, w: Workload, b: float) -> None:
+    """The dense forward, backward and optimizer of ``b`` samples.
+
+    A CPU (or a GPU profile without the launch rates) runs the ops one after the other: their dispatch, then
+    ``flops / dense_flops``. A GPU runs its kernels while the host launches the next ones: each op's kernels
+    take ``dense_graph_op_us`` (the small step's per-op time as a CUDA graph: launched by the GPU itself) plus
+    the arithmetic, and an eager step takes the longer of that and launching its ops (``dense_op_us`` each).
+    A replayed graph also copies its inputs in and its loss out (5 eager ops)."""
+    p, ops = c.p, w.shape.dense_ops()
+    compute = w.shape.flops_per_sample() * b / (p.value("dense_flops") * 1e6)
+    if c.host or not p.has("dense_op_us"):
+        t.add("dense_fwd_bwd", "dense_compute", compute)
+        t.add("dense_fwd_bwd", "dense_dispatch", c.ops(ops))
+        return
+    kernels = ops * p.value("dense_graph_op_us") * 1e-3 if p.has("dense_graph_op_us") else 0.0
+    if w.dense_graphed:
+        inputs = b * (w.shape.num_dense + w.shape.num_tables * w.shape.dim + 2) * FLOAT_BYTES
+        t.add("dense_fwd_bwd", "graph_inputs", c.ops(5) + c.dev_bytes(2 * inputs))
+        t.add("dense_fwd_bwd", "dense_kernels", kernels)
+        t.add("dense_fwd_bwd", "dense_compute", compute)
+        return
+    launch = ops * p.value("dense_op_us") * 1e-3
+    t.add("dense_fwd_bwd", "dense_launch", launch)
+    t.add("dense_fwd_bwd", "dense_compute", max(0.0, kernels + compute - launch))  # what the launches leave over
 
 
 def device_lookup(t: Terms, c: Costs, w: Workload, lookups: float, unique: float, plan_phase: str,
@@ -173,7 +209,7 @@ def device_lookup(t: Terms, c: Costs, w: Workload, lookups: float, unique: float
     """A batch served from ``table_rows`` rows in device memory (``device``: every row; a cache's slots,
     FAE's hot rows, ScratchPipe's scratchpad)."""
     t.add(plan_phase, "plan_ids", c.ids(lookups, "host_id_plan_ns") + c.ids(lookups, "host_unique_ns")
-          + c.h2d(8 * (2 * lookups + unique), 3) + c.host_ops(6))
+          + c.ship(8 * (2 * lookups + unique), 3) + c.host_ops(6))
     t.add("emb_fwd", "device_gather", c.dev_gather(lookups, w.vector_bytes, w.table_bytes(table_rows)) + c.ops(2))
     row_update(t, c, w, "emb_update", lookups, unique, on_host=c.host, table_rows=table_rows)
 

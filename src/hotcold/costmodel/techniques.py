@@ -45,7 +45,7 @@ def price_cache(t: Terms, c: Costs, w: Workload) -> None:
     t.add("d2h", "write_back", param_move(c, w, w.c("param_rows_d2h"), to_device=False, slots=cap))
     t.add("h2d", "fetch", param_move(c, w, w.c("param_rows_h2d"), to_device=True, slots=cap))
     slot_map = w.table_bytes(w.table_rows(), 8)  # the directory's slot of every row
-    t.add("h2d", "slots", c.host_gather(lookups, 8, slot_map) + c.h2d(8 * (lookups + 2 * unique), 3) + c.host_ops(4))
+    t.add("h2d", "slots", c.host_gather(lookups, 8, slot_map) + c.ship(8 * (lookups + 2 * unique), 3) + c.host_ops(4))
     device_lookup(t, c, w, lookups, unique, "h2d", table_rows=cap)
 
 
@@ -89,10 +89,12 @@ def price_scratchpipe(t: Terms, c: Costs, w: Workload) -> None:
     lookups, unique = w.c("lookups"), w.c("unique_rows")
     fetched, evicted = w.c("param_rows_h2d"), w.c("param_rows_d2h")
     window = max(1, int(w.report.get("window", w.store.get("window", 2)) or 1))
-    # admission of batch i+W on the training thread: plan, unique, directory, copy-out of the victims
+    # batch i+W's rows (planned a step ahead by the step pipeline), then its admission on the training thread:
+    # the directory, the copy-out of the victims
     scan = float(w.report.get("capacity", 0) or 0) if fetched > 0 else 0.0
-    t.add("h2d", "admit", c.ids(lookups, "host_id_plan_ns") + c.ids(lookups, "host_unique_ns")
-          + c.ids(unique, "host_directory_row_ns") + c.ids(scan, "host_directory_slot_ns") + c.host_ops(8))
+    t.add("h2d", "plan_ids", c.ids(lookups, "host_id_plan_ns") + c.ids(lookups, "host_unique_ns"))
+    t.add("h2d", "admit", c.ids(unique, "host_directory_row_ns") + c.ids(scan, "host_directory_slot_ns")
+          + c.host_ops(8))
     cap = float(w.report.get("capacity", 0) or 0) or w.table_rows()
     parts = [w.vector_bytes] + ([FLOAT_BYTES] if w.state_width else [])
     host = {b: w.table_bytes(w.table_rows(), b) for b in parts}
@@ -108,8 +110,9 @@ def price_scratchpipe(t: Terms, c: Costs, w: Workload) -> None:
     else:       # on a GPU every stage is off the training stream
         side = {"copy_out": copy_out, "gather": gather, "scatter": scatter, "copy_in": copy_in}
     slot_map = w.table_bytes(w.table_rows(), 8)
-    t.add("h2d", "slots", c.host_gather(lookups, 8, slot_map) + c.h2d(8 * (lookups + 2 * unique), 3)
-          + c.host_ops(3))
+    # in forward, on the training thread: the batch's slots and their grouping shipped
+    t.add("emb_fwd", "lookup_slots", c.host_gather(lookups, 8, slot_map) + c.ship(8 * (lookups + 2 * unique), 3)
+          + c.host_ops(5))
     t.add("emb_fwd", "device_gather", c.dev_gather(lookups, w.vector_bytes, pad[w.vector_bytes]) + c.ops(2))
     row_update(t, c, w, "emb_update", lookups, unique, on_host=c.host, table_rows=cap)
     overlap = window * (step_without_side + sum(ms for _, _, ms in t.items))

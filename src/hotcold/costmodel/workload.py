@@ -85,6 +85,8 @@ class Workload:
     ranks_per_node: int = 1
     threads: int = 1                                            # torch threads of each rank
     cores: int = 0                                              # the run's machine's cores (0: not recorded)
+    pipelined: bool = False                                     # a worker planned each step ahead (train.pipeline)
+    dense_graphed: bool = False                                 # the dense step replayed a CUDA graph
     assumptions: tuple[str, ...] = ()
 
     @classmethod
@@ -115,6 +117,8 @@ class Workload:
                    world=int(summary.get("world", dist.get("world", 1)) or 1),
                    ranks_per_node=int(summary.get("ranks_per_node", dist.get("ranks_per_node", 1)) or 1),
                    threads=int(prov.get("threads", 1) or 1), cores=int(prov.get("cores", 0) or 0),
+                   pipelined=bool(summary.get("pipeline", False)),
+                   dense_graphed=(record.get("store") or {}).get("dense_step") == "graph",
                    assumptions=tuple(notes))
 
     def c(self, name: str) -> float:
