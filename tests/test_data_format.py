@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from hotcold.data import dirswap
-from hotcold.data.format import Dataset, DatasetError, DatasetWriter, write_dataset
+from hotcold.data.columns import DatasetError
+from hotcold.data.format import Dataset, DatasetWriter, write_dataset
 from hotcold.data.loader import eval_batches
 
 

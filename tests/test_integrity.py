@@ -18,7 +18,8 @@ import pytest
 
 from hotcold.cli import main
 from hotcold.data import integrity
-from hotcold.data.format import Dataset, DatasetError
+from hotcold.data.columns import DatasetError
+from hotcold.data.format import Dataset
 from hotcold.jit import python
 
 # ---------------------------------------------------------------- damages of a copy

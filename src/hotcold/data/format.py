@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mmap
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,14 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from hotcold.data.columns import COLUMNS, DTYPES, PAD, SEQUENCE_COLUMNS, DatasetError
 from hotcold.data.dirswap import remove_stale, swap_in, temp_dir
 from hotcold.files import file_sha256, fsync_file
 
 FORMAT_VERSION = 1
-COLUMNS = ("dense", "sparse", "labels")
-SEQUENCE_COLUMNS = ("history", "history_offsets")
-PAD = -1
-SPLITS = ("train", "val", "test")
 
 
 def to_global(ids: np.ndarray, column_offsets: np.ndarray) -> np.ndarray:
@@ -37,28 +33,6 @@ def to_global(ids: np.ndarray, column_offsets: np.ndarray) -> np.ndarray:
     and FAE's classification all go through it.
     """
     return np.where(ids >= 0, ids + column_offsets, -1)
-
-
-def release_pages(arr: np.ndarray) -> None:
-    """Drop a memory-mapped array's pages from this process (they stay in the file and the page cache).
-
-    Streaming over a column through its mapping would otherwise keep every page
-    read or written resident in the process, up to the whole file; written
-    pages are flushed first. No-op for arrays that are not memory-mapped.
-    """
-    base = arr
-    while base is not None and not isinstance(base, np.memmap):
-        base = base.base
-    m = getattr(base, "_mmap", None)
-    if m is None or not hasattr(m, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
-        return
-    if base.flags.writeable:
-        base.flush()
-    m.madvise(mmap.MADV_DONTNEED)
-
-
-class DatasetError(ValueError):
-    """A dataset directory is missing, incomplete or inconsistent."""
 
 
 class DatasetWriter:
@@ -145,10 +119,6 @@ def _to_disk(mapped: list[np.ndarray], files: list[Path]) -> None:
         arr.flush()
     for path in files:
         fsync_file(path)
-
-
-DTYPES = {"dense": np.float32, "sparse": np.int32, "labels": np.float32,
-          "history": np.int32, "history_offsets": np.int64}
 
 
 def write_dataset(

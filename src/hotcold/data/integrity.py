@@ -32,7 +32,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from hotcold.data.format import COLUMNS, DTYPES, SEQUENCE_COLUMNS, SPLITS, DatasetError, release_pages
+from hotcold.data.columns import COLUMNS, DTYPES, SEQUENCE_COLUMNS, SPLITS, DatasetError, release_pages
 from hotcold.files import atomic_write_json
 from hotcold.jit import KERNEL, jit
 

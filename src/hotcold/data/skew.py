@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
-from hotcold.data.format import release_pages
+from hotcold.data.columns import release_pages
 
 if TYPE_CHECKING:
     from hotcold.data.format import Dataset

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from hotcold.data.format import DatasetWriter, release_pages
+from hotcold.data.columns import release_pages
+from hotcold.data.format import DatasetWriter
 from hotcold.data.generators.config import GeneratorConfig, split_ranges
 from hotcold.data.generators.drift import HOT_FRACTION, drift
 from hotcold.data.generators.occurrences import DRIFT_MIN_PER_SEGMENT, TableOccurrences, expected_touched

@@ -49,7 +49,8 @@ import numpy as np
 from tqdm import tqdm
 
 from hotcold.config import ConfigError
-from hotcold.data.format import DatasetWriter, release_pages
+from hotcold.data.columns import release_pages
+from hotcold.data.format import DatasetWriter
 from hotcold.data.generators.config import GeneratorConfig
 from hotcold.data.generators.criteo import STATS_SAMPLES, _chunks
 from hotcold.data.generators.drift import HOT_FRACTION

@@ -1,0 +1,39 @@
+"""The dataset format's vocabulary, shared by its writer (``format``), its checks (``integrity``) and its readers.
+
+The column files and their dtypes, the splits, the padding id, the error a
+bad dataset raises, and dropping a mapped column's pages from a process.
+"""
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+
+COLUMNS = ("dense", "sparse", "labels")
+SEQUENCE_COLUMNS = ("history", "history_offsets")
+PAD = -1
+SPLITS = ("train", "val", "test")
+DTYPES = {"dense": np.float32, "sparse": np.int32, "labels": np.float32,
+          "history": np.int32, "history_offsets": np.int64}
+
+
+def release_pages(arr: np.ndarray) -> None:
+    """Drop a memory-mapped array's pages from this process (they stay in the file and the page cache).
+
+    Streaming over a column through its mapping would otherwise keep every page
+    read or written resident in the process, up to the whole file; written
+    pages are flushed first. No-op for arrays that are not memory-mapped.
+    """
+    base = arr
+    while base is not None and not isinstance(base, np.memmap):
+        base = base.base
+    m = getattr(base, "_mmap", None)
+    if m is None or not hasattr(m, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    if base.flags.writeable:
+        base.flush()
+    m.madvise(mmap.MADV_DONTNEED)
+
+
+class DatasetError(ValueError):
+    """A dataset directory is missing, incomplete or inconsistent."""
