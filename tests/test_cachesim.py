@@ -327,7 +327,7 @@ def test_scratchpipe_kernel_matches_reference_on_ragged_traces(window, extra):
 
 def test_plain_python_kernels_equal_compiled():
     from hotcold.jit import python
-    from hotcold.trace import kernels
+    from hotcold.trace import kernels, row_counts
     from hotcold.trace.policies import CacheDirectory, cache_policy
 
     batches = ragged_trace(7, steps=20, num_rows=40)
@@ -354,7 +354,7 @@ def test_plain_python_kernels_equal_compiled():
         for a, b in zip(*results):
             assert np.array_equal(a, b), name
     got = []
-    for fn in (kernels.batch_uniques, python(kernels.batch_uniques)):
+    for fn in (row_counts.batch_uniques, python(row_counts.batch_uniques)):
         got.append(fn(rows, off, np.zeros(40, dtype=np.int32), 0))
     assert np.array_equal(*got) and got[0].tolist() == np.diff(off).tolist()
 
@@ -429,12 +429,12 @@ def test_pairing_heap_pops_in_key_order_under_mixed_pushes_and_pops(seed):
     import heapq
 
     from hotcold.jit import python
-    from hotcold.trace import kernels
+    from hotcold.trace import heaps
 
     rng = np.random.default_rng(seed)
     n = 300
     key = rng.permutation(10 * n)[:n].astype(np.int64)
-    for push, pop in ((kernels.pair_push, kernels.pair_pop), (python(kernels.pair_push), python(kernels.pair_pop))):
+    for push, pop in ((heaps.pair_push, heaps.pair_pop), (python(heaps.pair_push), python(heaps.pair_pop))):
         h = np.full((n + 1, 2), -1, dtype=np.int64)
         ref, outside = [], list(rng.permutation(n))
         for _ in range(40):
@@ -454,7 +454,7 @@ def test_pairing_heap_pops_in_key_order_under_mixed_pushes_and_pops(seed):
 
 
 def test_freqcache_keys_order_rows_by_count_then_highest_row_first():
-    from hotcold.trace.kernels import row_bits, static_key, static_ranks
+    from hotcold.trace.victims import row_bits, static_key, static_ranks
 
     freq = np.array([5, 0, 5, 2, 0, 9, 2])
     rank = static_ranks(freq)

@@ -13,11 +13,12 @@ import pytest
 
 from hotcold.config import ConfigError
 from hotcold.files import file_sha256
-from hotcold.data.sources import criteo, textparse
+from hotcold.data.sources import criteo, criteo_counts, criteo_parse, textparse
 from hotcold.data.sources.criteo import CriteoConfig, preprocess_criteo
 from hotcold.data.format import Dataset
 from hotcold.data.skew import coverage_stats
-from hotcold.data.sources.taobao import TaobaoConfig, preprocess_taobao
+from hotcold.data.sources.taobao import preprocess_taobao
+from hotcold.data.sources.taobao_config import TaobaoConfig
 
 # ---------------------------------------------------------------- Criteo fixtures
 
@@ -514,7 +515,8 @@ def both_kernels(monkeypatch: pytest.MonkeyPatch, kernel: str) -> None:
     from hotcold.jit import KERNEL
     if kernel == "numba" and KERNEL != "numba":
         pytest.skip("numba not installed")
-    monkeypatch.setattr(criteo, "KERNEL", kernel)
+    for module in (criteo, criteo_parse, criteo_counts):
+        monkeypatch.setattr(module, "KERNEL", kernel)
 
 
 @pytest.mark.parametrize("kernel", ["numba", "numpy"])

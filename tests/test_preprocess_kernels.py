@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hotcold.data.sources import criteo, kernels
+from hotcold.data.sources import criteo, criteo_counts, criteo_parse, kernels
 from hotcold.data.sources.criteo import CriteoConfig, preprocess_criteo
 from hotcold.jit import python
 from test_preprocess import random_lines, write
@@ -37,14 +37,14 @@ def test_parse_kernel_matches_numpy(compiled: bool) -> None:
     lines = [ln.encode() for ln in random_lines(200, seed=5)] + odd_lines()
     rng = np.random.default_rng(0)
     buf = b"".join(lines[i] for i in rng.permutation(len(lines)))
-    ref = criteo._parse_criteo_numpy(buf + b"tail\t1")       # a last line without its newline
+    ref = criteo_parse._parse_criteo_numpy(buf + b"tail\t1")       # a last line without its newline
     if compiled:
-        got = criteo._parse_criteo_compiled(buf + b"tail\t1", len(lines) + 1)
+        got = criteo_parse._parse_criteo_compiled(buf + b"tail\t1", len(lines) + 1)
     else:
         original = kernels.parse_criteo
         try:
             kernels.parse_criteo = python(original)
-            got = criteo._parse_criteo_compiled(buf + b"tail\t1", len(lines) + 1)
+            got = criteo_parse._parse_criteo_compiled(buf + b"tail\t1", len(lines) + 1)
         finally:
             kernels.parse_criteo = original
     for f in FIELDS:
@@ -54,7 +54,7 @@ def test_parse_kernel_matches_numpy(compiled: bool) -> None:
 
 def test_parse_kernel_refuses_too_many_lines() -> None:
     with pytest.raises(ValueError, match="more than 2 lines"):
-        criteo._parse_criteo_compiled(b"".join(ln.encode() for ln in random_lines(3)), 2)
+        criteo_parse._parse_criteo_compiled(b"".join(ln.encode() for ln in random_lines(3)), 2)
 
 
 def test_id_tables_count_and_encode() -> None:
@@ -92,7 +92,8 @@ def test_numpy_path_gives_the_same_dataset(tmp_path: Path, monkeypatch: pytest.M
     def both(inputs, kind):
         out = []
         for kernel in ("numba", "python"):
-            monkeypatch.setattr(criteo, "KERNEL", kernel)
+            for module in (criteo, criteo_parse, criteo_counts):
+                monkeypatch.setattr(module, "KERNEL", kernel)
             out.append(preprocess_criteo(inputs, tmp_path / f"{kind}-{kernel}", CriteoConfig(kind=kind, **cfg),
                                          name="x", progress=False))
         return out

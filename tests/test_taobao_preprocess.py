@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from hotcold.data.format import Dataset
-from hotcold.data.sources import taobao, taobao_kernels as tk
-from hotcold.data.sources.taobao import TaobaoConfig, preprocess_taobao
+from hotcold.data.sources import taobao_group, taobao_history, taobao_ids, taobao_parse, taobao_read
+from hotcold.data.sources.taobao import preprocess_taobao
+from hotcold.data.sources.taobao_config import TAOBAO_PERIOD, TaobaoConfig
 from hotcold.jit import KERNEL, python
 
 needs_numba = pytest.mark.skipif(KERNEL != "numba", reason="numba not installed")
@@ -40,8 +41,9 @@ def random_lines(n: int, seed: int, bad_share: float = 0.2) -> list[str]:
 
 def plain_helpers(monkeypatch) -> None:
     """Make the kernels' plain-Python bodies call the plain-Python bodies of the kernels they use."""
-    for name in ("_line", "_digits", "_behavior", "_lookup", "_sort_small"):
-        monkeypatch.setattr(tk, name, python(getattr(tk, name)))
+    for module, name in ((taobao_parse, "_line"), (taobao_parse, "_digits"), (taobao_parse, "_behavior"),
+                         (taobao_ids, "_line"), (taobao_ids, "_lookup"), (taobao_group, "_sort_small")):
+        monkeypatch.setattr(module, name, python(getattr(module, name)))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -50,15 +52,15 @@ def test_parse_paths_agree(seed: int, monkeypatch) -> None:
     buf = ("\n".join(lines) + ("\n" if seed else "")).encode()      # seed 0: no newline after the last line
     if seed == 2:
         buf = buf.replace(b"\n", b"\r\n")
-    want = tk.parse_chunk(buf, 1000, compiled=False)
+    want = taobao_parse.parse_chunk(buf, 1000, compiled=False)
     assert want[0].size == len(lines) and (want[0] != 0).any() and (want[0] == 0).any()
-    paths = [tk.parse_chunk(buf, 1000, compiled=True)] if KERNEL == "numba" else []
+    paths = [taobao_parse.parse_chunk(buf, 1000, compiled=True)] if KERNEL == "numba" else []
     m = 1000
     codes, good, vals, beh = (np.empty(m, np.int8), np.empty(m, np.int64), np.empty((m, 4), np.int64),
                               np.empty(m, np.int8))
     data = buf if buf.endswith(b"\n") else buf + b"\n"
     plain_helpers(monkeypatch)
-    n, g = python(tk.parse_taobao)(np.frombuffer(data, np.uint8), codes, vals, beh, good)
+    n, g = python(taobao_parse.parse_taobao)(np.frombuffer(data, np.uint8), codes, vals, beh, good)
     paths.append((codes[:n], good[:g], vals[:g], beh[:g]))
     for got in paths:
         for a, b in zip(want, got):
@@ -66,7 +68,8 @@ def test_parse_paths_agree(seed: int, monkeypatch) -> None:
 
 
 def test_parse_reasons() -> None:
-    codes, _, vals, beh = tk.parse_chunk(b"7,8,9,cart,-5\n1,2,3\n1,x,3,pv,4\n1,2,3,click,4\n-0,0,0,fav,0\n", 10)
+    codes, _, vals, beh = taobao_parse.parse_chunk(
+        b"7,8,9,cart,-5\n1,2,3\n1,x,3,pv,4\n1,2,3,click,4\n-0,0,0,fav,0\n", 10)
     assert codes.tolist() == [0, 1, 2, 3, 0]
     assert vals.tolist() == [[7, 8, 9, -5], [0, 0, 0, 0]] and beh.tolist() == [2, 3]
 
@@ -74,13 +77,13 @@ def test_parse_reasons() -> None:
 def test_parse_refuses_a_chunk_longer_than_promised() -> None:
     if KERNEL == "numba":
         with pytest.raises(ValueError, match="more than 2 lines"):
-            tk.parse_chunk(b"1,2,3,pv,4\n" * 3, 2)
+            taobao_parse.parse_chunk(b"1,2,3,pv,4\n" * 3, 2)
 
 
 @pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=needs_numba)])
 def test_id_index_is_first_appearance(compiled: bool) -> None:
     rng = np.random.default_rng(0)
-    index = tk.IdIndex(compiled)
+    index = taobao_ids.IdIndex(compiled)
     seen: dict[int, int] = {}
     for chunk in range(12):                                  # grows past its first table
         values = rng.integers(-5, 3_000, 500) * (10**12 if chunk % 2 else 1)
@@ -103,14 +106,14 @@ def test_parse_index_agrees_with_parse_and_index(compiled: bool, monkeypatch) ->
     lines) gives what ``parse_chunk`` and ``IdIndex`` give."""
     lines = random_lines(900, 4) + ["7,8,9,pv,5\r", "7,8,9,pv,6\r\r"]
     buf = ("\r\n".join(lines) + "\n").encode()
-    codes, _, vals, beh = tk.parse_chunk(buf, 2000, compiled=False)
-    index = [tk.IdIndex(False) for _ in range(3)]
+    codes, _, vals, beh = taobao_parse.parse_chunk(buf, 2000, compiled=False)
+    index = [taobao_ids.IdIndex(False) for _ in range(3)]
     ids = [ix.index(vals[:, k])[0] for k, ix in enumerate(index)]
-    item_cat = ids[2][tk.IdIndex(False).index(vals[:, 1])[1]]   # the category of each item's first event
+    item_cat = ids[2][taobao_ids.IdIndex(False).index(vals[:, 1])[1]]  # the category of each item's first event
     if not compiled:
         plain_helpers(monkeypatch)
-    kernel = tk.parse_index if compiled else python(tk.parse_index)
-    tables = [tk.IdIndex(True) for _ in range(3)]
+    kernel = taobao_ids.parse_index if compiled else python(taobao_ids.parse_index)
+    tables = [taobao_ids.IdIndex(True) for _ in range(3)]
     raws = [t.reserve(len(lines)) for t in tables]
     sizes, got_cat = np.zeros(3, np.int64), np.full(len(lines), -1, np.int32)
     cols = [np.full(len(lines) + 5, -1, t) for t in (np.int32, np.int32, np.int32, np.int8, np.int64)]
@@ -156,11 +159,11 @@ def test_group_paths_agree_with_a_plain_loop(seed: int) -> None:
     beh = rng.integers(0, 2, n).astype(np.int8)
     want = simple_group(user, ts, item, cat, beh)
     assert len(want) < n
-    got = [tk.group_events(user, ts, item, cat, beh, n_users, compiled=False),
-           python(tk._group_kernel)(user, ts, item, cat, beh, n_users),
-           python(tk._group_packed)(user, ts, item, cat, beh, n_users, *tk._packed_shift(ts, n))]
+    got = [taobao_group.group_events(user, ts, item, cat, beh, n_users, compiled=False),
+           python(taobao_group._group_kernel)(user, ts, item, cat, beh, n_users),
+           python(taobao_group._group_packed)(user, ts, item, cat, beh, n_users, *taobao_group._packed_shift(ts, n))]
     if KERNEL == "numba":
-        got.append(tk.group_events(user, ts, item, cat, beh, n_users, compiled=True))
+        got.append(taobao_group.group_events(user, ts, item, cat, beh, n_users, compiled=True))
     for g in got:
         assert g.tolist() == want
 
@@ -176,13 +179,14 @@ def test_group_by_time_bins_and_the_wide_time_fallback(compiled: bool) -> None:
     item, cat = rng.integers(0, 3, n).astype(np.int32), rng.integers(0, 2, n).astype(np.int32)
     beh = rng.integers(0, 2, n).astype(np.int8)
     want = simple_group(user, ts, item, cat, beh)
-    assert tk._packed_shift(ts, n) is not None
-    group = tk.group_events if compiled else (lambda *a: python(tk._group_packed)(*a[:6], *tk._packed_shift(ts, n)))
+    assert taobao_group._packed_shift(ts, n) is not None
+    group = taobao_group.group_events if compiled else (
+        lambda *a: python(taobao_group._group_packed)(*a[:6], *taobao_group._packed_shift(ts, n)))
     assert group(user, ts, item, cat, beh, n_users).tolist() == want
     wide = ts.copy()
     wide[0], wide[1] = -(2**62), 2**62                      # no room for the event index: the general kernel
-    assert tk._packed_shift(wide, n) is None
-    assert tk.group_events(user, wide, item, cat, beh, n_users, compiled).tolist() == \
+    assert taobao_group._packed_shift(wide, n) is None
+    assert taobao_group.group_events(user, wide, item, cat, beh, n_users, compiled).tolist() == \
         simple_group(user, wide, item, cat, beh)
 
 
@@ -195,17 +199,17 @@ def test_bucket_stats_and_history_paths_agree() -> None:
     item, cat = rng.integers(0, n_items, n).astype(np.int32), rng.integers(0, n_cats, n).astype(np.int32)
     beh = rng.integers(0, 4, n).astype(np.int8)
     item_cat = rng.integers(0, n_cats, n_items).astype(np.int32)
-    order = tk.group_events(user, ts, item, cat, beh, n_users, compiled=False)
+    order = taobao_group.group_events(user, ts, item, cat, beh, n_users, compiled=False)
     results = []
     for compiled in [False] + ([True] if KERNEL == "numba" else []):
         counts = [np.zeros(n_items, np.int64), np.zeros(n_cats, np.int64), np.zeros(4, np.int64)]
         tails = [np.full(n, -1, np.int32), np.full(n, -1, np.int32)]
-        out = tk.bucket_stats(order, user, ts, item, cat, beh, item_cat, 2, 5, 4, n_users, *counts, *tails, 10,
-                              compiled)
+        out = taobao_history.bucket_stats(order, user, ts, item, cat, beh, item_cat, 2, 5, 4, n_users, *counts,
+                                          *tails, 10, compiled)
         hist = np.empty((40, 2), np.int32)
         hc = [np.zeros(n_items, np.int64), np.zeros(n_cats, np.int64)]
         start = np.array([11, 15, 20], np.int64)
-        tk.fill_history(start, start + [4, 0, 3], tails[0], tails[1], hist[:7], *hc, True, compiled)
+        taobao_history.fill_history(start, start + [4, 0, 3], tails[0], tails[1], hist[:7], *hc, True, compiled)
         results.append([*out, *counts, *tails, hist[:7], *hc])
     cnt = results[0][0]
     assert cnt.tolist() == np.bincount(user[order], minlength=n_users).tolist()
@@ -222,7 +226,7 @@ def test_events_by_bucket_keep_file_order_within_a_bucket() -> None:
             rng.integers(0, 9, n).astype(np.int32), rng.integers(0, 4, n).astype(np.int8), np.arange(n, dtype=np.int64)]
     for compiled in [False] + ([True] if KERNEL == "numba" else []):
         out = [np.empty(n + 3, c.dtype) for c in cols]
-        got, bounds = tk.by_bucket(cols, 3, out, compiled)
+        got, bounds = taobao_group.by_bucket(cols, 3, out, compiled)
         assert bounds.tolist() == [0, *np.cumsum(np.bincount(cols[0] % 3, minlength=3)).tolist()]
         for b in range(3):
             mine = np.flatnonzero(cols[0] % 3 == b)             # the bucket's events, in file order
@@ -279,7 +283,7 @@ def test_small_read_blocks_give_the_same_dataset(tmp_path: Path, monkeypatch, fo
     else:
         csv.write_bytes(text)
     cfg = TaobaoConfig(max_length=5, chunk_lines=300, max_bad_share=0.5)
-    monkeypatch.setattr(taobao, "READ_BYTES", 100)
+    monkeypatch.setattr(taobao_read, "READ_BYTES", 100)
     out = {}
     for key, kw in {"numpy": dict(compiled=False), "compiled": dict()}.items():
         preprocess_taobao(csv, tmp_path / key, cfg, name="tb", progress=False, **kw)
@@ -295,7 +299,8 @@ def test_without_numba_the_same_bytes(tmp_path: Path) -> None:
     script = ("import sys, json; sys.modules['numba'] = None\n"
               "from pathlib import Path\n"
               "from hotcold.jit import KERNEL; assert KERNEL == 'python', KERNEL\n"
-              "from hotcold.data.sources.taobao import TaobaoConfig, preprocess_taobao\n"
+              "from hotcold.data.sources.taobao import preprocess_taobao\n"
+              "from hotcold.data.sources.taobao_config import TaobaoConfig\n"
               f"cfg = TaobaoConfig.from_dict({json.dumps(cfg.to_dict())})\n"
               f"m = preprocess_taobao(Path({str(csv)!r}), Path({str(tmp_path / 'b')!r}), cfg, name='tb', "
               "progress=False, bucket_events=700)\n"
@@ -368,7 +373,7 @@ def test_timestamps_outside_the_period_are_dropped_with_a_warning(tmp_path: Path
     assert m["sha256"] == clean["sha256"] and m["holdout"] == clean["holdout"]
     assert m["raw_lines"] == 2005 and m["bad_lines"]["total"] == 0
     rec = m["outside_time_range"]
-    assert rec["range"] == list(PERIOD) == list(taobao.TAOBAO_PERIOD) and rec["outside"] == 5 and rec["share"] == 5 / 2005
+    assert rec["range"] == list(PERIOD) == list(TAOBAO_PERIOD) and rec["outside"] == 5 and rec["share"] == 5 / 2005
     assert [e["line"] for e in rec["first"]] == at
     assert "UserBehavior.csv: 5 of 2,005 lines (0.25%) have a timestamp outside time_range" in caplog.text
     assert "dropped them" in caplog.text

@@ -21,7 +21,8 @@ import pyarrow.csv as pacsv
 import pytest
 
 from hotcold.data.sources.criteo import CriteoConfig, preprocess_criteo
-from hotcold.data.sources.taobao import TaobaoConfig, preprocess_taobao
+from hotcold.data.sources.taobao import preprocess_taobao
+from hotcold.data.sources.taobao_config import TaobaoConfig
 
 CRITEO_LINES = int(os.environ.get("HOTCOLD_BENCH_CRITEO_LINES", 1_000_000))
 TAOBAO_EVENTS = int(os.environ.get("HOTCOLD_BENCH_TAOBAO_EVENTS", 4_000_000))

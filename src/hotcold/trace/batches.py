@@ -15,7 +15,7 @@ from typing import IO, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from hotcold.trace import kernels
+from hotcold.trace import row_counts
 
 #: batches read back at a time
 CHUNK_STEPS = 256
@@ -182,7 +182,7 @@ class Trace:
         """Lookups of every row over the trace: int64 [N]."""
         out = np.zeros(self.num_rows, dtype=np.int64)
         for _, r, c, _ in self.chunks():
-            kernels.add_counts(out, r, c)
+            row_counts.add_counts(out, r, c)
         return out
 
     def next_use(self) -> list[np.ndarray]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import pandas as pd
 
-from hotcold.trace import kernels
+from hotcold.trace import row_counts
 from hotcold.trace.cachesim import RowSizes, SimResult, counters_frame
 from hotcold.trace.policies import rows_for_share
 from hotcold.trace.fae_schedule import EPOCH, FAEPlan, HotSetSync, check_run_length, fae_counters, fae_order, plan
@@ -62,7 +62,7 @@ def simulate_fae(ds: "Dataset", batch_size: int, steps: int, seed: int, budget_r
         rows = ids[real]
         cold = np.add.reduceat(~hot[rows], offsets[:-1]) if rows.size else np.zeros(len(group), dtype=int)
         cold[per_batch == 0] = 0
-        uniques = kernels.batch_uniques(rows, offsets, stamp, done)
+        uniques = row_counts.batch_uniques(rows, offsets, stamp, done)
         for i in range(len(group)):
             is_hot = bool(cold[i] == 0)
             out.append(fae_counters(is_hot, int(per_batch[i]), int(uniques[i]), sync.enter(is_hot), sizes.dim,

@@ -16,7 +16,7 @@ import numpy as np
 
 from hotcold.config import ConfigError, InfeasibleError
 from hotcold.counters import StepCounters
-from hotcold.trace import kernels
+from hotcold.trace import kernels, victims
 
 #: the eviction policies of ``CacheDirectory``
 CACHE_POLICIES = ("lru", "lfu", "freqcache", "freqcache-lfu", "belady")
@@ -86,13 +86,13 @@ _NO_NEXT = np.zeros(0, dtype=np.int64)
 class LRU(Policy):
     """Key: (last step used, row)."""
 
-    name, code = "lru", kernels.LRU
+    name, code = "lru", victims.LRU
 
 
 class LFU(Policy):
     """Key: (lookups since insertion, last step used, row). ``warm_counts`` [N]: preloaded rows' start count."""
 
-    name, code = "lfu", kernels.LFU
+    name, code = "lfu", victims.LFU
 
     def __init__(self, warm_counts: np.ndarray | None = None) -> None:
         self.warm_counts = warm_counts
@@ -106,13 +106,13 @@ class StaticRank(Policy):
 
     ``frequencies`` [N]: the rank (descending count, ties by row id) as a key
     without a rank array: (count, -row), smallest first, packed in one int64
-    (``kernels.static_key``).
+    (``victims.static_key``).
     """
 
-    name, code = "freqcache", kernels.STATIC
+    name, code = "freqcache", victims.STATIC
 
     def __init__(self, frequencies: np.ndarray) -> None:
-        self._freq = kernels.static_ranks(frequencies)
+        self._freq = victims.static_ranks(frequencies)
 
     def bind(self, num_rows, capacity):
         super().bind(num_rows, capacity)
@@ -122,7 +122,7 @@ class StaticRank(Policy):
 class Belady(Policy):
     """``next_use[t]`` [U_t]: the next step using each unique row of step t (``NEVER``: none)."""
 
-    name, code = "belady", kernels.BELADY
+    name, code = "belady", victims.BELADY
 
     def __init__(self, next_use: Sequence[np.ndarray]) -> None:
         self.next_use = next_use
@@ -189,7 +189,7 @@ class CacheDirectory:
         self._aside = np.zeros((kernels.HEAP_COLS, capacity), dtype=np.int64)  # scratch of a step
         self._state = np.zeros(4, dtype=np.int64)                # used, step, heap size (queue end), queue start
         #: the fewest victims of a step chosen by one pass over the slots instead of the heap (not lru)
-        self.bulk_min = kernels.bulk_threshold(capacity, policy.code)
+        self.bulk_min = victims.bulk_threshold(capacity, policy.code)
         self._victim_slots = np.zeros(capacity, dtype=np.int64)
         self._victim_rows = np.zeros(capacity, dtype=np.int64)
         #: lfu: the slots of count below ``listed_counts``, one FIFO per count (``kernels.new_lists``)
@@ -256,7 +256,7 @@ class CacheDirectory:
         counts = np.ascontiguousarray(counts, dtype=np.int64)
         offsets = np.ascontiguousarray(offsets, dtype=np.int64)
         nu = _NO_NEXT if next_use is None else np.ascontiguousarray(next_use, dtype=np.int64)
-        if self.policy.code == kernels.BELADY and nu.size != rows.size:
+        if self.policy.code == victims.BELADY and nu.size != rows.size:
             raise ValueError("belady needs the next use of every row of the steps run")
         out = np.zeros((offsets.size - 1, 5), dtype=np.int64)
         self._run(rows, counts, offsets, nu, np.empty(rows.size, dtype=np.int64), np.empty(rows.size, dtype=bool),

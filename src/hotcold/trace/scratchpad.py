@@ -19,7 +19,7 @@ import numpy as np
 
 from hotcold.config import InfeasibleError
 from hotcold.counters import StepCounters
-from hotcold.trace import kernels
+from hotcold.trace import row_counts, scratch_kernels
 
 
 def working_set_peak(batch_rows: Iterable[np.ndarray], num_rows: int, window: int) -> tuple[int, int]:
@@ -35,10 +35,10 @@ def working_set_peak(batch_rows: Iterable[np.ndarray], num_rows: int, window: in
         u = np.asarray(rows, dtype=np.int64)
         if u.size > 1 and not (u[1:] > u[:-1]).all():
             u = np.unique(u)
-        distinct += kernels.window_add(counts, u, 1)
+        distinct += row_counts.window_add(counts, u, 1)
         live.append(u)
         if len(live) > window + 1:
-            distinct += kernels.window_add(counts, live.popleft(), -1)
+            distinct += row_counts.window_add(counts, live.popleft(), -1)
         if distinct > peak:
             peak, at = distinct, b - len(live) + 1
     return peak, at
@@ -74,9 +74,10 @@ class ScratchpadDirectory:
 
     Admission order: the first step admits batches 0..W in order; step i >= 1
     admits batch i+W (when there is one); batch i's holds are released after it
-    trains. The store and the simulator both plan with ``kernels.scratch_admit``
-    and ``kernels.scratch_release`` (a queue of the unheld slots, least recently
-    needed first, stale entries skipped).
+    trains. The store and the simulator both plan with
+    ``scratch_kernels.scratch_admit`` and ``scratch_kernels.scratch_release``
+    (a queue of the unheld slots, least recently needed first, stale entries
+    skipped).
     """
 
     def __init__(self, num_rows: int, capacity: int) -> None:
@@ -85,7 +86,7 @@ class ScratchpadDirectory:
         self.slot_to_row = np.full(capacity, -1, dtype=np.int64)   # [C] row in each slot, -1 if free
         self.last_use = np.full(capacity, -1, dtype=np.int64)      # [C] admission that last needed the slot
         self.hold = np.zeros(capacity, dtype=np.int32)             # [C] admitted, untrained batches needing it
-        self._queue = kernels.scratch_queue(capacity)              # unheld slots, next victim first
+        self._queue = scratch_kernels.scratch_queue(capacity)      # unheld slots, next victim first
         self._state = np.array([0, 0, 0, capacity], dtype=np.int64)  # admissions, held slots, queue head, tail
         self._victim_slots = np.zeros(capacity, dtype=np.int64)
         self._victim_rows = np.zeros(capacity, dtype=np.int64)
@@ -105,9 +106,9 @@ class ScratchpadDirectory:
         slots = np.empty(uniq.size, dtype=np.int64)
         hit = np.empty(uniq.size, dtype=bool)
         seq = self.seq
-        hits, victims = kernels.scratch_admit(uniq, self.row_to_slot, self.slot_to_row, self.last_use, self.hold,
-                                              self._queue, self._state, slots, hit, self._victim_slots,
-                                              self._victim_rows)
+        hits, victims = scratch_kernels.scratch_admit(uniq, self.row_to_slot, self.slot_to_row, self.last_use,
+                                                      self.hold, self._queue, self._state, slots, hit,
+                                                      self._victim_slots, self._victim_rows)
         if hits < 0:
             raise InfeasibleError(
                 f"scratchpipe: a batch needs {int(uniq.size - np.count_nonzero(self.row_to_slot[uniq] >= 0))} more "
@@ -119,5 +120,5 @@ class ScratchpadDirectory:
 
     def release(self, slots: np.ndarray) -> None:
         """A batch has trained: drop its holds (``slots``: its ``Admission.slots``, in their order)."""
-        kernels.scratch_release(np.ascontiguousarray(slots, dtype=np.int64), self.last_use, self.hold, self._queue,
-                                self._state)
+        scratch_kernels.scratch_release(np.ascontiguousarray(slots, dtype=np.int64), self.last_use, self.hold,
+                                        self._queue, self._state)

@@ -3,10 +3,11 @@
 Inputs are Criteo TSV lines ``label \\t I1..I13 \\t C1..C26`` (40 fields): the
 Kaggle ``train.txt`` or Terabyte ``day_N`` files (plain or ``.gz``, read as a
 gzip stream). The text is read once, in chunks of ``chunk_lines`` lines, parsed
-by a compiled kernel (``kernels``; without numba by vectorised numpy,
-``textparse``, with the same result), and its rows go straight to disk
-(``spill``); a second pass over the written ids encodes them in place. Memory
-is bounded by the chunk and the id vocabulary, never by the number of lines
+by a compiled kernel (``criteo_parse``, ``kernels``; without numba by
+vectorised numpy, ``textparse``, with the same result), its ids counted
+(``criteo_counts``) and its rows go straight to disk (``spill``); a second
+pass over the written ids encodes them in place. Memory is bounded by the
+chunk and the id vocabulary, never by the number of lines
 (``preprocess_criteo``); the conventions, also recorded in the manifest:
 ``CriteoConfig``.
 """
@@ -24,22 +25,19 @@ from tqdm import tqdm
 from hotcold.data.format import DatasetWriter
 from hotcold.data.skew import coverage_from_counts
 from hotcold.config import from_mapping, is_int, require
-from hotcold.data.sources import kernels
+from hotcold.data.sources.criteo_counts import _DenseCounts, _HashedCounts, _SortedCounts
+from hotcold.data.sources.criteo_parse import NUM_DENSE, NUM_TABLES, _parse_criteo
 from hotcold.data.sources.inputs import Digest, check_provenance, read_chunks, source_records
 from hotcold.data.sources.rawtext import NUL_REASON, NulReport, leading, nul_lines
 from hotcold.data.sources.spill import NpyColumn, Spill
 from hotcold.jit import KERNEL
-from hotcold.data.sources.textparse import (MAX_BAD_SHARE, WARN_BAD_SHARE, BadLines, check_bad_line_options,
-                                            parse_hex8, parse_ints, tokenize)
+from hotcold.data.sources.textparse import MAX_BAD_SHARE, WARN_BAD_SHARE, BadLines, check_bad_line_options
 
 KINDS = ("criteo-kaggle", "criteo-terabyte")
 ENCODINGS = ("frequency", "modulo")
 FULL_LINES = {"criteo-kaggle": 45_840_617, "criteo-terabyte": 4_373_472_329}  # all of train.txt / 24 days
 KAGGLE_DAYS = 7
 TERABYTE_DAYS = 24
-NUM_DENSE, NUM_TABLES = 13, 26
-NUM_FIELDS = 1 + NUM_DENSE + NUM_TABLES
-MERGE_MIN_KEYS = 1 << 16   # the id counter merges its buffer once it holds this many keys (or the table's size)
 REASONS = {"fields": "wrong number of fields", "label": "label is not 0 or 1",
            "integer": "malformed integer", "hex": "categorical is not 8 hex digits or empty", "nul": NUL_REASON}
 NUL_CODE = 1 + list(REASONS).index("nul")
@@ -101,205 +99,6 @@ class CriteoConfig:
 
 
 # ---------------------------------------------------------------- Criteo
-
-
-@dataclass
-class _Parsed:
-    """Good lines of a chunk: their indices in the chunk and parsed fields."""
-
-    codes: np.ndarray    # int8 [lines] 0 = good, else 1 + index into REASONS
-    lines: np.ndarray    # int64 [G]
-    labels: np.ndarray   # float32 [G]
-    ints: np.ndarray     # int64 [G, 13]
-    hexv: np.ndarray     # uint32 [G, 26]
-    missing: np.ndarray  # bool [G, 26]
-
-
-def _parse_criteo_numpy(buf: bytes) -> _Parsed:
-    tok = tokenize(buf, b"\t", NUM_FIELDS)
-    u8, s, n = tok.u8, tok.starts, tok.lens
-    first = u8[s[:, 0]]
-    label_ok = (n[:, 0] == 1) & ((first == ord("0")) | (first == ord("1")))
-    ints, int_ok = parse_ints(u8, s[:, 1:1 + NUM_DENSE], n[:, 1:1 + NUM_DENSE])
-    hexv, hex_ok, missing = parse_hex8(u8, s[:, 1 + NUM_DENSE:], n[:, 1 + NUM_DENSE:])
-    code = np.select([~label_ok, ~int_ok.all(1), ~hex_ok.all(1)], [2, 3, 4], 0).astype(np.int8)
-    keep = code == 0
-    return _Parsed(tok.line_codes(code), tok.good[keep], (first[keep] == ord("1")).astype(np.float32),
-                   ints[keep], hexv[keep], missing[keep])
-
-
-def _parse_criteo_compiled(buf: bytes, max_lines: int) -> _Parsed:
-    if not buf.endswith(b"\n"):
-        buf += b"\n"
-    if b"\r" in buf:
-        buf = buf.replace(b"\r\n", b"\n")
-    m = max_lines
-    codes, good = np.empty(m, dtype=np.int8), np.empty(m, dtype=np.int64)
-    labels = np.empty(m, dtype=np.float32)
-    ints = np.empty((m, NUM_DENSE), dtype=np.int64)
-    hexv = np.empty((m, NUM_TABLES), dtype=np.uint32)
-    missing = np.empty((m, NUM_TABLES), dtype=bool)
-    n, g = kernels.parse_criteo(np.frombuffer(buf, dtype=np.uint8), codes, labels, ints, hexv, missing, good)
-    if n < 0:
-        raise ValueError(f"a chunk holds more than {max_lines} lines")
-    return _Parsed(codes[:n], good[:g], labels[:g], ints[:g], hexv[:g], missing[:g])
-
-
-def _parse_criteo(buf: bytes, max_lines: int) -> _Parsed:
-    """Parse a chunk of at most ``max_lines`` whole lines: the compiled kernel with numba, else vectorised
-    numpy (the same result)."""
-    return _parse_criteo_compiled(buf, max_lines) if KERNEL == "numba" else _parse_criteo_numpy(buf)
-
-
-class _SortedCounts:
-    """Counts of (table, raw id) in memory bounded by the distinct keys, with numpy: per-chunk uniques
-    of uint64 ``table << 32 | value`` keys are buffered and merged into one sorted table once the
-    buffer outgrows it; ids are then found by binary search. (The path without numba: the spilled
-    rows are the raw ids, with the missing ones marked apart.)"""
-
-    keeps_missing = True
-
-    def __init__(self) -> None:
-        self.keys = np.zeros(0, dtype=np.uint64)
-        self.counts = np.zeros(0, dtype=np.int64)
-        self._buf: list[tuple[np.ndarray, np.ndarray]] = []
-        self._buffered = 0
-        self._values: list[np.ndarray] = []
-        self.vocab: list[tuple[np.ndarray, np.ndarray]] = []
-
-    def record(self, hexv: np.ndarray, missing: np.ndarray, counted: bool) -> np.ndarray:
-        """Count a chunk's ids if ``counted`` -> what to spill for its rows (here the raw ids)."""
-        if counted:
-            self._add(hexv, missing, 1)
-        return hexv
-
-    def take_back(self, spilled: np.ndarray, missing: np.ndarray) -> None:
-        """Uncount spilled rows."""
-        self._add(spilled, missing, -1)
-
-    def _add(self, hexv: np.ndarray, missing: np.ndarray, delta: int) -> None:
-        k, c = np.unique(_table_keys(hexv)[~missing.ravel()], return_counts=True)
-        self._buf.append((k, c.astype(np.int64) * delta))
-        self._buffered += k.size
-        if self._buffered > max(self.keys.size, MERGE_MIN_KEYS):
-            self._merge()
-
-    def _merge(self) -> None:
-        keys = np.concatenate([self.keys] + [k for k, _ in self._buf])
-        counts = np.concatenate([self.counts] + [c for _, c in self._buf])
-        self._buf, self._buffered = [], 0
-        order = np.argsort(keys, kind="stable")
-        keys, counts = keys[order], counts[order]
-        del order
-        first = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
-        self.keys = keys[first]
-        self.counts = np.add.reduceat(counts, first) if first.size else counts
-
-    def per_table(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """``(uint32 values ascending, int64 counts)`` of each table: the values with a positive count."""
-        self._merge()
-        seen = self.counts > 0
-        self.keys, self.counts = self.keys[seen], self.counts[seen]
-        bounds = np.searchsorted(self.keys >> np.uint64(32), np.arange(NUM_TABLES + 1, dtype=np.uint64))
-        out = [((self.keys[a:b] & np.uint64(0xFFFFFFFF)).astype(np.uint32), self.counts[a:b])
-               for a, b in zip(bounds[:-1], bounds[1:])]
-        self._values = [v for v, _ in out]
-        self.vocab = [(v, np.zeros(0, dtype=np.int32)) for v in self._values]
-        self.keys, self.counts = np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
-        return out
-
-    def set_ids(self, table: int, keep: np.ndarray, ids: np.ndarray) -> None:
-        """Table ``table``'s values of ``per_table`` where ``keep`` get ``ids``; any other value 0."""
-        self.vocab[table] = (self._values[table][keep], ids)
-
-    def encode(self, hexv: np.ndarray, missing: np.ndarray) -> np.ndarray:
-        out = np.zeros(hexv.shape, dtype=np.int32)
-        for t, (values, ids) in enumerate(self.vocab):
-            if values.size:
-                v = hexv[:, t]
-                pos = np.minimum(np.searchsorted(values, v), values.size - 1)
-                out[:, t] = np.where((values[pos] == v) & ~missing[:, t], ids[pos], 0)
-        return out
-
-
-class _HashedCounts:
-    """Counts of (table, raw id) in hashed tables (compiled kernels, ``kernels.IdTables``); the spilled
-    rows are each id's entry, so encoding is one gather. Memory grows with the distinct ids, never
-    with the lines."""
-
-    keeps_missing = False
-
-    def __init__(self) -> None:
-        self.tables = kernels.IdTables(NUM_TABLES)
-        self._entries: list[np.ndarray] = []
-        self._frozen = False
-
-    def record(self, hexv: np.ndarray, missing: np.ndarray, counted: bool) -> np.ndarray:
-        # not counted: Terabyte's last day, read after every train day, so an id not seen yet is not in train
-        return self.tables.entries(hexv, missing, insert=counted)
-
-    def _freeze(self) -> None:
-        if not self._frozen:
-            self.tables.freeze()
-            self._frozen = True
-
-    def take_back(self, spilled: np.ndarray, missing: None) -> None:
-        self._freeze()
-        self.tables.take_back(spilled)
-
-    def per_table(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        self._freeze()
-        out, self._entries = [], []
-        for t in range(NUM_TABLES):
-            entries, values, counts = self.tables.items(t)
-            self._entries.append(entries)
-            out.append((values, counts))
-        return out
-
-    def set_ids(self, table: int, keep: np.ndarray, ids: np.ndarray) -> None:
-        self.tables.set_ids(table, self._entries[table][keep], ids)
-
-    def encode(self, entries: np.ndarray, missing: None) -> np.ndarray:
-        return self.tables.encode(entries)
-
-
-class _DenseCounts:
-    """Counts of ``(table, id)`` in one int64 [26, rows] array (modulo encoding: ids are bounded, so
-    208 bytes per row; np.zeros pages in only the rows that occur). The spilled rows are the ids."""
-
-    keeps_missing = False
-
-    def __init__(self, rows: int) -> None:
-        self.rows = rows
-        self.counts = np.zeros((NUM_TABLES, rows), dtype=np.int64)
-
-    def record(self, hexv: np.ndarray, missing: np.ndarray, counted: bool) -> np.ndarray:
-        ids = np.where(missing, np.uint32(0), hexv % np.uint32(self.rows))
-        if counted:
-            self._add(ids, 1)
-        return ids
-
-    def take_back(self, spilled: np.ndarray, missing: None) -> None:
-        self._add(spilled, -1)
-
-    def _add(self, ids: np.ndarray, delta: int) -> None:
-        if KERNEL == "numba":
-            kernels.count_dense(self.counts, ids, np.zeros(ids.shape, dtype=bool), self.rows, delta)
-        else:
-            np.add.at(self.counts.reshape(-1),
-                      (ids.astype(np.int64) + np.arange(NUM_TABLES, dtype=np.int64) * self.rows).ravel(), delta)
-
-    def per_table(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """``(ids seen ascending, their counts)`` of each table."""
-        return [(ids, c[ids]) for c in self.counts for ids in [np.flatnonzero(c)]]
-
-    def encode(self, ids: np.ndarray, missing: None) -> np.ndarray:
-        return ids.astype(np.int32)
-
-
-def _table_keys(values: np.ndarray) -> np.ndarray:
-    """uint64 ``table << 32 | value`` of a [G, 26] uint32 matrix, flattened."""
-    return (np.arange(NUM_TABLES, dtype=np.uint64) << np.uint64(32) | values.astype(np.uint64)).ravel()
 
 
 def _new_counts(cfg: CriteoConfig) -> _SortedCounts | _HashedCounts | _DenseCounts:

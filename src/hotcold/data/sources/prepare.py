@@ -28,7 +28,8 @@ from hotcold.data.sources.catalog import (
     fetch_criteo_terabyte,
     locate_taobao,
 )
-from hotcold.data.sources.taobao import TaobaoConfig, preprocess_taobao
+from hotcold.data.sources.taobao import preprocess_taobao
+from hotcold.data.sources.taobao_config import TaobaoConfig
 
 KINDS = ("criteo-kaggle", "criteo-terabyte", "taobao")
 

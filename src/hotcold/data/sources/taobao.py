@@ -12,101 +12,35 @@ outside ``time_range`` (default: the dataset's documented period, 25 Nov to
 with a warning giving the count and share; more than
 ``max_out_of_range_share`` of the lines (default 1%) fail the run with one
 line naming the file.
+
+The read pass is ``taobao_read``'s (lines parsed by ``taobao_parse``, ids
+indexed by ``taobao_ids``, events spilled by ``taobao_spill``); the grouping
+pass (``taobao_group``, ``taobao_history``) and the writing of the samples
+are here. The options: ``TaobaoConfig`` (``taobao_config``).
 """
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 from tqdm import tqdm
 
 from hotcold.data.format import DatasetWriter
 from hotcold.data.skew import coverage_from_counts
-from hotcold.config import from_mapping, is_int, is_real, require
-from hotcold.data.sources.inputs import Digest, _raw, check_provenance, open_input, read_chunks, source_records
-from hotcold.data.sources.rawtext import NUL_REASON, NulReport, leading, nul_lines
+from hotcold.data.sources.inputs import check_provenance, source_records
 from hotcold.data.sources.spill import NpyColumn
-from hotcold.data.sources.taobao_kernels import (BEHAVIORS, NL, OUTSIDE, IdIndex, bucket_stats, by_bucket,
-                                                 fill_history, group_events, parse_chunk, parse_index)
-from hotcold.jit import KERNEL
-from hotcold.data.sources.textparse import MAX_BAD_SHARE, WARN_BAD_SHARE, BadLines, check_bad_line_options
+from hotcold.data.sources.taobao_config import TaobaoConfig
+from hotcold.data.sources.taobao_group import group_events
+from hotcold.data.sources.taobao_history import bucket_stats, fill_history
+from hotcold.data.sources.taobao_parse import BEHAVIORS
+from hotcold.data.sources.taobao_read import _Events, _read_events
 
 log = logging.getLogger(__name__)
-
-REASONS = {"fields": "wrong number of fields (expected 5)",
-           "integer": "user, item or category is not a non-negative integer, or timestamp not an integer",
-           "behavior": "behavior_type is not one of pv, buy, cart, fav", "nul": NUL_REASON}
-NUL_CODE = 1 + list(REASONS).index("nul")
-OUTSIDE_REASON = {"time": "timestamp outside time_range"}
-# The dataset's documented period (https://tianchi.aliyun.com/dataset/649): 25 Nov to 3 Dec 2017, China
-# Standard Time (UTC+8), in epoch seconds [2017-11-25 00:00, 2017-12-04 00:00) UTC+8.
-TAOBAO_PERIOD = (1_511_539_200, 1_512_316_800)
-MAX_OUT_OF_RANGE_SHARE = 0.01   # more lines outside time_range than this share fail the run
-_NO_RANGE = (-(1 << 63), (1 << 63) - 1)
-
-
-@dataclass(frozen=True)
-class TaobaoConfig:
-    """How to build Taobao samples; validated on construction."""
-
-    max_length: int = 20            # history events per sample, at most
-    min_history: int = 1            # earlier events a position needs to be a sample
-    samples_per_user: int = 10      # most recent positions per user, at most
-    negative_ratio: float = 1.0     # negatives per positive (fraction: drawn per positive)
-    holdout_quantile: float = 0.7   # users whose last event is later are val/test
-    seed: int = 0
-    # epoch seconds [start, end): lines with a timestamp outside are dropped and counted, with a warning;
-    # null keeps every timestamp. Default: the dataset's documented period (TAOBAO_PERIOD).
-    time_range: tuple[int, int] | None = TAOBAO_PERIOD
-    max_out_of_range_share: float = MAX_OUT_OF_RANGE_SHARE  # fail when more than this share is outside
-    on_bad_line: str = "skip"       # skip (count) | error (stop with file and line)
-    warn_bad_share: float = WARN_BAD_SHARE  # warn when more than this share of the lines is malformed
-    max_bad_share: float = MAX_BAD_SHARE    # fail when more than this share is (skip policy)
-    chunk_lines: int = 1 << 16
-
-    def __post_init__(self) -> None:
-        w = "taobao config"
-        for name, low in (("max_length", 1), ("min_history", 0), ("samples_per_user", 1), ("seed", 0),
-                          ("chunk_lines", 1)):
-            v = getattr(self, name)
-            require(is_int(v) and v >= low, w, f"{name} must be an integer >= {low}, got {v!r}")
-        r = self.negative_ratio
-        require(is_real(r) and 0 <= r < math.inf, w,
-                     f"negative_ratio must be a finite number >= 0, got {r!r}")
-        q = self.holdout_quantile
-        require(is_real(q) and 0 < q < 1, w,
-                     f"holdout_quantile must be in (0, 1), got {q!r}")
-        check_bad_line_options(w, self.on_bad_line, self.warn_bad_share, self.max_bad_share)
-        t = self.time_range
-        require(t is None or (isinstance(t, (list, tuple)) and len(t) == 2 and all(is_int(x) for x in t)
-                              and _NO_RANGE[0] <= t[0] < t[1] <= _NO_RANGE[1]), w,
-                f"time_range must be null or [start, end] epoch seconds with start < end, got {t!r}")
-        s = self.max_out_of_range_share
-        require(is_real(s) and 0 <= s <= 1, w, f"max_out_of_range_share must be a number in [0, 1], got {s!r}")
-        if t is not None:
-            object.__setattr__(self, "time_range", (int(t[0]), int(t[1])))
-        object.__setattr__(self, "negative_ratio", float(r))
-        object.__setattr__(self, "holdout_quantile", float(q))
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "TaobaoConfig":
-        return from_mapping(cls, d, "taobao config")
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["time_range"] = None if self.time_range is None else list(self.time_range)
-        return d
-
-    @property
-    def time_bounds(self) -> tuple[int, int]:
-        """``[start, end)`` of the timestamps kept (every int64 when ``time_range`` is null)."""
-        return _NO_RANGE if self.time_range is None else self.time_range
 
 
 def _renumber(counts: np.ndarray, raws: np.ndarray) -> np.ndarray:
@@ -120,207 +54,6 @@ def _within(lengths: np.ndarray) -> np.ndarray:
     """0..len-1 for each group of ``lengths``, concatenated."""
     total = int(lengths.sum())
     return np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-
-
-FIELDS = (("user", np.int32), ("item", np.int32), ("cat", np.int32), ("beh", np.int8), ("ts", np.int64))
-BUCKET_EVENTS = 1 << 23      # events per spill bucket aimed at (bounds the grouping pass's memory)
-GZIP_RATIO = 4               # a gzipped input is taken to hold this many times its size in text
-READ_BYTES = 1 << 22        # bytes read at a time by the compiled read pass
-MAX_BUCKETS = 128            # spill files stay few (5 per bucket); past this buckets grow instead
-
-
-def _buckets(file_bytes: int, first_chunk: tuple[int, int], bucket_events: int | None) -> int:
-    """Spill buckets for a file of ``file_bytes`` whose first chunk had ``(lines, bytes)``: enough that none
-    should exceed ``bucket_events`` events (for a gzipped file, ``file_bytes`` is a guess of its text
-    size, so the estimate may be rough: it only changes memory, never the output)."""
-    per = BUCKET_EVENTS if bucket_events is None else bucket_events
-    if not (is_int(per) and per >= 1):
-        raise ValueError(f"bucket_events must be a positive integer, got {per!r}")
-    lines, size = first_chunk
-    estimate = file_bytes * lines / max(size, 1)
-    return int(min(max(1, math.ceil(estimate / per)), MAX_BUCKETS))
-
-
-class _EventSpill:
-    """Events by user index (bucket: user % buckets), so a bucket holds whole users in file order. One bucket
-    stays in memory (at most about ``BUCKET_EVENTS`` events); more go to files, one per bucket and field,
-    by plain writes, so resident memory stays at one chunk."""
-
-    def __init__(self, directory: Path, buckets: int, expected: int = 1 << 16, compiled: bool | None = None) -> None:
-        self.directory, self.buckets, self.compiled = Path(directory), buckets, compiled
-        self.events = 0
-        self._held = [np.empty(expected if buckets == 1 else 0, dtype=t) for _, t in FIELDS]
-        self._scratch = [np.empty(0, dtype=t) for _, t in FIELDS]
-        self._sorted = [np.empty(0, dtype=t) for _, t in FIELDS]    # a chunk's events by bucket
-        self._files: list[list[Any]] = []
-        if buckets > 1:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            self._files = [[open(self._path(b, f), "wb") for f, _ in FIELDS] for b in range(buckets)]
-
-    def _path(self, b: int, field: str) -> Path:
-        return self.directory / f"bucket{b:04d}.{field}.bin"
-
-    def _grow(self, end: int) -> None:
-        if end > self._held[0].size:
-            self._held = [np.concatenate([h[:self.events], np.empty(max(end, 2 * h.size) - self.events, dtype=h.dtype)])
-                          for h in self._held]
-
-    def append(self, user: np.ndarray, item: np.ndarray, cat: np.ndarray, beh: np.ndarray, ts: np.ndarray) -> None:
-        cols = [np.ascontiguousarray(c, dtype=t) for c, (_, t) in zip((user, item, cat, beh, ts), FIELDS)]
-        if self.buckets == 1:
-            self._grow(self.events + user.size)
-            for h, c in zip(self._held, cols):
-                h[self.events:self.events + user.size] = c
-            self.events += user.size
-            return
-        self.events += user.size
-        if self._sorted[0].size < user.size:
-            self._sorted = [np.empty(user.size, dtype=t) for _, t in FIELDS]
-        cols, bounds = by_bucket(cols, self.buckets, self._sorted, self.compiled)
-        for c, col in enumerate(cols):
-            for b in np.flatnonzero(np.diff(bounds)):
-                self._files[b][c].write(memoryview(col[bounds[b]:bounds[b + 1]]).cast("B"))
-
-    def room(self, n: int) -> tuple[list[np.ndarray], int]:
-        """Columns (user, item, cat, beh, ts) and the row from which a kernel may write up to ``n`` events;
-        ``commit`` the ones written."""
-        if self.buckets == 1:
-            self._grow(self.events + n)
-            return self._held, self.events
-        if self._scratch[0].size < n:
-            self._scratch = [np.empty(n, dtype=t) for _, t in FIELDS]
-        return self._scratch, 0
-
-    def commit(self, n: int) -> None:
-        """Take the ``n`` events written to ``room``'s columns."""
-        if self.buckets == 1:
-            self.events += n
-        else:
-            self.append(*(c[:n] for c in self._scratch))
-
-    def close(self) -> None:
-        for files in self._files:
-            for f in files:
-                f.close()
-
-    def read(self, b: int) -> list[np.ndarray]:
-        """Bucket ``b``'s user, item, cat, beh, ts columns (the held bucket is handed over once)."""
-        if self.buckets == 1:
-            held, self._held = self._held, []
-            return [h[:self.events] for h in held]
-        return [np.fromfile(self._path(b, f), dtype=t) for f, t in FIELDS]
-
-    def remove(self) -> None:
-        self.close()
-        self._held = []
-        for b in range(len(self._files)):
-            for f, _ in FIELDS:
-                self._path(b, f).unlink(missing_ok=True)
-        if self._files:
-            self.directory.rmdir()
-
-
-@dataclass
-class _Events:
-    """The first pass's result: the events spilled by user, the id indices and the line accounting."""
-
-    spill: _EventSpill | None
-    users: IdIndex
-    items: IdIndex
-    cats: IdIndex
-    item_cat: np.ndarray     # int32 [items] category index of each item's first event
-    raw_lines: int
-    bad: BadLines
-    digest: Digest
-    outside: BadLines        # well-formed lines whose timestamp is outside time_range
-    head: int = 0            # lines skipped before the data (a header line)
-    skipped: dict[str, bool] = dataclasses.field(default_factory=lambda: {"bom": False, "header": False})
-    nuls: NulReport = dataclasses.field(default_factory=NulReport)
-
-
-def _read_events(csv: Path, cfg: TaobaoConfig, name: str, progress: bool, directory: Path,
-                 bucket_events: int | None, compiled: bool | None) -> _Events:
-    """Parse ``csv`` chunk by chunk; index the ids in order of first appearance and spill the events."""
-    compiled = KERNEL == "numba" if compiled is None else compiled
-    ev = _Events(None, IdIndex(compiled), IdIndex(compiled), IdIndex(compiled), np.zeros(1 << 10, dtype=np.int32),
-                 0, BadLines(REASONS, cfg.on_bad_line), Digest(), BadLines(OUTSIDE_REASON, cfg.on_bad_line))
-    try:
-        with tqdm(total=csv.stat().st_size, unit="B", unit_scale=True, desc=f"{name}: read",
-                  disable=not progress) as bar:
-            (_read_compiled if compiled else _read_numpy)(csv, cfg, ev, directory, bucket_events, bar.update)
-    finally:
-        if ev.spill is not None:
-            ev.spill.close()
-    ev.nuls.warn(str(csv))
-    if ev.spill is None:
-        ev.spill = _EventSpill(directory, 1)
-    ev.item_cat = ev.item_cat[:ev.items.size]
-    return ev
-
-
-def _new_spill(csv: Path, cfg: TaobaoConfig, directory: Path, bucket_events: int | None, lines: int,
-               size: int, compiled: bool) -> _EventSpill:
-    """The spill for ``csv`` whose first ``lines`` lines took ``size`` bytes."""
-    file_bytes = csv.stat().st_size * (GZIP_RATIO if csv.suffix == ".gz" else 1)
-    expected = math.ceil(1.05 * file_bytes * lines / max(size, 1)) + cfg.chunk_lines
-    return _EventSpill(directory, _buckets(file_bytes, (lines, size), bucket_events), expected, compiled)
-
-
-def _read_numpy(csv: Path, cfg: TaobaoConfig, ev: _Events, directory: Path, bucket_events: int | None,
-                progress: Callable[[int], Any]) -> None:
-    """The read pass by ``parse_chunk`` and ``IdIndex.index`` on chunks of ``chunk_lines`` lines."""
-    for first, buf in read_chunks(csv, cfg.chunk_lines, ev.digest, progress):
-        if first == 0:
-            buf = _leading(csv, ev, buf)
-            if not buf:
-                continue
-        at = first + ev.head if first == 0 else first        # the chunk's first line in the file
-        codes, good, vals, beh = parse_chunk(buf, cfg.chunk_lines, False)
-        if ev.spill is None:
-            ev.spill = _new_spill(csv, cfg, directory, bucket_events, codes.size, len(buf), False)
-        t_lo, t_hi = cfg.time_bounds
-        out = (vals[:, 3] < t_lo) | (vals[:, 3] >= t_hi)
-        if out.any():
-            codes[good[out]] = OUTSIDE
-            vals, beh = vals[~out], beh[~out]
-        if good.size < codes.size:
-            _nul(ev, csv, at, codes, nul_lines(buf))
-        _count_bad(ev, csv.name, at, codes, int(out.sum()))
-        ev.raw_lines = at - ev.head + codes.size
-        if not beh.size:
-            continue
-        user, _ = ev.users.index(vals[:, 0])
-        item, new_items = ev.items.index(vals[:, 1])
-        cat, _ = ev.cats.index(vals[:, 2])
-        _room_item_cat(ev, ev.items.size)
-        ev.item_cat[ev.items.size - new_items.size:ev.items.size] = cat[new_items]
-        ev.spill.append(user, item, cat, beh, vals[:, 3])
-
-
-def _leading(csv: Path, ev: _Events, first_chunk: bytes) -> bytes:
-    """The first chunk without a BOM and a header line (each skipped with a warning, ``rawtext.leading``)."""
-    rest, found = leading(first_chunk, str(csv))
-    ev.head = found.lines
-    ev.skipped = {"bom": found.bom, "header": found.header}
-    return rest
-
-
-def _nul(ev: _Events, csv: Path, first: int, codes: np.ndarray, lines: np.ndarray) -> None:
-    """Give the lines ``lines`` of a chunk (whose first line is ``first`` of the file), which hold NUL bytes,
-    their own reason code."""
-    if lines.size:
-        codes[lines] = NUL_CODE
-        ev.nuls.add(str(csv), first, lines)
-
-
-def _count_bad(ev: _Events, file: str, first: int, codes: np.ndarray, outside: int) -> None:
-    """Account a chunk's reason codes: malformed lines in ``ev.bad``; the ``outside`` lines of code
-    ``OUTSIDE`` (timestamp outside time_range) in ``ev.outside``."""
-    if outside:
-        is_out = codes == OUTSIDE
-        ev.outside.add(file, first, is_out.astype(np.int8))
-        codes = np.where(is_out, np.int8(0), codes)
-    ev.bad.add(file, first, codes)
 
 
 def _when(t: int) -> str:
@@ -352,82 +85,6 @@ def _check_time_range(csv: Path, cfg: TaobaoConfig, ev: _Events) -> dict[str, An
     log.warning("%s: %s; dropped them (preprocess.time_range sets the range, null keeps every timestamp)",
                 csv, detail)
     return record
-
-
-def _room_item_cat(ev: _Events, n: int) -> None:
-    if n > ev.item_cat.size:
-        ev.item_cat = np.concatenate([ev.item_cat, np.zeros(max(n, 2 * ev.item_cat.size) - ev.item_cat.size,
-                                                            dtype=np.int32)])
-
-
-def _read_compiled(csv: Path, cfg: TaobaoConfig, ev: _Events, directory: Path, bucket_events: int | None,
-                   progress: Callable[[int], Any]) -> None:
-    """The read pass by one kernel (``parse_index``: parse, index the ids, write the events) over blocks of
-    ``READ_BYTES`` read straight into one buffer (hashed as they are read); a block's unfinished last line
-    is carried to the next."""
-    m = cfg.chunk_lines
-    t_lo, t_hi = cfg.time_bounds
-    codes, vals = np.empty(m, dtype=np.int8), np.empty((m, 3), dtype=np.int64)
-    sizes = np.zeros(3, dtype=np.int64)
-    buf = np.empty(READ_BYTES + 1, dtype=np.uint8)
-    keep, told = 0, 0                                  # bytes carried over; file bytes told to the progress bar
-    start = True                                       # the file's first block: a BOM or header may lead it
-    with open_input(csv, ev.digest) as f:
-        raw = _raw(f)
-        while True:
-            end = keep
-            while end < buf.size - 1 and (n := f.readinto(memoryview(buf)[end:buf.size - 1])):
-                end += n
-            progress(raw.count - told)
-            told = raw.count
-            if end == keep:                            # the end of the file
-                if keep == 0:
-                    break
-                buf[end] = NL                          # its last line lacks a newline
-                stop = end = end + 1
-            else:
-                stop = _after_last_newline(buf, end)
-                if stop == 0:                          # one line longer than the buffer
-                    buf = np.concatenate([buf, np.empty(buf.size, dtype=np.uint8)])
-                    keep = end
-                    continue
-            text, pos = buf[:stop], 0
-            if start:
-                pos, start = stop - len(_leading(csv, ev, text.tobytes())), False
-            while pos < stop:
-                raws = [index.reserve(m) for index in (ev.users, ev.items, ev.cats)]
-                _room_item_cat(ev, ev.items.size + m)
-                if ev.spill is None:
-                    lines = min(m, int(np.count_nonzero(text[:1 << 20] == NL)))
-                    ev.spill = _new_spill(csv, cfg, directory, bucket_events, max(lines, 1),
-                                          _after_last_newline(text[:1 << 20], min(stop, 1 << 20)), True)
-                cols, at = ev.spill.room(m)
-                sizes[:] = ev.users.size, ev.items.size, ev.cats.size
-                begin = pos
-                pos, lines, good, outside = parse_index(text, pos, codes, vals, ev.users.table, raws[0],
-                                                        ev.items.table, raws[1], ev.cats.table, raws[2], sizes,
-                                                        ev.item_cat, *cols, at, t_lo, t_hi)
-                ev.users.size, ev.items.size, ev.cats.size = (int(x) for x in sizes)
-                if good + outside < lines:                    # malformed lines: any NUL bytes among them?
-                    _nul(ev, csv, ev.raw_lines + ev.head, codes, nul_lines(text[begin:pos]))
-                _count_bad(ev, csv.name, ev.raw_lines + ev.head, codes[:lines], outside)
-                ev.raw_lines += lines
-                ev.spill.commit(good)
-            keep = end - stop
-            buf[:keep] = buf[stop:end]
-
-
-def _after_last_newline(buf: np.ndarray, end: int) -> int:
-    """The position after the last ``\\n`` in ``buf[:end]``; 0 when there is none."""
-    look = 1 << 12
-    while True:
-        lo = max(end - look, 0)
-        nl = np.flatnonzero(buf[lo:end] == NL)
-        if nl.size:
-            return lo + int(nl[-1]) + 1
-        if lo == 0:
-            return 0
-        look *= 4
 
 
 @dataclass
