@@ -8,7 +8,8 @@ overrides merged in (``merged``: mappings key by key, a null removes).
 One-process methods train once per (dataset, variant, seed); methods whose
 store spans ranks train at every ``distributed.scales`` entry. ``check``
 resolves every dataset and run with the package's typed configs, so a bad
-config fails before any job starts.
+config fails before any job starts; global batches against the training splits
+are ``hotcold.workflow_checks``'s.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple
 
-from hotcold import methods
+from hotcold import methods, workflow_checks
 from hotcold.config import ConfigError, DistributedConfig, RunConfig
 
 
@@ -258,17 +259,18 @@ class Matrix:
         return int(world) if self.trainer_device() == "cuda" else 0
 
     def infeasible_reason(self, run: Run) -> str | None:
-        """Why a run cannot run on the trainer device, known from its options alone (None: it can)."""
+        """Why a run cannot run, known before it starts (None: it can): its options on the trainer device, or a
+        scale-out run's global batch over its dataset's training split (``workflow_checks.scale_out_reason``)."""
         options = methods.get(run.method).parse_options(self.methods_for(run.dataset)[run.method][run.variant])
-        return options.infeasible_on(self.trainer_device())
+        return options.infeasible_on(self.trainer_device()) or workflow_checks.scale_out_reason(self, run)
 
     @cached_property
     def _device_infeasible(self) -> tuple[Run, ...]:
         return tuple(run for run in self._runs if self.infeasible_reason(run) is not None)
 
     def device_infeasible(self) -> list[Run]:
-        """The runs that cannot run on this trainer device (a GPU-only variant on a CPU): one job writes their
-        records (``hotcold infeasible``) instead of a job each."""
+        """The runs known not to run (a GPU-only variant on a CPU, a scale-out batch over the training split): one
+        job writes their records (``hotcold infeasible``) instead of a job each."""
         return list(self._device_infeasible)
 
     def interleaved_runs(self, dataset: str) -> list[tuple[str, str]]:
@@ -315,7 +317,7 @@ class Matrix:
         return bool(self.config["distributed"]["shard_sim"]["fixed_batch"])
 
     def shard_sim_scales(self) -> list[str]:
-        """``hotcold shard-sim --scales``: the configured NODESxRANKS_PER_NODE, then the trained scales not among them."""
+        """``hotcold shard-sim --scales``: the configured NODESxRANKS_PER_NODE, then the trained scales not in it."""
         configured = list(self.config["distributed"]["shard_sim"]["scales"])
         trained = [f"{world // rpn}x{rpn}" for world, rpn in self.trained_scales() if world % rpn == 0]
         return list(dict.fromkeys(configured + trained))
@@ -365,6 +367,7 @@ class Matrix:
                 build(data)
             except (ConfigError, FileNotFoundError) as e:
                 raise ConfigError(f"invalid configuration for {where}: {e}") from None
+        workflow_checks.check_batches(self)  # a one-process or simulated batch over a training split
         self._check_shard_sim_batch()
         self.check_gpus(gpus)
 
@@ -414,9 +417,10 @@ def _check_batch_split(run_config: Mapping[str, Any]) -> None:
 
 def peer_state(src: Path, device: str = "cpu") -> str:
     """The installed builds of fbgemm_gpu (CPU or CUDA) with versions, and whether its TBE runs on the trainer
-    ``device`` for the jobs' interpreter (on cuda: the CUDA build and a tiny TBE forward), asked in a child process (so the caller never loads it: importing fbgemm_gpu configures the root
-    logger, and Snakemake's log lines would then come out twice): a training rule's parameter, so that installing
-    or repairing the peer's package reruns its jobs."""
+    ``device`` for the jobs' interpreter (on cuda: the CUDA build and a tiny TBE forward), asked in a child
+    process (so the caller never loads it: importing fbgemm_gpu configures the root logger, and Snakemake's log
+    lines would then come out twice): a training rule's parameter, so that installing or repairing the peer's
+    package reruns its jobs."""
     from importlib import metadata
 
     names = sorted(set(metadata.packages_distributions().get("fbgemm_gpu", [])))

@@ -15,6 +15,7 @@ from hotcold import methods
 from hotcold.config import ConfigError
 from hotcold.files import tree_sha256
 from hotcold.workflow import Matrix, Run, peer_state, to_json
+from hotcold.workflow_checks import skip_notes
 from hotcold.workflow_resume import MARKER as RESUME_MARKER
 
 # Path components must match the schema's name patterns.
@@ -192,6 +193,10 @@ try:
     MATRIX.check()
 except ConfigError as e:
     raise WorkflowError(str(e)) from None
+# Scale-out runs whose global batch is more than their dataset's training split: skipped, each with an
+# `infeasible` record (rule device_infeasible); a line per dataset and scale says so at every plan (`-n` too).
+for _note in skip_notes(MATRIX):
+    print(_note, file=sys.stderr)
 if config["timing"]["interleave"]:
     names = [group_rule_name(d) for d in MATRIX.datasets()]
     if len(set(names)) < len(names):

@@ -1,5 +1,5 @@
 """Verbs that train: ``train`` (one run, over ranks if its config says so), ``train-group`` (runs interleaved),
-and ``infeasible`` (the records of runs that cannot run on this device, without training).
+and ``infeasible`` (the records of runs that cannot run on this device or data, without training).
 
 The work is ``hotcold.runner``'s; these read the arguments and say where the
 records went.
@@ -58,7 +58,8 @@ def cmd_train_group(args: argparse.Namespace) -> None:
 
 def add_infeasible(sub: argparse._SubParsersAction) -> None:
     inf = sub.add_parser("infeasible", help="write the infeasible records of runs whose options cannot run on this "
-                                            "trainer device (a GPU-only variant on a CPU), without training")
+                                            "trainer device (a GPU-only variant on a CPU) or whose scale-out global "
+                                            "batch is more than the training split, without training")
     inf.add_argument("--runs", required=True,
                      help='[{"run_config": {...}, "out": RUN_DIR}, ...]: a JSON list, or a JSON/YAML file holding it')
     inf.add_argument("--data", default="results/data", help="datasets directory (each run's dataset lies in it)")
