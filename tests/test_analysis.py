@@ -14,7 +14,8 @@ from matplotlib.collections import LineCollection  # noqa: E402 - after the skip
 
 from hotcold.analysis.comparisons import cache_sim_table
 from hotcold.analysis.figures import make_figures
-from hotcold.analysis.tables import NoRecordsError, RecordError, aggregate, find_records
+from hotcold.analysis.run_records import NoRecordsError, RecordError, find_records
+from hotcold.analysis.tables import aggregate
 from hotcold.cli import main
 from hotcold.counters import FIELDS
 
@@ -558,7 +559,8 @@ def test_a_peer_checked_in_lock_step_takes_that_checks_exactness(tmp_path: Path,
 
 def test_runs_of_several_machines_are_named_with_their_spread(tmp_path: Path) -> None:
     """Two fresh machines of one kind time the same run differently: the summary says so, with the spread."""
-    from hotcold.analysis.tables import machines_note, summary_frame
+    from hotcold.analysis.summary import summary_frame
+    from hotcold.analysis.tables_markdown import machines_note
 
     records = []
     for machine, rate in (("gpu-a", 1000.0), ("gpu-b", 1700.0)):

@@ -15,9 +15,10 @@ from hotcold.analysis.figures import make_figures
 from hotcold.analysis.scaleout import (batch_label, comm_traffic_markdown, comm_traffic_table,
                                        flexshard_headroom_markdown, flexshard_headroom_table, proactive_table,
                                        read_shard_sims, ShardSimError)
-from hotcold.analysis.tables import RecordError, aggregate, find_records
+from hotcold.analysis.run_records import RecordError, find_records
+from hotcold.analysis.tables import aggregate
 from hotcold.cli import main
-from hotcold.distributed.traffic import COLLECTIVES
+from hotcold.counters import COLLECTIVES
 
 STEPS = 10
 SKETCH = list(np.linspace(-1.0, 1.0, 256))

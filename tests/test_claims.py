@@ -11,7 +11,8 @@ import pytest
 
 pytest.importorskip("seaborn", reason="seaborn is not installed: the figures need it (make setup installs it)")
 
-from hotcold.analysis.claims import CLAIMS, Claim, Run, claims_markdown, claims_table
+from hotcold.analysis.claims import claims_markdown, claims_table
+from hotcold.analysis.claims_catalog import CLAIMS, Claim, Run
 from hotcold.analysis.claims_figure import UNSTABLE_HATCH, claims_figure
 
 
@@ -214,7 +215,7 @@ def test_the_committed_gpu_evidence_measures_and_models_the_claims_on_its_card()
     samples/s, with the card's name, and modelled on that card's calibrated profile."""
     from hotcold import methods
     from hotcold.analysis.claims_gpu import gpu_columns
-    from hotcold.analysis.tables import load_records
+    from hotcold.analysis.run_records import load_records
     from hotcold.costmodel import load_profile, predict_record
 
     records = load_records(sorted((EVIDENCE / "records/default-scale").rglob("record.json")))

@@ -11,8 +11,10 @@ import pytest
 import torch
 
 from hotcold import costmodel, methods
-from hotcold.analysis.claims import CLAIMS, Run, _matching, claims_and_sweep
+from hotcold.analysis.claims import claims_and_sweep
+from hotcold.analysis.claims_catalog import CLAIMS, Run
 from hotcold.analysis.claims_paper_scale import _reason
+from hotcold.analysis.claims_runs import _matching
 from hotcold.analysis.paper_scale import FACTORS, PaperScale, capped_tables, resolve, sweep_profile
 from hotcold.config import RunConfig
 from hotcold.costmodel import ModelShape, Workload, load_profile

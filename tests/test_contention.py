@@ -19,9 +19,10 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from hotcold.analysis.claims import Claim, Run, claims_table
+from hotcold.analysis.claims import claims_table
+from hotcold.analysis.claims_catalog import Claim, Run
 from hotcold.analysis.comparisons import speedup_table
-from hotcold.analysis.tables import SUMMARY_COLUMNS, summary_frame
+from hotcold.analysis.summary import SUMMARY_COLUMNS, summary_frame
 from hotcold.contention import (
     MAX_OTHER_CORES,
     MAX_PROBE_SLOWDOWN,

@@ -32,7 +32,7 @@ from hotcold.costmodel import (
     profile_from_dict,
     slowest_rank_ms,
 )
-from hotcold.distributed.traffic import COLLECTIVES as TRAFFIC_COLLECTIVES
+from hotcold.counters import COLLECTIVES as TRAFFIC_COLLECTIVES
 from hotcold import methods
 
 HARDWARE = Path(__file__).resolve().parents[1] / "workflows" / "config" / "hardware"

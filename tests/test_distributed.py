@@ -485,7 +485,7 @@ def test_sparse_replica_sync_sends_fewer_bytes_than_the_dense_tier(multi_rank):
     """The sync-free plan's many rarely touched replicas: the trained store all-gathered the touched rows, so its
     replica bytes are below the dense all-reduce of every tier every step (which it would send otherwise)."""
     from hotcold.distributed.sweep import replica_matrix
-    from hotcold.distributed.traffic import Wire
+    from hotcold.config import Wire
 
     world, rpn, cases, results, datasets = multi_rank
     checked = 0

@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from hotcold.analysis.tables import SUMMARY_COLUMNS, summary_frame
+from hotcold.analysis.summary import SUMMARY_COLUMNS, summary_frame
 from hotcold.config import RunConfig, TrainConfig
 from hotcold.data.format import Dataset
 from hotcold.data.generators.config import GeneratorConfig

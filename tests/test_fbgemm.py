@@ -6,7 +6,8 @@ import json
 import pytest
 import torch
 
-from hotcold.analysis.tables import aggregate, find_records
+from hotcold.analysis.run_records import find_records
+from hotcold.analysis.tables import aggregate
 from hotcold.cli import main
 from hotcold.config import ConfigError, InfeasibleError
 from hotcold import methods

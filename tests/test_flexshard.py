@@ -12,12 +12,12 @@ import math
 import numpy as np
 import pytest
 
-from hotcold.config import ConfigError
+from hotcold.config import ConfigError, Wire
 from hotcold.distributed.plan_types import ALL, NODE, SHARDED, Plan, PlanInputs
 from hotcold.distributed.plans import build_plan, row_wise
 from hotcold.distributed.balanced import balance
 from hotcold.distributed.topology import Topology
-from hotcold.distributed.traffic import Wire, ring_allreduce_matrix
+from hotcold.distributed.traffic import ring_allreduce_matrix
 
 SIZES = [4000, 2400, 1600]           # divisible by every world below: headroom 1.0 leaves no spare row
 DIM, STATE = 16, 1

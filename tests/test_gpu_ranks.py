@@ -180,7 +180,7 @@ def unchecked_record(small_dataset, reference: str):
 
 
 def test_reference_none_trains_no_replay_and_the_summary_says_not_checked(small_dataset):
-    from hotcold.analysis.tables import summary_frame
+    from hotcold.analysis.summary import summary_frame
 
     record, ref = unchecked_record(small_dataset, "none")
     assert ref is None

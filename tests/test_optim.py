@@ -2,7 +2,6 @@
 pieces (grouping a batch's lookups by row, their gradient sums, the row update, fused or not)."""
 from __future__ import annotations
 
-import warnings
 
 import numpy as np
 import pytest

@@ -8,11 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hotcold.config import Wire
 from hotcold.distributed.plan_types import ALL, NODE, SHARDED, Plan
 from hotcold.distributed.replica_sync import DENSE, SPARSE, ReplicaGroups, ReplicaTouches, sync_sends, touches_numpy
 from hotcold.distributed.shardsim import Scale, shard_sim, step_matrices, touched_rows
 from hotcold.distributed.topology import Topology
-from hotcold.distributed.traffic import ID_BYTES, SPLIT_BYTES, Wire, ring_allgather_matrix
+from hotcold.distributed.traffic import ID_BYTES, SPLIT_BYTES, ring_allgather_matrix
 from hotcold.jit import python
 
 

@@ -19,8 +19,10 @@ import pytest
 import torch
 from torch.distributed import TCPStore
 
-from hotcold.analysis.claims import Claim, Run, claims_table
-from hotcold.analysis.tables import infeasible_markdown, summary_frame
+from hotcold.analysis.claims import claims_table
+from hotcold.analysis.claims_catalog import Claim, Run
+from hotcold.analysis.summary import summary_frame
+from hotcold.analysis.tables_markdown import infeasible_markdown
 from hotcold.cli import main
 from hotcold.config import ConfigError, RunConfig
 from hotcold.records import record_status, steps_frame, write_run

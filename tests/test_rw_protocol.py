@@ -11,7 +11,7 @@ import torch
 from test_distributed import CLOSE, STEPS, WIRES, launch, reference
 from test_stores import rel_diff, run_cfg
 
-from hotcold.config import ConfigError
+from hotcold.config import ConfigError, Wire
 from hotcold.data.skew import row_counts
 from hotcold.distributed.plan_types import PlanInputs
 from hotcold.distributed.plans import build_plan, row_wise
@@ -24,7 +24,7 @@ from hotcold.distributed.shardsim import (
     step_matrices,
 )
 from hotcold.distributed.topology import Topology
-from hotcold.distributed.traffic import LOOKUP, REDUCE_SCATTER, Ledger, Wire
+from hotcold.distributed.traffic import LOOKUP, REDUCE_SCATTER, Ledger
 from hotcold.train import train
 
 CPU = torch.device("cpu")

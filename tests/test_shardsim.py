@@ -39,7 +39,8 @@ from hotcold.distributed.shardsim import (
     step_matrices,
 )
 from hotcold.distributed.topology import Topology
-from hotcold.distributed.traffic import COLLECTIVES, Ledger
+from hotcold.counters import COLLECTIVES
+from hotcold.distributed.traffic import Ledger
 from hotcold.jit import python
 
 SIZES = [13, 5, 40, 22]

@@ -9,7 +9,7 @@ import pytest
 from hotcold.config import ConfigError, InfeasibleError
 from hotcold.distributed.plan_types import ALL, SHARDED, PlanInputs
 from hotcold.distributed.plans import build_plan
-from hotcold.distributed.sharded import ShardedOptions
+from hotcold.distributed.sharded_options import ShardedOptions
 from hotcold.distributed.topology import Topology
 
 DIM, STATE = 8, 1

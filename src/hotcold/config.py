@@ -188,6 +188,66 @@ class TimingConfig:
                  f"device must be auto, cpu or cuda, got {self.device!r}")
 
 
+#: bytes of one element of each floating type a collective may send
+ELEMENT_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2}
+#: the choices of ``distributed.wire_dtype``
+WIRE_DTYPES = ("float32", "bfloat16")
+
+
+@dataclass(frozen=True)
+class Wire:
+    """What the float collectives send: the embedding all-to-alls' vectors and gradients, and the all-reduces.
+
+    ``dtype`` (``distributed.wire_dtype``) is the production choice: float32
+    (the default) or bfloat16 for both the all-to-alls and the all-reduces
+    (each rank rounds its float32 values to bfloat16 before sending, and the
+    all-reduce sums in bfloat16). ``exact`` (``distributed.exact``): the
+    all-reduces send and sum float64, so that a sum over ranks does not depend
+    on the order the library adds in and a run over P ranks equals its
+    one-process reference bit for bit (``World.sync_dense``); the all-to-alls
+    stay float32 (they only move values, which float32 carries exactly). Exact
+    mode is float32 with float64 reductions, so it refuses bfloat16.
+    """
+
+    dtype: str = "float32"
+    exact: bool = False
+
+    def __post_init__(self) -> None:
+        self.check("distributed")
+
+    def check(self, where: str) -> None:
+        if self.dtype not in WIRE_DTYPES:
+            raise ConfigError(f"{where}: wire_dtype must be one of {', '.join(WIRE_DTYPES)}, got {self.dtype!r}")
+        if not isinstance(self.exact, bool):
+            raise ConfigError(f"{where}: exact must be true or false, got {self.exact!r}")
+        if self.exact and self.dtype != "float32":
+            raise ConfigError(f"{where}: exact true sends float32 all-to-alls and float64 all-reduces; "
+                              f"wire_dtype {self.dtype} contradicts it (set wire_dtype float32 or exact false)")
+
+    @property
+    def vector_dtype(self) -> str:
+        """The all-to-alls' embedding vectors and gradients."""
+        return self.dtype
+
+    @property
+    def reduce_dtype(self) -> str:
+        """The all-reduces' elements (dense, replica and column all-reduces)."""
+        return "float64" if self.exact else self.dtype
+
+    @property
+    def vector_bytes(self) -> int:
+        return ELEMENT_BYTES[self.vector_dtype]
+
+    @property
+    def reduce_bytes(self) -> int:
+        return ELEMENT_BYTES[self.reduce_dtype]
+
+    def record(self) -> dict[str, Any]:
+        """The mode for a run record or a shard-sim row."""
+        return {"wire_dtype": self.dtype, "exact": self.exact, "vector_dtype": self.vector_dtype,
+                "reduce_dtype": self.reduce_dtype}
+
+
 BACKENDS = ("auto", "nccl", "gloo")   # distributed.backend (hotcold.distributed.devices)
 REFERENCES = ("replay", "none")        # distributed.reference
 MIN_TIMEOUT_S, MAX_TIMEOUT_S = 1.0, 86_400.0  # a collective's wait: at least a second, at most a day
@@ -244,10 +304,8 @@ class DistributedConfig:
                 f"got {self.timeout_s!r}")
         self.wire(where)
 
-    def wire(self, where: str = "distributed") -> Any:
+    def wire(self, where: str = "distributed") -> Wire:
         """The run's ``Wire``: what its collectives send (a bad value: ``ConfigError`` naming the option)."""
-        from hotcold.distributed.traffic import WIRE_DTYPES, Wire
-
         require(isinstance(self.wire_dtype, str) and self.wire_dtype in WIRE_DTYPES, where,
                 f"wire_dtype must be one of {', '.join(WIRE_DTYPES)}, got {self.wire_dtype!r}")
         return Wire(self.wire_dtype, self.exact)  # checks exact

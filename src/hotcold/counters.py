@@ -15,6 +15,10 @@ from typing import Any
 
 #: bytes of a float32: an embedding element, an optimizer state element, a looked-up vector's or gradient's element
 FLOAT_BYTES = 4
+#: the collectives a step may run, in step order; each counted as ``<name>_bytes``
+COLLECTIVES = ("input_a2a", "output_a2a", "grad_a2a", "replica_allreduce", "column_allreduce", "dense_allreduce")
+#: the collectives in flight while Proactive looks rows up early, in step order (``distributed.proactive``)
+PROACTIVE_WINDOWS = ("input_a2a", "output_a2a", "dense_allreduce", "grad_a2a")
 
 
 def _c(doc: str, default: int = 0) -> Any:

@@ -10,44 +10,52 @@ methods. ``docs/adding-a-method.md`` walks through adding one.
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from hotcold.config import ConfigError
-from hotcold.costmodel.techniques import (PriceFn, price_cache, price_device, price_fae, price_hybrid,
-                                          price_proactive, price_scratchpipe, price_sharded)
-from hotcold.distributed.proactive import ProactiveStore
-from hotcold.distributed.sharded import FlexShardStore, ShardedStore
-from hotcold.embedding.base import EmbeddingStore, StoreSpec
-from hotcold.embedding.belady import BeladyCacheStore
-from hotcold.embedding.cache import FreqCacheStore, LFUCacheStore, LRUCacheStore
-from hotcold.embedding.device import DeviceStore
-from hotcold.embedding.fae import FAEStore
-from hotcold.embedding.fbgemm import FbgemmStore
-from hotcold.embedding.hybrid import HybridStore
-from hotcold.embedding.options import StoreOptions
-from hotcold.embedding.scratchpipe import ScratchPipeStore
+from hotcold.distributed.sharded_options import FlexShardOptions, ProactiveOptions, ShardedOptions
+from hotcold.embedding.options import NoOptions, StoreOptions
+from hotcold.embedding.store_options import (CacheOptions, FAEOptions, FbgemmOptions, FreqCacheOptions,
+                                             ScratchPipeOptions)
+
+if TYPE_CHECKING:  # the stores need torch; the registry is read where none is (Snakemake, the analysis)
+    from hotcold.embedding.base import EmbeddingStore, StoreSpec
+
+#: a technique's pricing in the cost model (``hotcold.costmodel.techniques.PriceFn``)
+PriceFn = Callable[..., None]
+
+
+def _load(path: str) -> Any:
+    """``module:name`` imported and looked up."""
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 @dataclass(frozen=True)
 class Method:
-    """One method: a name in configs, records and tables, and the store that runs it."""
+    """One method: a name in configs, records and tables, and the store that runs it.
+
+    The store class and the pricing function are named as ``module:name`` and imported when first asked for,
+    so that reading the registry imports no torch (a test holds the names to the stores' own ``Options``
+    and ``spans_ranks``)."""
 
     name: str
-    store: type[EmbeddingStore]
+    store_path: str               # ``module:class`` of the store
+    options: type[StoreOptions]   # its typed options (the store's ``Options``)
     summary: str                  # one line: what it is
-    cost: PriceFn | None = None   # its step in the cost model (``hotcold.costmodel.techniques``)
+    cost_path: str | None = None  # ``module:function``: its step in the cost model (``costmodel.techniques``)
     peer: bool = False            # another project's kernel through the same loop: measured, never modelled
+    spans_ranks: bool = False     # the store runs over several processes (trained at every configured scale)
 
     @property
-    def options(self) -> type[StoreOptions]:
-        """The typed options class (the store's ``Options``)."""
-        return self.store.Options
+    def store(self) -> type[EmbeddingStore]:
+        return _load(self.store_path)
 
     @property
-    def spans_ranks(self) -> bool:
-        """Whether the store runs over several processes (trained at every configured scale)."""
-        return self.store.spans_ranks
+    def cost(self) -> PriceFn | None:
+        return _load(self.cost_path) if self.cost_path else None
 
     def parse_options(self, data: StoreOptions | Mapping[str, Any] | None, where: str | None = None) -> StoreOptions:
         """This method's typed options from a config mapping, validated (``ConfigError`` naming the key)."""
@@ -57,23 +65,33 @@ class Method:
         return self.store(spec)
 
 
+_E, _D, _T = "hotcold.embedding.", "hotcold.distributed.", "hotcold.costmodel.techniques:"
 METHODS: dict[str, Method] = {m.name: m for m in (
-    Method("device", DeviceStore, "every row in device memory: the upper bound and the exactness reference",
-           price_device),
-    Method("hybrid", HybridStore, "every row in host memory, lookups and updates on the CPU: the baseline",
-           price_hybrid),
-    Method("fae", FAEStore, "FAE: hot rows on the device, hot and cold mini-batches", price_fae),
-    Method("lru", LRUCacheStore, "a software cache evicting the least recently used rows", price_cache),
-    Method("lfu", LFUCacheStore, "a software cache evicting the least frequently used rows", price_cache),
-    Method("freqcache", FreqCacheStore, "ColossalAI's frequency-aware cache: ranked rows, warm start", price_cache),
-    Method("belady", BeladyCacheStore, "Belady's optimal cache (an oracle): the caches' hit-rate ceiling", price_cache),
-    Method("scratchpipe", ScratchPipeStore, "ScratchPipe: a scratchpad filled by looking ahead, always hit",
-           price_scratchpipe),
-    Method("sharded", ShardedStore, "the hybrid-parallel exchange under a sharding plan", price_sharded),
-    Method("proactive", ProactiveStore, "Proactive Embedding: next steps' rows looked up during communication",
-           price_proactive),
-    Method("flexshard", FlexShardStore, "FlexShard: per-row replicated, node-local and sharded tiers", price_sharded),
-    Method("fbgemm", FbgemmStore, "FBGEMM's table-batched embedding, the kernel under TorchRec", peer=True),
+    Method("device", _E + "device:DeviceStore", NoOptions,
+           "every row in device memory: the upper bound and the exactness reference", _T + "price_device"),
+    Method("hybrid", _E + "hybrid:HybridStore", NoOptions,
+           "every row in host memory, lookups and updates on the CPU: the baseline", _T + "price_hybrid"),
+    Method("fae", _E + "fae:FAEStore", FAEOptions, "FAE: hot rows on the device, hot and cold mini-batches",
+           _T + "price_fae"),
+    Method("lru", _E + "cache:LRUCacheStore", CacheOptions, "a software cache evicting the least recently used rows",
+           _T + "price_cache"),
+    Method("lfu", _E + "cache:LFUCacheStore", CacheOptions,
+           "a software cache evicting the least frequently used rows", _T + "price_cache"),
+    Method("freqcache", _E + "cache:FreqCacheStore", FreqCacheOptions,
+           "ColossalAI's frequency-aware cache: ranked rows, warm start", _T + "price_cache"),
+    Method("belady", _E + "belady:BeladyCacheStore", CacheOptions,
+           "Belady's optimal cache (an oracle): the caches' hit-rate ceiling", _T + "price_cache"),
+    Method("scratchpipe", _E + "scratchpipe:ScratchPipeStore", ScratchPipeOptions,
+           "ScratchPipe: a scratchpad filled by looking ahead, always hit", _T + "price_scratchpipe"),
+    Method("sharded", _D + "sharded:ShardedStore", ShardedOptions,
+           "the hybrid-parallel exchange under a sharding plan", _T + "price_sharded", spans_ranks=True),
+    Method("proactive", _D + "proactive:ProactiveStore", ProactiveOptions,
+           "Proactive Embedding: next steps' rows looked up during communication", _T + "price_proactive",
+           spans_ranks=True),
+    Method("flexshard", _D + "sharded:FlexShardStore", FlexShardOptions,
+           "FlexShard: per-row replicated, node-local and sharded tiers", _T + "price_sharded", spans_ranks=True),
+    Method("fbgemm", _E + "fbgemm:FbgemmStore", FbgemmOptions, "FBGEMM's table-batched embedding, the kernel under "
+           "TorchRec", peer=True),
 )}
 
 

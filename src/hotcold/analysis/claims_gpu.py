@@ -6,7 +6,7 @@ GPU run, a ``hotcold gpu-check`` output, or the workflow's own runs when they
 trained on a GPU), ``gpu_columns`` adds the same comparison on them: the
 value, the card by name, whether those runs were stable, where the records
 came from, and the claim modelled on the GPU's calibrated profile from the
-same records. The comparisons are ``claims``' own, on another set of runs.
+same records. The comparisons are ``claims_measured``' own, on another set of runs.
 """
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import dataclasses
 import math
 from typing import Any, Sequence
 
-from hotcold.analysis.claims import Claim, Predict, _hits_claim, _row, _speed_claim
+from hotcold.analysis.claims_catalog import Claim
+from hotcold.analysis.claims_measured import Predict, _hits_claim, _row, _speed_claim
 
 GPU_COLUMNS = ["gpu_measured_value", "gpu_measured_hardware", "gpu_measured_stable", "gpu_records",
                "gpu_modelled_value", "gpu_modelled_profile"]

@@ -18,7 +18,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from hotcold.analysis import claims as C
+from hotcold.analysis.claims_catalog import Claim, Run, _differs
+from hotcold.analysis.claims_runs import FLEXSHARD_HEADROOM, _largest_sim, _matching, _reduction, budget_of
 from hotcold.analysis.paper_scale import (
     COMM_KNOBS,
     EARLY_STEPS,
@@ -31,6 +32,7 @@ from hotcold.analysis.paper_scale import (
     sweep_profile,
     workload_words,
 )
+from hotcold.distributed.batch import PER_RANK
 
 ShapeOf = Callable[[dict[str, Any]], Any]
 
@@ -47,7 +49,7 @@ def _ratio(run: list[Any], base: list[Any], profile: Any) -> tuple[float, str]:
     return a / b, dominant
 
 
-def _sweep_rate_knobs(claim: C.Claim, knobs: dict[str, tuple[tuple[str, ...], bool]], profile: Any,
+def _sweep_rate_knobs(claim: Claim, knobs: dict[str, tuple[tuple[str, ...], bool]], profile: Any,
                       value_at: Callable[[Any], float]) -> list[dict[str, Any]]:
     out = []
     for knob, (rates, faster) in knobs.items():
@@ -60,17 +62,17 @@ def _sweep_rate_knobs(claim: C.Claim, knobs: dict[str, tuple[tuple[str, ...], bo
     return out
 
 
-def _sweep_row(claim: C.Claim, knob: str, setting: str, factor: float, value: float) -> dict[str, Any]:
+def _sweep_row(claim: Claim, knob: str, setting: str, factor: float, value: float) -> dict[str, Any]:
     return {"claim_id": claim.claim_id, "knob": knob, "setting": setting, "factor": factor, "value": value,
-            "paper_value": claim.paper_value, "agrees": not C._differs(value, claim.paper_value)}
+            "paper_value": claim.paper_value, "agrees": not _differs(value, claim.paper_value)}
 
 
-def _share_rows(claim: C.Claim, knob: str, current: float, value_at: Callable[[float], float]) -> list[dict[str, Any]]:
+def _share_rows(claim: Claim, knob: str, current: float, value_at: Callable[[float], float]) -> list[dict[str, Any]]:
     return [_sweep_row(claim, knob, f"{knob} {s:g} (paper scale: {current:.2f})", s / current if current else math.inf,
                        value_at(s)) for s in SHARES]
 
 
-def _reason(claim: C.Claim, value: float, rows: list[dict[str, Any]]) -> str:
+def _reason(claim: Claim, value: float, rows: list[dict[str, Any]]) -> str:
     """Which swept knob closes the gap with the least change, or that none does."""
     unit = claim.unit.split()[0]
     head = f"paper-scale {value:.3g}{unit} vs the paper's {claim.paper_value:.3g}{unit}"
@@ -87,11 +89,11 @@ def _reason(claim: C.Claim, value: float, rows: list[dict[str, Any]]) -> str:
 
 # --- per kind ----------------------------------------------------------------------------------------------------
 
-def _speed(row: dict[str, Any], claim: C.Claim, records: list[dict[str, Any]], paper: PaperScale,
+def _speed(row: dict[str, Any], claim: Claim, records: list[dict[str, Any]], paper: PaperScale,
            profile: Any, shape_of: ShapeOf, sweep: list[dict[str, Any]]) -> None:
-    def resolved(run: C.Run) -> Resolved | str:
-        trained = C._matching(records, claim.dataset, run)
-        key = max((C.budget_of(r) for r in trained), default=0.0)
+    def resolved(run: Run) -> Resolved | str:
+        trained = _matching(records, claim.dataset, run)
+        key = max((budget_of(r) for r in trained), default=0.0)
         return resolve(paper, claim.dataset, run, trained, key, shape_of)
 
     run, base = resolved(claim.run), resolved(claim.baseline)
@@ -106,7 +108,7 @@ def _speed(row: dict[str, Any], claim: C.Claim, records: list[dict[str, Any]], p
                paper_scale_dominant=f"{claim.run.method}: {dominant}",
                paper_scale_workload=workload_words(w.shape, w.batch_size, f"{run.source} vs {base.source}",
                                                    run.budget))
-    if not C._differs(value, claim.paper_value):
+    if not _differs(value, claim.paper_value):
         return
     rows = _sweep_rate_knobs(claim, SPEED_KNOBS, profile, lambda p: _ratio(run.workloads, base.workloads, p)[0])
     if claim.run.method == "fae":
@@ -119,14 +121,14 @@ def _speed(row: dict[str, Any], claim: C.Claim, records: list[dict[str, Any]], p
 
 def _largest_row_plan(frame: pd.DataFrame) -> pd.Series | None:
     ok = frame[(frame["plan"] == "row") & (frame["status"] == "ok")]
-    if "batching" in ok and (ok["batching"] == C.PER_RANK).any():
-        ok = ok[ok["batching"] == C.PER_RANK]
+    if "batching" in ok and (ok["batching"] == PER_RANK).any():
+        ok = ok[ok["batching"] == PER_RANK]
     if ok.empty:
         return None
     return ok[ok["world"] == ok["world"].max()].iloc[0]
 
 
-def _scaleout_speed(row: dict[str, Any], claim: C.Claim, records: list[dict[str, Any]], paper: PaperScale,
+def _scaleout_speed(row: dict[str, Any], claim: Claim, records: list[dict[str, Any]], paper: PaperScale,
                     profile: Any, sweep: list[dict[str, Any]]) -> None:
     """Proactive vs row-wise: the shard-sim's row plan at the largest weak-scaled scale, Proactive's early
     lookups (rows the previous step did not touch) counted on the same global batches."""
@@ -145,8 +147,8 @@ def _scaleout_speed(row: dict[str, Any], claim: C.Claim, records: list[dict[str,
     opt = paper.row_optimizer(claim.dataset)
 
     def pair(early: float) -> tuple[list[Any], list[Any]]:
-        make = lambda m, e: shard_sim_workload(sim.to_dict(), shape, trace["lookups"], trace["unique_rows"], e, m,  # noqa: E731
-                                               opt)
+        make = lambda m, e: shard_sim_workload(  # noqa: E731
+            sim.to_dict(), shape, trace["lookups"], trace["unique_rows"], e, m, opt)
         return [make("proactive", early)], [make("sharded", 0.0)]
 
     run, base = pair(trace["early_lookups"])
@@ -159,7 +161,7 @@ def _scaleout_speed(row: dict[str, Any], claim: C.Claim, records: list[dict[str,
                    w.shape, w.batch_size, f"shard-sim row plan ({int(sim['steps'])} steps), early lookups "
                    f"{share:.0%} of the lookups (depth 1, over {EARLY_STEPS} steps of the trace)",
                    world=w.world, ranks_per_node=w.ranks_per_node))
-    if not C._differs(value, claim.paper_value):
+    if not _differs(value, claim.paper_value):
         return
     rows = _sweep_rate_knobs(claim, {**COMM_KNOBS, **SPEED_KNOBS}, profile, lambda p: _ratio(run, base, p)[0])
     rows += _share_rows(claim, "Proactive early-lookup share", share,
@@ -168,10 +170,10 @@ def _scaleout_speed(row: dict[str, Any], claim: C.Claim, records: list[dict[str,
     row["paper_scale_why"] = _reason(claim, value, rows)
 
 
-def _hits(row: dict[str, Any], claim: C.Claim, records: list[dict[str, Any]], paper: PaperScale,
+def _hits(row: dict[str, Any], claim: Claim, records: list[dict[str, Any]], paper: PaperScale,
           shape_of: ShapeOf) -> None:
-    trained = C._matching(records, claim.dataset, claim.run)
-    r = resolve(paper, claim.dataset, claim.run, trained, max((C.budget_of(x) for x in trained), default=0.0),
+    trained = _matching(records, claim.dataset, claim.run)
+    r = resolve(paper, claim.dataset, claim.run, trained, max((budget_of(x) for x in trained), default=0.0),
                 shape_of)
     if isinstance(r, str):
         row["paper_scale_why"] = f"paper-scale: {r}"
@@ -181,7 +183,7 @@ def _hits(row: dict[str, Any], claim: C.Claim, records: list[dict[str, Any]], pa
     row["paper_scale_profile"] = "counted"
     w = r.workloads[0]
     row["paper_scale_workload"] = workload_words(w.shape, w.batch_size, r.source, r.budget)
-    if C._differs(row["paper_scale_value"], claim.paper_value):
+    if _differs(row["paper_scale_value"], claim.paper_value):
         row["paper_scale_why"] = f"paper-scale {row['paper_scale_value']:.3g}% vs the paper's {claim.paper_value:.3g}%"
 
 
@@ -189,25 +191,25 @@ def _shard_frame(paper: PaperScale, dataset: str) -> pd.DataFrame:
     return paper.shard_sims[dataset].assign(source="simulated")
 
 
-def _a2a(row: dict[str, Any], claim: C.Claim, paper: PaperScale, sweep: list[dict[str, Any]]) -> None:
+def _a2a(row: dict[str, Any], claim: Claim, paper: PaperScale, sweep: list[dict[str, Any]]) -> None:
     absent = paper.absent(claim.dataset, "shard_sim")
     if absent:
         row["paper_scale_why"] = absent
         return
     comm = _shard_frame(paper, claim.dataset)
-    sim = C._largest_sim(comm, claim.dataset)
+    sim = _largest_sim(comm, claim.dataset)
     if sim.empty:
-        row["paper_scale_why"] = f"paper-scale: no flexshard and row plans at headroom {C.FLEXSHARD_HEADROOM:g}"
+        row["paper_scale_why"] = f"paper-scale: no flexshard and row plans at headroom {FLEXSHARD_HEADROOM:g}"
         return
-    value = C._reduction(sim)
+    value = _reduction(sim)
     first = sim.set_index("plan").loc["flexshard"]
     shape = paper.shape(claim.dataset)
     row.update(paper_scale_value=value, paper_scale_profile="counted (shard-sim)",
                paper_scale_workload=workload_words(shape, int(first["batch_size"]),
-                                                   f"shard-sim, headroom {C.FLEXSHARD_HEADROOM:g}",
+                                                   f"shard-sim, headroom {FLEXSHARD_HEADROOM:g}",
                                                    world=int(first["world"]),
                                                    ranks_per_node=int(first["ranks_per_node"])))
-    if not C._differs(value, claim.paper_value):
+    if not _differs(value, claim.paper_value):
         return
     rows = []
     ok = comm[(comm["status"] == "ok") & comm["plan"].isin(["flexshard", "row"])]
@@ -219,20 +221,20 @@ def _a2a(row: dict[str, Any], claim: C.Claim, paper: PaperScale, sweep: list[dic
         batching = f", {key[3]} batch" if len(key) > 3 else ""
         rows.append(_sweep_row(claim, "scale and memory headroom (counted)",
                                f"{world // rpn}x{rpn}, headroom {headroom:g}{batching}",
-                               headroom / C.FLEXSHARD_HEADROOM, C._reduction(part)))
+                               headroom / FLEXSHARD_HEADROOM, _reduction(part)))
     sweep += rows
     row["paper_scale_why"] = _reason(claim, value, rows)
 
 
-def _latency(row: dict[str, Any], claim: C.Claim, paper: PaperScale, profile: Any, comm_model: Any,
+def _latency(row: dict[str, Any], claim: Claim, paper: PaperScale, profile: Any, comm_model: Any,
              sweep: list[dict[str, Any]]) -> None:
     absent = paper.absent(claim.dataset, "shard_sim")
     if absent:
         row["paper_scale_why"] = absent
         return
-    sim = C._largest_sim(_shard_frame(paper, claim.dataset), claim.dataset)
+    sim = _largest_sim(_shard_frame(paper, claim.dataset), claim.dataset)
     if sim.empty:
-        row["paper_scale_why"] = f"paper-scale: no flexshard and row plans at headroom {C.FLEXSHARD_HEADROOM:g}"
+        row["paper_scale_why"] = f"paper-scale: no flexshard and row plans at headroom {FLEXSHARD_HEADROOM:g}"
         return
     by_plan = sim.set_index("plan")
     first = by_plan.loc["flexshard"]
@@ -247,16 +249,16 @@ def _latency(row: dict[str, Any], claim: C.Claim, paper: PaperScale, profile: An
     shape = paper.shape(claim.dataset)
     row.update(paper_scale_value=value, paper_scale_profile=profile.name, paper_scale_dominant=f"flexshard: {dominant}",
                paper_scale_workload=workload_words(shape, int(first["batch_size"]),
-                                                   f"shard-sim bytes, headroom {C.FLEXSHARD_HEADROOM:g}",
+                                                   f"shard-sim bytes, headroom {FLEXSHARD_HEADROOM:g}",
                                                    world=world, ranks_per_node=rpn))
-    if not C._differs(value, claim.paper_value):
+    if not _differs(value, claim.paper_value):
         return
     rows = _sweep_rate_knobs(claim, COMM_KNOBS, profile, lambda p: value_at(p)[0])
     sweep += rows
     row["paper_scale_why"] = _reason(claim, value, rows)
 
 
-def paper_scale_columns(row: dict[str, Any], claim: C.Claim, records: list[dict[str, Any]], paper: PaperScale | None,
+def paper_scale_columns(row: dict[str, Any], claim: Claim, records: list[dict[str, Any]], paper: PaperScale | None,
                         profiles: dict[str, Any], shape_of: ShapeOf, comm_model: Any,
                         sweep: list[dict[str, Any]]) -> None:
     """Fill ``row``'s ``paper_scale_*`` columns for ``claim``; append its sweep's rows to ``sweep``."""

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from hotcold.analysis.markdown import to_markdown
-from hotcold.embedding.fae import FAEOptions
+from hotcold.embedding.store_options import FAEOptions
 
 RUN_KEYS = ["dataset", "method", "variant", "seed"]
 SPEEDUP_KEYS = ["dataset", "timer", "method", "variant"]

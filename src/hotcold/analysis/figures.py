@@ -36,7 +36,7 @@ from hotcold.analysis.plotting import (
     whiskers,
     with_stability,
 )
-from hotcold.analysis.tables import one_process
+from hotcold.analysis.summary import one_process
 from hotcold.timing import phase_order
 
 

@@ -59,7 +59,7 @@ def claims_report(records: Sequence[Path], comm_traffic: Path, profiles: Sequenc
     from hotcold.analysis.claims import load_profiles, write_claims
     from hotcold.analysis.claims_figure import claims_figure
     from hotcold.analysis.plotting import read_table, save_atomic
-    from hotcold.analysis.tables import load_records
+    from hotcold.analysis.run_records import load_records
 
     loaded = load_records(list(records))
     comm = read_table(Path(comm_traffic), "run `hotcold scaleout-tables` first")
@@ -88,7 +88,7 @@ def validation_report(records: Sequence[Path], profile_path: str | Path, data_di
                       out_dir: Path) -> tuple[pd.DataFrame, HardwareProfile]:
     """Write ``costmodel_validation.csv``/``.md`` for the records on one profile; the summary and the profile."""
     from hotcold.analysis.costmodel_validation import write_validation
-    from hotcold.analysis.tables import load_records
+    from hotcold.analysis.run_records import load_records
 
     profile = load_profile(profile_path)
     loaded = load_records(list(records))

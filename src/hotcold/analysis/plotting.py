@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-from hotcold.analysis.tables import RUN_ID
+from hotcold.analysis.run_records import RUN_ID
 from hotcold.files import atomic_write
 
 FORMATS = ("png", "pdf")

@@ -20,9 +20,9 @@ import pandas as pd
 
 from hotcold import methods
 from hotcold.analysis.markdown import to_markdown
-from hotcold.analysis.tables import load_records, plan_of, scale_of
+from hotcold.analysis.run_records import load_records, plan_of, scale_of
+from hotcold.counters import COLLECTIVES, PROACTIVE_WINDOWS
 from hotcold.distributed.batch import GLOBAL, PER_RANK
-from hotcold.distributed.traffic import COLLECTIVES, PROACTIVE_WINDOWS
 from hotcold.files import atomic_write_text
 from hotcold.records import STATUS_OK, record_status
 

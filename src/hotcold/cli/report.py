@@ -21,7 +21,8 @@ def add_aggregate(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_aggregate(args: argparse.Namespace) -> None:
-    from hotcold.analysis.tables import aggregate, find_records
+    from hotcold.analysis.run_records import find_records
+    from hotcold.analysis.tables import aggregate
 
     records = [Path(p) for p in args.records] or find_records(Path(args.runs))
     frame = aggregate(records, Path(args.out), args.exact_rtol)

@@ -19,9 +19,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from hotcold.config import ConfigError
+from hotcold.counters import COLLECTIVES
 from hotcold.costmodel.profile import HardwareProfile
 from hotcold.costmodel.workload import Workload
-from hotcold.distributed.traffic import COLLECTIVES
 
 def comm_rates(profile: HardwareProfile) -> tuple[float, float, float]:
     """(intra GB/s, inter GB/s, latency ms); a clear error when the profile has no network."""

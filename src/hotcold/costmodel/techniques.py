@@ -18,8 +18,7 @@ from hotcold.costmodel.collectives import collective_ms, comm_rates, concurrent_
 from hotcold.costmodel.pricing import (Costs, Terms, device_lookup, grad_sum, host_lookup, param_move, row_optimizer,
                                       row_update)
 from hotcold.costmodel.workload import Workload
-from hotcold.counters import FLOAT_BYTES
-from hotcold.distributed.traffic import PROACTIVE_WINDOWS
+from hotcold.counters import FLOAT_BYTES, PROACTIVE_WINDOWS
 
 #: a technique's pricing: adds its terms of one step of the workload to the terms, at the profile's costs
 PriceFn = Callable[[Terms, Costs, Workload], None]

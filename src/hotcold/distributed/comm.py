@@ -32,9 +32,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from hotcold.config import ELEMENT_BYTES, Wire
 from hotcold.distributed.topology import Topology
-from hotcold.distributed.traffic import (ELEMENT_BYTES, ID_BYTES, SPLIT_BYTES, Ledger, Wire, a2a_matrix,
-                                         ring_allgather_matrix, ring_allreduce_matrix, ring_reducescatter_matrix)
+from hotcold.distributed.traffic import (ID_BYTES, SPLIT_BYTES, Ledger, a2a_matrix, ring_allgather_matrix,
+                                         ring_allreduce_matrix, ring_reducescatter_matrix)
 
 TIMEOUT_S = 300  # a rank that stops answering fails the others after this long
 TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}

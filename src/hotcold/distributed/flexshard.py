@@ -36,11 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from hotcold.config import is_real, require
+from hotcold.config import Wire, is_real, require
 from hotcold.distributed.plan_types import ALL, NODE, SHARDED, Plan, PlanInputs, rowwise_owner
 from hotcold.distributed.balanced import balance, descending, imbalance
 from hotcold.distributed.topology import Topology
-from hotcold.distributed.traffic import ID_BYTES, Wire
+from hotcold.distributed.traffic import ID_BYTES
 
 DEFAULT_INTRA_GBPS = 300.0   # GB/s per GPU, NVLink-class
 DEFAULT_INTER_GBPS = 25.0    # GB/s per GPU, a 200 Gb/s NIC

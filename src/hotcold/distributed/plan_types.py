@@ -15,8 +15,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from hotcold import counters
+from hotcold.config import Wire
 from hotcold.distributed.topology import Topology
-from hotcold.distributed.traffic import Wire
 
 SHARDED, NODE, ALL = 0, 1, 2
 TIER_NAMES = {SHARDED: "sharded", NODE: "node", ALL: "all"}

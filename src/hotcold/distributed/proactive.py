@@ -31,10 +31,11 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from hotcold.counters import PROACTIVE_WINDOWS
 from hotcold.distributed.comm import Pending
 from hotcold.distributed.plan_types import SHARDED
-from hotcold.distributed.sharded import Exchange, ProactiveOptions, RouteInFlight, ShardedStore
-from hotcold.distributed.traffic import PROACTIVE_WINDOWS
+from hotcold.distributed.sharded import Exchange, RouteInFlight, ShardedStore
+from hotcold.distributed.sharded_options import ProactiveOptions
 from hotcold.embedding.base import Marker, StoreSpec
 
 CHUNK = 4096  # rows per lookup chunk between polls of the collective

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hotcold.config import Wire
 from hotcold.distributed.plan_types import ALL, NODE, Plan
-from hotcold.distributed.traffic import ID_BYTES, SPLIT_BYTES, Wire
+from hotcold.distributed.traffic import ID_BYTES, SPLIT_BYTES
 from hotcold.jit import KERNEL, jit
 
 DENSE, SPARSE = "dense", "sparse"

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 from tqdm import tqdm
 
-from hotcold.config import ConfigError, InfeasibleError, RunConfig
+from hotcold.config import ConfigError, InfeasibleError, RunConfig, Wire
 from hotcold.data.format import Dataset
 from hotcold.data.loader import batch_rows
 from hotcold.data.skew import row_counts
@@ -43,7 +43,6 @@ from hotcold.distributed.traffic import (
     RW_PROTOCOLS,
     SPLIT_BYTES,
     Ledger,
-    Wire,
     ring_allgather_matrix,
     ring_allreduce_matrix,
     ring_reducescatter_matrix,

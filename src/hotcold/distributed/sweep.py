@@ -16,6 +16,7 @@ from typing import Iterable
 
 import numpy as np
 
+from hotcold.config import Wire
 from hotcold.distributed.host_tier import host_codes, host_counts, host_lookups_per_rank
 from hotcold.distributed.plan_types import ALL, NODE, Plan, column_exchange
 from hotcold.distributed.replica_sync import ReplicaGroups, ReplicaTouches
@@ -28,7 +29,6 @@ from hotcold.distributed.traffic import (
     REDUCE_SCATTER,
     SPLIT_BYTES,
     Ledger,
-    Wire,
     ring_allreduce_matrix,
     ring_edges,
     split_intra_inter,

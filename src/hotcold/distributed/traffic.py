@@ -5,89 +5,26 @@ sends to rank d. A rank's sends to itself cross no link and count zero. One
 accounting serves both, so a simulated plan and a trained run count the same
 bytes. An all-to-all sends each destination exactly its split; an all-reduce
 is counted as a ring (``ring_allreduce_matrix``). What each element costs
-on the wire is ``Wire``'s: the one definition of the element sizes, read by
+on the wire is ``config.Wire``'s: the one definition of the element sizes, read by
 the training store's ``Comm``, ``shard-sim`` and FlexShard's solver alike.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Iterable
 
 import numpy as np
 
-from hotcold.config import ConfigError
+from hotcold.counters import COLLECTIVES
 from hotcold.distributed.topology import Topology
 
-#: the collectives a step may run, in step order
-COLLECTIVES = ("input_a2a", "output_a2a", "grad_a2a", "replica_allreduce", "column_allreduce", "dense_allreduce")
-#: the collectives in flight while Proactive looks rows up early, in step order (``distributed.proactive``)
-PROACTIVE_WINDOWS = ("input_a2a", "output_a2a", "dense_allreduce", "grad_a2a")
 ID_BYTES = 8       # int64 row ids
 SPLIT_BYTES = 8    # one int64 count per peer in the size exchange before an uneven all-to-all
-#: bytes of one element of each floating type a collective may send
-ELEMENT_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2}
-#: the choices of ``distributed.wire_dtype``
-WIRE_DTYPES = ("float32", "bfloat16")
 #: the row-wise plan's output protocols (the sharded store's ``rw_protocol``): ``lookup`` sends each lookup's
 #: vector back in an all-to-all (TorchRec's sequence tables); ``reduce_scatter`` pools partial sums per sample and
 #: table on the owners and reduce-scatters them, the gradients coming back by an all-gather (TorchRec's pooled
 #: row-wise, ``PooledEmbeddingsReduceScatter``), with per-sample lengths in the input all-to-all
 RW_PROTOCOLS = ("lookup", "reduce_scatter")
 LOOKUP, REDUCE_SCATTER = RW_PROTOCOLS
-
-
-@dataclass(frozen=True)
-class Wire:
-    """What the float collectives send: the embedding all-to-alls' vectors and gradients, and the all-reduces.
-
-    ``dtype`` (``distributed.wire_dtype``) is the production choice: float32
-    (the default) or bfloat16 for both the all-to-alls and the all-reduces
-    (each rank rounds its float32 values to bfloat16 before sending, and the
-    all-reduce sums in bfloat16). ``exact`` (``distributed.exact``): the
-    all-reduces send and sum float64, so that a sum over ranks does not depend
-    on the order the library adds in and a run over P ranks equals its
-    one-process reference bit for bit (``World.sync_dense``); the all-to-alls
-    stay float32 (they only move values, which float32 carries exactly). Exact
-    mode is float32 with float64 reductions, so it refuses bfloat16.
-    """
-
-    dtype: str = "float32"
-    exact: bool = False
-
-    def __post_init__(self) -> None:
-        self.check("distributed")
-
-    def check(self, where: str) -> None:
-        if self.dtype not in WIRE_DTYPES:
-            raise ConfigError(f"{where}: wire_dtype must be one of {', '.join(WIRE_DTYPES)}, got {self.dtype!r}")
-        if not isinstance(self.exact, bool):
-            raise ConfigError(f"{where}: exact must be true or false, got {self.exact!r}")
-        if self.exact and self.dtype != "float32":
-            raise ConfigError(f"{where}: exact true sends float32 all-to-alls and float64 all-reduces; "
-                              f"wire_dtype {self.dtype} contradicts it (set wire_dtype float32 or exact false)")
-
-    @property
-    def vector_dtype(self) -> str:
-        """The all-to-alls' embedding vectors and gradients."""
-        return self.dtype
-
-    @property
-    def reduce_dtype(self) -> str:
-        """The all-reduces' elements (dense, replica and column all-reduces)."""
-        return "float64" if self.exact else self.dtype
-
-    @property
-    def vector_bytes(self) -> int:
-        return ELEMENT_BYTES[self.vector_dtype]
-
-    @property
-    def reduce_bytes(self) -> int:
-        return ELEMENT_BYTES[self.reduce_dtype]
-
-    def record(self) -> dict[str, Any]:
-        """The mode for a run record or a shard-sim row."""
-        return {"wire_dtype": self.dtype, "exact": self.exact, "vector_dtype": self.vector_dtype,
-                "reduce_dtype": self.reduce_dtype}
 
 
 def a2a_matrix(rank: int, send_bytes: np.ndarray, world: int) -> np.ndarray:

@@ -17,64 +17,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from hotcold.config import is_real, require
+from hotcold.config import require
 from hotcold.counters import StepCounters, row_bytes
 from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
-from hotcold.embedding.options import StoreOptions, budget_rows, check_budget, check_choice
+from hotcold.embedding.store_options import CacheOptions, FreqCacheOptions
 from hotcold.embedding.rows import Lookup, init_table, ship
 from hotcold.trace.policies import Access, CacheDirectory, Policy, cache_policy
-
-DEFAULT_CACHE_RATIO = 0.015
-
-
-@dataclass(frozen=True)
-class CacheOptions(StoreOptions):
-    """``lru`` and ``lfu``: the cache's size, and whether to pin the host table.
-
-    Budget: ``cache_ratio`` (share of all rows, default 0.015, ColossalAI's 1.5%
-    headline setting) or ``cache_rows``; C = ``max(1, floor(ratio * N))``, at
-    most N. A batch with more unique rows than C fails with the capacity it
-    needs.
-    """
-
-    cache_ratio: float | None = None   # share of all rows (default DEFAULT_CACHE_RATIO)
-    cache_rows: int | None = None      # or a number of rows
-    #: pin the whole host table (GPU runs). Copies already go through pinned staging
-    #: buffers; pinning tens of GB of host table (Terabyte at paper scale) is an experiment.
-    pin_host: bool = False
-
-    def validate(self, where: str) -> None:
-        check_budget(where, "cache_rows", self.cache_rows, "cache_ratio", self.cache_ratio)
-        require(isinstance(self.pin_host, bool), where, f"pin_host must be true or false, got {self.pin_host!r}")
-
-    def capacity(self, num_rows: int) -> int:
-        """Cache slots: ``max(1, floor(ratio * N))`` or ``cache_rows``, at most N."""
-        return budget_rows(self.cache_rows, self.cache_ratio, num_rows, default_ratio=DEFAULT_CACHE_RATIO)
-
-    def device_share(self) -> float | None:
-        return self.cache_ratio
-
-
-@dataclass(frozen=True)
-class FreqCacheOptions(CacheOptions):
-    """``freqcache``: a cache's options, the share preloaded with the most frequent rows, and the eviction.
-
-    ``warmup_ratio`` (default 0.7) and ``evict`` (``"static"``: worst dataset
-    rank first; ``"lfu"``: ColossalAI's LFU). Its warm fill happens at
-    construction, is no training step and is reported as the ``warm_rows``
-    attribute, not in step counters. Policies and their tie rules are
-    documented in ``hotcold.trace.policies``.
-    """
-
-    warmup_ratio: float = 0.7   # ColossalAI warms 70%
-    evict: str = "static"       # static: worst dataset rank first; lfu: ColossalAI's LFU
-
-    def validate(self, where: str) -> None:
-        super().validate(where)
-        w = self.warmup_ratio
-        require(is_real(w) and 0 <= w <= 1, where, f"warmup_ratio must be in [0, 1], got {w!r}")
-        check_choice(where, "evict", self.evict, ("static", "lfu"))
-
 
 @dataclass
 class _CachePlan:

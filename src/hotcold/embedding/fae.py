@@ -18,55 +18,15 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 import numpy as np
 import torch
 
-from hotcold.config import is_real, require
 from hotcold.counters import row_bytes
 from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
 from hotcold.embedding.hybrid import HybridStore
-from hotcold.embedding.options import StoreOptions, budget_rows, check_budget
+from hotcold.embedding.store_options import FAEOptions
 from hotcold.embedding.rows import Lookup, ship
-from hotcold.trace.fae_schedule import (DEFAULT_BUDGET_RATIO, DEFAULT_SAMPLE_FRACTION, EPOCH, HotSetSync,
-                                        check_run_length, fae_counters, fae_order, plan)
+from hotcold.trace.fae_schedule import HotSetSync, fae_counters, fae_order, plan
 
 if TYPE_CHECKING:
     from hotcold.data.format import Dataset
-
-
-@dataclass(frozen=True)
-class FAEOptions(StoreOptions):
-    """FAE's profile sample, device budget (bytes or a share of the rows) and hot/cold run length.
-
-    Budget. As FAE's profiler counts it: ``budget_bytes`` of device memory holds
-    ``budget_bytes // (4 * D)`` rows of float32 weights. Row-wise Adagrad's
-    state (one float a row) lives beside the hot rows and is not charged to the
-    budget; it is moved with them and counted in the sync bytes.
-    ``budget_ratio`` is the same knob as a share of all rows, which is how it
-    scales with the dataset: FAE's 128, 256 and 512 MiB on full Criteo Kaggle
-    (33.76M rows, D=16, 64 B a row, 2061 MiB of weights) are ratios 0.062, 0.124
-    and 0.248. The default is 0.124 (FAE's middle budget). The hot set fills the
-    budget: the rows with the highest sampled counts, ties by row index.
-
-    ``run_length`` (default ``"epoch"``: an epoch's cold batches, then its hot
-    ones, as the authors' loop) sets how often the hot set is copied across.
-    """
-
-    sample_fraction: float = DEFAULT_SAMPLE_FRACTION  # share of the training inputs profiled
-    budget_bytes: int | None = None    # device bytes of hot weights: budget_bytes // (4 D) rows
-    budget_ratio: float | None = None  # or a share of all rows (default DEFAULT_BUDGET_RATIO)
-    run_length: int | str = EPOCH      # batches of one kind in a row, or "epoch"
-
-    def validate(self, where: str) -> None:
-        f = self.sample_fraction
-        require(is_real(f) and 0 < f <= 1, where, f"sample_fraction must be in (0, 1], got {f!r}")
-        check_budget(where, "budget_bytes", self.budget_bytes, "budget_ratio", self.budget_ratio, allow_zero=True)
-        check_run_length(self.run_length)
-
-    def hot_rows(self, num_rows: int, dim: int) -> int:
-        """Rows the device budget holds: ``budget_bytes // (4 D)`` or ``floor(ratio * N)``, at most N."""
-        return budget_rows(self.budget_bytes, self.budget_ratio, num_rows, default_ratio=DEFAULT_BUDGET_RATIO,
-                           unit_bytes=row_bytes(dim, 0), allow_zero=True)
-
-    def device_share(self) -> float | None:
-        return self.budget_ratio
 
 
 @dataclass(frozen=True)

@@ -12,56 +12,19 @@ exactness and limits: docs/methods.md, "Peers: FBGEMM and TorchRec".
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
 
-from hotcold.config import ConfigError, InfeasibleError, is_real, require
+from hotcold.config import ConfigError, InfeasibleError, is_real
 from hotcold.counters import StepCounters, all_resident, row_bytes
 from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
-from hotcold.embedding.cache import DEFAULT_CACHE_RATIO
-from hotcold.embedding.options import StoreOptions, budget_rows, check_budget, check_choice
 from hotcold.embedding.rows import Lookup, init_table, ship
+from hotcold.embedding.store_options import CACHES, FbgemmOptions, managed_cache_infeasible
 
 INSTALL_HINT = "pip install -e .[peers]"
 CUDA_INSTALL_HINT = "pip uninstall fbgemm-gpu-cpu; pip install -e .[peers-cuda]"  # docs/gpu.md: offline, from a wheel
 CPU_BUILD, CUDA_BUILD = "fbgemm-gpu-cpu", "fbgemm-gpu"  # the distributions that install the module fbgemm_gpu
-CACHES = ("lru", "lfu")
-
-
-@dataclass(frozen=True)
-class FbgemmOptions(StoreOptions):
-    """FBGEMM's placement: ``cache`` none (host or device), or its managed cache (lru, lfu) of a size."""
-
-    cache: str = "none"
-    cache_ratio: float | None = None   # with a cache: share of all rows (default DEFAULT_CACHE_RATIO)
-    cache_rows: int | None = None      # or rows
-
-    def validate(self, where: str) -> None:
-        check_choice(where, "cache", self.cache, ("none", *CACHES))
-        require(self.cache != "none" or (self.cache_ratio is None and self.cache_rows is None), where,
-                "cache_ratio and cache_rows need cache: lru or lfu")
-        check_budget(where, "cache_rows", self.cache_rows, "cache_ratio", self.cache_ratio)
-
-    def cache_share(self, num_rows: int) -> float | None:
-        """The managed cache's share of all rows; None without a cache."""
-        if self.cache == "none":
-            return None
-        return budget_rows(self.cache_rows, self.cache_ratio, num_rows, default_ratio=DEFAULT_CACHE_RATIO) / num_rows
-
-    def device_share(self) -> float | None:
-        return self.cache_ratio
-
-    def infeasible_on(self, device: str) -> str | None:
-        return managed_cache_infeasible(device) if self.cache != "none" else None
-
-
-def managed_cache_infeasible(device: str) -> str | None:
-    """FBGEMM's managed cache lives in UVM: only on a GPU."""
-    if device == "cuda":
-        return None
-    return f"FBGEMM's managed cache (MANAGED_CACHING, UVM) needs a GPU; this run is on {device}"
 
 
 class PeerUnavailableError(ConfigError):

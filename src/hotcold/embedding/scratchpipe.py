@@ -18,37 +18,13 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from hotcold.config import InfeasibleError, is_int, require
+from hotcold.config import InfeasibleError
 from hotcold.counters import all_resident, row_bytes
 from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
-from hotcold.embedding.options import StoreOptions, budget_rows, check_budget
+from hotcold.embedding.store_options import ScratchPipeOptions
 from hotcold.embedding.rows import Lookup, init_table, ship
 from hotcold.embedding.scratchpipe_pipeline import MovePipeline
 from hotcold.trace.scratchpad import Admission, ScratchpadDirectory, working_set_peak
-
-
-@dataclass(frozen=True)
-class ScratchPipeOptions(StoreOptions):
-    """ScratchPipe's look-ahead window and scratchpad size (default: the window's largest working set)."""
-
-    window: int = 2                        # batches the scratchpad is filled ahead
-    scratchpad_rows: int | None = None     # scratchpad size in rows
-    scratchpad_ratio: float | None = None  # or as a share of all rows
-
-    def validate(self, where: str) -> None:
-        require(is_int(self.window) and self.window >= 0, where,
-                f"window must be a non-negative integer, got {self.window!r}")
-        check_budget(where, "scratchpad_rows", self.scratchpad_rows, "scratchpad_ratio", self.scratchpad_ratio)
-
-    def capacity(self, num_rows: int, minimum: int | None) -> int:
-        """Scratchpad slots: the given size, else ``minimum`` (the whole table when it is unknown), at most N."""
-        rows = budget_rows(self.scratchpad_rows, self.scratchpad_ratio, num_rows)
-        if rows is not None:
-            return rows
-        return minimum if minimum else num_rows
-
-    def device_share(self) -> float | None:
-        return self.scratchpad_ratio
 
 
 @dataclass

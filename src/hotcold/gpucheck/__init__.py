@@ -193,7 +193,7 @@ def train_runs(plan: Plan, out: Path, device: str, threads: int, deadline: float
 
 def check(opts: CheckOptions) -> CheckResult:
     """Run the check; write ``gpu_check.csv``, ``.md`` and ``.json`` under ``opts.out`` and return them."""
-    from hotcold.analysis.tables import load_record
+    from hotcold.analysis.run_records import load_record
     from hotcold.files import atomic_write_json, atomic_write_text
     from hotcold.gpucheck import cudatests, env, plan as plans, table as tables
     from hotcold.gpucheck.plan import SCALES

@@ -1,7 +1,7 @@
 """The check's one table: a row per run, from the runs' records and the aggregate's own columns.
 
 ``exact``, ``param_rel_diff``, ``exact_reference`` and ``degenerate`` (FAE
-all-hot or all-cold) are the summary table's (``hotcold.analysis.tables.summary_frame``:
+all-hot or all-cold) are the summary table's (``hotcold.analysis.summary.summary_frame``:
 the same tolerance and reference as ``make reproduce``); ``check`` (``bits`` or
 ``lockstep``), the phases and counters are each record's.
 A run that raised (no record) has its row, with status ``failed`` and the
@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from hotcold.analysis.markdown import to_markdown
-from hotcold.analysis.tables import summary_frame
+from hotcold.analysis.summary import summary_frame
 from hotcold.timing import PHASES
 
 STATUS_FAILED = "failed"   # the run raised: no record
