@@ -1,0 +1,156 @@
+"""The package's import graph: no circles, and no module importing from a layer above its own.
+
+Every import of a ``hotcold`` module counts, at the top of a file or inside a
+function (a lazy import is still a dependency), but those under
+``if TYPE_CHECKING:``. A new module must be placed in a layer (``LAYERS``).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+#: bottom to top: a module imports from its own layer and those below. Entries name a module or a package
+#: (``data``: every module under it) relative to ``hotcold`` (``""``: the package itself, its version); a name
+#: ending in ``*`` is a prefix of module names
+LAYERS = (
+    ("foundation", ("", "config", "counters", "devices", "files", "jit", "machine", "metrics")),
+    ("measured models and data", ("contention", "timing", "costmodel", "data", "trace", "model")),
+    ("stores", ("embedding", "distributed", "pipeline", "memory", "opcount", "dense_step")),
+    ("registry", ("methods",)),
+    ("training and its measurement", ("train", "lockstep", "records", "workflow*", "calibrate*", "bench*")),
+    ("runs and reports", ("analysis", "repeats", "runner")),
+    ("checks", ("gpucheck",)),
+    ("entry points", ("cli", "__main__")),
+)
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in (SRC / "hotcold").rglob("*.py"):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for n in ast.walk(node))
+    return skip
+
+
+def imports() -> dict[str, set[str]]:
+    """module -> the hotcold modules it imports (a name from a package resolved to its module, if it is one)."""
+    mods = modules()
+
+    def resolve(name: str) -> str | None:
+        parts = name.split(".")
+        while parts and ".".join(parts) not in mods:
+            parts.pop()
+        return ".".join(parts) or None
+
+    edges: dict[str, set[str]] = {}
+    for mod, path in mods.items():
+        tree = ast.parse(path.read_text())
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        skip = _type_checking_nodes(tree)
+        found = set()
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                names = [f"{base}.{a.name}" for a in node.names]  # a module of the package, else a name in it
+            else:
+                continue
+            for name in names:
+                if name.split(".")[0] == "hotcold":
+                    target = resolve(name)
+                    if target and target != mod:
+                        found.add(target)
+        edges[mod] = found
+    return edges
+
+
+def layer_of(module: str) -> int:
+    """The layer of ``hotcold.<module>``: its longest matching entry's."""
+    name = module.removeprefix("hotcold").lstrip(".")
+    best, best_len = None, -1
+    for i, (_, entries) in enumerate(LAYERS):
+        for entry in entries:
+            hit = (name.startswith(entry[:-1]) if entry.endswith("*")
+                   else name == entry or bool(entry) and name.startswith(entry + "."))
+            if hit and len(entry) > best_len:
+                best, best_len = i, len(entry)
+    if best is None:
+        raise AssertionError(f"{module} is in no layer: place it in tests/test_layers.py's LAYERS")
+    return best
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found = []
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, it = work[-1]
+            nxt = next(it, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on.add(nxt)
+                    work.append((nxt, iter(sorted(edges.get(nxt, ())))))
+                elif nxt in on:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    m = stack.pop()
+                    on.discard(m)
+                    comp.append(m)
+                    if m == node:
+                        break
+                if len(comp) > 1:
+                    found.append(sorted(comp))
+    return found
+
+
+def test_the_checks_find_a_circle_and_an_upward_import():
+    """The negative control: a made-up graph with both faults."""
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert layer_of("hotcold.config") < layer_of("hotcold.train") < layer_of("hotcold.cli.main")
+    assert layer_of("hotcold.workflow_checks") == layer_of("hotcold.workflow")
+
+
+def test_no_module_imports_itself_back():
+    assert circles(imports()) == []
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    upward = [f"{m} ({LAYERS[layer_of(m)][0]}) -> {t} ({LAYERS[layer_of(t)][0]})"
+              for m, targets in sorted(imports().items()) for t in sorted(targets) if layer_of(t) > layer_of(m)]
+    assert upward == []
