@@ -16,7 +16,7 @@ from unittest import mock
 
 import torch
 
-from hotcold.config import RunConfig
+from hotcold.run_config import RunConfig
 from hotcold.data.format import Dataset
 from hotcold.distributed.proactive import ProactiveStore
 from hotcold.distributed.world import World

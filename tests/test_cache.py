@@ -7,7 +7,8 @@ import torch
 
 from hotcold.counters import FIELDS
 
-from hotcold.config import ConfigError, RunConfig
+from hotcold.config import ConfigError
+from hotcold.run_config import RunConfig
 from hotcold.embedding.base import NullMarker, StoreSpec
 from hotcold.embedding.update import RowOptimizer
 from hotcold.embedding.rows import init_table

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 import torch
 
-from hotcold.config import ConfigError, RunConfig
+from hotcold.config import ConfigError
+from hotcold.run_config import RunConfig
 from hotcold.data.loader import batch_rows
 from hotcold.embedding.base import StoreSpec
 from hotcold.embedding.update import RowOptimizer

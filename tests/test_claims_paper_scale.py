@@ -16,7 +16,7 @@ from hotcold.analysis.claims_catalog import CLAIMS, Run
 from hotcold.analysis.claims_paper_scale import _reason
 from hotcold.analysis.claims_runs import _matching
 from hotcold.analysis.paper_scale import FACTORS, PaperScale, capped_tables, resolve, sweep_profile
-from hotcold.config import RunConfig
+from hotcold.run_config import RunConfig
 from hotcold.costmodel import ModelShape, Workload, load_profile
 from hotcold.costmodel.simulated import lookup_workload, simulated_workload
 from hotcold.counters import FIELDS

@@ -9,18 +9,8 @@ import pytest
 import yaml
 
 from hotcold.cli import main, parser
-from hotcold.config import (
-    AggregateConfig,
-    ConfigError,
-    DistributedConfig,
-    ModelConfig,
-    ProfileConfig,
-    RunConfig,
-    ShardSimConfig,
-    SimulateConfig,
-    TimingConfig,
-    TrainConfig,
-)
+from hotcold.config import (AggregateConfig, ConfigError, DistributedConfig, ModelConfig, ProfileConfig, ShardSimConfig, SimulateConfig, TimingConfig, TrainConfig)
+from hotcold.run_config import RunConfig
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflows" / "schemas" / "config.schema.yaml"
 TYPED_SECTIONS = {"model": ModelConfig, "train": TrainConfig, "timing": TimingConfig, "profile": ProfileConfig,
@@ -144,7 +134,7 @@ def test_a_per_rank_batch_sets_the_global_batch():
     assert RunConfig.from_dict(cfg.to_dict()) == cfg  # the record's config reads back the same
     stated = RunConfig.from_dict({**BASE, "train": {"batch_size": 256},
                                   "distributed": {"world": 4, "ranks_per_node": 2, "batch_per_rank": 64}})
-    assert stated == dataclasses.replace(cfg, method="hybrid")
+    assert stated == dataclasses.replace(cfg, method="hybrid", store={})  # a method's options are its own
     assert cfg.with_world(8).train.batch_size == 512 and cfg.with_world(8).distributed.world == 8
     fixed = RunConfig.from_dict({**BASE, "distributed": {"world": 4, "ranks_per_node": 2}})
     assert fixed.distributed.batch_per_rank is None and fixed.with_world(2).train.batch_size == 1024

@@ -13,7 +13,8 @@ import torch
 import yaml
 
 from hotcold.analysis.summary import SUMMARY_COLUMNS, summary_frame
-from hotcold.config import RunConfig, TrainConfig
+from hotcold.config import TrainConfig
+from hotcold.run_config import RunConfig
 from hotcold.data.format import Dataset
 from hotcold.data.generators.config import GeneratorConfig
 from hotcold.data.generators.run import generate

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hotcold.config import ConfigError, DistributedConfig, RunConfig
+from hotcold.config import ConfigError, DistributedConfig
+from hotcold.run_config import RunConfig
 from hotcold.distributed.devices import (check_ranks_fit, local_ranks, rank_gpu, ranks_fit_problem, resolve_backend,
                                          threads_per_rank)
 

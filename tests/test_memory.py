@@ -11,7 +11,8 @@ import hotcold.embedding.device
 import hotcold.embedding.rows
 from hotcold import machine, memory
 from hotcold.cli import main
-from hotcold.config import ConfigError, InfeasibleError, RunConfig
+from hotcold.config import ConfigError, InfeasibleError
+from hotcold.run_config import RunConfig
 from hotcold.embedding.base import MemoryNeed, StoreSpec
 from hotcold.embedding.cache import FreqCacheStore
 from hotcold.embedding.device import DeviceStore

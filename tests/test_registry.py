@@ -26,3 +26,43 @@ def test_reading_the_registry_imports_no_torch():
             "m.names(spans_ranks=True)\nprint(sorted(k for k in sys.modules if k == 'torch' or k.startswith('torch.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_run_parses_its_store_options_once_and_records_what_was_given(small_dataset, tmp_path, monkeypatch):
+    """From the run config's JSON to the trained record (``hotcold train``'s path): one parse of a mapping into
+    the method's options; everything after it holds the typed object."""
+    import json
+
+    from hotcold.embedding.options import StoreOptions
+    from hotcold.embedding.store_options import CacheOptions
+    from hotcold.run_config import RunConfig
+    from hotcold.runner import train_run
+
+    parses = []
+    parse = StoreOptions.parse.__func__
+
+    def counted(cls, data, where):
+        if not isinstance(data, StoreOptions):
+            parses.append((cls.__name__, where))
+        return parse(cls, data, where)
+
+    monkeypatch.setattr(StoreOptions, "parse", classmethod(counted))
+    text = json.dumps({"dataset": small_dataset.path.name, "method": "lru", "store": {"cache_ratio": 0.05},
+                       "model": {"embedding_dim": 8, "bottom_mlp": [16, 8], "top_mlp": [16, 1]},
+                       "train": {"steps": 4, "warmup_steps": 1, "batch_size": 64, "eval_samples": 256}})
+    cfg = RunConfig.from_dict(json.loads(text))
+    assert cfg.store == CacheOptions(cache_ratio=0.05)
+    record = train_run(cfg, small_dataset.path, tmp_path / "run", device="cpu", progress=False)
+    assert parses == [("CacheOptions", "run config: store")]
+    assert record["config"]["store"] == {"cache_ratio": 0.05}
+    assert RunConfig.from_dict(record["config"]).store == cfg.store
+
+
+def test_a_run_config_refuses_options_its_method_does_not_take():
+    from hotcold.config import ConfigError
+    from hotcold.run_config import RunConfig
+
+    with pytest.raises(ConfigError, match="run config: store.*cache_ratio"):
+        RunConfig.from_dict({"dataset": "d", "method": "device", "store": {"cache_ratio": 0.05}})
+    with pytest.raises(ConfigError, match="takes no store options"):
+        RunConfig.from_dict({"dataset": "d", "method": "-", "store": {"window": 2}})

@@ -11,7 +11,8 @@ import torch
 
 import hotcold.repeats
 from hotcold.cli import main
-from hotcold.config import ConfigError, RunConfig
+from hotcold.config import ConfigError
+from hotcold.run_config import RunConfig
 from hotcold.records import read_steps, source_sha256
 from hotcold.repeats import Job, RepeatMismatchError, run_group
 from hotcold.runner import outcome, train_run

@@ -24,7 +24,8 @@ from hotcold.analysis.claims_catalog import Claim, Run
 from hotcold.analysis.summary import summary_frame
 from hotcold.analysis.tables_markdown import infeasible_markdown
 from hotcold.cli import main
-from hotcold.config import ConfigError, RunConfig
+from hotcold.config import ConfigError
+from hotcold.run_config import RunConfig
 from hotcold.records import record_status, steps_frame, write_run
 from hotcold.runner import train_run
 from hotcold.train import DivergedError, DivergenceGuard

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from hotcold.config import ConfigError, RunConfig
+from hotcold.config import ConfigError
+from hotcold.run_config import RunConfig
 from hotcold.embedding.base import NullMarker, StoreSpec
 from hotcold.embedding.update import RowOptimizer
 from hotcold.embedding.device import DeviceStore

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from hotcold.cli import main
-from hotcold.config import InfeasibleError, RunConfig
+from hotcold.config import InfeasibleError
+from hotcold.run_config import RunConfig
 from hotcold.data.format import to_global
 from hotcold.data.skew import row_counts
 from hotcold.distributed.plan_types import ALL, NODE, SHARDED, Plan, PlanInputs

@@ -21,7 +21,7 @@ from typing import Iterator
 import pytest
 import torch
 
-from hotcold.config import RunConfig
+from hotcold.run_config import RunConfig
 from hotcold.data.format import Dataset
 from hotcold.timing import MIN_CPU_SHARE, PhaseTimer, summarize
 from hotcold.train import train

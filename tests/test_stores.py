@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hotcold.config import ConfigError, RunConfig
+from hotcold.config import ConfigError
+from hotcold.run_config import RunConfig
 from hotcold.counters import FIELDS
 from hotcold import methods
 from hotcold.embedding.base import NullMarker, StoreSpec

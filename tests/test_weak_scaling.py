@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from hotcold.cli import main
-from hotcold.config import RunConfig
+from hotcold.run_config import RunConfig
 from hotcold.distributed.batch import GLOBAL, PER_RANK, sweep_batches
 from hotcold.distributed.shardsim import Scale, shard_sim
 

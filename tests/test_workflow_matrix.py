@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from hotcold import methods
-from hotcold.config import ConfigError, RunConfig
+from hotcold.config import ConfigError
+from hotcold.run_config import RunConfig
 from hotcold.workflow import Matrix, Run, merged, without_nulls
 
 snakemake_utils = pytest.importorskip(

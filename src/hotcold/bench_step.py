@@ -24,7 +24,8 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from hotcold.config import ConfigError, RunConfig
+from hotcold.config import ConfigError
+from hotcold.run_config import RunConfig
 from hotcold.data.format import Dataset
 from hotcold.machine import load_average
 from hotcold.opcount import OpCount

@@ -1,9 +1,9 @@
-"""Typed run configuration, resolved once from a plain dict and logged with the run.
+"""The typed sections of a run's configuration (model, training, timing, distribution, the verbs' defaults).
 
-A run is one (dataset, method, variant, seed). The workflow passes the
-sections of the validated workflow config as JSON; ``RunConfig.from_dict``
-rejects unknown keys with a message naming them, so a typo never silently
-falls back to a default.
+A run is one (dataset, method, variant, seed) (``hotcold.run_config``). Each
+section is read from a plain mapping by ``from_mapping``, which rejects
+unknown keys with a message naming them, so a typo never silently falls
+back to a default.
 
 The defaults here are the workflow schema's (``workflows/schemas/config.schema.yaml``),
 pinned equal by a test: a verb run by hand behaves as the workflow's
@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, TypeVar
 
 T = TypeVar("T")
@@ -353,66 +353,3 @@ class AggregateConfig:
     """Defaults of ``hotcold aggregate`` (the schema's ``aggregate`` section)."""
 
     exact_rtol: float = 1e-6  # largest relative parameter-sketch distance that counts as exact
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """Everything that determines one run."""
-
-    dataset: str
-    method: str
-    variant: str = "base"
-    seed: int = 0
-    store: dict[str, Any] = field(default_factory=dict)  # method-specific options
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    timing: TimingConfig = field(default_factory=TimingConfig)
-    distributed: DistributedConfig = field(default_factory=DistributedConfig)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "RunConfig":
-        data = dict(data)
-        allowed = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - allowed)
-        if unknown:
-            raise ConfigError(f"run config: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
-        for key in ("dataset", "method"):
-            if not isinstance(data.get(key), str) or not data[key]:
-                raise ConfigError(f"run config: {key!r} must be a non-empty string")
-        seed = data.get("seed", 0)
-        if not (is_int(seed) and seed >= 0):
-            raise ConfigError(f"run config: seed must be an integer >= 0, got {seed!r}")
-        if not isinstance(data.get("store", {}) or {}, dict):
-            raise ConfigError("run config: store must be a mapping of method options")
-        distributed = from_mapping(DistributedConfig, data.get("distributed"), "distributed")
-        train = dict(data.get("train") or {})
-        if distributed.batch_per_rank is not None:
-            weak = distributed.global_batch(0)
-            stated = train.setdefault("batch_size", weak)
-            if stated != weak:
-                raise ConfigError(f"run config: train.batch_size {stated!r} contradicts distributed.batch_per_rank "
-                                  f"{distributed.batch_per_rank} x world {distributed.world} = {weak}; "
-                                  f"state one of them")
-        return cls(
-            dataset=data["dataset"],
-            method=data["method"],
-            variant=str(data.get("variant", "base")),
-            seed=int(data.get("seed", 0)),
-            store=dict(data.get("store") or {}),
-            model=from_mapping(ModelConfig, data.get("model"), "model"),
-            train=from_mapping(TrainConfig, train, "train"),
-            timing=from_mapping(TimingConfig, data.get("timing"), "timing"),
-            distributed=distributed,
-        )
-
-    def with_world(self, world: int) -> "RunConfig":
-        """This run over ``world`` ranks (``--nproc``): with a per-rank batch, the global batch follows the world."""
-        distributed = dataclasses.replace(self.distributed, world=world)
-        train = dataclasses.replace(self.train, batch_size=distributed.global_batch(self.train.batch_size))
-        return dataclasses.replace(self, distributed=distributed, train=train)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["model"]["bottom_mlp"] = list(self.model.bottom_mlp)
-        d["model"]["top_mlp"] = list(self.model.top_mlp)
-        return d

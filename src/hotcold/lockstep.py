@@ -37,7 +37,7 @@ from hotcold import methods
 from hotcold.embedding.base import EmbeddingStore, NullMarker, StoreSpec
 
 if TYPE_CHECKING:
-    from hotcold.config import RunConfig
+    from hotcold.run_config import RunConfig
     from hotcold.data.format import Dataset
 
 #: the check of a store that must train the ``device`` store's bits

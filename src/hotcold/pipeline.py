@@ -21,14 +21,16 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
-from hotcold.config import RunConfig
 from hotcold.data.loader import Batch
 from hotcold.embedding.base import EmbeddingStore
 from hotcold.embedding.rows import copying_on, ship
+
+if TYPE_CHECKING:  # a run config is read above this layer (hotcold.run_config)
+    from hotcold.run_config import RunConfig
 
 
 @dataclass

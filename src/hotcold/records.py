@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 
 import hotcold
-from hotcold.config import RunConfig
+from hotcold.run_config import RunConfig
 from hotcold.data.format import Dataset
 from hotcold.distributed.launch import launcher_alive
 from hotcold.files import atomic_write, atomic_write_json, tree_sha256

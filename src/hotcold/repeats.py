@@ -18,7 +18,8 @@ from typing import Any, Sequence
 import pandas as pd
 import torch
 
-from hotcold.config import ConfigError, InfeasibleError, RunConfig
+from hotcold.config import ConfigError, InfeasibleError
+from hotcold.run_config import RunConfig
 from hotcold.contention import Watch
 from hotcold.data.format import Dataset
 from hotcold.distributed.devices import local_ranks

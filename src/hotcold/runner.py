@@ -20,7 +20,8 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from hotcold import methods
-from hotcold.config import ConfigError, RunConfig
+from hotcold.config import ConfigError
+from hotcold.run_config import RunConfig
 from hotcold.distributed.comm import launched
 from hotcold.distributed.batch import batch_option
 from hotcold.distributed.devices import check_ranks_fit, gpu_count, threads_per_rank
@@ -159,7 +160,7 @@ def write_infeasible_runs(runs: Sequence[tuple[Mapping[str, Any], str | Path]], 
     for config, out in runs:
         cfg = RunConfig.from_dict(config)
         d = cfg.distributed
-        reason = methods.get(cfg.method).parse_options(cfg.store).infeasible_on(device)
+        reason = cfg.store.infeasible_on(device)
         if reason is None and d.world > 1:  # the same words as the workflow's plan, against the split written
             reason = batch_reason(cfg.dataset, d.world, d.ranks_per_node, cfg.train.batch_size, d.batch_per_rank,
                                   train_samples(Dataset.open(Path(data_dir) / cfg.dataset)))

@@ -19,7 +19,8 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from hotcold.config import ConfigError, RunConfig
+from hotcold.config import ConfigError
+from hotcold.run_config import RunConfig
 from hotcold.devices import normal_device
 from hotcold.data.format import Dataset
 from hotcold.data.loader import BatchLoader, batch_rows, eval_batches, release_pages
@@ -29,6 +30,7 @@ from hotcold.distributed.world import World
 from hotcold import methods
 from hotcold.embedding.base import EmbeddingStore, StoreSpec
 from hotcold.embedding.device import DeviceStore
+from hotcold.embedding.options import NoOptions
 from hotcold.embedding.update import RowOptimizer
 from hotcold.memory import require_memory
 from hotcold.metrics import log_loss, roc_auc
@@ -152,7 +154,7 @@ def store_spec(cfg: RunConfig, ds: Dataset, device: torch.device, world: World |
         optimizer=RowOptimizer(cfg.train.row_optimizer, cfg.train.lr, cfg.train.adagrad_eps),
         device=device,
         seed=cfg.seed,
-        options=methods.get(cfg.method).parse_options(cfg.store),
+        options=cfg.store,
         column_tables=ds.column_tables,
         comm=world.comm if world is not None else None,
         batch_share=cfg.train.batch_size / max(1, ds.split("train")[1] - ds.split("train")[0]),
@@ -328,7 +330,7 @@ def reference(cfg: RunConfig, ds: Dataset, device: torch.device, order: Sequence
         return None
     if world > 1 and cfg.distributed.reference == "none":
         return None
-    ref_cfg = dataclasses.replace(cfg, method="device", store={}, distributed=type(cfg.distributed)())
+    ref_cfg = dataclasses.replace(cfg, method="device", store=NoOptions(), distributed=type(cfg.distributed)())
     return train(ref_cfg, ds, device, progress=progress, order=order,
                  world=World.replay(world) if world > 1 else None)
 

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Mapping, NamedTuple
 
 from hotcold import methods, workflow_checks
-from hotcold.config import ConfigError, DistributedConfig, RunConfig
+from hotcold.config import ConfigError, DistributedConfig
+from hotcold.run_config import RunConfig
 
 
 def merged(base: Mapping[str, Any], override: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hotcold.config import RunConfig
+from hotcold.run_config import RunConfig
 from hotcold.data.skew import row_counts
 from hotcold.distributed.routing import route_counts
 from hotcold.distributed.shardsim import Scale, dense_parameters, plan_scale, table_batches

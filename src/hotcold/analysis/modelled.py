@@ -22,7 +22,7 @@ ShapeOf = Callable[[dict[str, Any]], "ModelShape | None"]
 
 def model_shapes(data_dir: str | Path) -> ShapeOf:
     """A function giving a record's dense model sizes from its dataset under ``data_dir`` (None when absent)."""
-    from hotcold.config import RunConfig
+    from hotcold.run_config import RunConfig
     from hotcold.data.format import Dataset
 
     shapes: dict[str, ModelShape | None] = {}

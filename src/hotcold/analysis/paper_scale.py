@@ -134,7 +134,7 @@ class PaperScale:
         return ""
 
     def model_config(self, name: str) -> Any:
-        from hotcold.config import RunConfig
+        from hotcold.run_config import RunConfig
 
         cfg = self.configs.get(name, {})
         model = cfg.get("model") or cfg.get("shard_sim", {}).get("model") or {}
@@ -157,7 +157,7 @@ class PaperScale:
         config's batch order."""
         key = (name, batch_size)
         if key not in self._traces:
-            from hotcold.config import RunConfig
+            from hotcold.run_config import RunConfig
             from hotcold.distributed.shardsim import global_batches
 
             sc = self.configs[name]["shard_sim"]

@@ -21,7 +21,7 @@ def _run_length(text: str) -> int | str:
 
 def _run_config(text: str):
     """The run config of a simulation: only its train and model sections matter, so no dataset or method."""
-    from hotcold.config import RunConfig
+    from hotcold.run_config import RunConfig
 
     return RunConfig.from_dict({"dataset": "-", "method": "-", **load_mapping(text)})
 

@@ -26,7 +26,7 @@ def add_train(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from hotcold.config import RunConfig
+    from hotcold.run_config import RunConfig
     from hotcold.runner import outcome, train_run
 
     record = train_run(RunConfig.from_dict(load_mapping(args.run_config)), args.dataset, args.out,

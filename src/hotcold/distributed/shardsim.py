@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import numpy as np
 from tqdm import tqdm
 
-from hotcold.config import ConfigError, InfeasibleError, RunConfig, Wire
+from hotcold.config import ConfigError, InfeasibleError, Wire
 from hotcold.data.format import Dataset
 from hotcold.data.loader import batch_rows
 from hotcold.data.skew import row_counts
@@ -47,6 +47,9 @@ from hotcold.distributed.traffic import (
     ring_allreduce_matrix,
     ring_reducescatter_matrix,
 )
+
+if TYPE_CHECKING:  # a run config is read above this layer (hotcold.run_config)
+    from hotcold.run_config import RunConfig
 
 
 @dataclass

@@ -21,7 +21,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hotcold.config import ConfigError, RunConfig
+from hotcold.config import ConfigError
+from hotcold.run_config import RunConfig
 from hotcold.data.format import Dataset
 from hotcold.data.skew import row_counts
 from hotcold.distributed.plans import PLANS, build_plan

@@ -144,7 +144,7 @@ def train_runs(plan: Plan, out: Path, device: str, threads: int, deadline: float
     """
     import torch
 
-    from hotcold.config import RunConfig
+    from hotcold.run_config import RunConfig
     from hotcold.records import write_infeasible
     from hotcold.runner import train_run
 

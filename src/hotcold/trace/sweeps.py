@@ -10,16 +10,19 @@ trace, the cache rows and the row counts, so the hit-rate curves
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import pandas as pd
 
-from hotcold.config import RunConfig, row_state_width
+from hotcold.config import row_state_width
 from hotcold.data.format import Dataset
 from hotcold.data.skew import row_counts
 from hotcold.trace.cachesim import POLICIES, RowSizes, Trace, dataset_trace, sweep
 from hotcold.trace.faesim import fae_sweep
+
+if TYPE_CHECKING:  # a run config is read above this layer (hotcold.run_config)
+    from hotcold.run_config import RunConfig
 
 
 @dataclass
