@@ -115,7 +115,7 @@ def cmd_bench_shard_sim(args: argparse.Namespace) -> None:
 
     from hotcold.config import ConfigError
     from hotcold.data.format import Dataset
-    from hotcold.distributed.shardsim_bench import ShardSimBenchConfig, render, run_bench
+    from hotcold.bench_shardsim import ShardSimBenchConfig, render, run_bench
     from hotcold.files import atomic_write_text
 
     if not args.dataset:
