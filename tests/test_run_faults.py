@@ -60,7 +60,7 @@ def test_a_huge_learning_rate_ends_as_diverged_with_its_step(small_dataset, tmp_
 
 def test_the_guard_reports_the_first_non_finite_step_at_its_check():
     cfg = RunConfig.from_dict({**run_config(steps=10), "timing": {"window": 4}})
-    guard = DivergenceGuard(cfg, torch.device("cpu"), World.single())
+    guard = DivergenceGuard(cfg, World.single())
     losses = [0.5, 0.4, 0.3, 0.2, 0.1, float("inf"), float("nan"), 0.1]
     for i, loss in enumerate(losses):
         guard.see(i, torch.tensor(loss))
@@ -78,7 +78,7 @@ def test_the_guard_reports_the_first_non_finite_step_at_its_check():
 def test_the_last_check_reads_a_large_table_in_chunks(monkeypatch):
     monkeypatch.setattr("hotcold.train.FINITE_CHUNK", 4)
     cfg = RunConfig.from_dict(run_config(steps=10))
-    guard = DivergenceGuard(cfg, torch.device("cpu"), World.single())
+    guard = DivergenceGuard(cfg, World.single())
     rows = torch.ones(5, 3)
     guard.finish([("embedding.weight", rows)])
     rows[4, 2] = float("nan")  # in the fourth chunk of four elements

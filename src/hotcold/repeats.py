@@ -38,7 +38,8 @@ from hotcold.records import (
     write_run,
 )
 from hotcold.timing import TimedPart, summarize_repeats
-from hotcold.train import DivergedError, RunResult, reference, resolve_device, train
+from hotcold.train import DivergedError, RunResult, reference, train
+from hotcold.devices import resolve_device
 
 
 class RepeatMismatchError(RuntimeError):

@@ -27,7 +27,7 @@ from hotcold.distributed.batch import batch_option
 from hotcold.distributed.devices import check_ranks_fit, gpu_count, threads_per_rank
 from hotcold.distributed.launch import join_launch, report_failure, run_ranks
 from hotcold.repeats import Job, run_and_record, run_group
-from hotcold.train import resolve_device
+from hotcold.devices import resolve_device
 
 ROLL_CALL_S = 3.0  # how long a rank whose collective failed waits for the others to answer the roll call
 

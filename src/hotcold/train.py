@@ -21,7 +21,6 @@ from tqdm.auto import tqdm
 
 from hotcold.config import ConfigError
 from hotcold.run_config import RunConfig
-from hotcold.devices import normal_device
 from hotcold.data.format import Dataset
 from hotcold.data.loader import BatchLoader, batch_rows, eval_batches, release_pages
 from hotcold.data.skew import row_counts
@@ -67,7 +66,7 @@ class DivergenceGuard:
 
     NONE = 1 << 62
 
-    def __init__(self, cfg: RunConfig, device: torch.device, world: World) -> None:
+    def __init__(self, cfg: RunConfig, world: World) -> None:
         self.cfg, self.world, self.every = cfg, world, cfg.timing.window
         self.steps = cfg.train.steps
         self._seen: list[tuple[int, torch.Tensor]] = []  # (step, loss) since the last check, left on the device
@@ -128,15 +127,6 @@ class RunResult:
         """Every trained parameter, dense ones first, then the embedding rows."""
         named = [(n, p.detach()) for n, p in self.model.named_parameters()]
         return named + [("embedding.weight", self.embedding)]
-
-
-def resolve_device(name: str) -> torch.device:
-    """``auto`` is the GPU when there is one (``cuda:<index>``); asking for ``cuda`` without one fails clearly."""
-    if name == "auto":
-        return normal_device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("timing.device is 'cuda' but torch sees no GPU (use 'auto' or 'cpu')")
-    return normal_device(name)  # cuda: cuda:<current index>, one name per GPU
 
 
 def dense_optimizer(cfg: RunConfig, params) -> DenseOptimizer:
@@ -251,7 +241,7 @@ class Trainer:
                               part=(world.rank, world.size))  # this rank's slice of every global batch
         self.pipeline = StepPipeline(iter(loader), cfg.train.steps, self.store, device,
                                      ahead=pipeline_on(cfg, device))
-        self.guard = DivergenceGuard(cfg, device, world)
+        self.guard = DivergenceGuard(cfg, world)
         self.counters: list[tuple[int, dict[str, int]]] = []
 
     def step(self, i: int) -> None:

@@ -25,7 +25,7 @@ def add_calibrate(sub: argparse._SubParsersAction) -> None:
 
 def cmd_calibrate(args: argparse.Namespace) -> None:
     from hotcold.calibrate import calibrate, write_profile
-    from hotcold.train import resolve_device
+    from hotcold.devices import resolve_device
 
     profile = calibrate(resolve_device(args.device).type, dim=args.dim, batch_size=args.batch_size,
                         repeats=args.repeats, name=args.name, threads=args.threads)

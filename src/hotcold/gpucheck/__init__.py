@@ -63,11 +63,11 @@ def say(line: str) -> None:
 
 
 def resolve(device: str) -> tuple[str, str | None]:
-    """(cpu | cuda, a note when ``auto`` fell back to the CPU); ``cuda`` without a GPU fails (``train.resolve_device``)."""
+    """(cpu | cuda, a note when ``auto`` fell back to the CPU); ``cuda`` without a GPU fails (``devices.resolve_device``)."""
     import torch
 
     from hotcold.config import ConfigError
-    from hotcold.train import resolve_device
+    from hotcold.devices import resolve_device
 
     if device not in ("auto", "cpu", "cuda"):
         raise ConfigError(f"gpu-check: --device must be auto, cpu or cuda, got {device!r}")
