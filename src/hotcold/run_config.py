@@ -27,8 +27,8 @@ class RunConfig:
     method: str
     variant: str = "base"
     seed: int = 0
-    #: the method's typed options: a mapping given here is parsed once, into the method's ``StoreOptions``
-    store: StoreOptions = field(default_factory=NoOptions)
+    #: the method's typed options: a mapping given here (or none) is parsed once, into the method's ``StoreOptions``
+    store: StoreOptions = None  # type: ignore[assignment]
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     timing: TimingConfig = field(default_factory=TimingConfig)
