@@ -112,12 +112,13 @@ def test_auto_resolves_where_the_check_runs(monkeypatch):
     matrix().check()
 
 
-def test_training_jobs_claim_a_gpu_per_rank_on_cuda(monkeypatch):
-    gpus(monkeypatch, 0)
-    assert matrix(timing={"device": "cuda"}).gpus(1) == 1 and matrix(timing={"device": "cuda"}).gpus(4) == 4
-    assert matrix(timing={"device": "cpu"}).gpus(4) == 0 and matrix().gpus(4) == 0
-    gpus(monkeypatch, 1)
-    assert matrix().gpus(1) == 1
+def test_training_jobs_claim_a_gpu_per_rank_from_the_config_not_this_machine(monkeypatch):
+    """``auto`` claims GPUs on a machine without one too: the jobs may run on GPU nodes (a cluster's login node
+    plans them); only ``cpu`` claims none."""
+    for here in (0, 1):
+        gpus(monkeypatch, here)
+        assert matrix(timing={"device": "cuda"}).gpus(1) == 1 and matrix(timing={"device": "cuda"}).gpus(4) == 4
+        assert matrix().gpus(4) == 4 and matrix(timing={"device": "cpu"}).gpus(4) == 0
 
 
 def test_backend_and_reference_reach_the_scale_out_runs_only_when_set():

@@ -7,6 +7,7 @@ function (a lazy import is still a dependency), but those under
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -44,6 +45,7 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
     return skip
 
 
+@functools.cache
 def imports() -> dict[str, set[str]]:
     """module -> the hotcold modules it imports (a name from a package resolved to its module, if it is one)."""
     mods = modules()

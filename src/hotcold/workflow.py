@@ -254,10 +254,12 @@ class Matrix:
         return "cuda" if torch.cuda.is_available() else "cpu"
 
     def gpus(self, world: int = 1) -> int:
-        """The ``gpu`` resource a training job over ``world`` ranks claims: a GPU per rank on a CUDA trainer, none on
-        the CPU. ``snakemake --resources gpu=N`` then never gives two timed jobs one GPU (Snakemake lowers a claim
-        above N to N: a gloo run whose ranks share fewer GPUs runs alone)."""
-        return int(world) if self.trainer_device() == "cuda" else 0
+        """The ``gpu`` resource a training job over ``world`` ranks claims: a GPU per rank unless ``timing.device``
+        is ``cpu``, planned from the config, never from the machine Snakemake runs on (a login node without a GPU
+        plans the GPU nodes' jobs). ``snakemake --resources gpu=N`` then never gives two timed jobs one GPU
+        (Snakemake lowers a claim above N to N, 0 included: a gloo run whose ranks share fewer GPUs runs alone, a
+        machine without one runs its jobs as before)."""
+        return 0 if self.config["timing"]["device"] == "cpu" else int(world)
 
     def infeasible_reason(self, run: Run) -> str | None:
         """Why a run cannot run, known before it starts (None: it can): its options on the trainer device, or a
