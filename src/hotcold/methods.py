@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from hotcold.config import ConfigError
 from hotcold.distributed.sharded_options import FlexShardOptions, ProactiveOptions, ShardedOptions
@@ -21,10 +21,8 @@ from hotcold.embedding.store_options import (CacheOptions, FAEOptions, FbgemmOpt
                                              ScratchPipeOptions)
 
 if TYPE_CHECKING:  # the stores need torch; the registry is read where none is (Snakemake, the analysis)
+    from hotcold.costmodel.techniques import PriceFn
     from hotcold.embedding.base import EmbeddingStore, StoreSpec
-
-#: a technique's pricing in the cost model (``hotcold.costmodel.techniques.PriceFn``)
-PriceFn = Callable[..., None]
 
 
 def _load(path: str) -> Any:
