@@ -112,8 +112,9 @@ def test_cpu_fallback_end_to_end(tmp_path: Path, monkeypatch):
 
     monkeypatch.setattr(runner, "train_run", train_run)
     only = ["hybrid", "fae", "lru", "scratchpipe", "fbgemm"]
+    (tmp_path / "costmodel_validation.md").write_text("an earlier check's")
     result = check(CheckOptions(out=tmp_path, config=DEFAULT, repo=REPO, device="cpu", datasets=["kaggle"],
-                                methods=only, tests=False, threads=1))
+                                methods=only, tests=False, threads=1, calibrate=True, calibrate_repeats=2))
     table = pd.read_csv(tmp_path / "gpu_check.csv")
     assert list(table.columns) == COLUMNS
     assert table["method"].iloc[0] == "device"
@@ -143,13 +144,31 @@ def test_cpu_fallback_end_to_end(tmp_path: Path, monkeypatch):
     text = (tmp_path / "gpu_check.md").read_text()
     assert "| kaggle" in text and "no GPU" in text and "not run (--no-tests)" in text
     assert result.device == "cpu"
+    # the machine calibrated in the same call and the model priced on the check's own runs
+    model = result.costmodel
+    assert model.error is None and model.profile == tmp_path / "profile.yaml" and model.profile.is_file()
+    validation = (tmp_path / "costmodel_validation.md").read_text()
+    assert model.name == "gpu-check-cpu" and "`gpu-check-cpu`" in validation and "| device" in validation
+    assert set(model.step_errors) <= {f"{m}/{v}" for m, v in ok[["method", "variant"]].itertuples(index=False)}
+    assert model.line() in text and saved["costmodel"]["profile"] == "profile.yaml"
 
 
-def test_a_spent_budget_skips_the_runs_not_started(tmp_path: Path):
+def test_a_spent_budget_skips_the_runs_not_started(tmp_path: Path, monkeypatch):
+    """... and a calibration that fails is named, without stopping the check."""
+    from hotcold.gpucheck import costcheck
+    from hotcold.cli.gpucheck import failures
+
+    def calibrate_here(*args, **kwargs):
+        raise RuntimeError("no timer")
+
+    monkeypatch.setattr(costcheck, "calibrate_here", calibrate_here)
     result = check(CheckOptions(out=tmp_path, config=DEFAULT, repo=REPO, device="cpu", datasets=["taobao"],
-                                methods=["hybrid"], tests=False, threads=1, budget_s=0.0))
+                                methods=["hybrid"], tests=False, threads=1, budget_s=0.0, calibrate=True))
     assert list(result.table["status"]) == ["skipped", "skipped"]
     assert result.table["reason"].str.contains("time budget").all()
+    assert result.costmodel.error == "the calibration failed: RuntimeError: no timer"
+    assert "cost model check: the calibration failed" in failures(result)
+    assert not (tmp_path / "profile.yaml").exists()
 
 
 def test_auto_falls_back_to_the_cpu_and_says_so(monkeypatch):

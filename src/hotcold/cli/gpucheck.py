@@ -48,6 +48,9 @@ def add_gpu_check(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--threads", type=int, help="torch threads of the training (default: the config's threads)")
     g.add_argument("--no-tests", action="store_true", help="skip the CUDA test cases")
     g.add_argument("--no-train", action="store_true", help="run the CUDA test cases only")
+    g.add_argument("--calibrate", choices=["auto", "on", "off"], default="auto",
+                   help="calibrate this machine before the runs and check the cost model on them (profile.yaml, "
+                        "costmodel_validation.md; auto: on a GPU)")
     g.add_argument("--tests-timeout", type=float, default=300.0, help="seconds the test cases may take")
     g.add_argument("--budget", type=float, default=None,
                    help="seconds after which runs not yet started are skipped (default 540: under 10 minutes)")
@@ -90,7 +93,8 @@ def cmd_gpu_check(args: argparse.Namespace) -> None:
         out=Path(args.out), config=Path(config), repo=REPO, device=args.device, scale=scale,
         datasets=args.datasets or (preset.datasets if preset else None),
         methods=args.methods or (preset.methods if preset else None), tests=not args.no_tests,
-        train=not args.no_train, tests_timeout_s=args.tests_timeout, budget_s=budget, threads=args.threads))
+        train=not args.no_train, tests_timeout_s=args.tests_timeout, budget_s=budget, threads=args.threads,
+        calibrate={"auto": None, "on": True, "off": False}[args.calibrate]))
     print(result.paths["md"].read_text())
     print(f"wrote {result.paths['csv']} (and {result.paths['md'].name}, {result.paths['json'].name})",
           file=sys.stderr)
@@ -108,6 +112,8 @@ def failures(result) -> str | None:
         parts.append(f"{tests['failed']} failed and {tests['errors']} erroring CUDA test case(s)")
     if tests["status"] in ("timed out", "no report"):
         parts.append(f"the CUDA test cases: {tests['status']}")
+    if result.costmodel is not None and result.costmodel.error:
+        parts.append(f"the cost model check: {result.costmodel.error}")
     failed = int((result.table["status"] == "failed").sum()) if len(result.table) else 0
     if failed:
         parts.append(f"{failed} failed run(s)")

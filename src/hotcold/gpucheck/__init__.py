@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from hotcold.gpucheck.costcheck import CostCheck
+
 if TYPE_CHECKING:  # imported where used: the missing-package check runs before anything needs torch
     from hotcold.gpucheck.plan import Plan, PlannedRun, Scale
 
@@ -46,6 +48,8 @@ class CheckOptions:
     budget_s: float = BUDGET_S
     threads: int | None = None              # None: the config's ``threads`` (2)
     test_select: Sequence[str] | None = None  # pytest's selection (default ``cudatests.SELECT``)
+    calibrate: bool | None = None           # None: on a GPU when runs train (``costcheck``)
+    calibrate_repeats: int = 15
 
 
 @dataclass
@@ -56,6 +60,7 @@ class CheckResult:
     table: Any                               # pandas.DataFrame
     paths: dict[str, Path] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    costmodel: CostCheck | None = None
 
 
 def say(line: str) -> None:
@@ -195,7 +200,7 @@ def check(opts: CheckOptions) -> CheckResult:
     """Run the check; write ``gpu_check.csv``, ``.md`` and ``.json`` under ``opts.out`` and return them."""
     from hotcold.analysis.run_records import load_record
     from hotcold.files import atomic_write_json, atomic_write_text
-    from hotcold.gpucheck import cudatests, env, plan as plans, table as tables
+    from hotcold.gpucheck import costcheck, cudatests, env, plan as plans, table as tables
     from hotcold.gpucheck.plan import SCALES
 
     started = time.perf_counter()
@@ -226,6 +231,15 @@ def check(opts: CheckOptions) -> CheckResult:
 
     planned = plans.plan(config, out, device, scale, opts.datasets, opts.methods) if opts.train else None
     records, failures, wall = [], [], {}
+    model = CostCheck()
+    costcheck.clear(out)
+    if planned is not None and (opts.calibrate if opts.calibrate is not None else device == "cuda"):
+        say(f"gpu-check: calibrating this machine for the cost model ({threads} threads) ...")
+        try:
+            costcheck.calibrate_here(model, out, device, threads, opts.calibrate_repeats)
+        except Exception as e:  # the runs go on without the model check
+            model.error = f"the calibration failed: {one_line(e)}"
+            say(f"gpu-check: {model.error}")
     if planned is not None:
         notes += [f"left out: {line}" for line in planned.left_out]
         say(f"gpu-check: {len(planned.runs)} runs of {len(planned.generators)} dataset(s) on {device} at scale "
@@ -239,11 +253,18 @@ def check(opts: CheckOptions) -> CheckResult:
         paths, failures, wall = train_runs(planned, out, device, threads, deadline, data_errors, opts.budget_s,
                                            progress)
         records = [load_record(p) for p in paths]
+        if model.profile is not None:
+            try:
+                model.step_errors = costcheck.validate(paths, model.profile, out / plans.DATA_DIR, out)
+            except Exception as e:  # the table is still written
+                model.error = f"the validation failed: {one_line(e)}"
+        say(f"gpu-check: {model.line()}")
     order = [(r.dataset, r.method, r.variant) for r in planned.runs] if planned else []
     frame = tables.frame(records, failures, wall, order, environment["device"], environment["timer"])
     environment["check_s"] = round(time.perf_counter() - started, 1)
     head = (f"# hotcold gpu-check\n\n{env.header(environment)}\n\n{tests.line()}\n\n"
             + "".join(f"{n}\n\n" for n in notes)
+            + (f"{model.line()}\n\n" if planned is not None else "")
             + (f"Runs: scale {scale.name} ({_scale_line(scale)}), {threads} threads, "
                f"{environment['check_s']:.0f} s in all. `exact`: the run's parameters against the `device` "
                "reference (summary.md's column); bytes: host-device traffic per step (parameters and activations); "
@@ -256,8 +277,8 @@ def check(opts: CheckOptions) -> CheckResult:
     atomic_write_json(paths_out["json"], {
         "environment": environment, "tests": tests.as_dict(), "device": device, "scale": asdict(scale),
         "threads": threads, "config": str(opts.config), "notes": notes, "table": f"{TABLE}.csv",
-        "runs": tables.json_rows(frame)})
-    return CheckResult(device, environment, tests.as_dict(), frame, paths_out, notes)
+        "costmodel": model.as_dict(), "runs": tables.json_rows(frame)})
+    return CheckResult(device, environment, tests.as_dict(), frame, paths_out, notes, model)
 
 
 def _scale_line(scale: Scale) -> str:
