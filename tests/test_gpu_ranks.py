@@ -1,7 +1,8 @@
-"""One GPU, many ranks (issue 18, item 4): ranks that outnumber the GPUs over NCCL fail before any job starts, with
-one line naming the world, the GPU count and the options; gloo shares a GPU; the training jobs claim ``gpu``
-resources; ``distributed.reference: none`` skips the one-process replay and says so; threads per rank follow the
-ranks on the node. The GPU count is an argument (or torch's, monkeypatched), so all of it runs on a CPU."""
+"""One GPU, many ranks (issue 18, item 4): ranks that outnumber the GPUs over NCCL fail in their job before any
+rank starts, with one line naming the world, the GPU count and the options, while the dry run plans from the config
+alone (a login node has no GPU); gloo shares a GPU; the training jobs claim ``gpu`` resources; ``distributed.reference:
+none`` skips the one-process replay and says so; threads per rank follow the ranks on the node. The GPU count is an
+argument (or torch's, monkeypatched), so all of it runs on a CPU."""
 from __future__ import annotations
 
 import copy
@@ -90,26 +91,33 @@ def gpus(monkeypatch, count: int) -> None:
     monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
 
 
-def test_the_matrix_check_refuses_a_world_above_the_gpu_count(monkeypatch):
-    m = matrix(timing={"device": "cuda"})  # the default scales: world 4
-    gpus(monkeypatch, 1)
-    with pytest.raises(ConfigError, match=r"distributed.scales: world 4 needs 4 GPUs over NCCL .* has 1"):
-        m.check()
-    m.check(gpus=4)
-    gpus(monkeypatch, 4)
-    m.check()
-    matrix(timing={"device": "cuda"}, distributed={"backend": "gloo"}).check(gpus=1)
-    matrix(timing={"device": "cpu"}).check(gpus=0)
+def test_the_dry_run_reads_the_config_never_this_machine(monkeypatch):
+    """A CUDA config of world 4 (the default scales) plans on a machine with no GPU (a cluster's login node), one or
+    four: whether the ranks fit the GPUs is the job's check, where it lands (below). A backend that cannot serve
+    a configured device is the config's own error."""
+    for here in (0, 1, 4):
+        gpus(monkeypatch, here)
+        matrix(timing={"device": "cuda"}).check()
+        matrix().check()
+    matrix(timing={"device": "cuda"}, distributed={"backend": "gloo"}).check()
+    matrix(timing={"device": "cpu"}).check()
     with pytest.raises(ConfigError, match="distributed.backend nccl needs timing.device cuda"):
-        matrix(timing={"device": "cpu"}, distributed={"backend": "nccl"}).check(gpus=0)
+        matrix(timing={"device": "cpu"}, distributed={"backend": "nccl"}).check()
 
 
-def test_auto_resolves_where_the_check_runs(monkeypatch):
-    gpus(monkeypatch, 2)
-    with pytest.raises(ConfigError, match="world 4 needs 4 GPUs over NCCL .* has 2"):
-        matrix().check()  # timing.device auto: a GPU machine trains on CUDA
-    gpus(monkeypatch, 0)
-    matrix().check()
+def test_a_job_refuses_more_ranks_than_its_machine_has_gpus_before_launching(monkeypatch, small_dataset, tmp_path):
+    """The machine's GPUs, as the job sees them (here: one, a stand-in for torch's view), against the ranks."""
+    from test_distributed import case_cfg
+
+    from hotcold import runner
+
+    monkeypatch.setattr(runner, "resolve_device", lambda name: torch.device("cuda", 0))
+    monkeypatch.setattr(runner, "gpu_count", lambda: 1)
+    monkeypatch.setattr(runner, "_launch", lambda *a, **k: pytest.fail("launched"))
+    cfg = case_cfg("sharded", "row", {}, "sgd", world=2)
+    with pytest.raises(ConfigError, match=r"^--nproc: world 4 needs 4 GPUs over NCCL \(one per rank\), but this machine has 1"):
+        runner.train_run(cfg, small_dataset.path, tmp_path / "run", nproc=4, device="cuda")
+    assert not (tmp_path / "run" / "record.json").exists()
 
 
 def test_training_jobs_claim_a_gpu_per_rank_from_the_config_not_this_machine(monkeypatch):
@@ -131,19 +139,16 @@ def test_backend_and_reference_reach_the_scale_out_runs_only_when_set():
     assert RunConfig.from_dict(cfg).distributed.reference == "none"
 
 
-def test_a_dry_run_with_more_ranks_than_gpus_fails_naming_them(tmp_path):
-    """This machine: no GPU; the default scales train 4 ranks."""
+def test_a_login_node_without_gpus_plans_a_cuda_config(tmp_path):
+    """The dry run of a CUDA config whose scales train 4 ranks over NCCL plans every job where Snakemake sees
+    fewer GPUs (here, none): the GPU nodes' jobs check their own."""
     pytest.importorskip("snakemake", reason="the dry run is Snakemake's; `make` installs it (envs/requirements.txt)")
     from test_workflow import dry_run
 
-    if torch.cuda.is_available() and torch.cuda.device_count() >= 4:
-        pytest.skip("this machine has 4 GPUs: world 4 fits")
     proc = dry_run(tmp_path, "timing: {device: cuda}\n")
     out = proc.stdout + proc.stderr
-    assert proc.returncode != 0
-    line = next(ln for ln in out.splitlines() if "needs 4 GPUs" in ln)
-    assert "world 4" in line and f"this machine has {torch.cuda.device_count()}" in line
-    assert "distributed.scales" in line and "distributed.backend: gloo" in line
+    assert proc.returncode == 0, out
+    assert "rule train_scaleout:" in out and "needs 4 GPUs" not in out
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from hotcold.config import ConfigError
@@ -51,7 +52,7 @@ def config(*overrides: dict) -> dict:
 
 def refusal(*overrides: dict) -> str:
     with pytest.raises(ConfigError) as e:
-        Matrix(config(*overrides)).check(gpus=0)
+        Matrix(config(*overrides)).check()
     assert "\n" not in str(e.value)
     return str(e.value)
 
@@ -102,7 +103,7 @@ def test_a_one_process_batch_over_the_training_split_is_refused_in_one_line():
 
 def test_a_trained_scale_over_the_training_split_is_skipped_with_its_reason():
     m = Matrix(config(KAGGLE_40K, WEAK_TRAINED))
-    m.check(gpus=0)  # the plan goes on
+    m.check()  # the plan goes on
     big = [r for r in m.runs() if r.world == 16]
     assert len(big) == 5 and set(big) <= set(m.device_infeasible())  # 4 plans and proactive: an infeasible record
     assert {m.infeasible_reason(r) for r in big} == {SKIP_REASON}
@@ -112,7 +113,7 @@ def test_a_trained_scale_over_the_training_split_is_skipped_with_its_reason():
     fixed = Matrix(config(KAGGLE_40K, WEAK_TRAINED, {"distributed": {"train": {"batch_per_rank": None,
                                                                                 "batch_size": 40_000},
                                                                       "shard_sim": {"fixed_batch": False}}}))
-    fixed.check(gpus=0)
+    fixed.check()
     assert fixed.infeasible_reason(Run("kaggle", "sharded", "row", 0, 4, 2)) == (
         "dataset kaggle: distributed.train.batch_size 40,000, the fixed global batch at world 4 (2x2), is "
         f"{SPLIT_36K}: lower distributed.train.batch_size or raise datasets.kaggle.generator.rows")
@@ -120,10 +121,10 @@ def test_a_trained_scale_over_the_training_split_is_skipped_with_its_reason():
 
 def test_a_fitting_config_is_untouched():
     roomy = Matrix(config(KAGGLE_40K, WEAK_TRAINED, {"datasets": {"kaggle": {"generator": {"rows": 80_000}}}}))
-    roomy.check(gpus=0)  # 72,000 training samples hold 65,536
+    roomy.check()  # 72,000 training samples hold 65,536
     assert all(r.method == "fbgemm" for r in roomy.device_infeasible()) and skip_notes(roomy) == []
     default = Matrix(config({"timing": {"device": "cpu"}}))
-    default.check(gpus=0)
+    default.check()
     assert skip_notes(default) == [] and all(default.infeasible_reason(r) is None for r in default.runs()
                                              if r.scale_out)
 
@@ -136,7 +137,7 @@ def test_the_infeasible_job_writes_the_planned_reason_against_the_generated_spli
              "distributed": {"scales": [{"world": 4, "ranks_per_node": 2}], "train": {"batch_per_rank": 1000},
                              "shard_sim": {"scales": ["2x1"], "batch_per_rank": 64}}}
     m = Matrix(config(KAGGLE_40K, small))
-    m.check(gpus=0)
+    m.check()
     run = Run("kaggle", "sharded", "row", 0, 4, 2)
     planned = m.infeasible_reason(run)
     assert planned is not None and "global batch of 4,000 samples, more than the 3,600 samples" in planned
@@ -145,6 +146,14 @@ def test_the_infeasible_job_writes_the_planned_reason_against_the_generated_spli
     assert write_infeasible_runs([(m.run_config(run), str(out))], tmp_path / "data", "cpu") == [(out, planned)]
     record = json.loads((out / "record.json").read_text())
     assert (record["status"], record["reason"]) == ("infeasible", planned)
+    # a CUDA config's record, written where no GPU is (the job is local: a cluster's login node)
+    on_cuda = m.run_config(run)
+    on_cuda["timing"] = {**on_cuda.get("timing", {}), "device": "cuda"}
+    assert write_infeasible_runs([(on_cuda, str(tmp_path / "cuda"))], tmp_path / "data") == [(tmp_path / "cuda",
+                                                                                              planned)]
+    provenance = json.loads((tmp_path / "cuda" / "record.json").read_text())["provenance"]
+    if not torch.cuda.is_available():
+        assert provenance["device_type"] == "cuda" and provenance["device"] == "cuda (no GPU where this was written)"
     fits = Run("kaggle", "sharded", "row", 0, 2, 1)  # 2,000 samples: to be trained, not recorded
     with pytest.raises(ConfigError, match="can run on cpu; train it instead"):
         write_infeasible_runs([(m.run_config(fits), str(tmp_path / "fits"))], tmp_path / "data", "cpu")

@@ -85,6 +85,18 @@ def test_gpu_only_variants_are_infeasible_on_a_cpu_without_a_job():
         "kaggle")
 
 
+def test_with_auto_the_job_finds_out_where_it_runs(monkeypatch):
+    """``timing.device: auto`` is never resolved where Snakemake runs: without a GPU there, the GPU-only variants
+    are still trained by their jobs (which record them infeasible on a CPU, test_fbgemm), as on a GPU machine."""
+    import torch
+
+    for here in (False, True):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: here)
+        auto = matrix()
+        assert auto.device() == "auto" and auto.device_infeasible() == []
+        assert ("fbgemm", "lru-5pct") in auto.interleaved_runs("kaggle")
+
+
 def test_simulations_follow_the_trained_sizes_scales_and_headrooms():
     m = matrix(distributed={"scales": [{"world": 8, "ranks_per_node": 4}]})
     assert m.trained_ratios("kaggle") == [0.015, 0.05, 0.062, 0.124, 0.248]

@@ -125,13 +125,15 @@ def _nvidia_driver() -> str | None:
 def provenance(device: torch.device, timer: str) -> dict[str, Any]:
     """Where a number came from: code, hardware, library versions, threads."""
     cuda = device.type == "cuda"
+    seen = cuda and torch.cuda.is_available()  # an infeasible record may be written where its GPU is not
     status = _git("status", "--porcelain", "--untracked-files=no")
     return {
-        "device": torch.cuda.get_device_name(device) if cuda else "cpu",
+        "device": torch.cuda.get_device_name(device) if seen else "cuda (no GPU where this was written)" if cuda
+        else "cpu",
         "device_type": device.type,
         "cpu": cpu_name(),
         "machine": machine_id(),
-        "driver": _nvidia_driver() if cuda else None,
+        "driver": _nvidia_driver() if seen else None,
         "cuda": torch.version.cuda if cuda else None,
         "torch": torch.__version__,
         "python": platform.python_version(),

@@ -144,12 +144,14 @@ def train_group(runs: Sequence[tuple[Mapping[str, Any], str | Path]], dataset_di
 
 
 def write_infeasible_runs(runs: Sequence[tuple[Mapping[str, Any], str | Path]], data_dir: str | Path,
-                          device: str) -> list[tuple[Path, str]]:
-    """The ``infeasible`` records of runs whose options cannot run on ``device`` (``cpu``/``cuda``), or whose
+                          device: str | None = None) -> list[tuple[Path, str]]:
+    """The ``infeasible`` records of runs whose options cannot run on their trainer device, or whose
     scale-out global batch is more than the dataset's training split, without training.
 
-    Each run's dataset is ``data_dir/<dataset>``. A run that can run there
-    fails (``ConfigError``): it is to be trained. Returns (run directory, reason).
+    The device is each run's ``timing.device`` (``device`` overrides it), ``auto``
+    resolved where this runs. Each run's dataset is ``data_dir/<dataset>``. A run
+    that can run there fails (``ConfigError``): it is to be trained. Returns (run
+    directory, reason).
     """
     from hotcold.data.format import Dataset
     from hotcold.distributed.batch import train_samples
@@ -158,15 +160,16 @@ def write_infeasible_runs(runs: Sequence[tuple[Mapping[str, Any], str | Path]], 
 
     written = []
     for config, out in runs:
-        cfg = RunConfig.from_dict(config)
+        cfg = with_device(RunConfig.from_dict(config), device)
+        on = cfg.timing.device if cfg.timing.device != "auto" else resolve_device("auto").type
         d = cfg.distributed
-        reason = cfg.store.infeasible_on(device)
+        reason = cfg.store.infeasible_on(on)
         if reason is None and d.world > 1:  # the same words as the workflow's plan, against the split written
             reason = batch_reason(cfg.dataset, d.world, d.ranks_per_node, cfg.train.batch_size, d.batch_per_rank,
                                   train_samples(Dataset.open(Path(data_dir) / cfg.dataset)))
         if reason is None:
-            raise ConfigError(f"run {out}: {cfg.method}/{cfg.variant} can run on {device}; train it instead")
-        write_infeasible(cfg, Path(data_dir) / cfg.dataset, Path(out), device, reason)
+            raise ConfigError(f"run {out}: {cfg.method}/{cfg.variant} can run on {on}; train it instead")
+        write_infeasible(cfg, Path(data_dir) / cfg.dataset, Path(out), on, reason)
         written.append((Path(out), reason))
     return written
 

@@ -244,14 +244,10 @@ class Matrix:
                     out["distributed"][key] = value
         return out
 
-    def trainer_device(self) -> str:
-        """``cpu`` or ``cuda``: ``timing.device``, with ``auto`` resolved where this process runs."""
-        device = self.config["timing"]["device"]
-        if device != "auto":
-            return device
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
+    def device(self) -> str:
+        """``timing.device`` as configured: ``auto``, ``cpu`` or ``cuda``. Never resolved here: a job resolves
+        ``auto`` where it runs (``devices.resolve_device``), which a login node without a GPU cannot know."""
+        return self.config["timing"]["device"]
 
     def gpus(self, world: int = 1) -> int:
         """The ``gpu`` resource a training job over ``world`` ranks claims: a GPU per rank unless ``timing.device``
@@ -259,13 +255,16 @@ class Matrix:
         plans the GPU nodes' jobs). ``snakemake --resources gpu=N`` then never gives two timed jobs one GPU
         (Snakemake lowers a claim above N to N, 0 included: a gloo run whose ranks share fewer GPUs runs alone, a
         machine without one runs its jobs as before)."""
-        return 0 if self.config["timing"]["device"] == "cpu" else int(world)
+        return 0 if self.device() == "cpu" else int(world)
 
     def infeasible_reason(self, run: Run) -> str | None:
-        """Why a run cannot run, known before it starts (None: it can): its options on the trainer device, or a
-        scale-out run's global batch over its dataset's training split (``workflow_checks.scale_out_reason``)."""
+        """Why a run cannot run, known from the config before it starts (None: it can, or only its job can tell):
+        its options on a configured ``cpu`` or ``cuda`` trainer (with ``auto`` the job finds out and records it),
+        or a scale-out run's global batch over its dataset's training split (``workflow_checks.scale_out_reason``)."""
         options = methods.get(run.method).parse_options(self.methods_for(run.dataset)[run.method][run.variant])
-        return options.infeasible_on(self.trainer_device()) or workflow_checks.scale_out_reason(self, run)
+        device = self.device()
+        return ((options.infeasible_on(device) if device != "auto" else None)
+                or workflow_checks.scale_out_reason(self, run))
 
     @cached_property
     def _device_infeasible(self) -> tuple[Run, ...]:
@@ -333,10 +332,10 @@ class Matrix:
         return list(dict.fromkeys([*self.config["distributed"]["shard_sim"]["headrooms"], *trained]))
 
     # -- checks -------------------------------------------------------------------------------------
-    def check(self, gpus: int | None = None) -> None:
+    def check(self) -> None:
         """Resolve every dataset and run config with the typed configs; the first problem raises
-        ``ConfigError`` naming where it is. ``gpus``: this machine's GPU count (None: asked of torch), against which
-        the scale-out runs on a CUDA trainer are checked (``check_gpus``)."""
+        ``ConfigError`` naming where it is. Only the config is read, never this machine: whether a scale's ranks
+        fit the GPUs of the machine a job lands on is that job's check (``runner.train_run``)."""
         from hotcold.data.generators import GeneratorConfig
         from hotcold.data.sources import locate_taobao
         from hotcold.data.sources.prepare import SourceConfig
@@ -372,26 +371,19 @@ class Matrix:
                 raise ConfigError(f"invalid configuration for {where}: {e}") from None
         workflow_checks.check_batches(self)  # a one-process or simulated batch over a training split
         self._check_shard_sim_batch()
-        self.check_gpus(gpus)
+        self._check_backend()
 
-    def check_gpus(self, gpus: int | None = None) -> None:
-        """Every trained scale fits this machine's ``gpus`` (None: torch's count) over the configured backend: over
-        NCCL a CUDA trainer's ranks need a GPU each (``hotcold.distributed.devices``)."""
-        from hotcold.distributed.devices import check_ranks_fit, gpu_count, resolve_backend
+    def _check_backend(self) -> None:
+        """The scale-out backend suits a configured trainer device (NCCL needs ``cuda``); with ``auto`` the job
+        picks its backend where it runs."""
+        from hotcold.distributed.devices import resolve_backend
 
-        if not any(run.scale_out for run in self._runs):
+        if self.device() == "auto" or not any(run.scale_out for run in self._runs):
             return
-        device = self.trainer_device()
-        backend = self.config["distributed"].get("backend", DistributedConfig.backend)
         try:
-            resolve_backend(backend, device)
+            resolve_backend(self.config["distributed"].get("backend", DistributedConfig.backend), self.device())
         except ConfigError as e:
             raise ConfigError(f"invalid configuration: {e}") from None
-        if device != "cuda":
-            return
-        gpus = gpu_count() if gpus is None else gpus
-        for world in sorted({run.world for run in self._runs if run.scale_out}, reverse=True):
-            check_ranks_fit(world, device, backend, gpus, "invalid configuration: distributed.scales")
 
     def _check_shard_sim_batch(self) -> None:
         """The fixed global batch the simulations use (``fixed_batch``, or no per-rank batch) splits evenly at
@@ -418,17 +410,17 @@ def _check_batch_split(run_config: Mapping[str, Any]) -> None:
                           f"(or set distributed.train.batch_per_rank)")
 
 
-def peer_state(src: Path, device: str = "cpu") -> str:
-    """The installed builds of fbgemm_gpu (CPU or CUDA) with versions, and whether its TBE runs on the trainer
-    ``device`` for the jobs' interpreter (on cuda: the CUDA build and a tiny TBE forward), asked in a child
-    process (so the caller never loads it: importing fbgemm_gpu configures the root logger, and Snakemake's log
-    lines would then come out twice): a training rule's parameter, so that installing or repairing the peer's
-    package reruns its jobs."""
+def peer_state(src: Path) -> str:
+    """The installed builds of fbgemm_gpu (CPU or CUDA) with versions, and whether the jobs' interpreter imports
+    its TBE, asked in a child process (so the caller never loads it: importing fbgemm_gpu configures the root
+    logger, and Snakemake's log lines would then come out twice): a training rule's parameter, so that installing
+    or repairing the peer's package reruns its jobs. Whether it runs on the trainer device is the job's check (a
+    ``skipped`` record): this machine may not be the one the jobs run on."""
     from importlib import metadata
 
     names = sorted(set(metadata.packages_distributions().get("fbgemm_gpu", [])))
     builds = ", ".join(f"{name}=={metadata.version(name)}" for name in names) or "not installed"
-    probe = f"from hotcold.embedding.fbgemm import available; print(available({device!r}) or 'usable')"
+    probe = "from hotcold.embedding.fbgemm import available; print(available() or 'usable')"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])}
     try:
         out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300)

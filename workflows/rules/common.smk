@@ -58,7 +58,7 @@ SOURCE_PARAM = (tree_sha256(SRC / "hotcold") if config["rerun_on_code_change"]
 
 @functools.cache
 def installed_peers() -> str:
-    return peer_state(SRC, MATRIX.trainer_device())
+    return peer_state(SRC)
 
 
 def peers_param(method_names) -> str:

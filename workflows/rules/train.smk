@@ -7,8 +7,8 @@
 # Every training rule takes the package's source hash as a parameter, so that with
 # rerun_on_code_change a code edit reruns it (Snakemake's "params changed"); the jobs of peer
 # methods also take the installed build of their optional package (`peers_param`).
-# The variants that cannot run on the trainer device (GPU-only ones on a CPU, known from their
-# options), and the scale-out runs whose global batch is more than their dataset's training split
+# The variants that cannot run on a configured trainer device (GPU-only ones on `timing.device: cpu`,
+# known from their options; with `auto` their job finds out where it runs), and the scale-out runs whose global batch is more than their dataset's training split
 # (hotcold.workflow_checks), get their `infeasible` records from one job, `hotcold infeasible`,
 # instead of a job each.
 
@@ -26,15 +26,13 @@ if MATRIX.device_infeasible():
             runs=lambda wildcards: to_json([{"run_config": MATRIX.run_config(run), "out": run.dir}
                                             for run in MATRIX.device_infeasible()]),
             data=lambda wildcards, input: str(Path(input.manifests[0]).parent.parent),
-            device=MATRIX.trainer_device(),
             source=SOURCE_PARAM,
         log:
             "results/logs/train/device_infeasible.log",
         conda:
             "../../envs/hotcold.yaml"
         shell:
-            "{params.cli} infeasible --runs {params.runs:q} --data {params.data:q} --device {params.device}"
-            " > {log:q} 2>&1"
+            "{params.cli} infeasible --runs {params.runs:q} --data {params.data:q} > {log:q} 2>&1"
 
     ruleorder: device_infeasible > train_scaleout
 
@@ -55,7 +53,6 @@ if not config["timing"]["interleave"]:
         params:
             cli=HOTCOLD,
             run_config=run_config,
-            device=config["timing"]["device"],
             dataset=lambda wildcards, input: str(Path(input.manifest).parent),
             out=lambda wildcards, output: str(Path(output.record).parent),
             source=SOURCE_PARAM,
@@ -71,7 +68,7 @@ if not config["timing"]["interleave"]:
             "../../envs/hotcold.yaml"
         shell:
             "{params.cli} train --dataset {params.dataset:q} --run-config {params.run_config:q}"
-            " --out {params.out:q} --threads {threads} --device {params.device} --no-progress > {log:q} 2>&1"
+            " --out {params.out:q} --threads {threads} --no-progress > {log:q} 2>&1"
 
 else:
     for _dataset in MATRIX.datasets():
@@ -89,7 +86,6 @@ else:
             params:
                 cli=HOTCOLD,
                 runs=group_runs(_dataset),
-                device=config["timing"]["device"],
                 dataset=lambda wildcards, input: str(Path(input.manifest).parent),
                 source=SOURCE_PARAM,
                 peers=peers_param([method for method, _ in MATRIX.interleaved_runs(_dataset)]),
@@ -104,7 +100,7 @@ else:
                 "../../envs/hotcold.yaml"
             shell:
                 "{params.cli} train-group --dataset {params.dataset:q} --runs {params.runs:q}"
-                " --threads {threads} --device {params.device} --no-progress > {log:q} 2>&1"
+                " --threads {threads} --no-progress > {log:q} 2>&1"
 
 
 # Scale-out: one job per dataset x scale-out method x variant x trained scale x seed, P ranks
@@ -121,7 +117,6 @@ rule train_scaleout:
     params:
         cli=HOTCOLD,
         run_config=run_config,
-        device=config["timing"]["device"],
         dataset=lambda wildcards, input: str(Path(input.manifest).parent),
         out=lambda wildcards, output: str(Path(output.record).parent),
         source=SOURCE_PARAM,
@@ -138,5 +133,5 @@ rule train_scaleout:
         "../../envs/hotcold.yaml"
     shell:
         "{params.cli} train --nproc {wildcards.world} --dataset {params.dataset:q}"
-        " --run-config {params.run_config:q} --out {params.out:q} --threads {threads} --device {params.device}"
-        " --no-progress > {log:q} 2>&1"
+        " --run-config {params.run_config:q} --out {params.out:q} --threads {threads} --no-progress"
+        " > {log:q} 2>&1"

@@ -63,7 +63,7 @@ def add_infeasible(sub: argparse._SubParsersAction) -> None:
     inf.add_argument("--runs", required=True,
                      help='[{"run_config": {...}, "out": RUN_DIR}, ...]: a JSON list, or a JSON/YAML file holding it')
     inf.add_argument("--data", default="results/data", help="datasets directory (each run's dataset lies in it)")
-    inf.add_argument("--device", choices=["cpu", "cuda"], required=True, help="the trainer device")
+    inf.add_argument("--device", choices=["auto", "cpu", "cuda"], help="override each run's timing.device")
     inf.set_defaults(func=cmd_infeasible)
 
 
