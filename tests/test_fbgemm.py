@@ -81,6 +81,20 @@ def test_managed_cache_on_a_cpu_is_infeasible(cache):
         methods.get("fbgemm").build(_spec("adagrad", cache=cache, cache_ratio=0.05))
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the managed cache trains")
+def test_under_auto_the_training_job_records_a_managed_cache_infeasible_on_a_cpu(tmp_path, small_dataset):
+    """``timing.device: auto`` is resolved by the job (the workflow plans it as a training run): on a CPU the
+    interleaved group writes the same ``infeasible`` record as ``hotcold infeasible`` and trains the others."""
+    from hotcold.runner import train_group
+
+    lru = {**RUN, "variant": "lru", "store": {"cache": "lru", "cache_ratio": 0.05}, "timing": {"device": "auto"}}
+    device = {**RUN, "method": "device", "variant": "base", "timing": {"device": "auto"}}
+    done = train_group([(device, tmp_path / "device"), (lru, tmp_path / "lru")], small_dataset.path, progress=False)
+    assert [record["status"] for _, record in done] == ["ok", "infeasible"]
+    assert "needs a GPU; this run is on cpu" in done[1][1]["reason"]
+    assert (tmp_path / "lru" / "record.json").is_file()
+
+
 def test_a_managed_cache_on_a_cpu_gets_its_record_without_training(tmp_path, small_dataset, capsys):
     """`hotcold infeasible` (the workflow's one job for such runs): the same record a training job would write."""
     lru = {**RUN, "variant": "lru", "store": {"cache": "lru", "cache_ratio": 0.05}}
