@@ -29,6 +29,37 @@ def test_sketch_estimates_relative_difference():
     assert fa["norm"] == pytest.approx(sum(float(t.pow(2).sum()) for _, t in a) ** 0.5, rel=1e-6)
 
 
+def _formula_sketch(named) -> list[float]:
+    """The count sketch by its definition, in plain Python: element i of the concatenation adds s(i) x to h(i)."""
+    out, i = [0.0] * 256, 0
+    for _, t in named:
+        for x in t.reshape(-1).tolist():
+            out[((i * 1_103_515_245 + 12_345) % 2_147_483_647) % 256] += (
+                x * ((((i * 214_013 + 2_531_011) % 2_147_483_647) & 1) * 2 - 1))
+            i += 1
+    return out
+
+
+@pytest.mark.parametrize("kernel", ["numba", "python"])
+def test_the_sketch_is_its_formula_on_either_path(kernel, monkeypatch):
+    """The compiled pass and torch's chunked one (where numba is absent) give the definition's sums: on small
+    tensors against the formula itself, and across torch's chunk boundary (2^22 elements) against each other."""
+    from hotcold import records
+
+    if kernel == "numba" and records.KERNEL != "numba":
+        pytest.skip("numba is not installed: only torch's path runs here")
+    monkeypatch.setattr(records, "KERNEL", kernel)
+    gen = torch.Generator().manual_seed(1)
+    small = [("w", torch.randn(3, 5, generator=gen)), ("b", torch.randn(7, generator=gen))]
+    assert param_fingerprint(small)["sketch"] == pytest.approx(_formula_sketch(small), rel=1e-12, abs=1e-12)
+    big = [("b", torch.randn(7, generator=gen)), ("w", torch.randn((1 << 22) + 9, generator=gen))]
+    got = param_fingerprint(big)
+    monkeypatch.setattr(records, "KERNEL", "python")
+    want = param_fingerprint(big)
+    assert got["sketch"] == pytest.approx(want["sketch"], rel=1e-12) and got["checksum"] == want["checksum"]
+    assert got["norm"] == pytest.approx(want["norm"], rel=1e-12)
+
+
 def test_checksum_is_bit_exact():
     t = torch.ones(4, 4)
     u = t.clone()

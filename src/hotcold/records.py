@@ -24,6 +24,7 @@ from hotcold.run_config import RunConfig
 from hotcold.data.format import Dataset
 from hotcold.distributed.launch import launcher_alive
 from hotcold.files import atomic_write, atomic_write_json, tree_sha256
+from hotcold.jit import KERNEL, jit
 from hotcold.lockstep import check_kind
 from hotcold.machine import cpu_name, machine_id, nvidia_smi
 from hotcold.train import RunResult
@@ -51,25 +52,48 @@ def param_fingerprint(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, An
     compared within a tolerance without storing the parameters:
     ``||sketch_a - sketch_b||`` estimates ``||a - b||`` (count sketch, AMS).
     Element i goes to bucket ``h(i)`` with sign ``s(i)``, both from fixed
-    hash functions of its position in the concatenation of all tensors.
+    hash functions of its position in the concatenation of all tensors
+    (``_sketch_kernel`` in one compiled pass, or ``_sketch_torch``: the same
+    sums in the same order).
     """
     digest = hashlib.sha256()
-    sketch = torch.zeros(SKETCH_SIZE, dtype=torch.float64)
+    sketch = np.zeros(SKETCH_SIZE, dtype=np.float64)
     sq = 0.0
     offset = 0
-    chunk = 1 << 22
+    add = _sketch_kernel if KERNEL == "numba" else _sketch_torch
     for name, t in named:
         flat = _flat(t)
         _digest(digest, name, flat)
-        for a in range(0, flat.numel(), chunk):
-            x = flat[a:a + chunk].double()
-            i = torch.arange(offset + a, offset + a + x.numel(), dtype=torch.int64)
-            bucket = ((i * 1_103_515_245 + 12_345) % _P) % SKETCH_SIZE
-            sign = (((i * 214_013 + 2_531_011) % _P) & 1) * 2 - 1
-            sketch.index_add_(0, bucket, x * sign)
-            sq += float(x.pow(2).sum())
+        sq += add(flat.numpy(), offset, sketch)
         offset += flat.numel()
     return {"checksum": digest.hexdigest(), "sketch": sketch.tolist(), "norm": sq ** 0.5}
+
+
+@jit
+def _sketch_kernel(x: np.ndarray, offset: int, sketch: np.ndarray) -> float:
+    """Add float32 ``x``, at positions ``offset``.., into the count ``sketch`` (float64); the sum of its squares."""
+    sq = 0.0
+    for k in range(x.size):
+        i = offset + k
+        v = np.float64(x[k])
+        sign = (((i * 214_013 + 2_531_011) % _P) & 1) * 2 - 1
+        sketch[((i * 1_103_515_245 + 12_345) % _P) % SKETCH_SIZE] += v * sign
+        sq += v * v
+    return sq
+
+
+def _sketch_torch(x: np.ndarray, offset: int, sketch: np.ndarray) -> float:
+    """``_sketch_kernel`` with torch's vector operations, a chunk at a time (without numba)."""
+    out, sq, chunk = torch.from_numpy(sketch), 0.0, 1 << 22
+    flat = torch.from_numpy(x)
+    for a in range(0, flat.numel(), chunk):
+        v = flat[a:a + chunk].double()
+        i = torch.arange(offset + a, offset + a + v.numel(), dtype=torch.int64)
+        bucket = ((i * 1_103_515_245 + 12_345) % _P) % SKETCH_SIZE
+        sign = (((i * 214_013 + 2_531_011) % _P) & 1) * 2 - 1
+        out.index_add_(0, bucket, v * sign)
+        sq += float(v.pow(2).sum())
+    return sq
 
 
 def param_checksum(named: Iterable[tuple[str, torch.Tensor]]) -> str:
