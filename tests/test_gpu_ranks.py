@@ -115,7 +115,8 @@ def test_a_job_refuses_more_ranks_than_its_machine_has_gpus_before_launching(mon
     monkeypatch.setattr(runner, "gpu_count", lambda: 1)
     monkeypatch.setattr(runner, "_launch", lambda *a, **k: pytest.fail("launched"))
     cfg = case_cfg("sharded", "row", {}, "sgd", world=2)
-    with pytest.raises(ConfigError, match=r"^--nproc: world 4 needs 4 GPUs over NCCL \(one per rank\), but this machine has 1"):
+    one_line = r"^--nproc: world 4 needs 4 GPUs over NCCL \(one per rank\), but this machine has 1"
+    with pytest.raises(ConfigError, match=one_line):
         runner.train_run(cfg, small_dataset.path, tmp_path / "run", nproc=4, device="cuda")
     assert not (tmp_path / "run" / "record.json").exists()
 

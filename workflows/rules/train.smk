@@ -8,9 +8,9 @@
 # rerun_on_code_change a code edit reruns it (Snakemake's "params changed"); the jobs of peer
 # methods also take the installed build of their optional package (`peers_param`).
 # The variants that cannot run on a configured trainer device (GPU-only ones on `timing.device: cpu`,
-# known from their options; with `auto` their job finds out where it runs), and the scale-out runs whose global batch is more than their dataset's training split
-# (hotcold.workflow_checks), get their `infeasible` records from one job, `hotcold infeasible`,
-# instead of a job each.
+# known from their options; with `auto` their job finds out where it runs), and the scale-out runs
+# whose global batch is more than their dataset's training split (hotcold.workflow_checks), get their
+# `infeasible` records from one job, `hotcold infeasible`, instead of a job each.
 
 if MATRIX.device_infeasible():
 
