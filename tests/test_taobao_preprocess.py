@@ -18,7 +18,8 @@ from hotcold.data.sources.taobao import preprocess_taobao
 from hotcold.data.sources.taobao_config import TAOBAO_PERIOD, TaobaoConfig
 from hotcold.jit import KERNEL, python
 
-needs_numba = pytest.mark.skipif(KERNEL != "numba", reason="numba not installed")
+needs_numba = pytest.mark.skipif(KERNEL != "numba",
+                                 reason="numba is not installed: the compiled kernels cannot be compared with their Python")
 BEHAVIORS = ["pv", "buy", "cart", "fav"]
 MALFORMED = ["1,2,3,pv", "1,2,3,pv,4,5", "", "a,2,3,pv,4", "1,2,3,pv,", "-1,2,3,pv,4", "1,-2,3,buy,4",
              "1,2,-3,cart,4", "-0,2,3,fav,4", "1,2,3,pv,-4", "1,2,3,pv,--4", "1,2,3,pv,-", "1,2,3,PV,4",
