@@ -27,7 +27,8 @@ def device(request) -> torch.device:
 
 
 #: the longest test files (the tiny workflow, the launched ranks), started first: with `make test`'s workers
-#: (pytest-xdist, --dist loadfile) a long file collected last would keep one worker busy while the other waits
+#: (pytest-xdist, --dist loadfile --no-loadscope-reorder) a long file handed out last would keep one worker busy
+#: while the other waits
 LONG_FILES_FIRST = ("test_workflow.py", "test_distributed.py", "test_flow_resume.py", "test_rw_protocol.py",
                     "test_torchrec_peer.py", "test_run_faults.py")
 
