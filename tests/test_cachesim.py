@@ -11,7 +11,7 @@ import torch
 
 from hotcold.config import ConfigError
 from hotcold.run_config import RunConfig
-from hotcold.data.loader import batch_rows
+from hotcold.data.order import batch_rows
 from hotcold.embedding.base import StoreSpec
 from hotcold.embedding.update import RowOptimizer
 from hotcold.counters import FIELDS

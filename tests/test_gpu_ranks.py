@@ -234,7 +234,7 @@ def test_two_ranks_share_one_gpu_over_gloo_and_stay_exact(small_dataset, tmp_pat
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads((out / "record.json").read_text())
     assert record["reference"]["method"] == "device"
-    from hotcold.records import sketch_rel_diff
+    from hotcold.record_status import sketch_rel_diff
 
     # a result left on the host, or not copied back, would be off by O(1); CUDA's summation order is the exactness
     # work's (issue 18, item 1), not the transport's

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ast
 import functools
+import subprocess
+import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -20,7 +22,7 @@ LAYERS = (
     ("measured models and data", ("contention", "timing", "costmodel", "data", "trace", "model")),
     ("stores", ("embedding", "distributed", "pipeline", "memory", "opcount", "dense_step")),
     ("registry", ("methods", "run_config")),
-    ("training and its measurement", ("train", "lockstep", "records", "workflow*", "calibrate*", "bench*")),
+    ("training and its measurement", ("train", "lockstep", "records", "record_status", "workflow*", "calibrate*", "bench*")),
     ("runs and reports", ("analysis", "repeats", "runner")),
     ("checks", ("gpucheck",)),
     ("entry points", ("cli", "__main__")),
@@ -156,3 +158,20 @@ def test_no_module_imports_from_a_layer_above_its_own():
     upward = [f"{m} ({LAYERS[layer_of(m)][0]}) -> {t} ({LAYERS[layer_of(t)][0]})"
               for m, targets in sorted(imports().items()) for t in sorted(targets) if layer_of(t) > layer_of(m)]
     assert upward == []
+
+
+#: the modules behind the verbs that read records, draw, or replay the training order (every rule but training,
+#: ``shard-sim``, which counts the model's parameters, and ``calibrate``)
+NO_TORCH = ("hotcold.analysis.tables", "hotcold.analysis.scaleout", "hotcold.analysis.figures",
+            "hotcold.analysis.modelled", "hotcold.analysis.hit_rate_curves", "hotcold.analysis.comparisons",
+            "hotcold.trace.sweeps", "hotcold.trace.curves", "hotcold.trace.profile", "hotcold.distributed.sweep",
+            "hotcold.data.generators", "hotcold.cli")
+
+
+def test_the_jobs_that_only_read_or_replay_start_without_torch():
+    """Importing torch costs a process 1.5-2 s here; a job that does not train does not pay it."""
+    code = (f"import importlib, sys\nfor m in {NO_TORCH!r}: importlib.import_module(m)\n"
+            "print(sorted(k for k in sys.modules if k == 'torch' or k.startswith('torch.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(SRC)}).stdout
+    assert out.strip() == "[]"

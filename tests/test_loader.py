@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from hotcold.data.loader import BatchLoader, batch_rows
+from hotcold.data.loader import BatchLoader
+from hotcold.data.order import batch_rows
 
 
 def test_batches_are_deterministic_per_seed_and_cover_epochs():

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from hotcold.data.format import Dataset, write_dataset
-from hotcold.data.loader import batch_rows
+from hotcold.data.order import batch_rows
 from hotcold.data.skew import count_lookups, coverage_from_counts, powerlaw_exponent
 from hotcold.trace import (
     coverage_figure,

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from hotcold.cli import main
-from hotcold.records import param_checksum, param_fingerprint, record_status, sketch_rel_diff, steps_frame, write_run
+from hotcold.record_status import record_status, sketch_rel_diff
+from hotcold.records import param_checksum, param_fingerprint, steps_frame, write_run
 
 RUN = {"dataset": "small", "method": "hybrid", "variant": "base", "seed": 0,
        "model": {"embedding_dim": 8, "bottom_mlp": [8], "top_mlp": [8, 1]},

@@ -11,7 +11,7 @@ import pytest
 
 from hotcold.config import ConfigError
 from hotcold.costmodel.profile import load_profile
-from hotcold.distributed.host_tier import host_codes
+from hotcold.distributed.host_lookups import host_codes
 from hotcold.distributed.plan_types import PlanInputs
 from hotcold.distributed.plans import build_plan
 from hotcold.distributed.recshard import LookupCosts, check_plan_options, expected_cost, lookup_costs

@@ -26,7 +26,8 @@ from hotcold.analysis.tables_markdown import infeasible_markdown
 from hotcold.cli import main
 from hotcold.config import ConfigError
 from hotcold.run_config import RunConfig
-from hotcold.records import record_status, steps_frame, write_run
+from hotcold.record_status import record_status
+from hotcold.records import steps_frame, write_run
 from hotcold.runner import train_run
 from hotcold.train import DivergedError, DivergenceGuard
 from hotcold.distributed.world import World, collective_failure, unanswered

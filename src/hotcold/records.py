@@ -4,7 +4,7 @@ A run directory holds ``steps.parquet`` (per-step phases and counters of
 every repeat, long format) and ``record.json``. ``record.json`` is written last and by rename,
 so its presence means the run is complete. A variant that cannot run still
 ends its job with a complete run directory whose ``status`` says why
-(``record_status``), and the tables list it instead of the workflow stopping.
+(``record_status.record_status``), and the tables list it instead of the workflow stopping.
 """
 from __future__ import annotations
 
@@ -27,14 +27,9 @@ from hotcold.files import atomic_write, atomic_write_json, tree_sha256
 from hotcold.jit import KERNEL, jit
 from hotcold.lockstep import check_kind
 from hotcold.machine import cpu_name, machine_id, nvidia_smi
+from hotcold.record_status import STATUS_DIVERGED, STATUS_INFEASIBLE, STATUS_OK, STATUS_SKIPPED
 from hotcold.train import RunResult
 
-STATUS_OK = "ok"
-STATUS_INFEASIBLE = "infeasible"
-STATUS_SKIPPED = "skipped"
-STATUS_DIVERGED = "diverged"
-#: statuses of runs without numbers: the record has a ``reason`` instead of a summary
-NO_NUMBERS = (STATUS_INFEASIBLE, STATUS_SKIPPED, STATUS_DIVERGED)
 #: ``repeat``: which repeat of the timed part a row comes from (0-based; files written before repeats lack it)
 STEPS_COLUMNS = {"step": "int64", "kind": "string", "name": "string", "value": "float64", "repeat": "int64"}
 SKETCH_SIZE = 256
@@ -113,19 +108,6 @@ def _digest(digest: Any, name: str, flat: torch.Tensor) -> None:
     digest.update(flat.numpy().view(np.uint8))  # the tensor's own bytes, not a copy of them
 
 
-def sketch_rel_diff(a: Iterable[float] | None, b: Iterable[float] | None) -> float:
-    """Relative L2 difference of two parameter sketches, ``||a - b|| / ||b||``.
-
-    NaN when a sketch is missing or the two differ in size.
-    """
-    if a is None or b is None:
-        return float("nan")
-    a_, b_ = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if a_.shape != b_.shape:
-        return float("nan")
-    return float(np.linalg.norm(a_ - b_) / max(float(np.linalg.norm(b_)), 1e-30))
-
-
 @lru_cache(maxsize=1)
 def source_sha256() -> str:
     """sha256 of the package's source (``files.tree_sha256``): which code a run came from."""
@@ -184,23 +166,6 @@ def read_steps(path: Path) -> pd.DataFrame:
     if "repeat" not in frame:
         frame["repeat"] = 0
     return frame.astype({k: v for k, v in STEPS_COLUMNS.items() if k in frame})
-
-
-def record_status(record: dict[str, Any]) -> str:
-    """``ok``, ``infeasible``, ``skipped`` or ``diverged``; a record from before statuses existed is ok.
-
-    A record's ``status`` is ``ok`` (a trained run: summary, metrics, parameter
-    fingerprint, store report), ``infeasible`` (the variant cannot run on this
-    dataset, e.g. a cache smaller than a batch's unique rows: the ``reason``,
-    the config, provenance and dataset hash, no numbers, and an empty
-    ``steps.parquet``) or ``skipped`` (a peer method whose optional package is
-    not installed here, e.g. ``fbgemm`` without ``pip install -e .[peers]``: the
-    same fields as ``infeasible``; installing the package and rerunning trains it)
-    or ``diverged`` (the loss or a parameter became non-finite: the same
-    fields, with ``diverged_step``, the first step found; no numbers, so no
-    table compares it). A record without ``status`` (older) counts as ok.
-    """
-    return record.get("status", STATUS_OK)
 
 
 def timer_kind(device: torch.device) -> str:

@@ -31,12 +31,12 @@ from hotcold.records import (
     infeasible_record,
     param_checksum,
     param_fingerprint,
-    sketch_rel_diff,
     skipped_record,
     steps_frame,
     trained_record,
     write_run,
 )
+from hotcold.record_status import sketch_rel_diff
 from hotcold.timing import TimedPart, summarize_repeats
 from hotcold.train import DivergedError, RunResult, reference, train
 from hotcold.devices import resolve_device

@@ -22,7 +22,8 @@ from tqdm.auto import tqdm
 from hotcold.config import ConfigError
 from hotcold.run_config import RunConfig
 from hotcold.data.format import Dataset
-from hotcold.data.loader import BatchLoader, batch_rows, eval_batches, release_pages
+from hotcold.data.loader import BatchLoader, eval_batches, release_pages
+from hotcold.data.order import batch_rows
 from hotcold.data.skew import row_counts
 from hotcold.distributed.batch import batch_option, check_batch_fits
 from hotcold.distributed.world import World

@@ -17,7 +17,7 @@ import pandas as pd
 from hotcold.analysis.claims_catalog import Run
 from hotcold.analysis.run_records import degenerate_of, scale_of
 from hotcold.distributed.batch import GLOBAL, PER_RANK
-from hotcold.records import STATUS_DIVERGED, STATUS_OK, record_status
+from hotcold.record_status import STATUS_DIVERGED, STATUS_OK, record_status
 
 #: the comm_traffic rows FlexShard's claims are read from: the largest simulated scale at this headroom, at the
 #: weak-scaled (per-rank) batch where simulated, the fixed global batch's number beside it

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from hotcold import methods
-from hotcold.records import STATUS_OK, record_status
+from hotcold.record_status import STATUS_OK, record_status
 
 RECORD_GLOB = "*/*/*/seed~*/record.json"
 SCALE_OUT_GLOB = "*/*/*/world~*-rpn~*/seed~*/record.json"

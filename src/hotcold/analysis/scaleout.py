@@ -24,7 +24,7 @@ from hotcold.analysis.run_records import load_records, plan_of, scale_of
 from hotcold.counters import COLLECTIVES, PROACTIVE_WINDOWS
 from hotcold.distributed.batch import GLOBAL, PER_RANK
 from hotcold.files import atomic_write_text
-from hotcold.records import STATUS_OK, record_status
+from hotcold.record_status import STATUS_OK, record_status
 
 A2A = ("input_a2a", "output_a2a", "grad_a2a")
 #: inter-node bytes of: the all-to-alls, the replica synchronisation, the dense all-reduce (the same for every plan)

@@ -17,7 +17,7 @@ import pandas as pd
 from hotcold import methods
 from hotcold.analysis.run_records import KEYS, RUN_ID, degenerate_of, options_label, plan_of, scale_of
 from hotcold.config import AggregateConfig
-from hotcold.records import STATUS_OK, record_status, sketch_rel_diff
+from hotcold.record_status import STATUS_OK, record_status, sketch_rel_diff
 
 BASELINE_METHOD = "hybrid"
 REFERENCE_METHOD = "device"

@@ -21,7 +21,7 @@ from hotcold.analysis.run_records import KEYS, RUN_ID, load_records, ok_records,
 from hotcold.analysis.summary import EXACT_RTOL, one_process, summary_frame
 from hotcold.analysis.tables_markdown import _counters_markdown, _summary_markdown, code_note, infeasible_markdown
 from hotcold.files import atomic_write_text
-from hotcold.records import STATUS_OK
+from hotcold.record_status import STATUS_OK
 
 
 def _long(records: list[dict[str, Any]], name: str, values: dict[str, str]) -> pd.DataFrame:

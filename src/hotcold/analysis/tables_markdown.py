@@ -13,7 +13,7 @@ from hotcold.analysis.markdown import to_markdown
 from hotcold.analysis.run_records import RUN_ID
 from hotcold.analysis.summary import BASELINE_METHOD, REFERENCE_METHOD, SUMMARY_COLUMNS
 from hotcold.contention import MAX_OTHER_CORES, MAX_PROBE_SLOWDOWN
-from hotcold.records import STATUS_DIVERGED, STATUS_INFEASIBLE, STATUS_OK, STATUS_SKIPPED
+from hotcold.record_status import STATUS_DIVERGED, STATUS_INFEASIBLE, STATUS_OK, STATUS_SKIPPED
 from hotcold.timing import MAX_REPEAT_SPREAD
 
 

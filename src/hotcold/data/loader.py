@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from hotcold.data.format import Dataset
+from hotcold.data.order import batch_rows
 
 
 @dataclass
@@ -26,28 +27,6 @@ class Batch:
     ids: torch.Tensor      # int64 [B, K], ids of table ds.column_tables[k], -1 = padding
     labels: torch.Tensor   # float32 [B]
     upcoming: list[torch.Tensor]  # ids [B, K] of the next batches (look-ahead window)
-
-
-def batch_rows(n_rows: int, batch_size: int, steps: int, seed: int, shuffle: str) -> Iterator[np.ndarray]:
-    """Row indices (relative to the split) of each training batch, sorted within the batch.
-
-    Epochs repeat as needed, each with its own permutation; the last partial
-    batch of an epoch is dropped.
-    """
-    per_epoch = n_rows // batch_size
-    if per_epoch == 0:
-        raise ValueError(f"split has {n_rows} rows, fewer than one batch of {batch_size}")
-    epoch, order = -1, None
-    for step in range(steps):
-        e, k = divmod(step, per_epoch)
-        if e != epoch:
-            epoch = e
-            if shuffle == "global":
-                order = np.random.default_rng([seed, epoch]).permutation(n_rows)
-            else:
-                order = np.arange(n_rows)
-        # Sorting inside a batch keeps memory-mapped reads local; the batch is a set.
-        yield np.sort(order[k * batch_size:(k + 1) * batch_size])
 
 
 class BatchLoader:

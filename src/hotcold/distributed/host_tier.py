@@ -8,14 +8,13 @@ its gradient, summed on the device with the others, is copied back and the
 same ``RowOptimizer`` updates it on the host: the ``hybrid`` store's path, so
 the model trained is the one the ``device`` store trains. Each such lookup is
 counted as a host lookup and its vector and gradient as activation traffic
-(``host_counts``), in the training store and in ``shard-sim`` alike.
+(``host_lookups.host_counts``), in the training store and in ``shard-sim`` alike.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from hotcold.counters import vector_bytes
 from hotcold.embedding.update import RowOptimizer
 
 
@@ -69,29 +68,3 @@ class HostTier:
     def rows(self, device_weight: torch.Tensor) -> torch.Tensor:
         """Every held row's weights on the device, in local order (the export's)."""
         return torch.cat([device_weight, self.weight.to(device_weight.device)])
-
-
-def host_counts(host_lookups: int, dim: int) -> dict[str, int]:
-    """The counters of ``host_lookups`` lookups served from host memory: each vector to the device and its
-    gradient back (``D * 4`` bytes each way, the ``hybrid`` store's activation traffic)."""
-    moved = host_lookups * vector_bytes(dim)
-    return {"host_lookups": host_lookups, "vector_bytes_h2d": moved, "grad_bytes_d2h": moved}
-
-
-def host_codes(plan_host: np.ndarray | None, slot: np.ndarray) -> np.ndarray | None:
-    """uint [N]: 0 for a device row, ``owner + 1`` for a host row (None: the plan has none)."""
-    if plan_host is None or not plan_host.any():
-        return None
-    top = int(slot.max()) + 2
-    dtype = np.uint8 if top <= 255 else np.uint16 if top <= 65535 else np.uint32
-    return np.where(plan_host, slot.astype(np.int64) + 1, 0).astype(dtype)
-
-
-def host_lookups_per_rank(batch: np.ndarray, codes: np.ndarray, world: int,
-                          offsets: np.ndarray | None = None) -> np.ndarray:
-    """int64 [P]: lookups of global batch ``batch`` [B, K] (-1 at padding; ``offsets``: it holds table ids, global
-    rows ``ids + offsets``) that each rank serves from its host memory under ``host_codes`` ``codes``."""
-    ids = np.asarray(batch)
-    rows = ids.astype(np.int64) + (0 if offsets is None else np.asarray(offsets, dtype=np.int64))
-    rows = rows[ids >= 0]
-    return np.bincount(codes[rows].astype(np.int64), minlength=world + 1)[1:world + 1].astype(np.int64)

@@ -17,7 +17,8 @@ import torch
 from hotcold.config import ConfigError
 from hotcold.counters import all_resident
 from hotcold.distributed.comm import Comm, Pending, ids_tensor
-from hotcold.distributed.host_tier import HostTier, device_first, host_counts
+from hotcold.distributed.host_lookups import host_counts
+from hotcold.distributed.host_tier import HostTier, device_first
 from hotcold.distributed.plan_types import ALL, NODE, SHARDED, PlanInputs
 from hotcold.distributed.plans import build_plan
 from hotcold.distributed.replica_sync import SPARSE, sync_sends

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 import numpy as np
 from tqdm import tqdm
 
-from hotcold.config import ConfigError, InfeasibleError, Wire
+from hotcold.config import ConfigError, InfeasibleError, Wire, row_state_width
 from hotcold.data.format import Dataset
-from hotcold.data.loader import batch_rows
+from hotcold.data.order import batch_rows
 from hotcold.data.skew import row_counts
-from hotcold.distributed.host_tier import host_counts, host_lookups_per_rank
+from hotcold.distributed.host_lookups import host_counts, host_lookups_per_rank
 from hotcold.distributed.plan_types import ALL, DEFAULT_HEADROOM, NODE, Plan, PlanInputs
 from hotcold.distributed.plans import build_plan
 from hotcold.distributed.routing import TableCounter, route_counts
@@ -274,14 +274,12 @@ def shard_sim(ds: Dataset, cfg: RunConfig, plans: list[str], scales: list[Scale]
     ``rw_protocol``: the row plan's output protocol (``traffic.RW_PROTOCOLS``; ``reduce_scatter`` only for data
     of one id per sample and table, as the training store).
     """
-    from hotcold.embedding.update import RowOptimizer
-
     t = cfg.train
     if batch_per_rank is not None and (isinstance(batch_per_rank, bool) or not isinstance(batch_per_rank, int)
                                        or batch_per_rank < 1):
         raise ValueError(f"batch_per_rank must be a positive integer, got {batch_per_rank!r}")
     check_rw_protocol(ds, rw_protocol)
-    dim, state = cfg.model.embedding_dim, RowOptimizer(t.row_optimizer, t.lr).state_width
+    dim, state = cfg.model.embedding_dim, row_state_width(t.row_optimizer)
     counts = row_counts(ds, "train")
     start, stop = ds.split("train")
     dense = dense_parameters(ds, cfg)

@@ -17,7 +17,7 @@ from typing import Iterable
 import numpy as np
 
 from hotcold.config import Wire
-from hotcold.distributed.host_tier import host_codes, host_counts, host_lookups_per_rank
+from hotcold.distributed.host_lookups import host_codes, host_counts, host_lookups_per_rank
 from hotcold.distributed.plan_types import ALL, NODE, Plan, column_exchange
 from hotcold.distributed.replica_sync import ReplicaGroups, ReplicaTouches
 from hotcold.distributed.routing import TableCounter, route_counts

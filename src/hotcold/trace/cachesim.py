@@ -19,7 +19,7 @@ import pandas as pd
 from hotcold.config import ConfigError
 from hotcold.counters import FIELDS, StepCounters, row_bytes, vector_bytes
 from hotcold.data.format import Dataset
-from hotcold.data.loader import batch_rows
+from hotcold.data.order import batch_rows
 from hotcold.trace import kernels
 from hotcold.trace.batches import Trace
 from hotcold.trace.policies import CACHE_POLICIES, CacheDirectory, cache_policy, capacity_from_ratio, frequency_order

@@ -21,7 +21,7 @@ import pandas as pd
 from hotcold.files import atomic_write
 from hotcold.data.columns import release_pages
 from hotcold.data.format import Dataset
-from hotcold.data.loader import batch_rows
+from hotcold.data.order import batch_rows
 from hotcold.data.skew import (COUNT_CHUNK, MIN_FIT_COUNT, TAIL_THRESHOLDS, coverage_curve, coverage_from_counts,
                                powerlaw_exponent, row_counts, tail_key, tail_stats)
 
