@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-import sys
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple
@@ -408,26 +405,6 @@ def _check_batch_split(run_config: Mapping[str, Any]) -> None:
     if batch % world:
         raise ConfigError(f"train.batch_size {batch} is not divisible by distributed.scales world {world} "
                           f"(or set distributed.train.batch_per_rank)")
-
-
-def peer_state(src: Path) -> str:
-    """The installed builds of fbgemm_gpu (CPU or CUDA) with versions, and whether the jobs' interpreter imports
-    its TBE, asked in a child process (so the caller never loads it: importing fbgemm_gpu configures the root
-    logger, and Snakemake's log lines would then come out twice): a training rule's parameter, so that installing
-    or repairing the peer's package reruns its jobs. Whether it runs on the trainer device is the job's check (a
-    ``skipped`` record): this machine may not be the one the jobs run on."""
-    from importlib import metadata
-
-    names = sorted(set(metadata.packages_distributions().get("fbgemm_gpu", [])))
-    builds = ", ".join(f"{name}=={metadata.version(name)}" for name in names) or "not installed"
-    probe = "from hotcold.embedding.fbgemm import available; print(available() or 'usable')"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])}
-    try:
-        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300)
-        usable = out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout.strip() else "unknown"
-    except (OSError, subprocess.TimeoutExpired):
-        usable = "unknown"
-    return f"{builds}: {usable}"
 
 
 def to_json(data: Any) -> str:

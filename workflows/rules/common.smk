@@ -14,8 +14,9 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 from hotcold import methods
 from hotcold.config import ConfigError
 from hotcold.files import tree_sha256
-from hotcold.workflow import Matrix, Run, peer_state, to_json
+from hotcold.workflow import Matrix, Run, to_json
 from hotcold.workflow_checks import skip_notes
+from hotcold.workflow_peers import peer_state
 from hotcold.workflow_resume import MARKER as RESUME_MARKER
 
 # Path components must match the schema's name patterns.
