@@ -18,19 +18,17 @@ export PATH := $(BIN):$(PATH)
 setup: $(STAMP)
 
 # The optional peers (envs/peers.txt) stay only if they install beside the pinned packages and import.
-# Every module is compiled to bytecode at set-up: a run never pays it, even where the environment sets
-# PYTHONDONTWRITEBYTECODE (without it each process of the workflow spent 1.4 s more importing torch). pip's own
-# compiling is serial: compileall on every core after the installs took 43 s in all against pip's 68 s. The pinned
-# packages are compiled before the peers' probes import them (6 s for both probes instead of 14), then the peers;
-# the packages' own test suites (28% of the files) are left out.
+# A module's bytecode is written where it is first imported, even where the environment sets
+# PYTHONDONTWRITEBYTECODE (without bytecode each process of the workflow spent 1.4 s more importing torch): the
+# set-up's probes write torch's and the peers', the first test or job the rest of what it imports (about 40% of the
+# installed files). pip compiles nothing (serially, 68 s); compiling every installed module at set-up took 25 s.
+unexport PYTHONDONTWRITEBYTECODE
 PIP := $(BIN)/python -m pip install --quiet --no-compile
-COMPILE := $(BIN)/python -m compileall -q -j 0 -x '/tests?/|/testing/_internal/' $(VENV)/lib >/dev/null 2>&1 || true
 # Where the environment's torch sees a GPU, the FBGEMM peer is its CUDA build (envs/peers-cuda.txt), probed
 # by a TBE forward on the GPU; elsewhere the CPU build (envs/peers.txt), probed by an import.
 $(STAMP): envs/requirements.txt envs/peers.txt envs/peers-cuda.txt envs/peers-nodeps.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) -r envs/requirements.txt
-	$(COMPILE)
 	$(PIP) --no-deps --no-build-isolation -e .
 	@dev=$$($(BIN)/python -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")'); \
 	peers=envs/peers.txt; [ "$$dev" = cuda ] && peers=envs/peers-cuda.txt; \
@@ -44,7 +42,6 @@ $(STAMP): envs/requirements.txt envs/peers.txt envs/peers-cuda.txt envs/peers-no
 	then echo "peers: torchrec installed (envs/peers-nodeps.txt); torchrec-peer runs"; \
 	else $(BIN)/python -m pip uninstall --quiet --yes torchrec >/dev/null 2>&1 || true; \
 		echo "peers: torchrec not installed (envs/peers-nodeps.txt); torchrec-peer and its tests are skipped"; fi
-	$(COMPILE)
 	touch $(STAMP)
 
 RESUME := $(BIN)/python -m hotcold resume
