@@ -169,3 +169,27 @@ def test_shard_sim_counts_host_lookups_as_a_per_lookup_loop():
     assert sweep.traffic[i].host.tolist() == total.tolist()
     assert sweep.traffic[j].host.sum() == 0
     assert host_codes(None, plan.slot) is None
+
+
+def test_host_lookups_per_rank_count_each_lookup_of_a_host_row_for_its_owner():
+    """The compiled count, its Python body and numpy's bincount against a plain loop over the lookups."""
+    from hotcold.distributed import host_lookups
+    from hotcold.jit import python
+
+    rng = np.random.default_rng(3)
+    world, sizes = 4, [30, 50]
+    host = rng.random(sum(sizes)) < 0.4
+    codes = host_lookups.host_codes(host, rng.integers(0, world, sum(sizes)))
+    batch = np.stack([rng.integers(-1, n, 64) for n in sizes], axis=1)
+    offsets = np.array([0, sizes[0]])
+    want = np.zeros(world, dtype=np.int64)
+    for s in range(batch.shape[0]):
+        for k, local in enumerate(batch[s]):
+            if local >= 0 and codes[local + offsets[k]]:
+                want[codes[local + offsets[k]] - 1] += 1
+    assert host_lookups.host_lookups_per_rank(batch, codes, world, offsets).tolist() == want.tolist()
+    out = np.zeros(world + 1, dtype=np.int64)
+    python(host_lookups._count_kernel)(batch, offsets, codes, out)
+    assert out[1:].tolist() == want.tolist()
+    rows = (batch + offsets)[batch >= 0]
+    assert np.bincount(codes[rows], minlength=world + 1)[1:].tolist() == want.tolist()

@@ -127,11 +127,34 @@ def test_touched_counts_agree_kernel_numpy_and_plain():
         offsets = np.zeros(5, dtype=np.int64)
         for got in (touches(batch, codes.reshape(-1, 1)), touches_numpy(batch, offsets, codes, 8, 4)):
             assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
-        a, b = np.zeros(8, np.int64), np.zeros(8, np.int64)
-        stamps = np.zeros(n, dtype=np.uint32)
+        a, b = np.zeros((1, 8), np.int64), np.zeros((1, 8), np.int64)
+        seen = np.zeros(n, dtype=np.uint32), np.zeros(n, dtype=np.uint32)
         from hotcold.distributed import replica_sync
-        python(replica_sync._touch_kernel)(batch, offsets, 2, codes.reshape(-1, 1), 0, 8, 4, stamps, 1, a, b)
-        assert a.tolist() == want[0].tolist() and b.tolist() == want[1].tolist()
+        python(replica_sync._touch_kernel)(batch, offsets, 2, codes.reshape(-1, 1), np.zeros(1, np.int64), 8, 4,
+                                           *seen, 1, a, b)
+        assert a[0].tolist() == want[0].tolist() and b[0].tolist() == want[1].tolist()
+
+
+def test_touched_counts_of_many_plans_in_one_pass_are_each_plans_own():
+    """Plans side by side (``ScaleSweep``'s stacked codes), counted in one pass: each plan's counts are those of
+    the plain count of that plan alone, batch after batch (the marks of one batch never leak into the next)."""
+    rng = np.random.default_rng(2)
+    topo = Topology(8, 4)
+    n = 80
+    plans = []
+    for _ in range(4):
+        tier = rng.choice([SHARDED, NODE, ALL], n).astype(np.int8)
+        slot = np.where(tier == SHARDED, rng.integers(0, 8, n), np.where(tier == NODE, rng.integers(0, 4, n), -1))
+        plans.append(Plan("random", topo, [n], tier, slot.astype(np.int32)))
+    codes = np.stack([p.route_codes() for p in plans], axis=1)
+    touches = ReplicaTouches(n, 8, 4)
+    for _ in range(5):
+        batch = rng.integers(-1, n, (32, 3))
+        requests = [s.reshape(-1)[s.reshape(-1) >= 0] for s in np.split(batch, 8)]
+        touched_all, touched_node = touches.many(batch, codes, [3, 0, 2])
+        for row, j in enumerate([3, 0, 2]):
+            want = touched_rows(plans[j], requests)
+            assert touched_all[row].tolist() == want[0].tolist() and touched_node[row].tolist() == want[1].tolist()
 
 
 def test_replica_groups_of_a_plan_without_replicas_is_none():

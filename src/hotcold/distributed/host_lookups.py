@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from hotcold.counters import vector_bytes
+from hotcold.jit import KERNEL, jit
 
 
 def host_counts(host_lookups: int, dim: int) -> dict[str, int]:
@@ -31,6 +32,20 @@ def host_lookups_per_rank(batch: np.ndarray, codes: np.ndarray, world: int,
     """int64 [P]: lookups of global batch ``batch`` [B, K] (-1 at padding; ``offsets``: it holds table ids, global
     rows ``ids + offsets``) that each rank serves from its host memory under ``host_codes`` ``codes``."""
     ids = np.asarray(batch)
+    if KERNEL == "numba":
+        out = np.zeros(world + 1, dtype=np.int64)
+        offs = np.zeros(ids.shape[1], dtype=np.int64) if offsets is None else np.asarray(offsets, dtype=np.int64)
+        _count_kernel(np.ascontiguousarray(ids), offs, codes, out)
+        return out[1:]
     rows = ids.astype(np.int64) + (0 if offsets is None else np.asarray(offsets, dtype=np.int64))
     rows = rows[ids >= 0]
     return np.bincount(codes[rows].astype(np.int64), minlength=world + 1)[1:world + 1].astype(np.int64)
+
+
+@jit
+def _count_kernel(ids: np.ndarray, offsets: np.ndarray, codes: np.ndarray, out: np.ndarray) -> None:
+    """``host_lookups_per_rank``'s count in one pass: ``out`` [P + 1] gets each id's code (0: a device row)."""
+    for s in range(ids.shape[0]):
+        for k in range(ids.shape[1]):
+            if ids[s, k] >= 0:
+                out[codes[ids[s, k] + offsets[k]]] += 1

@@ -114,34 +114,41 @@ class ReplicaGroups:
 
 
 @jit
-def _touch_kernel(ids: np.ndarray, offsets: np.ndarray, per_rank: int, codes: np.ndarray, j: int, world: int,
-                  ranks_per_node: int, stamps: np.ndarray, key: int, touched_all: np.ndarray,
-                  touched_node: np.ndarray) -> None:
-    """Distinct replicated rows each rank serves for batch ``ids`` [B, K] under the plan in column ``j`` of
-    ``codes`` (``Plan.route_codes``): an ALL row counts for its requester once per requester, a NODE row for
-    its slot's rank in the requester's node once per node. ``stamps`` [N] marks rows seen under keys ``key``
-    .. ``key + P + M - 1`` (one per requester, then per node); every stamp must be below ``key`` before."""
+def _touch_kernel(ids: np.ndarray, offsets: np.ndarray, per_rank: int, codes: np.ndarray, cols: np.ndarray,
+                  world: int, ranks_per_node: int, seen_by: np.ndarray, seen_in: np.ndarray, key: int,
+                  touched_all: np.ndarray, touched_node: np.ndarray) -> None:
+    """Distinct replicated rows each rank serves for batch ``ids`` [B, K], under each plan in columns ``cols``
+    [C] of ``codes`` (``Plan.route_codes``), in one pass over the batch: an ALL row counts for its requester once
+    per requester, a NODE row for its slot's rank in the requester's node once per node. A row's first lookup
+    by a requester (``seen_by`` [N] marks it with ``key + r``) and in a node (``seen_in`` [N]: ``key + node``)
+    is found once for all plans, which then read its codes from one cache line. Every mark must be below ``key``
+    before; adds to ``touched_all`` and ``touched_node`` [C, P]."""
     g = ranks_per_node
     for r in range(world):
         node = r // g
-        key_all = key + r
-        key_node = key + world + node
+        key_by = key + r
+        key_in = key + node
         for s in range(r * per_rank, (r + 1) * per_rank):
             for k in range(ids.shape[1]):
                 local = ids[s, k]
                 if local < 0:
                     continue
                 row = local + offsets[k]
-                c = codes[row, j]
-                if c < world:
+                first_by = seen_by[row] != key_by
+                first_in = seen_in[row] != key_in
+                if not first_by and not first_in:
                     continue
-                if c == world + g:
-                    if stamps[row] != key_all:
-                        stamps[row] = key_all
-                        touched_all[r] += 1
-                elif stamps[row] != key_node:
-                    stamps[row] = key_node
-                    touched_node[node * g + c - world] += 1
+                seen_by[row] = key_by
+                seen_in[row] = key_in
+                for i in range(cols.shape[0]):
+                    c = codes[row, cols[i]]
+                    if c < world:
+                        continue
+                    if c == world + g:
+                        if first_by:
+                            touched_all[i, r] += 1
+                    elif first_in:
+                        touched_node[i, node * g + c - world] += 1
 
 
 def touches_numpy(ids: np.ndarray, offsets: np.ndarray, codes: np.ndarray, world: int,
@@ -171,31 +178,39 @@ class ReplicaTouches:
 
     def __init__(self, num_rows: int, world: int, ranks_per_node: int) -> None:
         self.world, self.ranks_per_node = world, ranks_per_node
-        self.stamps = np.zeros(num_rows, dtype=np.uint32) if KERNEL == "numba" else None
+        numba = KERNEL == "numba"
+        self.seen_by = np.zeros(num_rows, dtype=np.uint32) if numba else None
+        self.seen_in = np.zeros(num_rows, dtype=np.uint32) if numba else None
         self.key = 1
 
     def __call__(self, batch: np.ndarray, codes: np.ndarray, j: int = 0,
                  offsets: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(touched ALL rows [P], touched NODE rows [P]) of ``batch`` [B, K] under column ``j`` of ``codes`` [N, M]
         (``offsets``: as ``routing.route_counts``')."""
+        touched_all, touched_node = self.many(batch, codes, [j], offsets)
+        return touched_all[0], touched_node[0]
+
+    def many(self, batch: np.ndarray, codes: np.ndarray, cols: list[int],
+             offsets: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``__call__``'s counts under each column of ``cols`` at once: (touched ALL rows [C, P], touched NODE rows
+        [C, P])."""
         p, g = self.world, self.ranks_per_node
         ids = np.ascontiguousarray(batch)
         offsets = np.zeros(ids.shape[1], dtype=np.int64) if offsets is None else np.asarray(offsets, dtype=np.int64)
         codes = codes.reshape(codes.shape[0], -1)
         if ids.shape[0] % p:
             raise ValueError(f"a batch of {ids.shape[0]} samples does not split over {p} ranks")
-        if self.stamps is None:
-            return touches_numpy(ids, offsets, codes[:, j], p, g)
-        span = p + p // g
-        if self.key + span >= self.LIMIT:
-            self.stamps[:] = 0
+        if self.seen_by is None or self.seen_in is None:
+            pairs = [touches_numpy(ids, offsets, codes[:, j], p, g) for j in cols]
+            return (np.array([a for a, _ in pairs], dtype=np.int64).reshape(len(cols), p),
+                    np.array([b for _, b in pairs], dtype=np.int64).reshape(len(cols), p))
+        if self.key + p >= self.LIMIT:
+            self.seen_by[:] = 0
+            self.seen_in[:] = 0
             self.key = 1
-        touched_all = np.zeros(p, dtype=np.int64)
-        touched_node = np.zeros(p, dtype=np.int64)
-        _touch_kernel(ids, offsets, ids.shape[0] // p, codes, j, p, g, self.stamps, self.key, touched_all,
-                      touched_node)
-        self.key += span
+        touched_all = np.zeros((len(cols), p), dtype=np.int64)
+        touched_node = np.zeros((len(cols), p), dtype=np.int64)
+        _touch_kernel(ids, offsets, ids.shape[0] // p, codes, np.asarray(cols, dtype=np.int64), p, g,
+                      self.seen_by, self.seen_in, self.key, touched_all, touched_node)
+        self.key += p
         return touched_all, touched_node
-
-
-__all__ = ["DENSE", "SPARSE", "ReplicaGroups", "ReplicaTouches", "sync_sends", "touches_numpy"]

@@ -323,10 +323,11 @@ class ScaleSweep:
             sub = np.zeros((len(self._row_plans), topo.world, topo.world), dtype=np.int64)
             route_counts(batch, self.codes, topo.world, topo.ranks_per_node, sub, offsets)
             counts[self._row_plans] += sub
-            if self._touches is not None:
-                for j, i in enumerate(self._row_plans):
-                    if self.traffic[i].groups is not None:
-                        self.traffic[i].replica_step(self._touches(batch, self.codes, j, offsets))
+            if self._touches is not None:  # every plan with replicas in one pass over the batch
+                cols = [j for j, i in enumerate(self._row_plans) if self.traffic[i].groups is not None]
+                touched_all, touched_node = self._touches.many(batch, self.codes, cols, offsets)
+                for n, j in enumerate(cols):
+                    self.traffic[self._row_plans[j]].replica_step((touched_all[n], touched_node[n]))
         lookups, distinct = self._tables(batch, offsets) if self._tables is not None else (None, None)
         for i, t in enumerate(self.traffic):
             if t.holds is not None:
