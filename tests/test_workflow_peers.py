@@ -57,3 +57,10 @@ def test_an_unknown_answer_is_not_kept(probes):
     probes.answer = ""
     assert workflow_peers.peer_state(SRC).endswith(": unknown")
     assert workflow_peers.peer_state(SRC).endswith(": unknown") and len(probes) == 2
+
+
+def test_a_system_interpreter_keeps_nothing(monkeypatch):
+    monkeypatch.setattr(sys, "prefix", sys.base_prefix)
+    if (Path(sys.base_prefix) / "conda-meta").is_dir():
+        pytest.skip("this interpreter is a conda environment's: its prefix keeps the answer")
+    assert workflow_peers.cache_path() is None

@@ -3,9 +3,9 @@
 Whether the jobs' interpreter imports FBGEMM's TBE is asked in a child process (so Snakemake never loads it:
 importing fbgemm_gpu configures the root logger, and Snakemake's log lines would then come out twice). The
 child imports torch and fbgemm_gpu, 2-3 s of CPU, and every Snakemake invocation (a dry run too) asks. Its
-answer depends on what is installed, so it is kept beside the interpreter (``sys.prefix``) under a key of the
-builds, the interpreter, the probe's source and the install directories' modification times: installing,
-upgrading or removing a package asks again.
+answer depends on what is installed, so it is kept in the environment (``sys.prefix`` of a virtual or conda
+environment; a system interpreter asks every time) under a key of the builds, the interpreter, the probe's
+source and the install directories' modification times: installing, upgrading or removing a package asks again.
 """
 from __future__ import annotations
 
@@ -24,8 +24,12 @@ PROBE = "from hotcold.embedding.fbgemm import available; print(available() or 'u
 PACKAGES = ("torch", "fbgemm_gpu")
 
 
-def cache_path() -> Path:
-    return Path(sys.prefix) / ".hotcold" / "peer-probe.json"
+def cache_path() -> Path | None:
+    """Where the answer is kept: inside a virtual or conda environment, never a system interpreter's prefix."""
+    prefix = Path(sys.prefix)
+    if sys.prefix == sys.base_prefix and not (prefix / "conda-meta").is_dir():
+        return None
+    return prefix / ".hotcold" / "peer-probe.json"
 
 
 def peer_state(src: Path) -> str:
@@ -58,17 +62,20 @@ def probe_key(builds: str, src: Path) -> str:
 
 
 def _cached(key: str) -> str | None:
+    path = cache_path()
     try:
-        entry = json.loads(cache_path().read_text())
+        entry = json.loads(path.read_text()) if path is not None else None
     except (OSError, ValueError):
         return None
     return entry.get("usable") if isinstance(entry, dict) and entry.get("key") == key else None
 
 
 def _keep(key: str, usable: str) -> None:
+    path = cache_path()
     try:
-        atomic_write_json(cache_path(), {"key": key, "usable": usable})
-    except OSError:  # a read-only interpreter: ask every time
+        if path is not None:
+            atomic_write_json(path, {"key": key, "usable": usable})
+    except OSError:  # a read-only environment: ask every time
         pass
 
 
