@@ -21,7 +21,8 @@ setup: $(STAMP)
 # A module's bytecode is written where it is first imported, even where the environment sets
 # PYTHONDONTWRITEBYTECODE (without bytecode each process of the workflow spent 1.4 s more importing torch): the
 # set-up's probes write torch's and the peers', the first test or job the rest of what it imports (about 40% of the
-# installed files). pip compiles nothing (serially, 68 s); compiling every installed module at set-up took 25 s.
+# installed files). pip compiles nothing (its compiling is serial: 68 s); compiling every installed module at set-up
+# took 25 s.
 unexport PYTHONDONTWRITEBYTECODE
 PIP := $(BIN)/python -m pip install --quiet --no-compile
 # Where the environment's torch sees a GPU, the FBGEMM peer is its CUDA build (envs/peers-cuda.txt), probed
