@@ -99,7 +99,9 @@ class DenseStep:
         self._graph: Any = None
         self._static: tuple[torch.Tensor, ...] = ()
         self._loss: torch.Tensor | None = None
-        self._one = torch.ones((), device=device)  # d loss / d loss: given, not made by a kernel every step
+        # d loss / d loss: on a GPU given, not made by a kernel every step; on the CPU backward() makes it (a given
+        # gradient has torch import its symbolic shapes and sympy: 0.4-0.9 s of CPU in every training process)
+        self._one = torch.ones((), device=device) if device.type == "cuda" else None
 
     @property
     def kind(self) -> str:
