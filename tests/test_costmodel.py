@@ -458,7 +458,8 @@ _EXCHANGE = ("data h2d dense_fwd_bwd input_a2a emb_fwd output_a2a grad_a2a emb_u
 _EARLY = ("data h2d dense_fwd_bwd input_a2a emb_fwd output_a2a early_lookup dense_allreduce grad_a2a emb_update "
           "replica_allreduce")
 #: method -> (its step's phases in order, then (step ms, hidden ms) on a CPU and on a GPU profile): the
-#: numbers of the cost model as one module, before it became a package; a change to the model changes them, a change of its code's home never.
+#: numbers of the cost model as one module, before it became a package; a change to the model changes them, a
+#: change of its code's home never.
 #: Proactive's changed with its windows (issue 20): its own lookups hide behind the input all-to-all, the
 #: early ones behind the output all-to-all, the dense all-reduce runs beside the gradient all-to-all.
 #: On a GPU a host tensor shipped to the device costs 3 ops (pinned, then copied) beside its copy, and

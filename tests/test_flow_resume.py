@@ -18,7 +18,8 @@ import pytest
 from hotcold.workflow_resume import LOCK_DIR, MARKER, orphaned_jobs, resume, snakemake_processes
 
 pytest.importorskip("snakemake", reason="Snakemake runs the workflow; `make` installs it (envs/requirements.txt)")
-psutil = pytest.importorskip("psutil", reason="installed with Snakemake")
+psutil = pytest.importorskip("psutil", reason="psutil is not installed (Snakemake brings it): the jobs a killed "
+                                                 "Snakemake left cannot be found")
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "Snakefile"
