@@ -102,3 +102,18 @@ def test_bench_step_counts_and_times_each_method(small_dataset, tmp_path, capsys
         assert m["step_ms_off"] > 0 and m["step_ms_on"] > 0 and m["prepare_ms_off"] > 0
     assert main(["bench", "step", "--dataset", str(small_dataset.path), "--methods", "nosuch"]) == 2
     assert "no benchmark setting for ['nosuch']" in capsys.readouterr().err
+
+
+def test_bench_step_on_meta_times_the_host_and_counts_its_waits(small_dataset, tmp_path, capsys):
+    """On meta a GPU step's device side has no values: every method's steps run there (a read of device values on
+    the host would fail), and the host's waits for the device are counted by thread and reason."""
+    out = tmp_path / "host.json"
+    assert main(["bench", "step", "--device", "meta", "--dataset", str(small_dataset.path), "--methods", "device",
+                 "hybrid", "scratchpipe", "--batch", "128", "--steps", "3", "--warmup", "2", "--repeats", "1",
+                 "--out", str(out)]) == 0
+    assert "the host's work of a GPU step" in capsys.readouterr().out
+    got = {m["method"]: m for m in json.loads(out.read_text())["methods"]}
+    for m in got.values():
+        assert m["prepare_ms"] > 0 and m["ops"] > 0 and m["meta_ms"] > 0
+    assert got["device"]["waits_per_step"] == {}
+    assert got["hybrid"]["waits_per_step"] == {"training: hybrid's gradients": 1}  # the baseline's synchronous update

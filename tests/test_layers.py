@@ -18,7 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: (``data``: every module under it) relative to ``hotcold`` (``""``: the package itself, its version); a name
 #: ending in ``*`` is a prefix of module names
 LAYERS = (
-    ("foundation", ("", "config", "counters", "devices", "files", "jit", "machine", "metrics")),
+    ("foundation", ("", "accel", "config", "counters", "devices", "files", "jit", "machine", "metrics")),
     ("measured models and data", ("contention", "timing", "costmodel", "data", "trace", "model")),
     ("stores", ("embedding", "distributed", "pipeline", "memory", "opcount", "dense_step")),
     ("registry", ("methods", "run_config")),

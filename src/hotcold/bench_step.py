@@ -12,6 +12,14 @@ MLPs 13-512-256-64-16 and 512-256-1), batch 2,048. For each it reports
   a step and the share of it the pipeline hid from the training thread;
 - on CUDA, the step eager and with the dense part as a CUDA graph.
 
+On ``meta`` (``--device meta``) it measures what a GPU step asks of the
+host alone: the device side runs on meta tensors (shapes, no values), so
+it costs the host only its dispatch, and a read of device values on the
+host fails instead of stalling. Per method: the host's preparation of a step
+(read, plan, copies: the step pipeline's worker on a GPU), the store's own
+phases on the training thread, the operations a step dispatches, and the
+host's waits for the device a timed step makes (``hotcold.accel``).
+
 What it prints and how to read it: docs/benchmarks.md.
 """
 from __future__ import annotations
@@ -24,6 +32,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from hotcold import accel
 from hotcold.config import ConfigError
 from hotcold.run_config import RunConfig
 from hotcold.data.format import Dataset
@@ -61,16 +70,17 @@ class StepBenchConfig:
         unknown = [m for m in self.methods if m not in self.options]
         if unknown:
             raise ConfigError(f"bench step: no benchmark setting for {unknown}; choose among {list(self.options)}")
-        if self.device not in ("cpu", "cuda"):
-            raise ConfigError(f"bench step: --device must be cpu or cuda, got {self.device!r}")
+        if self.device not in ("cpu", "cuda", "meta"):
+            raise ConfigError(f"bench step: --device must be cpu, cuda or meta, got {self.device!r}")
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ConfigError("bench step: --device cuda, but torch sees no GPU here")
 
-    def run_config(self, method: str, pipeline: str, graphs: str) -> RunConfig:
+    def run_config(self, method: str, pipeline: str, graphs: str, extra_steps: int = 0) -> RunConfig:
         return RunConfig.from_dict({
             "dataset": "bench", "method": method, "variant": "bench", "seed": self.seed,
             "store": self.options[method], "model": KAGGLE_MODEL,
-            "train": {"batch_size": self.batch, "steps": self.warmup + self.steps, "warmup_steps": self.warmup,
+            "train": {"batch_size": self.batch, "steps": self.warmup + self.steps + extra_steps,
+                      "warmup_steps": self.warmup,
                       "pipeline": pipeline, "cuda_graphs": graphs, "eval_samples": self.batch},
         })
 
@@ -157,6 +167,67 @@ def bench_method(cfg: StepBenchConfig, ds: Dataset, method: str) -> dict[str, An
     return out
 
 
+#: the phases a store marks on the training thread (the dense step and the wait for the batch apart)
+STORE_PHASES = ("h2d", "emb_fwd", "d2h", "emb_update")
+
+
+def _host_only(cfg: StepBenchConfig, ds: Dataset, method: str) -> dict[str, Any]:
+    """One run on ``meta`` with the pipeline off (each step prepared on the training thread, first thing).
+
+    The first timed step is watched (``OpCount``): its operations, and the
+    time meta spent computing the device operations' shapes by phase (a GPU
+    launches them instead). The other timed steps are timed by the wall
+    clock. Per timed step: the preparation (the ``data`` phase) and the
+    store's phases, each less the watched step's meta time of that phase,
+    and the host's waits for the device by thread and reason.
+    """
+    from hotcold.timing import PhaseTimer
+    from hotcold.train import Trainer
+
+    run = cfg.run_config(method, "off", "off", extra_steps=1)
+    trainer = Trainer(run, ds, torch.device("meta"), progress=False)
+    wall = trainer.timer  # skips the watched step: its warm-up ends at the step after it
+    waits: dict[str, int] = {}
+    try:
+        for i in range(run.train.steps):
+            before = accel.waits()
+            if i == cfg.warmup:
+                with OpCount() as counted:
+                    trainer.timer = PhaseTimer("cpu", clock=lambda: counted.meta_ns)
+                    trainer.step(i)
+                    meta = trainer.timer.steps[0][1]
+                    trainer.timer = wall
+            else:
+                trainer.step(i)
+            if i >= cfg.warmup:
+                for (thread, reason), n in accel.waits_since(before).items():
+                    key = f"{'training' if thread == 'MainThread' else thread.rsplit('_', 1)[0]}: {reason}"
+                    waits[key] = waits.get(key, 0) + n
+        steps = [phases for _, phases in wall.steps]
+    finally:
+        trainer.close()
+
+    def store(p: dict[str, float]) -> float:
+        return sum(p.get(k, 0.0) for k in STORE_PHASES)
+
+    meta_prepare, meta_store = meta.get("data", 0.0), store(meta)
+    return {"prepare_ms": float(np.median([p.get("data", 0.0) for p in steps])) - meta_prepare,
+            "store_ms": float(np.median([store(p) for p in steps])) - meta_store,
+            "meta_ms": meta_prepare + meta_store, "waits": {k: n / (cfg.steps + 1) for k, n in sorted(waits.items())},
+            "ops": counted.total, "op_counts": dict(counted.ops.most_common())}
+
+
+def bench_host(cfg: StepBenchConfig, ds: Dataset, method: str) -> dict[str, Any]:
+    """One method on ``meta``: medians over ``repeats`` runs of ``_host_only``'s times, the first run's counts."""
+    runs = [_host_only(cfg, ds, method) for _ in range(cfg.repeats)]
+    first = runs[0]
+    return {"method": method, "options": cfg.options[method],
+            "prepare_ms": float(np.median([r["prepare_ms"] for r in runs])),
+            "store_ms": float(np.median([r["store_ms"] for r in runs])),
+            "meta_ms": float(np.median([r["meta_ms"] for r in runs])),
+            "waits_per_step": first["waits"], "ops": first["ops"], "op_counts": first["op_counts"]}
+
+
 def run(cfg: StepBenchConfig) -> dict[str, Any]:
     """Every method of ``cfg``: what ``bench_method`` measures, with the machine's load before and after."""
     cfg.validate()
@@ -166,18 +237,46 @@ def run(cfg: StepBenchConfig) -> dict[str, Any]:
     try:
         with tempfile.TemporaryDirectory(prefix="hotcold-bench-step-") as tmp:
             ds = _dataset(cfg, Path(tmp))
-            rows = [bench_method(cfg, ds, m) for m in cfg.methods]
+            bench = bench_host if cfg.device == "meta" else bench_method
+            rows = [bench(cfg, ds, m) for m in cfg.methods]
             tables = {"tables": len(ds.cardinalities), "rows": int(sum(ds.cardinalities))}
     finally:
         torch.set_num_threads(threads)
-    device = torch.cuda.get_device_name(cfg.device) if cfg.device == "cuda" else "cpu"
+    device = torch.cuda.get_device_name(cfg.device) if cfg.device == "cuda" else cfg.device
     return {"config": {**asdict(cfg), **tables, "torch": torch.__version__, "device_name": device},
             "methods": rows, "load": {"before": load_before, "after": load_average()}}
+
+
+def render_host(result: dict[str, Any]) -> str:
+    """A ``meta`` result as the text the verb prints."""
+    cfg = result["config"]
+    lines = [f"the host's work of a GPU step (device side on meta): {cfg['tables']} tables, {cfg['rows']} rows, "
+             f"DLRM Kaggle MLPs, batch {cfg['batch']}, {cfg['threads']} thread(s); median of {cfg['repeats']} runs "
+             f"x {cfg['steps']} timed steps after {cfg['warmup']}",
+             f"{'method':<12}{'prepare ms':>11}{'store ms':>9}{'ops':>6}{'meta ms':>8}{'waits':>7}  where"]
+    for m in result["methods"]:
+        waits = m["waits_per_step"]
+        where = ", ".join(f"{k} {n:g}" for k, n in waits.items()) or "-"
+        lines.append(f"{m['method']:<12}{m['prepare_ms']:>11.3f}{m['store_ms']:>9.3f}{m['ops']:>6}"
+                     f"{m['meta_ms']:>8.2f}{sum(waits.values()):>7.2g}  {where}")
+    lines += ["prepare ms: the host's preparation of a step (read, plan, copies; on a GPU the step pipeline's "
+              "worker does it while the step before trains); store ms: the store's own phases on the training "
+              "thread (h2d, emb_fwd, d2h, emb_update), the dense step apart; both by the wall clock less meta "
+              "ms, the time meta took computing those phases' device operations' shapes in one watched step (a "
+              "GPU launches them: a few microseconds each)",
+              "ops: aten operations a step dispatches (preparation included), views apart; waits: the host's "
+              "waits for the device a timed step makes, by thread and reason (a read of device values on the host "
+              "fails on meta: a run that ends is free of them)"]
+    load = result["load"]
+    lines.append(f"load average (1, 5, 15 min) before {load['before']}, after {load['after']}")
+    return "\n".join(lines)
 
 
 def render(result: dict[str, Any]) -> str:
     """The result as the text the verb prints."""
     cfg = result["config"]
+    if cfg["device"] == "meta":
+        return render_host(result)
     cuda = cfg["device"] == "cuda"
     lines = [f"training step: {cfg['tables']} tables, {cfg['rows']} rows, DLRM Kaggle MLPs, batch {cfg['batch']}, "
              f"{cfg['threads']} thread(s), {cfg['device_name']}; median of {cfg['repeats']} runs x {cfg['steps']} "

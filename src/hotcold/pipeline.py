@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
+from hotcold.accel import runtime
 from hotcold.data.loader import Batch
 from hotcold.embedding.base import EmbeddingStore
 from hotcold.embedding.rows import copying_on, ship
@@ -42,14 +43,14 @@ class Step:
     valid: torch.Tensor     # bool [B, K]: not padding
     labels: torch.Tensor    # [B]
     prepared_ms: float      # the host's wall time preparing it
-    ready: Any = None       # CUDA: an event after its copies (on the copy stream)
+    ready: Any = None       # offloaded: an event after its copies (on the copy stream)
     shipped: list[torch.Tensor] = field(default_factory=list)  # CUDA: what its copies made, on the copy stream
 
 
 def pipeline_on(cfg: RunConfig, device: torch.device) -> bool:
-    """``train.pipeline``: on, off, or auto (on where the trainer is a GPU)."""
+    """``train.pipeline``: on, off, or auto (on where the trainer is a GPU, or stands in for one)."""
     mode = cfg.train.pipeline
-    return mode == "on" or (mode == "auto" and device.type == "cuda")
+    return mode == "on" or (mode == "auto" and runtime(device).offloaded)
 
 
 class StepPipeline:
@@ -59,8 +60,9 @@ class StepPipeline:
                  ahead: bool) -> None:
         self._batches, self._left = batches, steps
         self.store, self.device, self.ahead = store, device, ahead
-        self._cuda = device.type == "cuda"
-        self._copy = torch.cuda.Stream(device) if self._cuda else None
+        self.rt = runtime(device)
+        self._offloaded = self.rt.offloaded
+        self._copy = self.rt.stream() if self._offloaded else None
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="hotcold-plan") if ahead else None
         self._next: Future | None = None
         self._holding: list[torch.Tensor] = []  # CUDA: the last handed-out step's copies
@@ -72,16 +74,15 @@ class StepPipeline:
         t0 = time.perf_counter_ns()
         batch = next(self._batches)
         valid = batch.ids >= 0
-        if not self._cuda:
+        if not self._offloaded:
             if self.store.plans_ahead:
                 self.store.prepare(batch.ids, batch.upcoming)
             return Step(batch, batch.dense, valid, batch.labels, (time.perf_counter_ns() - t0) / 1e6)
-        with copying_on(self._copy) as shipped:
+        with copying_on(self.rt, self._copy) as shipped:
             dense, valid, labels = (ship(t, self.device) for t in (batch.dense, valid, batch.labels))
             if self.store.plans_ahead:
                 self.store.prepare(batch.ids, batch.upcoming)
-            ready = torch.cuda.Event()
-            ready.record(self._copy)
+            ready = self.rt.recorded(self._copy)
         return Step(batch, dense, valid, labels, (time.perf_counter_ns() - t0) / 1e6, ready, shipped)
 
     def next(self) -> Step:
@@ -95,7 +96,7 @@ class StepPipeline:
         else:
             step = (self._next or self._worker.submit(self._prepare)).result()
             self._next = self._worker.submit(self._prepare) if self._left else None
-        if self._cuda:
+        if self._offloaded:
             self._hand_over(step)
         waited = (time.perf_counter_ns() - t0) / 1e6
         self.prepared_ms.append(step.prepared_ms)
@@ -106,11 +107,9 @@ class StepPipeline:
         """The training stream waits for the step's copies. What they made (on the copy stream) is kept alive
         until the training stream has run the step after it, so the copy stream never reuses memory the
         training stream may still read."""
-        stream = torch.cuda.current_stream(self.device)
+        stream = self.rt.current_stream()
         if self._holding:  # the previous step is queued in full by now
-            done = torch.cuda.Event()
-            done.record(stream)
-            self._in_flight.append((self._holding, done))
+            self._in_flight.append((self._holding, self.rt.recorded(stream)))
         while self._in_flight and self._in_flight[0][1].query():
             self._in_flight.popleft()
         stream.wait_event(step.ready)

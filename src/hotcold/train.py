@@ -73,7 +73,8 @@ class DivergenceGuard:
         self._seen: list[tuple[int, torch.Tensor]] = []  # (step, loss) since the last check, left on the device
 
     def see(self, step: int, loss: torch.Tensor) -> None:
-        self._seen.append((step, loss.detach()))
+        if loss.device.type != "meta":  # a step on meta tensors (the host's work alone) has no values to check
+            self._seen.append((step, loss.detach()))
 
     def check(self, step: int) -> None:
         """At every ``every``-th step and the last: raise ``DivergedError`` if anything seen so far is non-finite."""

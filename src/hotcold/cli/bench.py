@@ -50,7 +50,8 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     be.add_argument("--repeats", type=int, help="interleaved repeats, medians reported (embedding: 7; step: 3 "
                                                 "runs of each pipeline setting)")
     be.add_argument("--check-steps", type=int, default=20, help="steps of the weight-agreement check (0: skip)")
-    be.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    be.add_argument("--device", choices=["cpu", "cuda", "meta"], default="cpu",
+                    help="where the step runs; meta (step only): the host's work of a GPU step alone")
     st = be.add_argument_group("step")
     st.add_argument("--methods", nargs="+", help="step: methods to run (default: device hybrid fae lru lfu "
                                                  "freqcache scratchpipe, at their headline settings)")

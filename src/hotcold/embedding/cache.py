@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hotcold.accel import runtime
 from hotcold.config import require
 from hotcold.counters import StepCounters, row_bytes
 from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
@@ -44,7 +45,7 @@ class _WriteBack:
     rows: torch.Tensor                     # int64 [E]
     weight: torch.Tensor                   # [E, D] (pinned on a GPU)
     state: torch.Tensor | None             # [E]
-    done: Any = None                       # CUDA: an event after the copies
+    done: Any = None                       # offloaded: an event after the copies
 
 
 class CacheStore(EmbeddingStore):
@@ -73,12 +74,12 @@ class CacheStore(EmbeddingStore):
         self.capacity = self.options.capacity(n)
         policy, warm = self.make_policy(spec, where)
         self.directory = CacheDirectory(n, self.capacity, policy)
-        self._cuda = self.device.type == "cuda"
+        self.rt = runtime(self.device)
         weight = init_table(spec.table_sizes, spec.dim, spec.seed)  # [N, D]
         state = self.optimizer.init_state(n)                          # [N]
-        pin = self.options.pin_host and self._cuda
-        self.host_w = weight.pin_memory() if pin else weight
-        self.host_s = state.pin_memory() if pin else state
+        pin = self.options.pin_host
+        self.host_w = self.rt.pin(weight) if pin else weight
+        self.host_s = self.rt.pin(state) if pin else state
         self.cache_w = torch.zeros(self.capacity, spec.dim, device=self.device)  # [C, D]
         self.cache_s = self.optimizer.init_state(self.capacity, self.device)     # [C]
         self._with_state = self.optimizer.state_width > 0
@@ -117,7 +118,7 @@ class CacheStore(EmbeddingStore):
         if wb is None:
             return
         if wb.done is not None:
-            wb.done.synchronize()
+            self.rt.wait(wb.done, "cache write-back")
         self.host_w.index_copy_(0, wb.rows, wb.weight)
         if wb.state is not None:
             self.host_s.index_copy_(0, wb.rows, wb.state)
@@ -149,15 +150,15 @@ class CacheStore(EmbeddingStore):
     # -- device side: the step --------------------------------------------------------------------------
 
     def _copy_out(self, rows: torch.Tensor, slots: torch.Tensor) -> None:
-        """Copy victims' slots out toward the host (on a GPU into pinned memory, not waited for)."""
+        """Copy victims' slots out toward the host (offloaded: into pinned memory, not waited for)."""
         w = self.cache_w.index_select(0, slots)
         s = self.cache_s.index_select(0, slots) if self._with_state else None
         done = None
-        if self._cuda:
-            w = torch.empty(w.shape, dtype=w.dtype, pin_memory=True).copy_(w, non_blocking=True)
-            s = None if s is None else torch.empty(s.shape, dtype=s.dtype, pin_memory=True).copy_(s, non_blocking=True)
-            done = torch.cuda.Event()
-            done.record(torch.cuda.current_stream(self.device))
+        if self.rt.offloaded:
+            rt = self.rt
+            w = rt.copy_to_host(rt.empty_host(*w.shape), w)
+            s = None if s is None else rt.copy_to_host(rt.empty_host(*s.shape), s)
+            done = rt.recorded()
         self._written = _WriteBack(rows, w, s, done)
 
     def _fill(self, slots: torch.Tensor, fetched: tuple[torch.Tensor, torch.Tensor | None]) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 import numpy as np
 import torch
 
+from hotcold.accel import runtime
 from hotcold.counters import row_bytes
 from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
 from hotcold.embedding.hybrid import HybridStore
@@ -92,10 +93,10 @@ class FAEStore(EmbeddingStore):
         self._slot_of[self.hot_rows] = torch.arange(h, dtype=torch.int32)
         self.dev_weight = self.host.weight.index_select(0, self.hot_rows).to(self.device)  # [H, D]
         self.dev_state = self.host.state.index_select(0, self.hot_rows).to(self.device)    # [H]
-        self._cuda = self.device.type == "cuda"
-        if self._cuda:  # pinned staging of synchronisation copies
-            self._pin_w = torch.empty(h, self.dim, dtype=torch.float32, pin_memory=True)
-            self._pin_s = torch.empty(h, dtype=torch.float32, pin_memory=True)
+        self.rt = runtime(self.device)
+        if self.rt.offloaded:  # pinned staging of synchronisation copies
+            self._pin_w = self.rt.empty_host(h, self.dim)
+            self._pin_s = self.rt.empty_host(h)
         self.row_bytes = row_bytes(spec.dim, self.optimizer.state_width)
         self._sync = HotSetSync(h)
         self._last: tuple[Lookup, torch.Tensor] | None = None  # hot batch: plan, slot of each distinct row
@@ -141,12 +142,12 @@ class FAEStore(EmbeddingStore):
     def _hot_to_device(self) -> None:
         """Copy the hot rows (and state) host -> device."""
         adagrad = self.optimizer.state_width > 0
-        if self._cuda:
+        if self.rt.offloaded:
             torch.index_select(self.host.weight, 0, self.hot_rows, out=self._pin_w)
-            self.dev_weight.copy_(self._pin_w, non_blocking=True)
+            self.dev_weight.copy_(self._pin_w, non_blocking=self.rt.cuda)
             if adagrad:
                 torch.index_select(self.host.state, 0, self.hot_rows, out=self._pin_s)
-                self.dev_state.copy_(self._pin_s, non_blocking=True)
+                self.dev_state.copy_(self._pin_s, non_blocking=self.rt.cuda)
         else:
             self.dev_weight.copy_(self.host.weight.index_select(0, self.hot_rows))
             if adagrad:
@@ -156,12 +157,11 @@ class FAEStore(EmbeddingStore):
         """Copy the hot rows (and state) device -> host."""
         adagrad = self.optimizer.state_width > 0
         w, s = self.dev_weight, self.dev_state
-        if self._cuda:
-            self._pin_w.copy_(w, non_blocking=True)
+        if self.rt.offloaded:
+            w = self.rt.copy_to_host(self._pin_w, w)
             if adagrad:
-                self._pin_s.copy_(s, non_blocking=True)
-            torch.cuda.current_stream(self.device).synchronize()  # the host copy needs them now
-            w, s = self._pin_w, self._pin_s
+                s = self.rt.copy_to_host(self._pin_s, s)
+            self.rt.wait(self.rt.current_stream(), "fae's hot set to the host")  # the host copy needs them now
         self.host.weight.index_copy_(0, self.hot_rows, w)
         if adagrad:
             self.host.state.index_copy_(0, self.hot_rows, s)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from hotcold.accel import runtime
 from hotcold.counters import all_host
 from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
 from hotcold.embedding.rows import Lookup, init_table
@@ -20,20 +21,20 @@ class HybridStore(EmbeddingStore):
         super().__init__(spec)
         self.weight = init_table(spec.table_sizes, spec.dim, spec.seed)   # [N, D], host
         self.state = self.optimizer.init_state(spec.num_rows)              # [N], host
-        self._cuda = self.device.type == "cuda"
-        self._out_buf = torch.empty(0)   # pinned staging of looked-up vectors (GPU only)
-        self._grad_buf = torch.empty(0)  # pinned staging of their gradients (GPU only)
+        self.rt = runtime(self.device)
+        self._out_buf = torch.empty(0)   # pinned staging of looked-up vectors (offloaded only)
+        self._grad_buf = torch.empty(0)  # pinned staging of their gradients (offloaded only)
         self._last: Lookup | None = None
 
     def _staging(self, buf: torch.Tensor, n: int) -> torch.Tensor:
         """A pinned buffer of at least [n, D], grown when needed."""
         if buf.shape[0] < n:
-            buf = torch.empty(n, self.dim, dtype=torch.float32, pin_memory=True)
+            buf = self.rt.empty_host(n, self.dim)
         return buf
 
     def _gather(self, rows: torch.Tensor) -> torch.Tensor:
         """Host gather, into pinned memory when it will travel to a GPU: [L, D]."""
-        if not self._cuda:
+        if not self.rt.offloaded:
             return self.weight.index_select(0, rows)
         self._out_buf = self._staging(self._out_buf, rows.numel())
         # Safe to reuse: the previous step's copy out of this buffer finished
@@ -49,7 +50,7 @@ class HybridStore(EmbeddingStore):
         self._last = lk
         values = self._gather(lk.rows)
         timer.mark("emb_fwd")
-        out = self.to_batch(values.to(self.device, non_blocking=True), lk)  # [B, K, D]
+        out = self.to_batch(values.to(self.device, non_blocking=self.rt.cuda), lk)  # [B, K, D]
         timer.mark("h2d")
         return out
 
@@ -57,12 +58,10 @@ class HybridStore(EmbeddingStore):
         assert self._last is not None, "backward without forward"
         lk = self._last
         grad = self.from_batch(grad, lk)  # [L, D]
-        if self._cuda:
+        if self.rt.offloaded:
             self._grad_buf = self._staging(self._grad_buf, lk.size)
-            host = self._grad_buf[: lk.size]
-            host.copy_(grad, non_blocking=True)
-            torch.cuda.current_stream(self.device).synchronize()  # the CPU update needs them
-            grad = host
+            grad = self.rt.copy_to_host(self._grad_buf[: lk.size], grad)
+            self.rt.wait(self.rt.current_stream(), "hybrid's gradients")  # the host update needs them (the baseline)
         timer.mark("d2h")
         groups = lk.groups()
         uniq = groups.rows

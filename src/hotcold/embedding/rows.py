@@ -20,6 +20,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import torch
 
+from hotcold.accel import Runtime
 from hotcold.devices import normal_device
 from hotcold.jit import KERNEL, jit
 
@@ -223,6 +224,8 @@ def init_table(table_sizes: Sequence[int], dim: int, seed: int,
     gen = torch.Generator().manual_seed(seed)
     device = torch.device(device)
     out = torch.empty(sum(table_sizes), dim, dtype=torch.float32, device=device)
+    if device.type == "meta":  # shapes without values: nothing to draw
+        return out
     staged = device.type != "cpu" or chunk_rows is not None
     chunk = max(1, int(chunk_rows or INIT_CHUNK_ROWS))
     buf = torch.empty(min(chunk, max(table_sizes, default=0)), dim, dtype=torch.float32) if staged else None
@@ -243,8 +246,8 @@ _COPYING = threading.local()  # this thread's (copy stream, shipped tensors) ins
 
 
 @contextlib.contextmanager
-def copying_on(stream: Any) -> Iterator[list[torch.Tensor]]:
-    """Within: this thread's CUDA work, ``ship``'s copies among it, goes to ``stream``; yields what ``ship`` made.
+def copying_on(rt: Runtime, stream: Any) -> Iterator[list[torch.Tensor]]:
+    """Within: this thread's device work, ``ship``'s copies among it, goes to ``stream``; yields what ``ship`` made.
 
     The step pipeline's worker prepares the next step this way. Each shipped
     tensor was made on ``stream``: the consumer records its own stream on it
@@ -255,7 +258,7 @@ def copying_on(stream: Any) -> Iterator[list[torch.Tensor]]:
     before = getattr(_COPYING, "ctx", None)
     _COPYING.ctx = (stream, shipped)
     try:
-        with torch.cuda.stream(stream):
+        with rt.on(stream):
             yield shipped
     finally:
         _COPYING.ctx = before

@@ -241,5 +241,5 @@ class ScratchPipeStore(EmbeddingStore):
         (``side_timer``: CUDA events for the copies on a GPU, wall time on a CPU).
         """
         return {"capacity": self.capacity, "min_capacity": self.min_capacity, "window": self.window,
-                "side_timer": "cuda" if self.device.type == "cuda" else "cpu", **self.pipeline.report()}
+                "side_timer": self.pipeline.side_timer, **self.pipeline.report()}
 

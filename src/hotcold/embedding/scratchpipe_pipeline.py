@@ -7,6 +7,7 @@ a GPU and on a CPU, and what ``side`` and ``waited`` hold: ``MovePipeline``.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -15,6 +16,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from hotcold.accel import runtime
 
 
 @dataclass
@@ -84,8 +87,9 @@ class MovePipeline:
         self.slot_w, self.slot_s = slots     # [C, D], [C] on ``device``
         self.with_state = with_state
         self.device = device
-        self.cuda = device.type == "cuda"
-        self.side = torch.cuda.Stream(device) if self.cuda else None
+        self.rt = runtime(device)
+        self.offloaded = self.rt.offloaded
+        self.side = self.rt.stream() if self.offloaded else None
         num_rows = self.host_w.shape[0]
         self._wb_job = np.full(num_rows, -1, dtype=np.int64)   # [N] job whose staged write-back holds the row
         self._wb_pos = np.full(num_rows, 0, dtype=np.int64)    # [N] its index in that job's staging (touched now: a
@@ -118,25 +122,25 @@ class MovePipeline:
         self._landing.append(job)
 
     def _copy_out(self, job: _Job, vs: torch.Tensor) -> None:
-        if not self.cuda:
+        if not self.offloaded:
             t0 = time.perf_counter_ns()
             job.out = (self.slot_w.index_select(0, vs),
                        self.slot_s.index_select(0, vs) if self.with_state else None)
             job.work.copy_out = _ms(t0)
             self.waited.append(job.work.copy_out)
             return
-        ready = torch.cuda.Event()
-        ready.record(torch.cuda.current_stream(self.device))
-        ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
-        w = torch.empty(vs.numel(), self.slot_w.shape[1], dtype=torch.float32, pin_memory=True)
-        s = torch.empty(vs.numel(), dtype=torch.float32, pin_memory=True) if self.with_state else None
-        with torch.cuda.stream(self.side):
+        rt = self.rt
+        ready = rt.recorded()
+        ev = [rt.event(timing=True) for _ in range(2)]
+        w = rt.empty_host(vs.numel(), self.slot_w.shape[1])
+        s = rt.empty_host(vs.numel()) if self.with_state else None
+        with rt.on(self.side):
             self.side.wait_event(ready)
             ev[0].record(self.side)
-            dev_vs = vs.pin_memory().to(self.device, non_blocking=True)
-            w.copy_(self.slot_w.index_select(0, dev_vs), non_blocking=True)
+            dev_vs = rt.pin(vs).to(self.device, non_blocking=rt.cuda)
+            rt.copy_to_host(w, self.slot_w.index_select(0, dev_vs))
             if s is not None:
-                s.copy_(self.slot_s.index_select(0, dev_vs), non_blocking=True)
+                rt.copy_to_host(s, self.slot_s.index_select(0, dev_vs))
             ev[1].record(self.side)
         job.out, job.out_done, job.out_events = (w, s), ev[1], ev
 
@@ -153,7 +157,7 @@ class MovePipeline:
 
     def _scatter(self, job: _Job) -> float:
         if job.out_done is not None:
-            job.out_done.synchronize()  # the D2H of the evicted values finished
+            self.rt.wait(job.out_done, "scratchpipe copy-out")  # the D2H of the evicted values finished
         t0 = time.perf_counter_ns()
         w, s = job.out
         self.host_w.index_copy_(0, job.victim_rows, w)
@@ -165,9 +169,9 @@ class MovePipeline:
                 sources: list[tuple[torch.Tensor, _Job, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Missing rows [M] from the host table, or from an earlier job's staging; then (GPU) the H2D."""
         t0 = time.perf_counter_ns()
-        m, pin = missing.numel(), self.cuda
-        w = torch.empty(m, self.host_w.shape[1], dtype=torch.float32, pin_memory=pin)
-        s = torch.empty(m, dtype=torch.float32, pin_memory=pin) if self.with_state else None
+        m = missing.numel()
+        w = self.rt.empty_host(m, self.host_w.shape[1])
+        s = self.rt.empty_host(m) if self.with_state else None
         from_host = torch.ones(m, dtype=torch.bool)
         for pos, _, _ in sources:
             from_host[pos] = False
@@ -178,23 +182,25 @@ class MovePipeline:
             s.index_copy_(0, host_pos, self.host_s.index_select(0, rows))
         for pos, src, idx in sources:
             if src.out_done is not None:
-                src.out_done.synchronize()
+                self.rt.wait(src.out_done, "scratchpipe copy-out")
             w.index_copy_(0, pos, src.out[0].index_select(0, idx))
             if s is not None:
                 s.index_copy_(0, pos, src.out[1].index_select(0, idx))
         job.work.gather = _ms(t0)
-        if self.cuda:
-            self._copy_in_cuda(job, w, s)
+        if self.offloaded:
+            self._copy_in_side(job, w, s)
         return w, s
 
-    def _copy_in_cuda(self, job: _Job, w: torch.Tensor, s: torch.Tensor | None) -> None:
-        ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
-        with torch.cuda.device(self.device), torch.cuda.stream(self.side):
+    def _copy_in_side(self, job: _Job, w: torch.Tensor, s: torch.Tensor | None) -> None:
+        rt = self.rt
+        ev = [rt.event(timing=True) for _ in range(2)]
+        device = torch.cuda.device(self.device) if rt.cuda else contextlib.nullcontext()
+        with device, rt.on(self.side):
             ev[0].record(self.side)
-            slots = torch.from_numpy(job.new_slots).pin_memory().to(self.device, non_blocking=True)
-            self.slot_w.index_copy_(0, slots, w.to(self.device, non_blocking=True))
+            slots = rt.pin(torch.from_numpy(job.new_slots)).to(self.device, non_blocking=rt.cuda)
+            self.slot_w.index_copy_(0, slots, w.to(self.device, non_blocking=rt.cuda))
             if s is not None:
-                self.slot_s.index_copy_(0, slots, s.to(self.device, non_blocking=True))
+                self.slot_s.index_copy_(0, slots, s.to(self.device, non_blocking=rt.cuda))
             ev[1].record(self.side)
         job.keep = [ev, w, s]  # the staging stays alive until the copy is done
 
@@ -202,15 +208,15 @@ class MovePipeline:
 
     def land(self, upto: float) -> None:
         """Rows of admissions up to ``upto`` in their slots before training reads them."""
-        if self.cuda:
-            before, after = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            before.record()
+        if self.offloaded:
+            before, after = self.rt.event(timing=True), self.rt.event(timing=True)
+            before.record(self.rt.current_stream())
         t0 = time.perf_counter_ns()
         while self._landing and self._landing[0].seq <= upto:
             job = self._landing.popleft()
             w, s = job.gathered.result()
-            if self.cuda:
-                torch.cuda.current_stream(self.device).wait_event(job.keep[0][1])
+            if self.offloaded:
+                self.rt.current_stream().wait_event(job.keep[0][1])
                 self._timing.append(job)
             else:
                 t1 = time.perf_counter_ns()
@@ -219,8 +225,8 @@ class MovePipeline:
                 if s is not None:
                     self.slot_s.index_copy_(0, slots, s)
                 job.work.copy_in = _ms(t1)
-        if self.cuda:
-            after.record()
+        if self.offloaded:
+            after.record(self.rt.current_stream())
             self._wait_events.append((before, after))
         else:
             self.waited.append(_ms(t0))
@@ -244,7 +250,7 @@ class MovePipeline:
             job = self._timing[0]
             ev_in = job.keep[0]
             if block:
-                ev_in[1].synchronize()
+                self.rt.wait(ev_in[1], "scratchpipe copy-in timing")
             elif not ev_in[1].query():
                 return
             job.work.copy_in = ev_in[0].elapsed_time(ev_in[1])
@@ -266,9 +272,14 @@ class MovePipeline:
         self._scatterer.shutdown(wait=True)
         self._resolve(block=True)
         for before, after in self._wait_events:
-            after.synchronize()
+            self.rt.wait(after, "scratchpipe wait timing")
             self.waited.append(before.elapsed_time(after))
         self._wait_events.clear()
+
+    @property
+    def side_timer(self) -> str:
+        """What timed the side work: CUDA events, the CPU clock, or nothing (a stand-in device's copies: 0 ms)."""
+        return "cuda" if self.rt.cuda else "stand-in" if self.offloaded else "cpu"
 
     def report(self) -> dict[str, Any]:
         """Side work by stage, what training waited for it, and the share hidden."""

@@ -76,13 +76,13 @@ def update_rows(weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, 
     ``grad`` (an exact sum) is rounded to the weights' float32 after its
     squares are taken.
 
-    ``by_add`` (default: on a GPU) adds each row's change in place
+    ``by_add`` (default: on a device other than the CPU) adds each row's change in place
     (``index_add_``: the rows are unique, so each element gets one add, the
     same bits as ``w - lr * g``; fewer kernels); otherwise gather, update,
     scatter, which on CPUs is several times faster than ``index_add_`` into
     a large table.
     """
-    by_add = weight.device.type == "cuda" if by_add is None else by_add
+    by_add = weight.device.type != "cpu" if by_add is None else by_add
     if adagrad:
         sq_mean = (row_square_means(grad) if sq_mean is None else sq_mean).to(state.dtype)  # [U]
         if by_add:

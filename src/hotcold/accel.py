@@ -1,0 +1,183 @@
+"""The trainer device's runtime: side streams, events, pinned host memory, copies back, and the host's waits.
+
+The stores and the step pipeline ask a ``Runtime`` (``runtime(device)``),
+not ``torch.cuda``, for what a step on a GPU needs, so that one code path
+runs in three settings:
+
+- on ``cuda``: CUDA's streams, events and pinned memory;
+- on ``meta``: the host's own work alone. Meta tensors have shapes but no
+  values, so whatever the device would compute costs nothing and a step
+  times what the host does; streams and events are stand-ins. Reading device
+  values on the host (a scalar, a data-dependent shape, a copy back without
+  a runtime) fails there, as it would stall a GPU (``hotcold bench step
+  --device meta``);
+- the GPU path on the CPU (``gpu_path_on_cpu``): the same stand-ins over CPU
+  tensors, so that tests check the GPU path's decisions and bits without a
+  GPU.
+
+Without offloading (a CPU trainer) the stores take their host paths and
+never ask for a stream. Every wait of the host for the device (an event's or
+a stream's ``synchronize``) goes through ``Runtime.wait`` and is counted per
+thread and reason (``waits``): the training step's budget on a GPU is none.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import threading
+from typing import Any, Iterator
+
+import torch
+
+_LOCK = threading.Lock()
+_WAITS: collections.Counter[tuple[str, str]] = collections.Counter()  # (thread name, reason) -> host waits
+_CPU_OFFLOADED = [False]  # inside ``gpu_path_on_cpu``
+
+
+def waits() -> dict[tuple[str, str], int]:
+    """The host's waits for the device so far: (thread name, reason) -> count."""
+    with _LOCK:
+        return dict(_WAITS)
+
+
+def waits_since(before: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
+    """The waits counted after the snapshot ``before`` (``waits()``), zeros left out."""
+    now = waits()
+    return {k: n - before.get(k, 0) for k, n in now.items() if n - before.get(k, 0)}
+
+
+def _count(reason: str) -> None:
+    with _LOCK:
+        _WAITS[(threading.current_thread().name, reason)] += 1
+
+
+class StandInEvent:
+    """An event of a device without CUDA: recorded and waited for at once; its waits are counted."""
+
+    def __init__(self, reason: str = "event") -> None:
+        self.reason = reason
+
+    def record(self, stream: Any = None) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        _count(self.reason)
+
+    def wait(self, stream: Any = None) -> None:
+        pass
+
+    def elapsed_time(self, other: "StandInEvent") -> float:
+        return 0.0
+
+
+class StandInStream:
+    """A stream of a device without CUDA: its work runs where it is issued, in order."""
+
+    def wait_event(self, event: Any) -> None:
+        pass
+
+    def wait_stream(self, stream: Any) -> None:
+        pass
+
+    def record_event(self, event: Any = None) -> Any:
+        return event if event is not None else StandInEvent()
+
+    def synchronize(self) -> None:
+        _count("stream")
+
+
+class Runtime:
+    """What a store needs of its trainer device beyond tensors, one object per device (``runtime``).
+
+    ``offloaded``: the trainer device is not the host's memory (a GPU, or a
+    stand-in for one): stores keep their device and host tensors apart,
+    copy between them on streams and decide on the device what it can
+    decide. ``values``: device tensors hold values (not ``meta``).
+    """
+
+    def __init__(self, device: torch.device, offloaded: bool) -> None:
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.offloaded = offloaded
+        self.values = device.type != "meta"
+        self._current = StandInStream()
+
+    def __repr__(self) -> str:
+        return f"Runtime({self.device}, offloaded={self.offloaded})"
+
+    def stream(self) -> Any:
+        """A new side stream."""
+        return torch.cuda.Stream(self.device) if self.cuda else StandInStream()
+
+    def current_stream(self) -> Any:
+        return torch.cuda.current_stream(self.device) if self.cuda else self._current
+
+    def on(self, stream: Any) -> contextlib.AbstractContextManager:
+        """Within: this thread's device work goes to ``stream``."""
+        return torch.cuda.stream(stream) if self.cuda else contextlib.nullcontext()
+
+    def event(self, timing: bool = False) -> Any:
+        return torch.cuda.Event(enable_timing=timing) if self.cuda else StandInEvent()
+
+    def recorded(self, stream: Any = None) -> Any:
+        """An event recorded now on ``stream`` (default: the current one)."""
+        ev = self.event()
+        ev.record(stream if stream is not None else self.current_stream())
+        return ev
+
+    def empty_host(self, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """A host buffer the device copies into and out of without blocking: pinned on CUDA."""
+        return torch.empty(shape, dtype=dtype, pin_memory=self.cuda)
+
+    def pin(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` in memory the device copies from without blocking (pinned on CUDA; as it is elsewhere)."""
+        return t.pin_memory() if self.cuda and not t.is_pinned() else t
+
+    def copy_to_host(self, dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+        """Queue the copy of device tensor ``src`` into host buffer ``dst`` (from ``empty_host``); returns ``dst``.
+
+        Its values are there once an event recorded after it is waited for
+        (``wait``). On ``meta`` nothing is copied: ``dst`` keeps what it held.
+        """
+        if self.values:
+            dst.copy_(src, non_blocking=self.cuda)
+        return dst
+
+    def wait(self, what: Any, reason: str) -> None:
+        """The host waits for an event or a stream to finish: counted as ``reason`` on this thread."""
+        _count(reason)
+        if isinstance(what, (StandInEvent, StandInStream)):
+            return
+        what.synchronize()
+
+
+_RUNTIMES: dict[tuple[torch.device, bool], Runtime] = {}
+
+
+def runtime(device: torch.device | str) -> Runtime:
+    """The runtime of ``device``: offloaded on ``cuda`` and ``meta``, and on the CPU inside ``gpu_path_on_cpu``."""
+    device = torch.device(device)
+    offloaded = device.type != "cpu" or _CPU_OFFLOADED[0]
+    key = (device, offloaded)
+    with _LOCK:
+        if key not in _RUNTIMES:
+            _RUNTIMES[key] = Runtime(device, offloaded)
+        return _RUNTIMES[key]
+
+
+@contextlib.contextmanager
+def gpu_path_on_cpu() -> Iterator[None]:
+    """Within: a CPU trainer built here takes the GPU path (stand-in streams and events over CPU tensors).
+
+    What is built inside keeps its runtime; tests use it to check the GPU
+    path's decisions and bits on a machine without a GPU.
+    """
+    before = _CPU_OFFLOADED[0]
+    _CPU_OFFLOADED[0] = True
+    try:
+        yield
+    finally:
+        _CPU_OFFLOADED[0] = before

@@ -1,0 +1,36 @@
+"""The GPU path on the CPU (``accel.gpu_path_on_cpu``): every store's device-side decisions and bits, without a GPU.
+
+On a GPU the stores keep device and host tensors apart, copy between them on
+streams and decide on the device what it can decide; on a CPU trainer they
+take their host paths. Run on CPU tensors with stand-in streams and events,
+the GPU path must train the host path's bits: the same model as ``device``.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hotcold import accel, methods
+from hotcold.train import train
+
+from test_stores import run_cfg
+
+CPU = torch.device("cpu")
+ONE_PROCESS = [m for m in methods.names(spans_ranks=False) if not methods.get(m).peer]
+
+
+def bits(a, b) -> bool:
+    return all(torch.equal(x, y) for (_, x), (_, y) in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("method", ONE_PROCESS)
+@pytest.mark.parametrize("data", ["small_dataset", "sequence_dataset"])
+def test_the_gpu_path_trains_the_host_paths_bits(request, data, method):
+    ds = request.getfixturevalue(data)
+    cfg = run_cfg(method, "adagrad", steps=30)
+    host = train(cfg, ds, CPU, progress=False, evaluation=False)
+    with accel.gpu_path_on_cpu():
+        gpu = train(cfg, ds, CPU, progress=False, evaluation=False)
+    assert gpu.summary["pipeline"] and not host.summary["pipeline"]  # auto: the pipeline runs where the GPU path does
+    assert bits(gpu.named_parameters(), host.named_parameters())
+    assert gpu.counters == host.counters
