@@ -170,10 +170,11 @@ def multi_rank(request, small_dataset, sequence_dataset, tmp_path_factory):
 
 #: how far a run over ranks may end from its one-process replay after 12 steps, per (wire, row optimizer).
 #: Exact mode: equal. float32: the all-reduces round in the library's order (measured at 4 ranks: 9e-10 with
-#: SGD, 2e-7 with Adagrad, which is below the summary's exactness tolerance: why only the mode claims `exact`).
+#: SGD, 2e-7 with Adagrad on an AVX-512 CPU; the flexshard plan 3.7e-6 with Adagrad on an AVX2-only one, whose
+#: vector sums round in another order: why only the mode claims `exact`).
 #: bfloat16 rounds every vector, gradient and sum to 8 bits of mantissa: 2e-5 with SGD; per-element Adagrad
 #: turns that rounding of near-zero gradients into full steps, 0.24-0.31 (docs/scale-out.md, "What is sent").
-CLOSE = {("exact", "sgd"): 1e-6, ("exact", "adagrad"): 1e-6, ("float32", "sgd"): 1e-8, ("float32", "adagrad"): 2e-6,
+CLOSE = {("exact", "sgd"): 1e-6, ("exact", "adagrad"): 1e-6, ("float32", "sgd"): 1e-8, ("float32", "adagrad"): 1e-5,
          ("bfloat16", "sgd"): 1e-4, ("bfloat16", "adagrad"): 0.6}
 
 

@@ -24,6 +24,7 @@ What it prints and how to read it: docs/benchmarks.md.
 """
 from __future__ import annotations
 
+import collections
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -75,12 +76,11 @@ class StepBenchConfig:
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ConfigError("bench step: --device cuda, but torch sees no GPU here")
 
-    def run_config(self, method: str, pipeline: str, graphs: str, extra_steps: int = 0) -> RunConfig:
+    def run_config(self, method: str, pipeline: str, graphs: str) -> RunConfig:
         return RunConfig.from_dict({
             "dataset": "bench", "method": method, "variant": "bench", "seed": self.seed,
             "store": self.options[method], "model": KAGGLE_MODEL,
-            "train": {"batch_size": self.batch, "steps": self.warmup + self.steps + extra_steps,
-                      "warmup_steps": self.warmup,
+            "train": {"batch_size": self.batch, "steps": self.warmup + self.steps, "warmup_steps": self.warmup,
                       "pipeline": pipeline, "cuda_graphs": graphs, "eval_samples": self.batch},
         })
 
@@ -174,29 +174,32 @@ STORE_PHASES = ("h2d", "emb_fwd", "d2h", "emb_update")
 def _host_only(cfg: StepBenchConfig, ds: Dataset, method: str) -> dict[str, Any]:
     """One run on ``meta`` with the pipeline off (each step prepared on the training thread, first thing).
 
-    The first timed step is watched (``OpCount``): its operations, and the
+    Every other timed step is watched (``OpCount``): its operations, and the
     time meta spent computing the device operations' shapes by phase (a GPU
-    launches them instead). The other timed steps are timed by the wall
-    clock. Per timed step: the preparation (the ``data`` phase) and the
-    store's phases, each less the watched step's meta time of that phase,
-    and the host's waits for the device by thread and reason.
+    launches them instead); the others are timed by the wall clock. Per timed
+    step: the preparation (the ``data`` phase) and the store's phases, the
+    median wall time of each less the watched steps' median meta time, and
+    the host's waits for the device by thread and reason.
     """
     from hotcold.timing import PhaseTimer
     from hotcold.train import Trainer
 
-    run = cfg.run_config(method, "off", "off", extra_steps=1)
+    run = cfg.run_config(method, "off", "off")
     trainer = Trainer(run, ds, torch.device("meta"), progress=False)
-    wall = trainer.timer  # skips the watched step: its warm-up ends at the step after it
+    wall = trainer.timer  # times the unwatched steps: the watched ones are timed by their meta time
+    meta: list[dict[str, float]] = []
+    ops: collections.Counter[str] = collections.Counter()
     waits: dict[str, int] = {}
     try:
         for i in range(run.train.steps):
             before = accel.waits()
-            if i == cfg.warmup:
+            if i >= cfg.warmup and (i - cfg.warmup) % 2 == 0:
                 with OpCount() as counted:
                     trainer.timer = PhaseTimer("cpu", clock=lambda: counted.meta_ns)
                     trainer.step(i)
-                    meta = trainer.timer.steps[0][1]
+                    meta.append(trainer.timer.steps[0][1])
                     trainer.timer = wall
+                ops.update(counted.ops)
             else:
                 trainer.step(i)
             if i >= cfg.warmup:
@@ -207,14 +210,14 @@ def _host_only(cfg: StepBenchConfig, ds: Dataset, method: str) -> dict[str, Any]
     finally:
         trainer.close()
 
-    def store(p: dict[str, float]) -> float:
-        return sum(p.get(k, 0.0) for k in STORE_PHASES)
+    def median(parts: list[dict[str, float]], phases: tuple[str, ...]) -> float:
+        return float(np.median([sum(p.get(k, 0.0) for k in phases) for p in parts]))
 
-    meta_prepare, meta_store = meta.get("data", 0.0), store(meta)
-    return {"prepare_ms": float(np.median([p.get("data", 0.0) for p in steps])) - meta_prepare,
-            "store_ms": float(np.median([store(p) for p in steps])) - meta_store,
-            "meta_ms": meta_prepare + meta_store, "waits": {k: n / (cfg.steps + 1) for k, n in sorted(waits.items())},
-            "ops": counted.total, "op_counts": dict(counted.ops.most_common())}
+    meta_prepare, meta_store = median(meta, ("data",)), median(meta, STORE_PHASES)
+    watched = len(meta)
+    return {"prepare_ms": median(steps, ("data",)) - meta_prepare, "store_ms": median(steps, STORE_PHASES) - meta_store,
+            "meta_ms": meta_prepare + meta_store, "waits": {k: n / cfg.steps for k, n in sorted(waits.items())},
+            "ops": round(sum(ops.values()) / watched), "op_counts": {k: n / watched for k, n in ops.most_common()}}
 
 
 def bench_host(cfg: StepBenchConfig, ds: Dataset, method: str) -> dict[str, Any]:
@@ -256,14 +259,14 @@ def render_host(result: dict[str, Any]) -> str:
              f"{'method':<12}{'prepare ms':>11}{'store ms':>9}{'ops':>6}{'meta ms':>8}{'waits':>7}  where"]
     for m in result["methods"]:
         waits = m["waits_per_step"]
-        where = ", ".join(f"{k} {n:g}" for k, n in waits.items()) or "-"
+        where = ", ".join(f"{k} {n:.2g}" for k, n in waits.items()) or "-"
         lines.append(f"{m['method']:<12}{m['prepare_ms']:>11.3f}{m['store_ms']:>9.3f}{m['ops']:>6}"
                      f"{m['meta_ms']:>8.2f}{sum(waits.values()):>7.2g}  {where}")
     lines += ["prepare ms: the host's preparation of a step (read, plan, copies; on a GPU the step pipeline's "
               "worker does it while the step before trains); store ms: the store's own phases on the training "
-              "thread (h2d, emb_fwd, d2h, emb_update), the dense step apart; both by the wall clock less meta "
-              "ms, the time meta took computing those phases' device operations' shapes in one watched step (a "
-              "GPU launches them: a few microseconds each)",
+              "thread (h2d, emb_fwd, d2h, emb_update), the dense step apart; each the median wall time of the "
+              "unwatched timed steps less meta ms, the median time meta took computing the device operations' "
+              "shapes in the watched ones (every other timed step; a GPU launches them: microseconds each)",
               "ops: aten operations a step dispatches (preparation included), views apart; waits: the host's "
               "waits for the device a timed step makes, by thread and reason (a read of device values on the host "
               "fails on meta: a run that ends is free of them)"]

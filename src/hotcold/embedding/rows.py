@@ -210,8 +210,8 @@ def table_bytes(num_rows: int, dim: int, state_width: int = 0) -> int:
 
 
 def init_table(table_sizes: Sequence[int], dim: int, seed: int,
-               device: torch.device | str = "cpu", chunk_rows: int | None = None) -> torch.Tensor:
-    """Initial rows, float32 [sum(sizes), dim] on ``device``, identical for every store and device.
+               device: torch.device | str = "cpu", chunk_rows: int | None = None, extra_rows: int = 0) -> torch.Tensor:
+    """Initial rows, float32 [sum(sizes) + extra_rows, dim] on ``device``, identical for every store and device.
 
     Table t is uniform in +-sqrt(1/n_t), as in the DLRM reference. The rows
     are drawn in place, in order, from one CPU generator (torch draws a
@@ -220,12 +220,14 @@ def init_table(table_sizes: Sequence[int], dim: int, seed: int,
     into the result; elsewhere (``chunk_rows`` rows at a time, default
     ``INIT_CHUNK_ROWS``) through one CPU staging buffer, so the host holds
     no copy of the table. ``chunk_rows`` on the CPU forces the staged path.
+    ``extra_rows`` zero rows follow the tables' (a store's trash row).
     """
     gen = torch.Generator().manual_seed(seed)
     device = torch.device(device)
-    out = torch.empty(sum(table_sizes), dim, dtype=torch.float32, device=device)
+    out = torch.empty(sum(table_sizes) + extra_rows, dim, dtype=torch.float32, device=device)
     if device.type == "meta":  # shapes without values: nothing to draw
         return out
+    out[sum(table_sizes):].zero_()
     staged = device.type != "cpu" or chunk_rows is not None
     chunk = max(1, int(chunk_rows or INIT_CHUNK_ROWS))
     buf = torch.empty(min(chunk, max(table_sizes, default=0)), dim, dtype=torch.float32) if staged else None
@@ -262,6 +264,13 @@ def copying_on(rt: Runtime, stream: Any) -> Iterator[list[torch.Tensor]]:
             yield shipped
     finally:
         _COPYING.ctx = before
+
+
+def keep_alive(*tensors: torch.Tensor) -> None:
+    """Inside ``copying_on``: ``tensors`` were made on its stream, so they are kept as ``ship``'s copies are."""
+    ctx = getattr(_COPYING, "ctx", None)
+    if ctx is not None:
+        ctx[1].extend(t for t in tensors if t.device.type == "cuda")
 
 
 def ship(t: torch.Tensor, device: torch.device) -> torch.Tensor:
