@@ -68,3 +68,49 @@ def test_a_rank_reads_its_contiguous_slice_of_every_global_batch(small_dataset, 
             assert torch.equal(torch.cat([getattr(g, field) for g in got]), getattr(batch, field))
         for k, ahead in enumerate(batch.upcoming):
             assert torch.equal(torch.cat([g.upcoming[k] for g in got]), ahead)
+
+
+class _Pending:
+    """An event of a copy that is not done until ``done`` is set."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def query(self) -> bool:
+        return self.done
+
+    def synchronize(self) -> None:
+        self.done = True
+
+
+@pytest.mark.parametrize("data", ["small_dataset", "sequence_dataset"])
+@pytest.mark.parametrize("readers", [0, 2])
+def test_packed_batches_hold_the_batches(request, data, readers):
+    """Read ahead by threads and packed for one copy (ids as int32), a batch is the plain loader's, bit for bit."""
+    from hotcold.accel import runtime
+    from hotcold.data.packed import PackedBuffers, views
+
+    ds = request.getfixturevalue(data)
+    pool = PackedBuffers(runtime("cpu"))
+    plain = list(BatchLoader(ds, "train", 64, 6, seed=0, lookahead=1))
+    packed = list(BatchLoader(ds, "train", 64, 6, seed=0, lookahead=1, readers=readers, buffers=pool))
+    for a, b in zip(plain, packed, strict=True):
+        dense, ids32, labels = views(b.packed, *a.dense.shape, a.ids.shape[1])
+        assert torch.equal(dense, a.dense) and torch.equal(labels, a.labels)
+        assert ids32.dtype == torch.int32 and torch.equal(ids32.long(), a.ids) and torch.equal(b.ids, a.ids)
+        assert all(torch.equal(x, y) for x, y in zip(a.upcoming, b.upcoming, strict=True))
+        pool.give_back(b.packed, None)
+
+
+def test_a_packed_buffer_is_reused_only_after_its_copy():
+    from hotcold.accel import runtime
+    from hotcold.data.packed import PackedBuffers
+
+    pool = PackedBuffers(runtime("cpu"), most=2)
+    a, b = pool.take(10), pool.take(10)
+    copying = _Pending()
+    pool.give_back(a, copying)
+    pool.give_back(b, None)
+    assert pool.take(10).data_ptr() == b.data_ptr()  # the one whose copy is done
+    c = pool.take(10)  # none free and two made: waits for a's copy
+    assert copying.done and c.data_ptr() == a.data_ptr()

@@ -24,7 +24,7 @@ What it prints and how to read it: docs/benchmarks.md.
 """
 from __future__ import annotations
 
-import collections
+import dataclasses
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,7 +38,7 @@ from hotcold.config import ConfigError
 from hotcold.run_config import RunConfig
 from hotcold.data.format import Dataset
 from hotcold.machine import load_average
-from hotcold.opcount import OpCount
+from hotcold.opcount import HostClock, OpCount
 
 #: the methods and options benchmarked by default: the one-process techniques at their headline settings
 VARIANTS = {"device": {}, "hybrid": {}, "fae": {"budget_ratio": 0.124, "sample_fraction": 1.0},
@@ -174,50 +174,44 @@ STORE_PHASES = ("h2d", "emb_fwd", "d2h", "emb_update")
 def _host_only(cfg: StepBenchConfig, ds: Dataset, method: str) -> dict[str, Any]:
     """One run on ``meta`` with the pipeline off (each step prepared on the training thread, first thing).
 
-    Every other timed step is watched (``OpCount``): its operations, and the
-    time meta spent computing the device operations' shapes by phase (a GPU
-    launches them instead); the others are timed by the wall clock. Per timed
-    step: the preparation (the ``data`` phase) and the store's phases, the
-    median wall time of each less the watched steps' median meta time, and
-    the host's waits for the device by thread and reason.
+    The steps are timed by ``HostClock`` (the wall clock less meta's shape
+    computations and the clock's own cost), then one more step is counted by
+    ``OpCount``. Per timed step: the preparation (the ``data`` phase), the
+    store's phases, the torch calls that made device tensors, and the host's
+    waits for the device by thread and reason.
     """
     from hotcold.timing import PhaseTimer
     from hotcold.train import Trainer
 
-    run = cfg.run_config(method, "off", "off")
+    run = dataclasses.replace(cfg, steps=cfg.steps + 1).run_config(method, "off", "off")
     trainer = Trainer(run, ds, torch.device("meta"), progress=False)
-    wall = trainer.timer  # times the unwatched steps: the watched ones are timed by their meta time
-    meta: list[dict[str, float]] = []
-    ops: collections.Counter[str] = collections.Counter()
     waits: dict[str, int] = {}
     try:
-        for i in range(run.train.steps):
-            before = accel.waits()
-            if i >= cfg.warmup and (i - cfg.warmup) % 2 == 0:
-                with OpCount() as counted:
-                    trainer.timer = PhaseTimer("cpu", clock=lambda: counted.meta_ns)
-                    trainer.step(i)
-                    meta.append(trainer.timer.steps[0][1])
-                    trainer.timer = wall
-                ops.update(counted.ops)
-            else:
+        with HostClock() as host:
+            trainer.timer = PhaseTimer("cpu", warmup=cfg.warmup, window=run.timing.window, clock=host.clock)
+            for i in range(cfg.warmup + cfg.steps):
+                if i == cfg.warmup:
+                    calls = host.device_calls
+                before = accel.waits()
                 trainer.step(i)
-            if i >= cfg.warmup:
-                for (thread, reason), n in accel.waits_since(before).items():
-                    key = f"{'training' if thread == 'MainThread' else thread.rsplit('_', 1)[0]}: {reason}"
-                    waits[key] = waits.get(key, 0) + n
-        steps = [phases for _, phases in wall.steps]
+                if i >= cfg.warmup:
+                    for (thread, reason), n in accel.waits_since(before).items():
+                        key = f"{'training' if thread == 'MainThread' else thread.rsplit('_', 1)[0]}: {reason}"
+                        waits[key] = waits.get(key, 0) + n
+            calls = host.device_calls - calls
+        steps = [phases for _, phases in trainer.timer.steps]
+        trainer.timer = PhaseTimer("cpu")
+        with OpCount() as counted:
+            trainer.step(cfg.warmup + cfg.steps)
     finally:
         trainer.close()
 
-    def median(parts: list[dict[str, float]], phases: tuple[str, ...]) -> float:
-        return float(np.median([sum(p.get(k, 0.0) for k in phases) for p in parts]))
+    def median(phases: tuple[str, ...]) -> float:
+        return float(np.median([sum(p.get(k, 0.0) for k in phases) for p in steps]))
 
-    meta_prepare, meta_store = median(meta, ("data",)), median(meta, STORE_PHASES)
-    watched = len(meta)
-    return {"prepare_ms": median(steps, ("data",)) - meta_prepare, "store_ms": median(steps, STORE_PHASES) - meta_store,
-            "meta_ms": meta_prepare + meta_store, "waits": {k: n / cfg.steps for k, n in sorted(waits.items())},
-            "ops": round(sum(ops.values()) / watched), "op_counts": {k: n / watched for k, n in ops.most_common()}}
+    return {"prepare_ms": median(("data",)), "store_ms": median(STORE_PHASES),
+            "device_calls": calls / cfg.steps, "waits": {k: n / cfg.steps for k, n in sorted(waits.items())},
+            "ops": counted.total, "op_counts": dict(counted.ops.most_common())}
 
 
 def bench_host(cfg: StepBenchConfig, ds: Dataset, method: str) -> dict[str, Any]:
@@ -227,7 +221,7 @@ def bench_host(cfg: StepBenchConfig, ds: Dataset, method: str) -> dict[str, Any]
     return {"method": method, "options": cfg.options[method],
             "prepare_ms": float(np.median([r["prepare_ms"] for r in runs])),
             "store_ms": float(np.median([r["store_ms"] for r in runs])),
-            "meta_ms": float(np.median([r["meta_ms"] for r in runs])),
+            "device_calls": first["device_calls"],
             "waits_per_step": first["waits"], "ops": first["ops"], "op_counts": first["op_counts"]}
 
 
@@ -256,18 +250,18 @@ def render_host(result: dict[str, Any]) -> str:
     lines = [f"the host's work of a GPU step (device side on meta): {cfg['tables']} tables, {cfg['rows']} rows, "
              f"DLRM Kaggle MLPs, batch {cfg['batch']}, {cfg['threads']} thread(s); median of {cfg['repeats']} runs "
              f"x {cfg['steps']} timed steps after {cfg['warmup']}",
-             f"{'method':<12}{'prepare ms':>11}{'store ms':>9}{'ops':>6}{'meta ms':>8}{'waits':>7}  where"]
+             f"{'method':<12}{'prepare ms':>11}{'store ms':>9}{'calls':>7}{'ops':>6}{'waits':>7}  where"]
     for m in result["methods"]:
         waits = m["waits_per_step"]
         where = ", ".join(f"{k} {n:.2g}" for k, n in waits.items()) or "-"
-        lines.append(f"{m['method']:<12}{m['prepare_ms']:>11.3f}{m['store_ms']:>9.3f}{m['ops']:>6}"
-                     f"{m['meta_ms']:>8.2f}{sum(waits.values()):>7.2g}  {where}")
+        lines.append(f"{m['method']:<12}{m['prepare_ms']:>11.3f}{m['store_ms']:>9.3f}{m['device_calls']:>7.0f}"
+                     f"{m['ops']:>6}{sum(waits.values()):>7.2g}  {where}")
     lines += ["prepare ms: the host's preparation of a step (read, plan, copies; on a GPU the step pipeline's "
               "worker does it while the step before trains); store ms: the store's own phases on the training "
-              "thread (h2d, emb_fwd, d2h, emb_update), the dense step apart; each the median wall time of the "
-              "unwatched timed steps less meta ms, the median time meta took computing the device operations' "
-              "shapes in the watched ones (every other timed step; a GPU launches them: microseconds each)",
-              "ops: aten operations a step dispatches (preparation included), views apart; waits: the host's "
+              "thread (h2d, emb_fwd, d2h, emb_update), the dense step apart; both in the training thread's CPU "
+              "time less the time meta spends computing shapes (a GPU launches those operations instead)",
+              "calls: torch calls a step makes on the device (preparation and dense step included: each a launch "
+              "or more on a GPU); ops: aten operations of one step, views apart; waits: the host's "
               "waits for the device a timed step makes, by thread and reason (a read of device values on the host "
               "fails on meta: a run that ends is free of them)"]
     load = result["load"]

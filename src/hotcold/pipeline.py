@@ -11,6 +11,12 @@ itself, first thing in the step. The plans are made in training order either
 way, each from the same state, so the same bits come out (tested): what a
 store may do ahead is its ``plan_step`` (``hotcold.embedding.base``).
 
+On a GPU (an offloaded runtime) a step's dense features, ids and labels
+cross in one copy, packed into one pinned buffer (``hotcold.data.packed``;
+the loader's readers pack them, else the worker does); the padding mask is
+made on the device, and the store plans from the ids there
+(``EmbeddingStore.prepare``).
+
 Each step's preparation is timed on the thread that did it (``prepared_ms``)
 and the training thread's wait for it (``waited_ms``); ``hidden`` is the
 share of the preparation that the training thread did not wait for.
@@ -27,8 +33,9 @@ import torch
 
 from hotcold.accel import runtime
 from hotcold.data.loader import Batch
+from hotcold.data.packed import PackedBuffers, views, words
 from hotcold.embedding.base import EmbeddingStore
-from hotcold.embedding.rows import copying_on, ship
+from hotcold.embedding.rows import copying_on, keep_alive, ship
 
 if TYPE_CHECKING:  # a run config is read above this layer (hotcold.run_config)
     from hotcold.run_config import RunConfig
@@ -57,12 +64,14 @@ class StepPipeline:
     """Hands out ``steps`` prepared steps of ``batches``; with ``ahead``, prepares the next while one trains."""
 
     def __init__(self, batches: Iterator[Batch], steps: int, store: EmbeddingStore, device: torch.device,
-                 ahead: bool) -> None:
+                 ahead: bool, buffers: PackedBuffers | None = None) -> None:
+        """``buffers``: the pool of packed batches (the loader's, where it packs them)."""
         self._batches, self._left = batches, steps
         self.store, self.device, self.ahead = store, device, ahead
         self.rt = runtime(device)
         self._offloaded = self.rt.offloaded
         self._copy = self.rt.stream() if self._offloaded else None
+        self._buffers = buffers or PackedBuffers(self.rt)
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="hotcold-plan") if ahead else None
         self._next: Future | None = None
         self._holding: list[torch.Tensor] = []  # CUDA: the last handed-out step's copies
@@ -73,17 +82,31 @@ class StepPipeline:
     def _prepare(self) -> Step:
         t0 = time.perf_counter_ns()
         batch = next(self._batches)
-        valid = batch.ids >= 0
         if not self._offloaded:
             if self.store.plans_ahead:
                 self.store.prepare(batch.ids, batch.upcoming)
-            return Step(batch, batch.dense, valid, batch.labels, (time.perf_counter_ns() - t0) / 1e6)
+            return Step(batch, batch.dense, batch.ids >= 0, batch.labels, (time.perf_counter_ns() - t0) / 1e6)
+        (b, f), k = batch.dense.shape, batch.ids.shape[1]
+        packed = batch.packed if batch.packed is not None else self._pack(batch)
         with copying_on(self.rt, self._copy) as shipped:
-            dense, valid, labels = (ship(t, self.device) for t in (batch.dense, valid, batch.labels))
+            # the copy, also where the device is the host's memory (the buffer goes back to the pool)
+            dev = ship(packed, self.device) if self.rt.cuda else packed.to(self.device, copy=True)
+            dense, ids, labels = views(dev, b, f, k)
+            valid = ids >= 0
+            keep_alive(valid)
             if self.store.plans_ahead:
-                self.store.prepare(batch.ids, batch.upcoming)
+                self.store.prepare(batch.ids, batch.upcoming, ids)
             ready = self.rt.recorded(self._copy)
+        self._buffers.give_back(packed, ready)
         return Step(batch, dense, valid, labels, (time.perf_counter_ns() - t0) / 1e6, ready, shipped)
+
+    def _pack(self, batch: Batch) -> torch.Tensor:
+        """The batch packed here (the loader did not): into a buffer of the pool."""
+        (b, f), k = batch.dense.shape, batch.ids.shape[1]
+        packed = self._buffers.take(words(b, f, k))
+        for view, t in zip(views(packed, b, f, k), (batch.dense, batch.ids, batch.labels)):
+            view.copy_(t)
+        return packed
 
     def next(self) -> Step:
         """The next step, prepared (waiting for it where needed); with ``ahead``, the one after starts preparing."""
@@ -120,3 +143,6 @@ class StepPipeline:
         if self._worker is not None:
             self._worker.shutdown(wait=True)
             self._worker = None
+        close = getattr(self._batches, "close", None)
+        if close is not None:  # the loader's readers stop
+            close()

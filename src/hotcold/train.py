@@ -23,11 +23,13 @@ from hotcold.config import ConfigError
 from hotcold.run_config import RunConfig
 from hotcold.data.format import Dataset
 from hotcold.data.loader import BatchLoader, eval_batches, release_pages
+from hotcold.data.packed import PackedBuffers
 from hotcold.data.order import batch_rows
 from hotcold.data.skew import row_counts
 from hotcold.distributed.batch import batch_option, check_batch_fits
 from hotcold.distributed.world import World
 from hotcold import methods
+from hotcold.accel import runtime
 from hotcold.embedding.base import EmbeddingStore, StoreSpec
 from hotcold.embedding.device import DeviceStore
 from hotcold.embedding.options import NoOptions
@@ -208,11 +210,18 @@ def default_order(cfg: RunConfig, ds: Dataset) -> Iterator[np.ndarray]:
     return batch_rows(stop - start, cfg.train.batch_size, cfg.train.steps, cfg.seed, cfg.train.shuffle)
 
 
-def train_loader(cfg: RunConfig, ds: Dataset, lookahead: int, pin_memory: bool = False,
-                 rows: Iterable[np.ndarray] | None = None, part: tuple[int, int] = (0, 1)) -> BatchLoader:
+#: threads reading the training batches ahead where the trainer is a GPU (or stands in for one), or the step
+#: pipeline prepares steps ahead
+READERS = 2
+
+
+def train_loader(cfg: RunConfig, ds: Dataset, lookahead: int, rows: Iterable[np.ndarray] | None = None,
+                 part: tuple[int, int] = (0, 1), readers: int = 0,
+                 buffers: PackedBuffers | None = None) -> BatchLoader:
     """The training batches; ``part`` (rank, ranks): only that rank's contiguous slice of each is read."""
     t = cfg.train
-    return BatchLoader(ds, "train", t.batch_size, t.steps, cfg.seed, t.shuffle, lookahead, pin_memory, rows, part)
+    return BatchLoader(ds, "train", t.batch_size, t.steps, cfg.seed, t.shuffle, lookahead, rows, part, readers,
+                       buffers)
 
 
 class Trainer:
@@ -239,10 +248,11 @@ class Trainer:
                                capture_at=cfg.train.warmup_steps - 1)
         self.timer = PhaseTimer("cuda" if device.type == "cuda" else "cpu",
                                 warmup=cfg.train.warmup_steps, window=cfg.timing.window)
-        loader = train_loader(cfg, ds, self.store.lookahead, pin_memory=device.type == "cuda", rows=self.rows,
-                              part=(world.rank, world.size))  # this rank's slice of every global batch
-        self.pipeline = StepPipeline(iter(loader), cfg.train.steps, self.store, device,
-                                     ahead=pipeline_on(cfg, device))
+        ahead, rt = pipeline_on(cfg, device), runtime(device)
+        buffers = PackedBuffers(rt) if rt.offloaded else None  # the readers pack each batch for one copy
+        loader = train_loader(cfg, ds, self.store.lookahead, rows=self.rows, part=(world.rank, world.size),
+                              readers=READERS if ahead or rt.offloaded else 0, buffers=buffers)  # this rank's slice
+        self.pipeline = StepPipeline(iter(loader), cfg.train.steps, self.store, device, ahead, buffers)
         self.guard = DivergenceGuard(cfg, world)
         self.counters: list[tuple[int, dict[str, int]]] = []
 

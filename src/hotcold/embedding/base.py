@@ -159,23 +159,27 @@ class EmbeddingStore(abc.ABC):
         positions = valid.nonzero().squeeze(1)
         return Lookup(rows.index_select(0, positions), positions, tuple(ids.shape))
 
-    def plan_step(self, ids: torch.Tensor) -> Any:
+    def plan_step(self, ids: torch.Tensor, on_device: torch.Tensor | None = None) -> Any:
         """What ``forward`` needs of a batch that the host decides: by default its ``Lookup``, grouped by row.
 
         A store overrides it to add its own decisions (which rows hit, which
         slots to fill) and to start its copies; the result is ``planned``'s.
+        ``on_device``: the batch's ids already on the trainer device (int32
+        [B, K], shipped by the step pipeline), for a store that plans there.
         """
         lk = self.plan(ids)
         lk.groups().offsets  # noqa: B018 - computed now, off the training path
         lk.positions_on(self.device)
         return lk
 
-    def prepare(self, ids: torch.Tensor, upcoming: Sequence[torch.Tensor] = ()) -> None:
+    def prepare(self, ids: torch.Tensor, upcoming: Sequence[torch.Tensor] = (),
+                on_device: torch.Tensor | None = None) -> None:
         """Plan the batch ``ids`` [B, K] ahead of its ``forward`` (the step pipeline's worker, in training order).
 
-        ``upcoming``: the ids of the batches after it, as ``prefetch`` will see them.
+        ``upcoming``: the ids of the batches after it, as ``prefetch`` will see them; ``on_device``: see
+        ``plan_step``.
         """
-        self._prepared.append((ids, self.plan_step(ids)))
+        self._prepared.append((ids, self.plan_step(ids, on_device)))
 
     def planned(self, ids: torch.Tensor) -> Any:
         """``forward``'s plan of ``ids``: the one ``prepare`` made, else ``plan_step``'s now."""

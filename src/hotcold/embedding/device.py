@@ -50,11 +50,13 @@ class DeviceStore(EmbeddingStore):
         self._pending = PendingCounts()
         self._last: tuple[Lookup, torch.Tensor] | _OnDevice | None = None
 
-    def plan_step(self, ids: torch.Tensor) -> tuple[Lookup, torch.Tensor, torch.Tensor] | _OnDevice:
-        """On the device path the batch's rows grouped on the device; else the host's plan and, on the device,
-        its rows [L], distinct rows [U] and the plan of their sum."""
+    def plan_step(self, ids: torch.Tensor, on_device: torch.Tensor | None = None
+                  ) -> tuple[Lookup, torch.Tensor, torch.Tensor] | _OnDevice:
+        """On the device path the batch's rows grouped on the device (from ``on_device``, else the ids shipped);
+        else the host's plan and, on the device, its rows [L], distinct rows [U] and the plan of their sum."""
         if self.rt.offloaded:
-            rows = lookup_rows(ship(ids, self.device), self._offsets, self.trash)   # [B*K]
+            on_device = ship(ids, self.device) if on_device is None else on_device
+            rows = lookup_rows(on_device, self._offsets, self.trash)   # [B*K]
             groups = group_on_device(rows, self.trash)
             padding = (rows == self.trash).sum()
             keep_alive(*vars(groups).values(), padding)  # made on the copy stream, read on the training stream

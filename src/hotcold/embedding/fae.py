@@ -166,7 +166,7 @@ class FAEStore(EmbeddingStore):
         if adagrad:
             self.host.state.index_copy_(0, self.hot_rows, s)
 
-    def plan_step(self, ids: torch.Tensor) -> _FAEPlan:
+    def plan_step(self, ids: torch.Tensor, on_device: torch.Tensor | None = None) -> _FAEPlan:
         """Hot or cold, and whether the hot set moves before it; a hot batch's slots, shipped to the device."""
         lk = super().plan_step(ids)
         # the [N] map is read once per distinct row (a few thousand reads, not one per lookup); the grouping
