@@ -11,11 +11,11 @@ itself, first thing in the step. The plans are made in training order either
 way, each from the same state, so the same bits come out (tested): what a
 store may do ahead is its ``plan_step`` (``hotcold.embedding.base``).
 
-On a GPU (an offloaded runtime) a step's dense features, ids and labels
-cross in one copy, packed into one pinned buffer (``hotcold.data.packed``;
-the loader's readers pack them, else the worker does); the padding mask is
-made on the device, and the store plans from the ids there
-(``EmbeddingStore.prepare``).
+On a GPU (an offloaded runtime) a step's dense features, global rows and
+labels cross in one copy, packed into one pinned buffer
+(``hotcold.data.packed``; the loader's readers pack them, else the worker
+does); the padding mask is made on the device, and the store plans from the
+rows there (``EmbeddingStore.prepare``).
 
 Each step's preparation is timed on the thread that did it (``prepared_ms``)
 and the training thread's wait for it (``waited_ms``); ``hidden`` is the
@@ -33,7 +33,7 @@ import torch
 
 from hotcold.accel import runtime
 from hotcold.data.loader import Batch
-from hotcold.data.packed import PackedBuffers, views, words
+from hotcold.data.packed import PackedBuffers, global_rows, views, words
 from hotcold.embedding.base import EmbeddingStore
 from hotcold.embedding.rows import copying_on, keep_alive, ship
 
@@ -91,11 +91,11 @@ class StepPipeline:
         with copying_on(self.rt, self._copy) as shipped:
             # the copy, also where the device is the host's memory (the buffer goes back to the pool)
             dev = ship(packed, self.device) if self.rt.cuda else packed.to(self.device, copy=True)
-            dense, ids, labels = views(dev, b, f, k)
-            valid = ids >= 0
+            dense, rows, labels = views(dev, b, f, k)
+            valid = rows < self.store.spec.num_rows
             keep_alive(valid)
             if self.store.plans_ahead:
-                self.store.prepare(batch.ids, batch.upcoming, ids)
+                self.store.prepare(batch.ids, batch.upcoming, rows)
             ready = self.rt.recorded(self._copy)
         self._buffers.give_back(packed, ready)
         return Step(batch, dense, valid, labels, (time.perf_counter_ns() - t0) / 1e6, ready, shipped)
@@ -104,8 +104,10 @@ class StepPipeline:
         """The batch packed here (the loader did not): into a buffer of the pool."""
         (b, f), k = batch.dense.shape, batch.ids.shape[1]
         packed = self._buffers.take(words(b, f, k))
-        for view, t in zip(views(packed, b, f, k), (batch.dense, batch.ids, batch.labels)):
-            view.copy_(t)
+        dense, rows, labels = views(packed, b, f, k)
+        dense.copy_(batch.dense)
+        rows.numpy()[:] = global_rows(batch.ids.numpy(), self.store.column_offsets.numpy(), self.store.spec.num_rows)
+        labels.copy_(batch.labels)
         return packed
 
     def next(self) -> Step:

@@ -12,10 +12,10 @@ the device (``hotcold.data.packed``).
 from __future__ import annotations
 
 import mmap
+import threading
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -36,6 +36,76 @@ class Batch:
     #: of it), and the pool to give it back to once copied; None unless the loader packs
     packed: torch.Tensor | None = None
     buffers: PackedBuffers | None = None
+
+
+class ReadAhead:
+    """``read`` of each of ``parts`` on ``threads`` threads, at most ``depth`` ahead of the consumer; in order.
+
+    No future or work item a batch: each thread takes the next part under one
+    lock, reads it and files the result under its number, and the consumer
+    takes the results in order (an error is raised there, at its batch).
+    """
+
+    def __init__(self, read: Callable[[Any], Any], parts: Iterator[Any], threads: int, depth: int) -> None:
+        self._read, self._parts, self._depth = read, enumerate(parts), depth
+        self._cond = threading.Condition()
+        self._done: dict[int, tuple[bool, Any]] = {}   # batch -> (read, result or error)
+        self._taken = self._next = 0                   # batches handed out; the next to hand out
+        self._last: int | None = None                  # the number of batches, once the parts ran out
+        self._stop = False
+        self._threads = [threading.Thread(target=self._run, name=f"hotcold-read_{i}", daemon=True)
+                         for i in range(threads)]
+        for t in self._threads:
+            t.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stop and self._last is None and self._taken - self._next >= self._depth:
+                    self._cond.wait()
+                if self._stop or self._last is not None:
+                    return
+                try:
+                    i, part = next(self._parts)
+                except StopIteration:
+                    self._last = self._taken
+                    self._cond.notify_all()
+                    return
+                except BaseException as e:  # noqa: BLE001 - the batch order failed: raised at the batch it owed
+                    self._done[self._taken] = (False, e)
+                    self._last = self._taken + 1
+                    self._cond.notify_all()
+                    return
+                self._taken += 1
+            try:
+                got = (True, self._read(part))
+            except BaseException as e:  # noqa: BLE001 - raised where the consumer takes this batch
+                got = (False, e)
+            with self._cond:
+                self._done[i] = got
+                self._cond.notify_all()
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            with self._cond:
+                while self._next not in self._done and not (self._last is not None and self._next >= self._last):
+                    self._cond.wait()
+                if self._next not in self._done:
+                    return
+                ok, got = self._done.pop(self._next)
+                self._next += 1
+                self._cond.notify_all()
+            if not ok:
+                raise got
+            yield got
+
+    def close(self) -> None:
+        """Stop the threads (a read under way is finished first)."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        for t in self._threads:
+            t.join()
 
 
 class BatchLoader:
@@ -79,24 +149,17 @@ class BatchLoader:
 
     def _reads(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]]:
         """Every batch's (dense, ids, labels, packed) in order: read here, or by ``readers`` threads up to twice as
-        many batches ahead."""
+        many batches ahead (``ReadAhead``)."""
         r, p = self.part
         parts = (rows[r * (len(rows) // p):(r + 1) * (len(rows) // p)] for rows in self.rows)
         if not self.readers:
             yield from map(self._read, parts)
             return
-        with ThreadPoolExecutor(self.readers, thread_name_prefix="hotcold-read") as pool:
-            reading: deque = deque()
-            try:
-                for rows in parts:
-                    reading.append(pool.submit(self._read, rows))
-                    if len(reading) > 2 * self.readers:
-                        yield reading.popleft().result()
-                while reading:
-                    yield reading.popleft().result()
-            finally:
-                for f in reading:
-                    f.cancel()
+        ahead = ReadAhead(self._read, parts, self.readers, 2 * self.readers)
+        try:
+            yield from ahead
+        finally:
+            ahead.close()
 
     def __iter__(self) -> Iterator[Batch]:
         window: deque = deque()

@@ -1,4 +1,4 @@
-"""A batch packed for one copy to the device: dense features, ids (int32) and labels in one host buffer.
+"""A batch packed for one copy to the device: dense features, global rows (int32) and labels in one host buffer.
 
 On a GPU a step's inputs cross in one copy, out of memory the GPU copies
 from without blocking (pinned). The loader's reader threads gather each
@@ -8,7 +8,9 @@ interpreter's lock for the one-id-per-column datasets), taken from a pool
 buffer is pinned or allocated a step.
 
 Layout of a packed batch of B samples, F dense features and K id columns,
-in 4-byte words: dense float32 [B, F], ids int32 [B, K], labels float32 [B].
+in 4-byte words: dense float32 [B, F], rows int32 [B, K], labels float32
+[B]. The rows are the ids' global rows (``format.to_global``), with the
+number of rows N at padding: the device reads them as they are.
 """
 from __future__ import annotations
 
@@ -29,21 +31,23 @@ def words(b: int, f: int, k: int) -> int:
 
 
 def views(packed: torch.Tensor, b: int, f: int, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A packed batch's dense float32 [B, F], ids int32 [B, K] and labels float32 [B], on its device."""
+    """A packed batch's dense float32 [B, F], rows int32 [B, K] and labels float32 [B], on its device."""
     return (packed[:b * f].view(torch.float32).view(b, f), packed[b * f:b * (f + k)].view(b, k),
             packed[b * (f + k):].view(torch.float32))
 
 
 @jit
-def gather_rows(dense, sparse, labels, rows, out_dense, out_ids, out_labels, ids64):  # pragma: no cover - compiled
-    """Samples ``rows`` of the (memory-mapped) columns into a packed batch's views, and their ids as int64."""
-    for i in range(rows.size):
-        r = rows[i]
+def gather_rows(dense, sparse, labels, samples, offsets, num_rows, out_dense, out_rows, out_labels,
+                ids64):  # pragma: no cover - compiled
+    """``samples`` of the (memory-mapped) columns into a packed batch's views (ids as global rows, N at
+    padding), and their ids as int64."""
+    for i in range(samples.size):
+        r = samples[i]
         for j in range(dense.shape[1]):
             out_dense[i, j] = dense[r, j]
         for j in range(sparse.shape[1]):
             v = sparse[r, j]
-            out_ids[i, j] = v
+            out_rows[i, j] = v + offsets[j] if v >= 0 else num_rows
             ids64[i, j] = v
         out_labels[i] = labels[r]
 
@@ -83,26 +87,32 @@ class PackedBuffers:
             self._free.append((buf, done))
 
 
-def pack(ds: Any, rows: np.ndarray, buffers: PackedBuffers
+def global_rows(ids: np.ndarray, offsets: np.ndarray, num_rows: int) -> np.ndarray:
+    """ids [B, K] (-1 at padding) -> their global rows, ``num_rows`` at padding (a packed batch's rows)."""
+    return np.where(ids >= 0, ids + offsets, num_rows)
+
+
+def pack(ds: Any, samples: np.ndarray, buffers: PackedBuffers
          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Samples ``rows`` of ``ds`` packed into a buffer of ``buffers``: (packed, dense, ids int64, labels).
+    """The samples of ``ds`` packed into a buffer of ``buffers``: (packed, dense, ids int64, labels).
 
     ``dense`` and ``labels`` are views of the packed buffer; ``ids`` [B, K]
     int64 is the host's own copy, for the stores that plan on the host.
     """
-    b, f = rows.size, ds.dense.shape[1]
+    b, f = samples.size, ds.dense.shape[1]
+    offsets, n = ds.column_offsets, int(sum(ds.cardinalities))
     if ds.sequence:
-        ids = ds.batch_ids(rows)
+        ids = ds.batch_ids(samples)
         packed = buffers.take(words(b, f, ids.shape[1]))
-        dense, ids32, labels = views(packed, b, f, ids.shape[1])
-        dense.numpy()[:] = ds.dense[rows]
-        ids32.numpy()[:] = ids
-        labels.numpy()[:] = ds.labels[rows]
+        dense, rows, labels = views(packed, b, f, ids.shape[1])
+        dense.numpy()[:] = ds.dense[samples]
+        rows.numpy()[:] = global_rows(ids, offsets, n)
+        labels.numpy()[:] = ds.labels[samples]
         return packed, dense, torch.from_numpy(ids), labels
     k = ds.sparse.shape[1]
     packed = buffers.take(words(b, f, k))
-    dense, ids32, labels = views(packed, b, f, k)
+    dense, rows, labels = views(packed, b, f, k)
     ids = np.empty((b, k), dtype=np.int64)
-    gather_rows(ds.dense, ds.sparse, ds.labels, np.ascontiguousarray(rows, dtype=np.int64), dense.numpy(),
-                ids32.numpy(), labels.numpy(), ids)
+    gather_rows(ds.dense, ds.sparse, ds.labels, np.ascontiguousarray(samples, dtype=np.int64), offsets, n,
+                dense.numpy(), rows.numpy(), labels.numpy(), ids)
     return packed, dense, torch.from_numpy(ids), labels

@@ -26,6 +26,7 @@ from hotcold.data.format import to_global
 from hotcold.embedding.options import NoOptions, StoreOptions
 from hotcold.embedding import rows as rows_mod
 from hotcold.embedding.rows import Lookup
+from hotcold.embedding.settle import PendingCounts
 
 if TYPE_CHECKING:
     from hotcold.data.format import Dataset
@@ -145,7 +146,8 @@ class EmbeddingStore(abc.ABC):
         self.dim = spec.dim
         self.optimizer = spec.optimizer
         self.column_offsets = spec.column_offsets()  # [K], CPU
-        self._counters = StepCounters()
+        self._counters: StepCounters | dict[str, int] = StepCounters()  # a dict: filled in by ``_on_device.settle``
+        self._on_device = PendingCounts()  # steps whose counts were left on the device
         self._prepared: deque[tuple[torch.Tensor, Any]] = deque()  # (ids, plan) made ahead, in training order
 
     def plan(self, ids: torch.Tensor) -> Lookup:
@@ -159,13 +161,14 @@ class EmbeddingStore(abc.ABC):
         positions = valid.nonzero().squeeze(1)
         return Lookup(rows.index_select(0, positions), positions, tuple(ids.shape))
 
-    def plan_step(self, ids: torch.Tensor, on_device: torch.Tensor | None = None) -> Any:
+    def plan_step(self, ids: torch.Tensor, device_rows: torch.Tensor | None = None) -> Any:
         """What ``forward`` needs of a batch that the host decides: by default its ``Lookup``, grouped by row.
 
         A store overrides it to add its own decisions (which rows hit, which
         slots to fill) and to start its copies; the result is ``planned``'s.
-        ``on_device``: the batch's ids already on the trainer device (int32
-        [B, K], shipped by the step pipeline), for a store that plans there.
+        ``device_rows``: the batch's global rows already on the trainer device
+        (int32 [B, K], the number of rows N at padding: shipped by the step
+        pipeline, ``hotcold.data.packed``), for a store that plans there.
         """
         lk = self.plan(ids)
         lk.groups().offsets  # noqa: B018 - computed now, off the training path
@@ -173,13 +176,13 @@ class EmbeddingStore(abc.ABC):
         return lk
 
     def prepare(self, ids: torch.Tensor, upcoming: Sequence[torch.Tensor] = (),
-                on_device: torch.Tensor | None = None) -> None:
+                device_rows: torch.Tensor | None = None) -> None:
         """Plan the batch ``ids`` [B, K] ahead of its ``forward`` (the step pipeline's worker, in training order).
 
-        ``upcoming``: the ids of the batches after it, as ``prefetch`` will see them; ``on_device``: see
+        ``upcoming``: the ids of the batches after it, as ``prefetch`` will see them; ``device_rows``: see
         ``plan_step``.
         """
-        self._prepared.append((ids, self.plan_step(ids, on_device)))
+        self._prepared.append((ids, self.plan_step(ids, device_rows)))
 
     def planned(self, ids: torch.Tensor) -> Any:
         """``forward``'s plan of ``ids``: the one ``prepare`` made, else ``plan_step``'s now."""
@@ -265,13 +268,16 @@ class EmbeddingStore(abc.ABC):
         return MemoryNeed(host, device)
 
     def step_counters(self) -> dict[str, int]:
-        """Counters of the last training step: every field of ``StepCounters``."""
-        return self._counters.as_dict()
+        """Counters of the last training step: every field of ``StepCounters`` (None until ``settle_counters``
+        where the step left its counts on the device)."""
+        c = self._counters
+        return c if isinstance(c, dict) else c.as_dict()
 
     def settle_counters(self) -> None:
         """Called once after the timed steps, the timer flushed: a store whose ``step_counters`` left device-side
-        counts pending (read inside the steps they would drain the GPU) fills in the dicts it returned. Default:
-        nothing is pending."""
+        counts pending (read inside the steps they would drain the GPU) fills in the dicts it returned: those
+        of ``_on_device`` by default."""
+        self._on_device.settle()
 
     def report(self) -> dict[str, Any]:
         """Store-specific numbers for the run record (capacity, hot fraction, hidden side time...)."""

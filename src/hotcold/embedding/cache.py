@@ -123,7 +123,7 @@ class CacheStore(EmbeddingStore):
         if wb.state is not None:
             self.host_s.index_copy_(0, wb.rows, wb.state)
 
-    def plan_step(self, ids: torch.Tensor, on_device: torch.Tensor | None = None) -> _CachePlan:
+    def plan_step(self, ids: torch.Tensor, device_rows: torch.Tensor | None = None) -> _CachePlan:
         """The directory's decisions for the batch, then its misses fetched: gathered on the host, copied over.
 
         The misses are gathered once the previous forward copied its victims

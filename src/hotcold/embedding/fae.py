@@ -22,6 +22,7 @@ from hotcold.accel import runtime
 from hotcold.counters import row_bytes
 from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
 from hotcold.embedding.hybrid import HybridStore
+from hotcold.embedding.on_device import DevicePlan, DeviceTable
 from hotcold.embedding.store_options import FAEOptions
 from hotcold.embedding.rows import Lookup, ship
 from hotcold.trace.fae_schedule import HotSetSync, fae_counters, fae_order, plan
@@ -44,6 +45,7 @@ class FAEProfile:
     hot_fraction: float = 0.0   # hot training inputs / training inputs
     sampled: int = 0            # training inputs profiled
     order: dict[str, Any] = dataclasses.field(default_factory=dict)  # ``FAEOrder.summary`` of the schedule
+    kinds: np.ndarray | None = None  # bool [steps]: the schedule's hot batches, in training order
 
     def attach(self, spec: StoreSpec) -> None:
         spec.prepared["fae"] = self
@@ -57,11 +59,12 @@ class FAEProfile:
 class _FAEPlan:
     """One batch, planned on the host: its lookups, its kind, the hot rows synchronised before it."""
 
-    lookup: Lookup
+    lookup: Lookup | None                # None: a hot batch planned on the device (``on_device``)
     hot: bool
     synced: int                          # hot rows copied across before this batch (0: none)
     slots: torch.Tensor | None = None    # hot batch: int64 [L] hot slot of each lookup, on the device
     uslots: torch.Tensor | None = None   # hot batch: int64 [U] hot slot of each distinct row, on the device
+    on_device: DevicePlan | None = None  # hot batch on a GPU: planned there
 
 
 class FAEStore(EmbeddingStore):
@@ -91,15 +94,23 @@ class FAEStore(EmbeddingStore):
         h = self.hot_rows.numel()
         self._slot_of = torch.full((spec.num_rows,), -1, dtype=torch.int32)  # [N] global row -> hot slot
         self._slot_of[self.hot_rows] = torch.arange(h, dtype=torch.int32)
-        self.dev_weight = self.host.weight.index_select(0, self.hot_rows).to(self.device)  # [H, D]
-        self.dev_state = self.host.state.index_select(0, self.hot_rows).to(self.device)    # [H]
         self.rt = runtime(self.device)
+        trash = 1 if self.rt.offloaded else 0  # on a GPU the hot table ends with a trash row (``DeviceTable``)
+        weight = torch.zeros(h + trash, self.dim, device=self.device)  # [H(+1), D]
+        state = torch.zeros(h + trash, device=self.device)              # [H(+1)]
+        self.dev_weight, self.dev_state = weight[:h], state[:h]
+        self.dev_weight.copy_(self.host.weight.index_select(0, self.hot_rows))
+        self.dev_state.copy_(self.host.state.index_select(0, self.hot_rows))
+        #: a hot batch on a GPU, planned on the device: its slots are its rows' places among the hot rows
+        self.table = DeviceTable(weight, state, self.optimizer, self.column_offsets, spec.num_rows,
+                                 ship(self.hot_rows, self.device)) if self.rt.offloaded else None
+        self._planned = 0  # batches planned so far (their kinds, in training order: ``FAEProfile.kinds``)
         if self.rt.offloaded:  # pinned staging of synchronisation copies
             self._pin_w = self.rt.empty_host(h, self.dim)
             self._pin_s = self.rt.empty_host(h)
         self.row_bytes = row_bytes(spec.dim, self.optimizer.state_width)
         self._sync = HotSetSync(h)
-        self._last: tuple[Lookup, torch.Tensor] | None = None  # hot batch: plan, slot of each distinct row
+        self._last: tuple[Lookup, torch.Tensor] | DevicePlan | None = None  # hot batch: its plan
         self._hot_step: bool | None = None  # kind of the batch awaiting ``backward``
         self._synced = 0                    # hot rows synchronised before that batch
 
@@ -136,7 +147,7 @@ class FAEStore(EmbeddingStore):
         steps = len(default)
         order = fae_order(np.flatnonzero(p.is_hot), np.flatnonzero(~p.is_hot), len(default[0]), steps, spec.seed,
                           opts.run_length, min(spec.warmup_steps, steps))
-        FAEProfile(torch.from_numpy(p.hot_rows), p.hot_fraction, p.sampled, order.summary()).attach(spec)
+        FAEProfile(torch.from_numpy(p.hot_rows), p.hot_fraction, p.sampled, order.summary(), order.kinds).attach(spec)
         return iter(order.batches)
 
     def _hot_to_device(self) -> None:
@@ -166,8 +177,23 @@ class FAEStore(EmbeddingStore):
         if adagrad:
             self.host.state.index_copy_(0, self.hot_rows, s)
 
-    def plan_step(self, ids: torch.Tensor, on_device: torch.Tensor | None = None) -> _FAEPlan:
-        """Hot or cold, and whether the hot set moves before it; a hot batch's slots, shipped to the device."""
+    def plan_step(self, ids: torch.Tensor, device_rows: torch.Tensor | None = None) -> _FAEPlan:
+        """Hot or cold, and whether the hot set moves before it; a hot batch's slots, shipped to the device.
+
+        On a GPU a batch of the schedule's takes its kind from the schedule
+        (FAE's hot batches are of inputs whose rows are all hot) and a hot one
+        is planned on the device from ``device_rows`` (``DeviceTable``); a cold
+        one is grouped on the host for the host's update.
+        """
+        step, kinds = self._planned, self.profile.kinds
+        self._planned += 1
+        if self.table is not None and kinds is not None and step < len(kinds):
+            hot = bool(kinds[step])
+            synced = self._sync.enter(hot)
+            if hot:
+                rows = self.table.rows_of(ids) if device_rows is None else device_rows
+                return _FAEPlan(None, True, synced, on_device=self.table.plan(rows))
+            return _FAEPlan(super().plan_step(ids), False, synced)
         lk = super().plan_step(ids)
         # the [N] map is read once per distinct row (a few thousand reads, not one per lookup); the grouping
         # is the step's anyway: the hot update sums by it, a cold step hands it to the host's update
@@ -187,8 +213,12 @@ class FAEStore(EmbeddingStore):
             if p.synced:
                 self._hot_to_device()
             timer.mark("h2d")
-            self._last = (lk, p.uslots)
-            out = self.to_batch(self.dev_weight.index_select(0, p.slots), lk)  # [B, K, D]
+            if p.on_device is not None:
+                self._last = p.on_device
+                out = self.table.lookup(p.on_device)  # [B, K, D]
+            else:
+                self._last = (lk, p.uslots)
+                out = self.to_batch(self.dev_weight.index_select(0, p.slots), lk)  # [B, K, D]
             timer.mark("emb_fwd")
             return out
         if p.synced:
@@ -200,9 +230,17 @@ class FAEStore(EmbeddingStore):
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
         assert self._hot_step is not None, "backward without forward"
         hot, self._hot_step = self._hot_step, None
+        synced, dim, rb = self._synced, self.dim, self.row_bytes
         if not hot:  # cold batch: the hybrid update on the host rows
             self.host.backward(grad, timer)
             c = self.host.step_counters()
+        elif isinstance(self._last, DevicePlan):  # planned on the device: its counts read after the timed steps
+            self.table.update(self._last, grad)
+            self._counters = self._on_device.add(self._last.counts(), lambda lookups, unique, _: fae_counters(
+                True, lookups, unique, synced, dim, rb))
+            self._last = None
+            timer.mark("emb_update")
+            return
         else:
             assert self._last is not None
             lk, uslots = self._last
@@ -210,7 +248,7 @@ class FAEStore(EmbeddingStore):
             c = {"lookups": lk.size, "unique_rows": uslots.numel()}
             self._last = None
             timer.mark("emb_update")
-        self._counters = fae_counters(hot, c["lookups"], c["unique_rows"], self._synced, self.dim, self.row_bytes)
+        self._counters = fae_counters(hot, c["lookups"], c["unique_rows"], synced, dim, rb)
 
     @torch.no_grad()
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:

@@ -31,17 +31,7 @@ class DeviceGroups:
     order: torch.Tensor     # int64 [L] the lookups row by row, each row's in batch order
     uniq: torch.Tensor      # int64 [L] the distinct rows ascending, then ``trash``
     starts: torch.Tensor    # int64 [L] each group's first position in ``order``, then L
-    inverse: torch.Tensor   # int64 [L] each lookup's group
     count: torch.Tensor     # int64 [] the number of groups (the trash row's included where the batch has padding)
-
-
-def lookup_rows(ids: torch.Tensor, column_offsets: torch.Tensor, trash: int) -> torch.Tensor:
-    """ids [B, K] (int32 or int64, -1 at padding) -> int64 [B*K] global rows, ``trash`` at padding.
-
-    ``column_offsets`` [K] int64 on the ids' device: the global row of id 0 of each column's table.
-    """
-    rows = ids.to(torch.int64) + column_offsets
-    return torch.where(ids >= 0, rows, trash).reshape(-1)
 
 
 def group_on_device(rows: torch.Tensor, trash: int) -> DeviceGroups:
@@ -62,5 +52,4 @@ def group_on_device(rows: torch.Tensor, trash: int) -> DeviceGroups:
     uniq = torch.full((n + 1,), trash, dtype=torch.int64, device=dev).scatter_(0, slot, ordered)[:n]
     positions = torch.arange(n, dtype=torch.int64, device=dev)
     starts = torch.full((n + 1,), n, dtype=torch.int64, device=dev).scatter_(0, slot, positions)[:n]
-    inverse = torch.empty_like(order).scatter_(0, order, group)
-    return DeviceGroups(rows, order, uniq, starts, inverse, group[-1] + 1)
+    return DeviceGroups(rows, order, uniq, starts, group[-1] + 1)

@@ -129,7 +129,7 @@ class ScratchPipeStore(EmbeddingStore):
             self._queue.append(self._admit(ids))
 
     def prepare(self, ids: torch.Tensor, upcoming: Sequence[torch.Tensor] = (),
-                on_device: torch.Tensor | None = None) -> None:
+                device_rows: torch.Tensor | None = None) -> None:
         """Plan the batches admission has not seen, a step ahead: the newest of ``upcoming`` (at the first step,
         this batch and all of them). Admission itself stays in ``prefetch``: it waits for the step before, whose
         holds are released when it has trained."""
