@@ -32,5 +32,6 @@ def test_the_gpu_path_trains_the_host_paths_bits(request, data, method):
     with accel.gpu_path_on_cpu():
         gpu = train(cfg, ds, CPU, progress=False, evaluation=False)
     assert gpu.summary["pipeline"] and not host.summary["pipeline"]  # auto: the pipeline runs where the GPU path does
+    assert gpu.store_report.get("directory", "device") == "device"  # a cache's directory on the device
     assert bits(gpu.named_parameters(), host.named_parameters())
     assert gpu.counters == host.counters

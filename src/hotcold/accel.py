@@ -104,6 +104,7 @@ class Runtime:
         self.offloaded = offloaded
         self.values = device.type != "meta"
         self._current = StandInStream()
+        self._registered: dict[int, torch.Tensor] = {}  # data pointer -> host tensor registered by ``host_view``
 
     def __repr__(self) -> str:
         return f"Runtime({self.device}, offloaded={self.offloaded})"
@@ -146,12 +147,46 @@ class Runtime:
             dst.copy_(src, non_blocking=self.cuda)
         return dst
 
+    def host_view(self, t: torch.Tensor) -> torch.Tensor:
+        """Host tensor ``t`` as a tensor of this device that its kernels read and write in place (FBGEMM's host
+        memory the GPU addresses): on CUDA ``t``'s memory registered with the driver (``close_view`` gives it
+        back) and seen through unified addressing; on the CPU ``t`` itself; on meta a tensor of its shape."""
+        if not self.values:
+            return torch.empty_like(t, device=self.device)
+        if not self.cuda:
+            return t
+        if not t.is_contiguous():
+            raise ValueError("host_view needs a contiguous tensor")
+        if not t.is_pinned():  # 1 | 2: cudaHostRegisterPortable | cudaHostRegisterMapped
+            err = torch.cuda.cudart().cudaHostRegister(t.data_ptr(), t.numel() * t.element_size(), 3)
+            if int(err) != 0:
+                raise RuntimeError(f"cudaHostRegister failed ({err})")
+            self._registered[t.data_ptr()] = t
+        return torch.as_tensor(_DeviceAddressed(t), device=self.device)
+
+    def close_view(self, t: torch.Tensor) -> None:
+        """Give back what ``host_view`` registered for ``t`` (nothing where it registered nothing)."""
+        if self._registered.pop(t.data_ptr(), None) is not None:
+            torch.cuda.cudart().cudaHostUnregister(t.data_ptr())
+
     def wait(self, what: Any, reason: str) -> None:
         """The host waits for an event or a stream to finish: counted as ``reason`` on this thread."""
         _count(reason)
         if isinstance(what, (StandInEvent, StandInStream)):
             return
         what.synchronize()
+
+
+class _DeviceAddressed:
+    """Host memory the GPU addresses, described as CUDA memory (``__cuda_array_interface__``) for ``torch.as_tensor``;
+    the tensor made from it holds this object, and so the host tensor, alive."""
+
+    _TYPES = {torch.float32: "<f4", torch.float64: "<f8", torch.int64: "<i8", torch.int32: "<i4"}
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
+        self.__cuda_array_interface__ = {"shape": tuple(t.shape), "typestr": self._TYPES[t.dtype],
+                                         "data": (t.data_ptr(), False), "version": 2, "strides": None}
 
 
 _RUNTIMES: dict[tuple[torch.device, bool], Runtime] = {}

@@ -146,8 +146,8 @@ class EmbeddingStore(abc.ABC):
         self.dim = spec.dim
         self.optimizer = spec.optimizer
         self.column_offsets = spec.column_offsets()  # [K], CPU
-        self._counters: StepCounters | dict[str, int] = StepCounters()  # a dict: filled in by ``_on_device.settle``
-        self._on_device = PendingCounts()  # steps whose counts were left on the device
+        self._counters: StepCounters | dict[str, int] = StepCounters()  # a dict: filled in by ``_device_counts.settle``
+        self._device_counts = PendingCounts()  # steps whose counts were left on the device
         self._prepared: deque[tuple[torch.Tensor, Any]] = deque()  # (ids, plan) made ahead, in training order
 
     def plan(self, ids: torch.Tensor) -> Lookup:
@@ -276,8 +276,8 @@ class EmbeddingStore(abc.ABC):
     def settle_counters(self) -> None:
         """Called once after the timed steps, the timer flushed: a store whose ``step_counters`` left device-side
         counts pending (read inside the steps they would drain the GPU) fills in the dicts it returned: those
-        of ``_on_device`` by default."""
-        self._on_device.settle()
+        of ``_device_counts`` by default."""
+        self._device_counts.settle()
 
     def report(self) -> dict[str, Any]:
         """Store-specific numbers for the run record (capacity, hot fraction, hidden side time...)."""

@@ -1,12 +1,14 @@
 """Software embedding caches: ``lru``, ``lfu`` and ``freqcache``.
 
 Every row and its optimizer state live in host memory; the device holds a
-cache of C slots (weights [C, D], state [C]). Before each forward the host
-plans the batch with ``hotcold.trace.policies.CacheDirectory`` (the trace
+cache of C slots (weights [C, D], state [C]). Before each forward the
+batch is planned by ``hotcold.trace.policies.CacheDirectory`` (the trace
 simulator's own directory, so its counts are the stores'): hits stay,
 victims outside the batch are written back (weights and state), misses are
-fetched. Lookups and the sparse update then run on the cached slots. Budget
-and options: ``CacheOptions``, ``FreqCacheOptions`` and docs/methods.md.
+fetched. Lookups and the sparse update then run on the cached slots. On a
+GPU the same decisions are made on the device and the rows move without the
+host (``cache_device``). Budget and options: ``CacheOptions``,
+``FreqCacheOptions`` and docs/methods.md.
 """
 from __future__ import annotations
 
@@ -20,7 +22,10 @@ import torch
 from hotcold.accel import runtime
 from hotcold.config import require
 from hotcold.counters import StepCounters, row_bytes
+from hotcold.config import InfeasibleError
 from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
+from hotcold.embedding.cache_device import CachePlanOnDevice, DeviceCache
+from hotcold.embedding.on_device import device_rows_of
 from hotcold.embedding.store_options import CacheOptions, FreqCacheOptions
 from hotcold.embedding.rows import Lookup, init_table, ship
 from hotcold.trace.policies import Access, CacheDirectory, Policy, cache_policy
@@ -62,6 +67,11 @@ class CacheStore(EmbeddingStore):
     after every earlier write-back has landed, so no row is read stale.
     Phases: waiting for the plan is ``h2d``, the copy-out ``d2h``, the
     fill and the gather ``emb_fwd``, the update ``emb_update``.
+
+    On an offloaded runtime (a GPU) the directory starts as the host's (its
+    warm start) and then lives on the device (``cache_device.DeviceCache``):
+    the host plans nothing and moves nothing; write-back and fetch are in
+    ``emb_fwd``.
     """
 
     Options = CacheOptions
@@ -75,14 +85,17 @@ class CacheStore(EmbeddingStore):
         policy, warm = self.make_policy(spec, where)
         self.directory = CacheDirectory(n, self.capacity, policy)
         self.rt = runtime(self.device)
-        weight = init_table(spec.table_sizes, spec.dim, spec.seed)  # [N, D]
-        state = self.optimizer.init_state(n)                          # [N]
-        pin = self.options.pin_host
-        self.host_w = self.rt.pin(weight) if pin else weight
-        self.host_s = self.rt.pin(state) if pin else state
-        self.cache_w = torch.zeros(self.capacity, spec.dim, device=self.device)  # [C, D]
-        self.cache_s = self.optimizer.init_state(self.capacity, self.device)     # [C]
         self._with_state = self.optimizer.state_width > 0
+        extra = 2 if self.rt.offloaded else 0  # the device path's dump rows and slots (``cache_device``)
+        weight = init_table(spec.table_sizes, spec.dim, spec.seed, extra_rows=extra)       # [N(+2), D]
+        state = torch.zeros(n + extra) if self._with_state else self.optimizer.init_state(n)  # [N(+2)]
+        pin = self.options.pin_host
+        weight, state = (self.rt.pin(weight), self.rt.pin(state)) if pin else (weight, state)
+        self.host_w, self.host_s = weight[:n], state[:n]
+        cache_w = torch.zeros(self.capacity + extra, spec.dim, device=self.device)         # [C(+2), D]
+        cache_s = torch.zeros(self.capacity + extra, device=self.device) if self._with_state else \
+            self.optimizer.init_state(self.capacity, self.device)                           # [C(+2)]
+        self.cache_w, self.cache_s = cache_w[:self.capacity], cache_s[:self.capacity]
         self.row_bytes = row_bytes(spec.dim, self.optimizer.state_width)
         self._row_slot = torch.from_numpy(self.directory.row_slot)  # [N], shares the directory's memory
         self._slot_row = torch.from_numpy(self.directory.slot_row)  # [C]
@@ -97,10 +110,19 @@ class CacheStore(EmbeddingStore):
             slots = torch.from_numpy(self.directory.warm(warm)).to(self.device)
             w, s = self._gather_host(torch.from_numpy(warm))
             self._fill(slots, (ship(w, self.device), None if s is None else ship(s, self.device)))
+        self.device_cache: DeviceCache | None = None
+        self.directory_note = "host"
+        if self.rt.offloaded:
+            try:
+                self.device_cache = DeviceCache(self.rt, self.directory, cache_w, cache_s, weight,
+                                                state if self._with_state else None, self.optimizer)
+                self.directory_note = "device"
+            except (RuntimeError, TypeError, ValueError) as e:  # the host table cannot be addressed by the device
+                self.directory_note = f"host: {type(e).__name__}: {' '.join(str(e).split())[:200]}"
 
     def report(self) -> dict[str, Any]:
         return {"capacity": self.capacity, "cache_ratio": self.capacity / self.spec.num_rows,
-                "warm_rows": self.warm_rows}
+                "warm_rows": self.warm_rows, "directory": self.directory_note}
 
     def make_policy(self, spec: StoreSpec, where: str) -> tuple[Policy, np.ndarray]:
         """The eviction policy and the rows to preload."""
@@ -123,13 +145,19 @@ class CacheStore(EmbeddingStore):
         if wb.state is not None:
             self.host_s.index_copy_(0, wb.rows, wb.state)
 
-    def plan_step(self, ids: torch.Tensor, device_rows: torch.Tensor | None = None) -> _CachePlan:
+    def plan_step(self, ids: torch.Tensor, device_rows: torch.Tensor | None = None
+                  ) -> _CachePlan | CachePlanOnDevice:
         """The directory's decisions for the batch, then its misses fetched: gathered on the host, copied over.
 
         The misses are gathered once the previous forward copied its victims
         out and they landed in the host table (a row evicted last step and
-        missed now is read as trained).
+        missed now is read as trained). With the directory on the device:
+        its plan there, from ``device_rows`` (else the batch's rows shipped).
         """
+        if self.device_cache is not None:
+            if device_rows is None:
+                device_rows = device_rows_of(ids, self.column_offsets, self.spec.num_rows, self.device)
+            return self.device_cache.plan(device_rows)
         lk = self.plan(ids)
         uniq, inverse, counts = lk.unique()  # [U], [L], [U]
         acc = self.directory.access(uniq.numpy(), counts.numpy())
@@ -169,8 +197,13 @@ class CacheStore(EmbeddingStore):
 
     def forward(self, ids: torch.Tensor, timer: Marker) -> torch.Tensor:
         p = self.planned(ids)
-        acc = p.access
         timer.mark("h2d")
+        if isinstance(p, CachePlanOnDevice):
+            self._last = p
+            out = self.device_cache.forward(p)  # [B, K, D]
+            timer.mark("emb_fwd")
+            return out
+        acc = p.access
         if acc.victim_rows.size:
             self._copy_out(torch.from_numpy(acc.victim_rows), p.victim_slots)
         self._copied_out.set()
@@ -185,15 +218,32 @@ class CacheStore(EmbeddingStore):
 
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
         assert self._last is not None, "backward without forward"
+        if isinstance(self._last, CachePlanOnDevice):
+            self.device_cache.update(self._last, grad)
+            counts = self._last.access.counts(self._last.groups, self.spec.num_rows, self.capacity)
+            self._counters = self._device_counts.add(counts, self._step_counters)
+            self._last = None
+            timer.mark("emb_update")
+            return
         lk, uslots = self._last
         self.optimizer.step(self.cache_w, self.cache_s, uslots, lk.groups(), self.from_batch(grad, lk))
         self._counters = self._pending
         self._last = None
         timer.mark("emb_update")
 
+    def _step_counters(self, *counts: int) -> StepCounters:
+        """A step's counters from the device directory's counts; a batch it could not hold ends the run."""
+        if counts[-1]:
+            raise InfeasibleError(f"cache of {self.capacity} rows is too small: a batch had more distinct rows than "
+                                  "that, all of which must be resident (found by the directory on the device)")
+        return DeviceCache.counters(self.row_bytes, *counts)
+
     @torch.no_grad()
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
         """Resident rows from the cache, the others from the host; the cache is not changed."""
+        if self.device_cache is not None:
+            lk = self.plan(ids)
+            return self.to_batch(self.device_cache.lookup(lk.rows, self.host_w), lk)
         self._land()
         lk = self.plan(ids)
         slots = self._row_slot.index_select(0, lk.rows)  # [L], -1: not resident
@@ -205,22 +255,28 @@ class CacheStore(EmbeddingStore):
         out.index_copy_(0, cold.to(self.device), self.host_w.index_select(0, lk.rows[cold]).to(self.device))
         return self.to_batch(out, lk)
 
-    def export(self) -> torch.Tensor:
+    def _resident(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cached rows [U] and their weights [U, D] on the host."""
+        if self.device_cache is not None:
+            return self.device_cache.resident()
         self._land()
-        out = self.host_w.clone()
         used = self.directory.used
-        out.index_copy_(0, self._slot_row[:used], self.cache_w[:used].to("cpu"))
+        return self._slot_row[:used], self.cache_w[:used].to("cpu")
+
+    def export(self) -> torch.Tensor:
+        out = self.host_w.clone()
+        out.index_copy_(0, *self._resident())
         return out
 
     def final_rows(self) -> torch.Tensor:
         """``export``'s rows without a second table: the cached rows written into the host table."""
-        self._land()
-        used = self.directory.used
-        self.host_w.index_copy_(0, self._slot_row[:used], self.cache_w[:used].to("cpu"))
+        self.host_w.index_copy_(0, *self._resident())
         return self.host_w
 
     def close(self) -> None:
         self._closed = True
+        if self.device_cache is not None:
+            self.device_cache.close()
 
 
 class LRUCacheStore(CacheStore):

@@ -64,7 +64,7 @@ class DeviceStore(EmbeddingStore):
         assert self._last is not None, "backward without forward"
         if isinstance(self._last, DevicePlan):
             self.table.update(self._last, grad)
-            self._counters = self._on_device.add(self._last.counts(), lambda lookups, unique, _: all_resident(
+            self._counters = self._device_counts.add(self._last.counts(), lambda lookups, unique, _: all_resident(
                 lookups, unique))
         else:
             lk, uniq = self._last

@@ -236,7 +236,7 @@ class FAEStore(EmbeddingStore):
             c = self.host.step_counters()
         elif isinstance(self._last, DevicePlan):  # planned on the device: its counts read after the timed steps
             self.table.update(self._last, grad)
-            self._counters = self._on_device.add(self._last.counts(), lambda lookups, unique, _: fae_counters(
+            self._counters = self._device_counts.add(self._last.counts(), lambda lookups, unique, _: fae_counters(
                 True, lookups, unique, synced, dim, rb))
             self._last = None
             timer.mark("emb_update")

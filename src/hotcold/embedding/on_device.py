@@ -23,6 +23,14 @@ from hotcold.embedding.rows import bag_sums, keep_alive, ship
 from hotcold.embedding.update import RowOptimizer
 
 
+def device_rows_of(ids: torch.Tensor, column_offsets: torch.Tensor | np.ndarray, num_rows: int,
+                   device: torch.device) -> torch.Tensor:
+    """ids [B, K] on the host (-1 at padding) -> their global rows (int32, N at padding) on ``device``, as the
+    step pipeline ships them (for a plan made without it: a lock-step check, a benchmark)."""
+    offsets = column_offsets.numpy() if isinstance(column_offsets, torch.Tensor) else column_offsets
+    return ship(torch.from_numpy(global_rows(ids.numpy(), offsets, num_rows).astype(np.int32)), device)
+
+
 @dataclass
 class DevicePlan:
     """A batch planned on the device: its lookups' slots grouped, and its padding lookups counted."""
@@ -56,10 +64,8 @@ class DeviceTable:
         self.exact_sums = exact_sums
 
     def rows_of(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids [B, K] on the host (-1 at padding) -> their global rows on the device (N at padding), as the step
-        pipeline ships them."""
-        rows = global_rows(ids.numpy(), self.offsets, self.num_rows).astype(np.int32)
-        return ship(torch.from_numpy(rows), self.weight.device)
+        """ids [B, K] on the host (-1 at padding) -> their global rows on the device (``device_rows_of``)."""
+        return device_rows_of(ids, self.offsets, self.num_rows, self.weight.device)
 
     def plan(self, batch_rows: torch.Tensor) -> DevicePlan:
         """The batch's global rows [B, K] on the device (int32 or int64, N at padding) -> its plan, made there.
