@@ -35,3 +35,27 @@ def test_the_gpu_path_trains_the_host_paths_bits(request, data, method):
     assert gpu.store_report.get("directory", "device") == "device"  # a cache's directory on the device
     assert bits(gpu.named_parameters(), host.named_parameters())
     assert gpu.counters == host.counters
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: CUDA's sync debug mode")
+@pytest.mark.parametrize("method", ["device", "lru", "lfu", "freqcache"])
+def test_timed_steps_on_a_gpu_never_synchronise(small_dataset, method):
+    """With CUDA's sync debug mode at "error" after the warm-up, every timed step runs: no step makes the host
+    wait for the GPU (a scalar read, a data-dependent shape, a stream or event wait), and none is counted."""
+    from hotcold.train import Trainer
+
+    cfg = run_cfg(method, "adagrad", steps=12)
+    trainer = Trainer(cfg, small_dataset, torch.device("cuda"), progress=False)
+    try:
+        for i in range(cfg.train.warmup_steps + 1):  # the warm-up and the step that captures the dense graph
+            trainer.step(i)
+        before = accel.waits()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for i in range(cfg.train.warmup_steps + 1, cfg.train.steps - 1):  # the last step checks divergence
+                trainer.step(i)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        assert accel.waits_since(before) == {}
+    finally:
+        trainer.close()

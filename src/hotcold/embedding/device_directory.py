@@ -41,6 +41,12 @@ from hotcold.trace.victims import BELADY, LFU, LRU, STATIC, row_bits
 INT64_MAX = torch.iinfo(torch.int64).max
 
 
+def static_keys(rank: np.ndarray, bits: int) -> np.ndarray:
+    """freqcache's key of every row (``victims.static_key``): ``rank << B | (2**B - 1 - row)``."""
+    rows = np.arange(rank.size, dtype=np.int64)
+    return (np.asarray(rank, dtype=np.int64) << bits) | (((1 << bits) - 1) - rows)
+
+
 @dataclass
 class DeviceAccess:
     """One batch's decisions, on the device; every tensor of the batch's length L or of ``k`` = min(L, C)."""
@@ -93,11 +99,13 @@ class DeviceDirectory:
         self.last = padded(p.last, c + 2, 0)
         self.count = padded(p.count, c + 2, 0)
         self.next = padded(p.next, c + 2, 0)
-        self.rank = padded(p.rank, n + 2, 0) if self.code == STATIC else None
+        #: freqcache: every row's key (``victims.static_key``), made once
+        self.static_keys = padded(static_keys(p.rank, self.bits), n + 2, 0) if self.code == STATIC else None
         self.used = torch.tensor(host.used, dtype=torch.int64, device=device)
         self.step = torch.tensor(host.step, dtype=torch.int64, device=device)
         self._step = host.step  # the host's count of steps (belady's next uses are per step)
         self._slot_ids = torch.arange(c + 2, dtype=torch.int64, device=device)
+        self._ranks: dict[int, torch.Tensor] = {}  # k -> arange(k), made once
         #: belady: the next use of a row never used again, as a key: a step count no run reaches
         self._never = (1 << (62 - self.bits)) - 1
 
@@ -135,12 +143,13 @@ class DeviceDirectory:
         misses = miss.sum()
         free = c - self.used
         need = torch.clamp(misses - free, min=0)
-        # resident slots outside the batch are the candidates
+        # resident slots outside the batch are the candidates (used <= C: the trash and dump slots are out)
         excluded = self._slot_ids >= self.used
-        excluded[c:] = True
         excluded.index_fill_(0, torch.where(miss, c, slot), True)
         cand = self._candidates(excluded, k)                              # [k] in key order
-        taken = torch.arange(k, device=self.device) < need
+        if k not in self._ranks:
+            self._ranks[k] = torch.arange(k, device=self.device)
+        taken = self._ranks[k] < need
         victims = torch.sort(torch.where(taken, cand, c + 1)).values      # [k] ascending, C + 1 past the victims
         vrows = torch.where(taken, self.slot_row[victims], n + 1)        # [k], N + 1 past them
         # the misses, in row order: the free slots first, then the victims' slots
@@ -159,9 +168,7 @@ class DeviceDirectory:
         if self.code in (LRU, LFU):
             self.last.index_copy_(0, mine, self.step.expand(big))
         elif self.code == STATIC:
-            row = torch.clamp(uniq, max=n)
-            key = (self.rank[row] << self.bits) | (((1 << self.bits) - 1) - row)
-            self.count.index_copy_(0, torch.where(miss, slots, c + 1), key)
+            self.count.index_copy_(0, torch.where(miss, slots, c + 1), self.static_keys[uniq])
         else:
             self.next.index_copy_(0, mine, next_use)
         self.used.add_(torch.minimum(misses, free))
