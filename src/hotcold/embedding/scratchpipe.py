@@ -11,7 +11,9 @@ bookkeeping: ``ScratchPipeStore``.
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -34,6 +36,9 @@ class _Admitted:
     ids: torch.Tensor    # [B, K] as prefetched, to check that forward sees the same batch
     lookup: Lookup
     admission: Admission
+    served: int          # the batch it serves (its step)
+    #: its distinct rows' slots [U] and each lookup's slot [L] on the device, and (GPU) an event after their copy
+    slots: tuple[torch.Tensor, torch.Tensor, Any] | None = None
 
     @property
     def seq(self) -> int:
@@ -55,8 +60,13 @@ class ScratchPipeStore(EmbeddingStore):
     stage timed. A fetched slot is read only after it landed: ``forward`` of
     batch j joins the jobs up to j and charges the wait to ``h2d``.
 
-    Bookkeeping (row->slot maps, holds, LRU stamps) is done synchronously on the
-    training thread, so counters and results are deterministic.
+    Bookkeeping (row->slot maps, holds, LRU stamps) is done in the training
+    thread's order, so counters and results are deterministic: on a CPU
+    trainer on the training thread; on a GPU (an offloaded runtime) by a
+    planning thread of its own, as the paper's pipeline plans (admissions
+    and releases run there in the order the training thread asks for them;
+    a forward waits only for its own batch's admission, made W steps before,
+    and for the event after its rows' copies).
 
     Options: ``window`` W (batches of look-ahead, default 2), and the
     scratchpad size as ``scratchpad_rows`` or ``scratchpad_ratio`` (fraction
@@ -102,13 +112,18 @@ class ScratchPipeStore(EmbeddingStore):
         self.directory = ScratchpadDirectory(n, c)
         self.row_to_slot = self.directory.row_to_slot       # [N] slot of each resident row, -1 if none
         self.slot_to_row = self.directory.slot_to_row       # [C] row in each slot, -1 if free
-        self._queue: deque[_Admitted] = deque()             # admitted, untrained, in training order
+        self._queue: deque[Future] = deque()               # admitted (``_Admitted``), untrained, in training order
         self._deferred: list[torch.Tensor] = []             # first step: upcoming batches, admitted after it
         self._step = 0
-        self._admitted: list[tuple[Admission, int]] = []   # this step's admissions, with the batch each serves
         self._last: tuple[Lookup, torch.Tensor, torch.Tensor, _Admitted] | None = None
         self.pipeline = MovePipeline((self.host_weight, self.host_state), (self.slot_weight, self.slot_state),
                                      self._has_state, self.device)
+        #: the planning stage on a GPU: admissions and releases, in order, off the training thread
+        self._planner = ThreadPoolExecutor(1, thread_name_prefix="scratchpipe-plan") if self.pipeline.offloaded \
+            else None
+        self._admitting: list[Future] = []                   # this step's admissions
+        self._late: list[tuple[dict[str, int], Any, list[Future]]] = []  # steps whose admissions were not done
+        self._plan_ms: list[float] = []                      # each admission's wall time on its thread
         self._closed = False
         self._ahead: dict[int, tuple[torch.Tensor, Lookup]] = {}  # id(ids) -> (ids, plan) made by ``prepare``
         self._known = 0                                            # batches ``prepare`` planned so far
@@ -146,17 +161,50 @@ class ScratchPipeStore(EmbeddingStore):
         lk.positions_on(self.device)
         return lk
 
-    def _admit(self, ids: torch.Tensor) -> _Admitted:
+    def _admit(self, ids: torch.Tensor) -> Future:
+        """Admit a batch (``_admit_now``): here, or queued to the planning thread; its ``_Admitted`` to come."""
+        args = (ids, self._step, self._step + len(self._queue))
+        if self._planner is not None:
+            got = self._planner.submit(self._admit_now, *args)
+        else:
+            got = Future()
+            got.set_result(self._admit_now(*args))
+        self._admitting.append(got)
+        return got
+
+    def _admit_now(self, ids: torch.Tensor, step: int, served: int) -> _Admitted:
         """Hold the rows of a batch, give its missing rows slots and queue their movement."""
+        t0 = time.perf_counter_ns()
         got = self._ahead.pop(id(ids), None)
         lk = got[1] if got is not None and got[0] is ids else self._plan_rows(ids)
         uniq, _, _ = lk.unique()
         adm = self.directory.admit(uniq.numpy())
         if adm.missing.size:
-            self.pipeline.submit(adm.seq, self._step, adm.victim_slots, adm.victim_rows, adm.new_slots,
-                                 adm.missing)
-        self._admitted.append((adm, self._step + len(self._queue)))
-        return _Admitted(ids, lk, adm)
+            self.pipeline.submit(adm.seq, step, adm.victim_slots, adm.victim_rows, adm.new_slots, adm.missing)
+        slots = self._ship_slots(lk, adm) if self._planner is not None else None
+        self._plan_ms.append((time.perf_counter_ns() - t0) / 1e6)
+        return _Admitted(ids, lk, adm, served, slots)
+
+    def _ship_slots(self, lk: Lookup, adm: Admission) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """The batch's slots on the device: of each distinct row [U] and each lookup [L], copied on the movers'
+        stream, with the event after the copies."""
+        uslots = torch.from_numpy(adm.slots)  # [U]
+        rt = self.pipeline.rt
+        with rt.on(self.pipeline.side):
+            got = (ship(uslots, self.device), ship(uslots.index_select(0, lk.unique()[1]), self.device))
+            return (*got, rt.recorded(self.pipeline.side))
+
+    def _release(self, slots: Any) -> None:
+        """A batch has trained: its holds go, after every admission asked for before (on the planner, if any)."""
+        if self._planner is not None:
+            self._planner.submit(self.directory.release, slots)
+        else:
+            self.directory.release(slots)
+
+    def _settle_planner(self) -> None:
+        """Every queued admission and release done (the planning thread idle)."""
+        if self._planner is not None:
+            self._planner.submit(lambda: None).result()
 
     # -- training ---------------------------------------------------------------------------------
 
@@ -166,16 +214,24 @@ class ScratchPipeStore(EmbeddingStore):
             for upcoming in self._deferred:
                 self._queue.append(self._admit(upcoming))
             self._deferred = []
-        rec = self._queue.popleft()
+        rec = self._queue.popleft().result()  # admitted W steps ago (on a GPU by the planning thread)
         if not (rec.ids is ids or torch.equal(rec.ids, ids)):
             raise RuntimeError("scratchpipe: forward got a batch other than the one prefetched for this step")
         self.pipeline.land(rec.seq)
         timer.mark("h2d")
         lk = rec.lookup
-        _, inverse, _ = lk.unique()
-        uslots = torch.from_numpy(rec.admission.slots)  # [U] slot of each unique row
-        lookup_slots = ship(uslots.index_select(0, inverse), self.device)  # [L]
-        self._last = (lk, ship(uslots, self.device), lk.groups().plan(self.device), rec)
+        if rec.slots is not None:  # shipped by the planning thread, on the movers' stream
+            uslots, lookup_slots, copied = rec.slots
+            stream = self.pipeline.rt.current_stream()
+            stream.wait_event(copied)
+            for t in (uslots, lookup_slots):
+                if t.is_cuda:  # their memory is not reused before this stream has read them
+                    t.record_stream(stream)
+        else:
+            uslots = torch.from_numpy(rec.admission.slots)  # [U] slot of each unique row
+            lookup_slots = ship(uslots.index_select(0, lk.unique()[1]), self.device)  # [L]
+            uslots = ship(uslots, self.device)
+        self._last = (lk, uslots, lk.groups().plan(self.device), rec)
         out = self.to_batch(self.slot_weight.index_select(0, lookup_slots), lk)  # [B, K, D]
         timer.mark("emb_fwd")
         return out
@@ -184,20 +240,40 @@ class ScratchPipeStore(EmbeddingStore):
         assert self._last is not None, "backward without forward"
         lk, uslots, inverse, rec = self._last
         self.optimizer.step(self.slot_weight, self.slot_state, uslots, lk.groups(), self.from_batch(grad, lk))
-        self.directory.release(rec.admission.slots)
-        self._counters = all_resident(lk.size, uslots.numel())
-        for adm, batch in self._admitted:  # booked at the step they happened in, as the simulator does
-            adm.book(self._counters, batch, self.row_bytes)
-        self._admitted = []
+        self._release(rec.admission.slots)
+        counters, admitted = all_resident(lk.size, uslots.numel()), self._admitting
+        self._admitting = []
+        if all(f.done() for f in admitted):
+            self._book(counters, admitted)
+            self._counters = counters
+        else:  # booked once the planner has made them (``settle_counters``)
+            self._counters = counters.as_dict()
+            self._late.append((self._counters, counters, admitted))
         self._last = None
         self._step += 1
         timer.mark("emb_update")
+
+    def _book(self, counters: Any, admitted: list[Future]) -> None:
+        """A step's admissions added to its counters: booked at the step they happened in, as the simulator does."""
+        for f in admitted:
+            a = f.result()
+            a.admission.book(counters, a.served, self.row_bytes)
+
+    def settle_counters(self) -> None:
+        """The steps whose admissions the planner had not made by their end: booked now."""
+        self._settle_planner()
+        for out, counters, admitted in self._late:
+            self._book(counters, admitted)
+            out.update(counters.as_dict())
+        self._late = []
+        super().settle_counters()
 
     # -- evaluation, export, shutdown -------------------------------------------------------------
 
     @torch.no_grad()
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
         """Resident rows from the scratchpad, the rest from the host; no holds, stamps or counters move."""
+        self._settle_planner()
         self.pipeline.drain()
         lk = self.plan(ids)
         slots = self.row_to_slot[lk.rows.numpy()]  # [L]
@@ -210,6 +286,7 @@ class ScratchPipeStore(EmbeddingStore):
 
     def export(self) -> torch.Tensor:
         """The host table with the resident rows overlaid, float32 [N, D] on the CPU."""
+        self._settle_planner()
         self.pipeline.drain()
         out = self.host_weight.clone()
         occupied = np.flatnonzero(self.slot_to_row >= 0)
@@ -221,6 +298,7 @@ class ScratchPipeStore(EmbeddingStore):
 
     def final_rows(self) -> torch.Tensor:
         """``export``'s rows without a second table: the resident rows written into the host table."""
+        self._settle_planner()
         self.pipeline.drain()
         occupied = np.flatnonzero(self.slot_to_row >= 0)
         if occupied.size:
@@ -231,6 +309,8 @@ class ScratchPipeStore(EmbeddingStore):
     def close(self) -> None:
         if self._closed:
             return
+        if self._planner is not None:
+            self._planner.shutdown(wait=True)
         self.pipeline.close()
         self._closed = True
 
@@ -242,5 +322,6 @@ class ScratchPipeStore(EmbeddingStore):
         (``side_timer``: CUDA events for the copies on a GPU, wall time on a CPU).
         """
         return {"capacity": self.capacity, "min_capacity": self.min_capacity, "window": self.window,
-                "side_timer": self.pipeline.side_timer, **self.pipeline.report()}
+                "side_timer": self.pipeline.side_timer, "planner": "thread" if self._planner else "training thread",
+                "plan_ms": sum(self._plan_ms), **self.pipeline.report()}
 

@@ -8,6 +8,7 @@ a GPU and on a CPU, and what ``side`` and ``waited`` hold: ``MovePipeline``.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -102,12 +103,21 @@ class MovePipeline:
         self.work: list[SideWork] = []
         self.waited: list[float] = []          # ms of the training path spent on side work
         self._wait_events: list[tuple[Any, Any]] = []
+        #: held while the staging's bookkeeping changes: ``submit`` may run on a planning thread (GPU)
+        self._lock = threading.Lock()
+        #: the stream the training thread's kernels run on: what a copy-out waits for
+        self._train_stream = self.rt.current_stream()
 
     # -- admission (training thread) --------------------------------------------------------------
 
     def submit(self, seq: int, step: int, victim_slots: np.ndarray, victim_rows: np.ndarray,
                new_slots: np.ndarray, missing: np.ndarray) -> None:
         """Start the movement of one admission: copy-out now, gather and scatter on the workers."""
+        with self._lock:
+            self._submit(seq, step, victim_slots, victim_rows, new_slots, missing)
+
+    def _submit(self, seq: int, step: int, victim_slots: np.ndarray, victim_rows: np.ndarray,
+                new_slots: np.ndarray, missing: np.ndarray) -> None:
         job = _Job(seq, SideWork(step), new_slots, torch.from_numpy(victim_rows))
         self.work.append(job.work)
         if victim_rows.size:
@@ -130,7 +140,7 @@ class MovePipeline:
             self.waited.append(job.work.copy_out)
             return
         rt = self.rt
-        ready = rt.recorded()
+        ready = rt.recorded(self._train_stream)  # the victims' last use is queued there (from any thread)
         ev = [rt.event(timing=True) for _ in range(2)]
         w = rt.empty_host(vs.numel(), self.slot_w.shape[1])
         s = rt.empty_host(vs.numel()) if self.with_state else None
@@ -212,8 +222,11 @@ class MovePipeline:
             before, after = self.rt.event(timing=True), self.rt.event(timing=True)
             before.record(self.rt.current_stream())
         t0 = time.perf_counter_ns()
-        while self._landing and self._landing[0].seq <= upto:
-            job = self._landing.popleft()
+        with self._lock:
+            jobs = []
+            while self._landing and self._landing[0].seq <= upto:
+                jobs.append(self._landing.popleft())
+        for job in jobs:
             w, s = job.gathered.result()
             if self.offloaded:
                 self.rt.current_stream().wait_event(job.keep[0][1])
@@ -230,8 +243,9 @@ class MovePipeline:
             self._wait_events.append((before, after))
         else:
             self.waited.append(_ms(t0))
-        self._retire(block=False)
-        self._resolve(block=False)
+        with self._lock:
+            self._retire(block=False)
+            self._resolve(block=False)
 
     def _retire(self, block: bool) -> None:
         """Forget staged write-backs whose scatter landed: later gathers read the host table again."""
@@ -262,15 +276,17 @@ class MovePipeline:
     def drain(self) -> None:
         """Every job landed and every write-back in the host table (export, evaluation, shutdown)."""
         self.land(float("inf"))
-        for job in self._staged.values():
-            job.scattered.result()
-        self._retire(block=True)
+        with self._lock:
+            for job in self._staged.values():
+                job.scattered.result()
+            self._retire(block=True)
 
     def close(self) -> None:
         self.drain()
         self._gatherer.shutdown(wait=True)
         self._scatterer.shutdown(wait=True)
-        self._resolve(block=True)
+        with self._lock:
+            self._resolve(block=True)
         for before, after in self._wait_events:
             self.rt.wait(after, "scratchpipe wait timing")
             self.waited.append(before.elapsed_time(after))
