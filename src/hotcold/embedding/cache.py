@@ -264,13 +264,15 @@ class CacheStore(EmbeddingStore):
         return self._slot_row[:used], self.cache_w[:used].to("cpu")
 
     def export(self) -> torch.Tensor:
+        rows, weights = self._resident()  # the last victims landed in the host table first
         out = self.host_w.clone()
-        out.index_copy_(0, *self._resident())
+        out.index_copy_(0, rows, weights)
         return out
 
     def final_rows(self) -> torch.Tensor:
         """``export``'s rows without a second table: the cached rows written into the host table."""
-        self.host_w.index_copy_(0, *self._resident())
+        rows, weights = self._resident()
+        self.host_w.index_copy_(0, rows, weights)
         return self.host_w
 
     def close(self) -> None:
