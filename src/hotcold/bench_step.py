@@ -174,8 +174,8 @@ STORE_PHASES = ("h2d", "emb_fwd", "d2h", "emb_update")
 def _host_only(cfg: StepBenchConfig, ds: Dataset, method: str) -> dict[str, Any]:
     """One run on ``meta`` with the pipeline off (each step prepared on the training thread, first thing).
 
-    The steps are timed by ``HostClock`` (the wall clock less meta's shape
-    computations and the clock's own cost), then one more step is counted by
+    The steps are timed by ``HostClock`` (the training thread's CPU time less
+    meta's shape computations and the clock's own cost), then one more step is counted by
     ``OpCount``. Per timed step: the preparation (the ``data`` phase), the
     store's phases, the torch calls that made device tensors, and the host's
     waits for the device by thread and reason.
