@@ -31,7 +31,23 @@ class DeviceGroups:
     order: torch.Tensor     # int64 [L] the lookups row by row, each row's in batch order
     uniq: torch.Tensor      # int64 [L] the distinct rows ascending, then ``trash``
     starts: torch.Tensor    # int64 [L] each group's first position in ``order``, then L
-    count: torch.Tensor     # int64 [] the number of groups (the trash row's included where the batch has padding)
+    group: torch.Tensor     # int64 [L] the group of each lookup in ``order``'s order
+
+    @property
+    def count(self) -> torch.Tensor:
+        """int64 []: the number of groups (the trash row's included where the batch has padding)."""
+        return self.group[-1] + 1
+
+
+_POSITIONS: dict[tuple[int, torch.device], torch.Tensor] = {}
+
+
+def _positions(n: int, device: torch.device) -> torch.Tensor:
+    """int64 [n]: 0 .. n - 1 on ``device``, made once (read only)."""
+    key = (n, device)
+    if key not in _POSITIONS:
+        _POSITIONS[key] = torch.arange(n, dtype=torch.int64, device=device)
+    return _POSITIONS[key]
 
 
 def group_on_device(rows: torch.Tensor, trash: int) -> DeviceGroups:
@@ -50,6 +66,5 @@ def group_on_device(rows: torch.Tensor, trash: int) -> DeviceGroups:
     group = torch.cumsum(first, 0).sub_(1)                               # [L] group of each sorted lookup
     slot = torch.where(first, group, n)                                  # [L] its group at a run's start, else n
     uniq = torch.full((n + 1,), trash, dtype=torch.int64, device=dev).scatter_(0, slot, ordered)[:n]
-    positions = torch.arange(n, dtype=torch.int64, device=dev)
-    starts = torch.full((n + 1,), n, dtype=torch.int64, device=dev).scatter_(0, slot, positions)[:n]
-    return DeviceGroups(rows, order, uniq, starts, group[-1] + 1)
+    starts = torch.full((n + 1,), n, dtype=torch.int64, device=dev).scatter_(0, slot, _positions(n, dev))[:n]
+    return DeviceGroups(rows, order, uniq, starts, group)

@@ -37,12 +37,13 @@ class DevicePlan:
 
     shape: tuple[int, int]    # (B, K)
     groups: DeviceGroups      # over the table's slots (``groups.rows``: each lookup's slot)
-    padding: torch.Tensor     # int64 [] lookups of the trash row
+    trash: int                # the trash slot: padding's
 
     def counts(self) -> torch.Tensor:
         """int64 [3]: the batch's lookups, distinct rows (the trash row apart) and padding lookups, on the device."""
-        lookups = self.groups.rows.numel() - self.padding
-        return torch.stack([lookups, self.groups.count - (self.padding > 0).long(), self.padding])
+        padding = (self.groups.rows == self.trash).sum()
+        lookups = self.groups.rows.numel() - padding
+        return torch.stack([lookups, self.groups.count - (padding > 0).long(), padding])
 
 
 class DeviceTable:
@@ -77,9 +78,8 @@ class DeviceTable:
         # every row of a hot batch is hot: its slot is its place among the hot rows (N's is R, the trash)
         slots = rows if self.hot_rows is None else torch.searchsorted(self.hot_rows, rows)
         groups = group_on_device(slots, self.trash)
-        padding = (rows == self.num_rows).sum()
-        keep_alive(*vars(groups).values(), padding)
-        return DevicePlan(tuple(batch_rows.shape), groups, padding)
+        keep_alive(*vars(groups).values())
+        return DevicePlan(tuple(batch_rows.shape), groups, self.trash)
 
     def lookup(self, plan: DevicePlan) -> torch.Tensor:
         """The batch's rows [B, K, D] (zeros at padding)."""
