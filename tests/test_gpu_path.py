@@ -37,6 +37,24 @@ def test_the_gpu_path_trains_the_host_paths_bits(request, data, method):
     assert gpu.counters == host.counters
 
 
+@pytest.mark.parametrize("method", ["device", "lru", "lfu", "freqcache", "belady"])
+def test_a_gpu_step_never_waits_for_the_device(small_dataset, method):
+    """On meta (a GPU's step without its values) every step runs, the pipeline ahead: no read of device values
+    (which fails there) and no wait for the device on any thread (``accel.waits``)."""
+    from hotcold.train import Trainer
+
+    cfg = run_cfg(method, "adagrad", steps=30, pipeline="on")  # the caches evict: the host path waits 11 times
+    trainer = Trainer(cfg, small_dataset, torch.device("meta"), progress=False)
+    before = accel.waits()
+    try:
+        for i in range(cfg.train.steps):
+            trainer.step(i)
+    finally:
+        trainer.close()
+    assert accel.waits_since(before) == {}
+    assert trainer.store.report().get("directory", "device") == "device"
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: CUDA's sync debug mode")
 @pytest.mark.parametrize("method", ["device", "lru", "lfu", "freqcache"])
 def test_timed_steps_on_a_gpu_never_synchronise(small_dataset, method):
