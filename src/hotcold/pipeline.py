@@ -12,10 +12,9 @@ way, each from the same state, so the same bits come out (tested): what a
 store may do ahead is its ``plan_step`` (``hotcold.embedding.base``).
 
 On a GPU (an offloaded runtime) a step's dense features, global rows and
-labels cross in one copy, packed into one pinned buffer
-(``hotcold.data.packed``; the loader's readers pack them, else the worker
-does); the padding mask is made on the device, and the store plans from the
-rows there (``EmbeddingStore.prepare``).
+labels cross in one copy, packed into one pinned buffer by the loader's
+readers (``hotcold.data.packed``); the padding mask is made on the device,
+and the store plans from the rows there (``EmbeddingStore.prepare``).
 
 Each step's preparation is timed on the thread that did it (``prepared_ms``)
 and the training thread's wait for it (``waited_ms``); ``hidden`` is the
@@ -33,7 +32,7 @@ import torch
 
 from hotcold.accel import runtime
 from hotcold.data.loader import Batch
-from hotcold.data.packed import PackedBuffers, global_rows, views, words
+from hotcold.data.packed import views
 from hotcold.embedding.base import EmbeddingStore
 from hotcold.embedding.rows import copying_on, keep_alive, ship
 
@@ -64,14 +63,12 @@ class StepPipeline:
     """Hands out ``steps`` prepared steps of ``batches``; with ``ahead``, prepares the next while one trains."""
 
     def __init__(self, batches: Iterator[Batch], steps: int, store: EmbeddingStore, device: torch.device,
-                 ahead: bool, buffers: PackedBuffers | None = None) -> None:
-        """``buffers``: the pool of packed batches (the loader's, where it packs them)."""
+                 ahead: bool) -> None:
         self._batches, self._left = batches, steps
         self.store, self.device, self.ahead = store, device, ahead
         self.rt = runtime(device)
         self._offloaded = self.rt.offloaded
         self._copy = self.rt.stream() if self._offloaded else None
-        self._buffers = buffers or PackedBuffers(self.rt)
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="hotcold-plan") if ahead else None
         self._next: Future | None = None
         self._holding: list[torch.Tensor] = []  # CUDA: the last handed-out step's copies
@@ -86,8 +83,9 @@ class StepPipeline:
             if self.store.plans_ahead:
                 self.store.prepare(batch.ids, batch.upcoming)
             return Step(batch, batch.dense, batch.ids >= 0, batch.labels, (time.perf_counter_ns() - t0) / 1e6)
-        (b, f), k = batch.dense.shape, batch.ids.shape[1]
-        packed = batch.packed if batch.packed is not None else self._pack(batch)
+        if batch.packed is None:
+            raise RuntimeError("on a GPU the step pipeline takes packed batches (BatchLoader with buffers)")
+        (b, f), k, packed = batch.dense.shape, batch.ids.shape[1], batch.packed
         with copying_on(self.rt, self._copy) as shipped:
             # the copy, also where the device is the host's memory (the buffer goes back to the pool)
             dev = ship(packed, self.device) if self.rt.cuda else packed.to(self.device, copy=True)
@@ -97,18 +95,8 @@ class StepPipeline:
             if self.store.plans_ahead:
                 self.store.prepare(batch.ids, batch.upcoming, rows)
             ready = self.rt.recorded(self._copy)
-        self._buffers.give_back(packed, ready)
+        batch.buffers.give_back(packed, ready)
         return Step(batch, dense, valid, labels, (time.perf_counter_ns() - t0) / 1e6, ready, shipped)
-
-    def _pack(self, batch: Batch) -> torch.Tensor:
-        """The batch packed here (the loader did not): into a buffer of the pool."""
-        (b, f), k = batch.dense.shape, batch.ids.shape[1]
-        packed = self._buffers.take(words(b, f, k))
-        dense, rows, labels = views(packed, b, f, k)
-        dense.copy_(batch.dense)
-        rows.numpy()[:] = global_rows(batch.ids.numpy(), self.store.column_offsets.numpy(), self.store.spec.num_rows)
-        labels.copy_(batch.labels)
-        return packed
 
     def next(self) -> Step:
         """The next step, prepared (waiting for it where needed); with ``ahead``, the one after starts preparing."""

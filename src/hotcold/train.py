@@ -252,7 +252,7 @@ class Trainer:
         buffers = PackedBuffers(rt) if rt.offloaded else None  # the readers pack each batch for one copy
         loader = train_loader(cfg, ds, self.store.lookahead, rows=self.rows, part=(world.rank, world.size),
                               readers=READERS if ahead or rt.offloaded else 0, buffers=buffers)  # this rank's slice
-        self.pipeline = StepPipeline(iter(loader), cfg.train.steps, self.store, device, ahead, buffers)
+        self.pipeline = StepPipeline(iter(loader), cfg.train.steps, self.store, device, ahead)
         self.guard = DivergenceGuard(cfg, world)
         self.counters: list[tuple[int, dict[str, int]]] = []
 

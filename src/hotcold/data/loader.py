@@ -136,11 +136,12 @@ class BatchLoader:
         self.lookahead = lookahead
         self.readers = readers
         self.buffers = buffers
+        self._offsets, self._num_rows = ds.column_offsets, int(sum(ds.cardinalities))  # what packing needs
 
     def _read(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
         idx = rows + self.start
         if self.buffers is not None:
-            packed, dense, ids, labels = pack(self.ds, idx, self.buffers)
+            packed, dense, ids, labels = pack(self.ds, idx, self.buffers, self._offsets, self._num_rows)
             return dense, ids, labels, packed
         dense = torch.from_numpy(np.asarray(self.ds.dense[idx]))
         ids = torch.from_numpy(self.ds.batch_ids(idx))

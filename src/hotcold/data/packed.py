@@ -92,15 +92,15 @@ def global_rows(ids: np.ndarray, offsets: np.ndarray, num_rows: int) -> np.ndarr
     return np.where(ids >= 0, ids + offsets, num_rows)
 
 
-def pack(ds: Any, samples: np.ndarray, buffers: PackedBuffers
+def pack(ds: Any, samples: np.ndarray, buffers: PackedBuffers, offsets: np.ndarray, n: int
          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The samples of ``ds`` packed into a buffer of ``buffers``: (packed, dense, ids int64, labels).
 
+    ``offsets`` [K]: ``ds.column_offsets``; ``n``: its number of rows.
     ``dense`` and ``labels`` are views of the packed buffer; ``ids`` [B, K]
     int64 is the host's own copy, for the stores that plan on the host.
     """
     b, f = samples.size, ds.dense.shape[1]
-    offsets, n = ds.column_offsets, int(sum(ds.cardinalities))
     if ds.sequence:
         ids = ds.batch_ids(samples)
         packed = buffers.take(words(b, f, ids.shape[1]))

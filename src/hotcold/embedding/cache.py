@@ -28,7 +28,7 @@ from hotcold.embedding.cache_device import CachePlanOnDevice, DeviceCache
 from hotcold.embedding.on_device import device_rows_of
 from hotcold.embedding.store_options import CacheOptions, FreqCacheOptions
 from hotcold.embedding.rows import Lookup, init_table, ship
-from hotcold.trace.policies import Access, CacheDirectory, Policy, cache_policy
+from hotcold.trace.policies import Access, CacheDirectory, Policy, cache_policy, cache_step_counters
 
 @dataclass
 class _CachePlan:
@@ -236,7 +236,7 @@ class CacheStore(EmbeddingStore):
         if counts[-1]:
             raise InfeasibleError(f"cache of {self.capacity} rows is too small: a batch had more distinct rows than "
                                   "that, all of which must be resident (found by the directory on the device)")
-        return DeviceCache.counters(self.row_bytes, *counts)
+        return cache_step_counters(*counts[:-1], self.row_bytes)
 
     @torch.no_grad()
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import torch
 
 from hotcold.accel import Runtime
-from hotcold.counters import StepCounters
 from hotcold.embedding.device_directory import DeviceAccess, DeviceDirectory
 from hotcold.embedding.grouping import DeviceGroups, group_on_device
 from hotcold.embedding.rows import bag_sums, keep_alive
@@ -85,14 +84,6 @@ class DeviceCache:
         sums = bag_sums(g.order, g.starts, grad.reshape(-1, self.weight.shape[1]))
         self.optimizer.apply(self.weight, self.state, plan.access.slots, sums)
         self.weight[self.capacity].zero_()
-
-    @staticmethod
-    def counters(row_bytes: int, lookups: int, unique: int, hits: int, unique_hits: int, evictions: int,
-                 overflow: int) -> StepCounters:
-        """A step's counters from ``DeviceAccess.counts`` (``Access.counters``' fields)."""
-        c = StepCounters(lookups=lookups, unique_rows=unique, hits=hits, misses=lookups - hits,
-                         unique_hits=unique_hits, unique_misses=unique - unique_hits, evictions=evictions)
-        return c.set_param_traffic(unique - unique_hits, evictions, row_bytes)
 
     def resident(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The occupied slots' rows [U] and the slots' weights [U, D], on the host (after training)."""

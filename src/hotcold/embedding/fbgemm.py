@@ -20,6 +20,7 @@ from hotcold.config import ConfigError, InfeasibleError, is_real
 from hotcold.counters import StepCounters, all_resident, row_bytes
 from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
 from hotcold.embedding.rows import Lookup, init_table, ship
+from hotcold.embedding.settle import PendingCounts
 from hotcold.embedding.store_options import CACHES, FbgemmOptions, managed_cache_infeasible
 
 INSTALL_HINT = "pip install -e .[peers]"
@@ -367,7 +368,7 @@ class CacheCounts:
         self.device, self.row_bytes = device, row_bytes
         self._rows: torch.Tensor | None = None
         self._before: list[torch.Tensor] = []
-        self._pending: list[tuple[dict[str, Any], int, int, torch.Tensor]] = []
+        self._pending = PendingCounts()
 
     def before(self, lk: Lookup) -> None:
         """The batch's unique rows against the cache before FBGEMM fills it (device tensors, no sync)."""
@@ -382,20 +383,15 @@ class CacheCounts:
         assert self._rows is not None, "after() without before()"
         probe = torch.stack([t.to(torch.int64) for t in
                              (*self._before, (~self._resident(self._rows)).sum(), self._occupied())])
-        out: dict[str, Any] = {name: None for name in StepCounters().as_dict()}
+        out = self._pending.add(probe, lambda *counted: cache_counters(lookups, unique, dict(zip(PROBED, counted)),
+                                                                       self.row_bytes))
         out.update(lookups=lookups, unique_rows=unique)
-        self._pending.append((out, lookups, unique, probe))
         self._rows, self._before = None, []
         return out
 
     def settle(self) -> None:
         """Fill every pending step's counters from its device-side counts, read in one transfer."""
-        if not self._pending:
-            return
-        values = torch.stack([p[3] for p in self._pending]).cpu().tolist()
-        for (out, lookups, unique, _), counted in zip(self._pending, values):
-            out.update(cache_counters(lookups, unique, dict(zip(PROBED, counted)), self.row_bytes).as_dict())
-        self._pending = []
+        self._pending.settle()
 
 
 def cache_counters(lookups: int, unique: int, p: dict[str, int], row_bytes: int) -> StepCounters:

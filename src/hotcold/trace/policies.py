@@ -146,12 +146,16 @@ class Access:
 
     def counters(self, row_bytes: int) -> StepCounters:
         """The step's counters; a parameter row (weights + state) is ``row_bytes``."""
-        lookups, hits = int(self.counts.sum()), int(self.counts[self.hit].sum())
-        u, uh = int(self.rows.size), int(self.hit.sum())
-        e = int(self.victim_rows.size)
-        c = StepCounters(lookups=lookups, unique_rows=u, hits=hits, misses=lookups - hits,
-                         unique_hits=uh, unique_misses=u - uh, evictions=e)
-        return c.set_param_traffic(u - uh, e, row_bytes)
+        return cache_step_counters(int(self.counts.sum()), int(self.rows.size), int(self.counts[self.hit].sum()),
+                                   int(self.hit.sum()), int(self.victim_rows.size), row_bytes)
+
+
+def cache_step_counters(lookups: int, unique: int, hits: int, unique_hits: int, evictions: int,
+                        row_bytes: int) -> StepCounters:
+    """A demand cache's step: every miss fetched, every victim written back (rows of ``row_bytes``)."""
+    c = StepCounters(lookups=lookups, unique_rows=unique, hits=hits, misses=lookups - hits,
+                     unique_hits=unique_hits, unique_misses=unique - unique_hits, evictions=evictions)
+    return c.set_param_traffic(unique - unique_hits, evictions, row_bytes)
 
 
 class CacheDirectory:
