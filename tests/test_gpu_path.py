@@ -55,6 +55,24 @@ def test_a_gpu_step_never_waits_for_the_device(small_dataset, method):
     assert trainer.store.report().get("directory", "device") == "device"
 
 
+def test_scratchpipe_waits_only_on_its_movers(small_dataset):
+    """ScratchPipe on meta, the pipeline ahead: its planner plans and admits, its movers wait for their copies
+    out of the scratchpad; the training thread and the step pipeline's worker never wait for the device."""
+    from hotcold.train import Trainer
+
+    cfg = run_cfg("scratchpipe", "adagrad", steps=30, pipeline="on")
+    trainer = Trainer(cfg, small_dataset, torch.device("meta"), progress=False)
+    before = accel.waits()
+    try:
+        for i in range(cfg.train.steps):
+            trainer.step(i)
+        waited, report = accel.waits_since(before), trainer.store.report()
+    finally:
+        trainer.close()
+    assert waited and all(thread.startswith("scratchpipe-") for thread, _ in waited), waited
+    assert report["planner"] == "thread"
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: CUDA's sync debug mode")
 @pytest.mark.parametrize("method", ["device", "lru", "lfu", "freqcache"])
 def test_timed_steps_on_a_gpu_never_synchronise(small_dataset, method):

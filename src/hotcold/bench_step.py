@@ -25,6 +25,8 @@ What it prints and how to read it: docs/benchmarks.md.
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -171,6 +173,30 @@ def bench_method(cfg: StepBenchConfig, ds: Dataset, method: str) -> dict[str, An
 STORE_PHASES = ("h2d", "emb_fwd", "d2h", "emb_update")
 
 
+#: the reader threads' name (``loader.ReadAhead``): their time is the batch read's, shown apart from a store's
+READER = "hotcold-read"
+
+
+def _side_cpu_ns(since: dict[int, tuple[str, int]] | None = None) -> Any:
+    """The CPU time of every other live thread (the readers, a store's side threads) by ident: (name, ns); with
+    ``since``, the time each spent since then, summed by name less its number (a thread new since then from 0; one
+    ended meanwhile is left out: its last part is lost)."""
+    now: dict[int, tuple[str, int]] = {}
+    for t in threading.enumerate():
+        if t.ident is None or t.ident == threading.get_ident():
+            continue
+        try:
+            now[t.ident] = (t.name.rsplit("_", 1)[0], time.clock_gettime_ns(time.pthread_getcpuclockid(t.ident)))
+        except (OSError, AttributeError):  # ended meanwhile, or no per-thread clock on this platform
+            continue
+    if since is None:
+        return now
+    out: dict[str, int] = {}
+    for ident, (name, ns) in now.items():
+        out[name] = out.get(name, 0) + ns - since.get(ident, (name, 0))[1]
+    return out
+
+
 def _host_only(cfg: StepBenchConfig, ds: Dataset, method: str) -> dict[str, Any]:
     """One run on ``meta`` with the pipeline off (each step prepared on the training thread, first thing).
 
@@ -186,15 +212,18 @@ def _host_only(cfg: StepBenchConfig, ds: Dataset, method: str) -> dict[str, Any]
     run = dataclasses.replace(cfg, steps=cfg.steps + 1).run_config(method, "off", "off")
     trainer = Trainer(run, ds, torch.device("meta"), progress=False)
     waits: dict[str, int] = {}
+    side: dict[str, int] = {}
     try:
         with HostClock() as host:
             trainer.timer = PhaseTimer("cpu", warmup=cfg.warmup, window=run.timing.window, clock=host.clock)
             for i in range(cfg.warmup + cfg.steps):
                 if i == cfg.warmup:
                     calls = host.device_calls
-                before = accel.waits()
+                before, threads = accel.waits(), _side_cpu_ns()
                 trainer.step(i)
                 if i >= cfg.warmup:
+                    for name, ns in _side_cpu_ns(since=threads).items():
+                        side[name] = side.get(name, 0) + ns
                     for (thread, reason), n in accel.waits_since(before).items():
                         key = f"{'training' if thread == 'MainThread' else thread.rsplit('_', 1)[0]}: {reason}"
                         waits[key] = waits.get(key, 0) + n
@@ -211,6 +240,7 @@ def _host_only(cfg: StepBenchConfig, ds: Dataset, method: str) -> dict[str, Any]
 
     return {"prepare_ms": median(("data",)), "store_ms": median(STORE_PHASES),
             "device_calls": calls / cfg.steps, "waits": {k: n / cfg.steps for k, n in sorted(waits.items())},
+            "side_ms": {k: ns / 1e6 / cfg.steps for k, ns in sorted(side.items()) if ns},
             "ops": counted.total, "op_counts": dict(counted.ops.most_common())}
 
 
@@ -222,6 +252,7 @@ def bench_host(cfg: StepBenchConfig, ds: Dataset, method: str) -> dict[str, Any]
             "prepare_ms": float(np.median([r["prepare_ms"] for r in runs])),
             "store_ms": float(np.median([r["store_ms"] for r in runs])),
             "device_calls": first["device_calls"],
+            "side_ms": {k: float(np.median([r["side_ms"].get(k, 0.0) for r in runs])) for k in first["side_ms"]},
             "waits_per_step": first["waits"], "ops": first["ops"], "op_counts": first["op_counts"]}
 
 
@@ -250,16 +281,20 @@ def render_host(result: dict[str, Any]) -> str:
     lines = [f"the host's work of a GPU step (device side on meta): {cfg['tables']} tables, {cfg['rows']} rows, "
              f"DLRM Kaggle MLPs, batch {cfg['batch']}, {cfg['threads']} thread(s); median of {cfg['repeats']} runs "
              f"x {cfg['steps']} timed steps after {cfg['warmup']}",
-             f"{'method':<12}{'prepare ms':>11}{'store ms':>9}{'calls':>7}{'ops':>6}{'waits':>7}  where"]
+             f"{'method':<12}{'prepare ms':>11}{'store ms':>9}{'side ms':>8}{'read ms':>8}{'calls':>7}{'ops':>6}"
+             f"{'waits':>7}  where"]
     for m in result["methods"]:
-        waits = m["waits_per_step"]
-        where = ", ".join(f"{k} {n:.2g}" for k, n in waits.items()) or "-"
-        lines.append(f"{m['method']:<12}{m['prepare_ms']:>11.3f}{m['store_ms']:>9.3f}{m['device_calls']:>7.0f}"
-                     f"{m['ops']:>6}{sum(waits.values()):>7.2g}  {where}")
+        waits, side = m["waits_per_step"], dict(m.get("side_ms", {}))
+        read = side.pop(READER, 0.0)
+        where = ", ".join([*(f"{k} {n:.2g}" for k, n in waits.items()), *(f"{k} {ms:.2f} ms" for k, ms in side.items())])
+        lines.append(f"{m['method']:<12}{m['prepare_ms']:>11.3f}{m['store_ms']:>9.3f}{sum(side.values()):>8.3f}"
+                     f"{read:>8.3f}{m['device_calls']:>7.0f}{m['ops']:>6}{sum(waits.values()):>7.2g}  {where or '-'}")
     lines += ["prepare ms: the host's preparation of a step (read, plan, copies; on a GPU the step pipeline's "
               "worker does it while the step before trains); store ms: the store's own phases on the training "
               "thread (h2d, emb_fwd, d2h, emb_update), the dense step apart; both in the training thread's CPU "
-              "time less the time meta spends computing shapes (a GPU launches those operations instead)",
+              "time less the time meta spends computing shapes (a GPU launches those operations instead); side "
+              "ms: the CPU time of the store's own threads (a planner, movers) a step, meta's shape computations "
+              "included, by thread under where; read ms: the reader threads' (the batch read, packing)",
               "calls: torch calls a step makes on the device (preparation and dense step included: each a launch "
               "or more on a GPU); ops: aten operations of one step, views apart; waits: the host's "
               "waits for the device a timed step makes, by thread and reason (a read of device values on the host "

@@ -20,11 +20,13 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from hotcold.accel import runtime
 from hotcold.config import InfeasibleError
 from hotcold.counters import all_resident, row_bytes
 from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
+from hotcold.embedding.on_device import DevicePlan, DeviceTable
 from hotcold.embedding.store_options import ScratchPipeOptions
-from hotcold.embedding.rows import Lookup, init_table, ship
+from hotcold.embedding.rows import Lookup, copying_on, init_table, ship
 from hotcold.embedding.scratchpipe_pipeline import MovePipeline
 from hotcold.trace.scratchpad import Admission, ScratchpadDirectory, working_set_peak
 
@@ -37,8 +39,8 @@ class _Admitted:
     lookup: Lookup
     admission: Admission
     served: int          # the batch it serves (its step)
-    #: its distinct rows' slots [U] and each lookup's slot [L] on the device, and (GPU) an event after their copy
-    slots: tuple[torch.Tensor, torch.Tensor, Any] | None = None
+    #: (GPU) its lookups' slots grouped on the device, the tensors made for it and the event after them
+    slots: tuple[DevicePlan, list[torch.Tensor], Any] | None = None
 
     @property
     def seq(self) -> int:
@@ -64,9 +66,13 @@ class ScratchPipeStore(EmbeddingStore):
     thread's order, so counters and results are deterministic: on a CPU
     trainer on the training thread; on a GPU (an offloaded runtime) by a
     planning thread of its own, as the paper's pipeline plans (admissions
-    and releases run there in the order the training thread asks for them;
-    a forward waits only for its own batch's admission, made W steps before,
-    and for the event after its rows' copies).
+    and releases run there in the order the training thread asks for them).
+    There the planner also plans the batch: its distinct rows on the host
+    (admission needs them), each lookup's slot shipped, and the lookups
+    grouped by slot on the device on the movers' stream (``DeviceTable``
+    over the scratchpad, with a trash slot for padding). A forward waits
+    only for its own batch's admission, made W steps before, and for the
+    event after its plan; the step pipeline's worker does nothing for it.
 
     Options: ``window`` W (batches of look-ahead, default 2), and the
     scratchpad size as ``scratchpad_rows`` or ``scratchpad_ratio`` (fraction
@@ -107,8 +113,13 @@ class ScratchPipeStore(EmbeddingStore):
                 f"or scratchpad_ratio >= {math.ceil(m / n * 1e6) / 1e6:g}"
             )
         c = self.capacity
-        self.slot_weight = torch.zeros(c, spec.dim, dtype=torch.float32, device=self.device)  # [C, D]
-        self.slot_state = self.optimizer.init_state(c, self.device)                            # [C]
+        offloaded = runtime(self.device).offloaded
+        trash = 1 if offloaded else 0  # the device table's trash slot (C), for padding
+        weight = torch.zeros(c + trash, spec.dim, dtype=torch.float32, device=self.device)
+        state = self.optimizer.init_state(c + trash, self.device)
+        self.slot_weight, self.slot_state = weight[:c], state[:c]  # [C, D], [C]
+        #: (GPU) the scratchpad as a device table: each batch planned, looked up and updated on the device
+        self._table = DeviceTable(weight, state, self.optimizer, self.column_offsets, c) if offloaded else None
         self.directory = ScratchpadDirectory(n, c)
         self.row_to_slot = self.directory.row_to_slot       # [N] slot of each resident row, -1 if none
         self.slot_to_row = self.directory.slot_to_row       # [C] row in each slot, -1 if free
@@ -119,8 +130,7 @@ class ScratchPipeStore(EmbeddingStore):
         self.pipeline = MovePipeline((self.host_weight, self.host_state), (self.slot_weight, self.slot_state),
                                      self._has_state, self.device)
         #: the planning stage on a GPU: admissions and releases, in order, off the training thread
-        self._planner = ThreadPoolExecutor(1, thread_name_prefix="scratchpipe-plan") if self.pipeline.offloaded \
-            else None
+        self._planner = ThreadPoolExecutor(1, thread_name_prefix="scratchpipe-plan") if offloaded else None
         self._admitting: list[Future] = []                   # this step's admissions
         self._late: list[tuple[dict[str, int], Any, list[Future]]] = []  # steps whose admissions were not done
         self._plan_ms: list[float] = []                      # each admission's wall time on its thread
@@ -147,7 +157,9 @@ class ScratchPipeStore(EmbeddingStore):
                 device_rows: torch.Tensor | None = None) -> None:
         """Plan the batches admission has not seen, a step ahead: the newest of ``upcoming`` (at the first step,
         this batch and all of them). Admission itself stays in ``prefetch``: it waits for the step before, whose
-        holds are released when it has trained."""
+        holds are released when it has trained. On a GPU the planner plans each batch as it admits it."""
+        if self._planner is not None:
+            return
         batches = [ids, *upcoming]  # batches calls .. calls + len(upcoming)
         for b in batches[max(0, self._known - self._calls):]:
             self._ahead[id(b)] = (b, self._plan_rows(b))
@@ -176,23 +188,31 @@ class ScratchPipeStore(EmbeddingStore):
         """Hold the rows of a batch, give its missing rows slots and queue their movement."""
         t0 = time.perf_counter_ns()
         got = self._ahead.pop(id(ids), None)
-        lk = got[1] if got is not None and got[0] is ids else self._plan_rows(ids)
+        if got is not None and got[0] is ids:
+            lk = got[1]
+        else:  # on a GPU the device part of the plan is ``_plan_slots``'s
+            lk = self.plan(ids) if self._table is not None else self._plan_rows(ids)
         uniq, _, _ = lk.unique()
         adm = self.directory.admit(uniq.numpy())
         if adm.missing.size:
             self.pipeline.submit(adm.seq, step, adm.victim_slots, adm.victim_rows, adm.new_slots, adm.missing)
-        slots = self._ship_slots(lk, adm) if self._planner is not None else None
+        slots = self._plan_slots(lk, adm) if self._table is not None else None
         self._plan_ms.append((time.perf_counter_ns() - t0) / 1e6)
         return _Admitted(ids, lk, adm, served, slots)
 
-    def _ship_slots(self, lk: Lookup, adm: Admission) -> tuple[torch.Tensor, torch.Tensor, Any]:
-        """The batch's slots on the device: of each distinct row [U] and each lookup [L], copied on the movers'
-        stream, with the event after the copies."""
-        uslots = torch.from_numpy(adm.slots)  # [U]
+    def _plan_slots(self, lk: Lookup, adm: Admission) -> tuple[DevicePlan, list[torch.Tensor], Any]:
+        """The batch's lookups as slots [B, K] (the trash slot at padding), shipped and grouped on the device on
+        the movers' stream: the plan, the tensors made for it and the event after them."""
+        b, k = lk.shape
+        per_lookup = torch.from_numpy(adm.slots).index_select(0, lk.unique()[1])  # [L]
+        if lk.positions is None:
+            slots = per_lookup
+        else:
+            slots = torch.full((b * k,), self.capacity, dtype=torch.int64).index_copy_(0, lk.positions, per_lookup)
         rt = self.pipeline.rt
-        with rt.on(self.pipeline.side):
-            got = (ship(uslots, self.device), ship(uslots.index_select(0, lk.unique()[1]), self.device))
-            return (*got, rt.recorded(self.pipeline.side))
+        with copying_on(rt, self.pipeline.side) as made:
+            plan = self._table.plan(ship(slots, self.device).view(b, k))
+        return plan, made, rt.recorded(self.pipeline.side)
 
     def _release(self, slots: Any) -> None:
         """A batch has trained: its holds go, after every admission asked for before (on the planner, if any)."""
@@ -220,28 +240,32 @@ class ScratchPipeStore(EmbeddingStore):
         self.pipeline.land(rec.seq)
         timer.mark("h2d")
         lk = rec.lookup
-        if rec.slots is not None:  # shipped by the planning thread, on the movers' stream
-            uslots, lookup_slots, copied = rec.slots
+        if rec.slots is not None:  # planned by the planning thread, on the movers' stream
+            plan, made, planned = rec.slots
             stream = self.pipeline.rt.current_stream()
-            stream.wait_event(copied)
-            for t in (uslots, lookup_slots):
-                if t.is_cuda:  # their memory is not reused before this stream has read them
-                    t.record_stream(stream)
+            stream.wait_event(planned)
+            for t in made:  # their memory is not reused before this stream has read them
+                t.record_stream(stream)
+            self._last = (plan, rec)
+            out = self._table.lookup(plan)  # [B, K, D]
         else:
             uslots = torch.from_numpy(rec.admission.slots)  # [U] slot of each unique row
             lookup_slots = ship(uslots.index_select(0, lk.unique()[1]), self.device)  # [L]
-            uslots = ship(uslots, self.device)
-        self._last = (lk, uslots, lk.groups().plan(self.device), rec)
-        out = self.to_batch(self.slot_weight.index_select(0, lookup_slots), lk)  # [B, K, D]
+            self._last = (ship(uslots, self.device), rec)
+            out = self.to_batch(self.slot_weight.index_select(0, lookup_slots), lk)  # [B, K, D]
         timer.mark("emb_fwd")
         return out
 
     def backward(self, grad: torch.Tensor, timer: Marker) -> None:
         assert self._last is not None, "backward without forward"
-        lk, uslots, inverse, rec = self._last
-        self.optimizer.step(self.slot_weight, self.slot_state, uslots, lk.groups(), self.from_batch(grad, lk))
+        plan, rec = self._last
+        lk = rec.lookup
+        if isinstance(plan, DevicePlan):
+            self._table.update(plan, grad)
+        else:
+            self.optimizer.step(self.slot_weight, self.slot_state, plan, lk.groups(), self.from_batch(grad, lk))
         self._release(rec.admission.slots)
-        counters, admitted = all_resident(lk.size, uslots.numel()), self._admitting
+        counters, admitted = all_resident(lk.size, rec.admission.slots.size), self._admitting
         self._admitting = []
         if all(f.done() for f in admitted):
             self._book(counters, admitted)
