@@ -46,8 +46,12 @@ $(STAMP): envs/requirements.txt envs/peers.txt envs/peers-cuda.txt envs/peers-no
 	touch $(STAMP)
 
 RESUME := $(BIN)/python -m hotcold resume
+# A config file of one's own is checked first (its YAML line, the setting and what is allowed, in one line):
+# Snakemake reads it before the workflow and names neither the file nor the line.
+CHECK_CONFIG := $(if $(CONFIG),$(BIN)/python -m hotcold check-config $(CONFIG),@true)
 
 reproduce: $(STAMP)
+	$(CHECK_CONFIG)
 	$(RESUME)
 	$(SNAKEMAKE)
 	@echo
@@ -57,11 +61,13 @@ reproduce: $(STAMP)
 	@echo
 	@cat results/tables/infeasible.md
 
-# Redraws from the runs there (no training rule allowed): a run's missing files stop it with one line naming them.
+# Redraws every table and figure from the runs, simulations, profiles and calibration there (only the rules that
+# draw are allowed, each forced): a run's missing files stop it with one line naming them.
+DRAWING_RULES := aggregate cache_sim dataset_stats scaleout_tables costmodel_validation claims figures hit_rate_curves
 figures: $(STAMP)
+	$(CHECK_CONFIG)
 	$(RESUME)
-	HOTCOLD_TABLES_ONLY=1 $(SNAKEMAKE) --allowed-rules aggregate cache_sim dataset_stats scaleout_tables figures claims \
-		--forcerun aggregate cache_sim dataset_stats scaleout_tables claims -- figures claims results/tables/dataset_stats.csv
+	HOTCOLD_TABLES_ONLY=1 $(SNAKEMAKE) --allowed-rules $(DRAWING_RULES) all --forcerun $(DRAWING_RULES) -- all
 
 # After `make reproduce` (with the same CONFIG): every table and figure, with its caption, in one HTML file.
 report: $(STAMP)

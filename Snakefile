@@ -2,9 +2,16 @@
 # profile and simulate it (caches, sharding plans), train every (dataset, method,
 # variant, seed), scale-out methods at every configured scale, then aggregate the
 # records into tables and figures. See README.md.
+import sys
 from pathlib import Path
 
+import yaml
+
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
+
+from hotcold.workflow_schema import schema_error
+from hotcold.workflow_targets import CommandLine, misread_configfiles
 
 min_version("9.0")
 
@@ -12,7 +19,20 @@ min_version("9.0")
 configfile: Path(workflow.basedir, "workflows/config/default.yaml")
 
 
-validate(config, Path(workflow.basedir, "workflows/schemas/config.schema.yaml"))
+# What the command line asks for (hotcold.workflow_targets): a target that --configfile took as a config file
+# is named here, before the config it spoiled is validated.
+COMMAND_LINE = CommandLine.parse(sys.argv[1:])
+if misread_configfiles(COMMAND_LINE):
+    raise WorkflowError(misread_configfiles(COMMAND_LINE))
+
+SCHEMA = Path(workflow.basedir, "workflows/schemas/config.schema.yaml")
+try:
+    validate(config, SCHEMA)
+except WorkflowError as e:  # one line naming the setting (hotcold.workflow_schema), not the whole schema
+    line = schema_error(e, yaml.safe_load(SCHEMA.read_text()))
+    if line is None:
+        raise
+    raise WorkflowError(line) from None
 
 
 report: "workflows/report/workflow.rst"

@@ -21,7 +21,7 @@ from hotcold.data.format import Dataset
 
 VERBS = ("generate", "download", "preprocess", "profile", "dataset-stats", "train", "train-group", "infeasible", "simulate",
          "shard-sim", "torchrec-peer", "scaleout-tables", "cache-sim", "aggregate", "figures", "claims", "calibrate",
-         "costmodel-validation", "bench", "hit-rate-curves", "resume", "gpu-check")
+         "costmodel-validation", "bench", "hit-rate-curves", "check-config", "resume", "gpu-check")
 
 
 def test_every_verb_is_listed(capsys: pytest.CaptureFixture[str]) -> None:

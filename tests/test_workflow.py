@@ -118,17 +118,17 @@ def test_lint_is_clean(tmp_path: Path) -> None:
     [
         ("trian:\n  steps: 3\n", "'trian' was unexpected"),
         ("train:\n  stesp: 3\n", "'stesp' was unexpected"),
-        ("train:\n  steps: three\n", "['train']['steps']"),
-        ("timing:\n  device: gpu\n", "['timing']['device']"),
+        ("train:\n  steps: three\n", "train.steps: 'three' is not of type 'integer'"),
+        ("timing:\n  device: gpu\n", "timing.device: 'gpu' is not one of"),
         ("methods:\n  Hybrid:\n    base: {}\n", "'Hybrid'"),
         ("datasets:\n  both:\n    generator: {rows: 100}\n    source: {kind: criteo-kaggle}\n",
          "Exactly one of generator or source (null = absent)"),
-        ("datasets:\n  kaggle:\n    generator: null\n", "['datasets']['kaggle']"),
+        ("datasets:\n  kaggle:\n    generator: null\n", "datasets.kaggle: 'source' is a required property (Exactly one of generator"),
         ("datasets:\n  kaggle:\n    generator: {rowz: 5}\n", "'rowz' was unexpected"),
         ("datasets:\n  x:\n    source: {kind: criteo-kaggle, dayz: [0, 1]}\n", "'dayz' was unexpected"),
-        ("datasets:\n  x:\n    source: {kind: avazu}\n", "['datasets']['x']['source']['kind']"),
+        ("datasets:\n  x:\n    source: {kind: avazu}\n", "datasets.x.source.kind"),
         ("datasets:\n  taobao:\n    train: {stesp: 3}\n", "'stesp' was unexpected"),
-        ("simulate:\n  policies: [fifo]\n", "['simulate']['policies']"),
+        ("simulate:\n  policies: [fifo]\n", "simulate.policies[0]"),
         ("profile:\n  windw: 2\n", "'windw' was unexpected"),
     ],
     ids=["unknown-top-level-key", "unknown-nested-key", "wrong-type", "bad-enum", "bad-method-name",
@@ -139,8 +139,9 @@ def test_bad_config_fails_naming_the_key(tmp_path: Path, yaml: str, expected: st
     proc = dry_run(tmp_path, yaml)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert "Error validating config file" in out
+    assert "Error validating config file: " in out
     assert expected in out, out
+    assert len(out) < 2000, out  # one line, not the schema
 
 
 @pytest.mark.slow
@@ -178,14 +179,14 @@ def test_bad_values_fail_at_dry_run(tmp_path: Path, yaml: str, expected: str) ->
     ("yaml", "expected"),
     [
         ("methods:\n  lrux:\n    a: {}\n", "'lrux' was unexpected"),
-        ("methods:\n  lru:\n    a: {cache_ratio: true}\n", "['methods']['lru']['a']['cache_ratio']"),
-        ("methods:\n  scratchpipe:\n    a: {window: -1}\n", "['methods']['scratchpipe']['a']['window']"),
+        ("methods:\n  lru:\n    a: {cache_ratio: true}\n", "methods.lru.a.cache_ratio"),
+        ("methods:\n  scratchpipe:\n    a: {window: -1}\n", "methods.scratchpipe.a.window"),
         ("datasets:\n  taobao:\n    methods: {fae: {a: {budget_ratio: 2.0}}}\n",
-         "['datasets']['taobao']['methods']['fae']['a']['budget_ratio']"),
-        ("methods:\n  sharded:\n    x: {plan: diagonal}\n", "['methods']['sharded']['x']['plan']"),
-        ("distributed:\n  shard_sim: {plans: [row, diagonal]}\n", "['distributed']['shard_sim']['plans'][1]"),
-        ("distributed:\n  scales: [{world: 1, ranks_per_node: 1}]\n", "['distributed']['scales'][0]['world']"),
-        ("distributed:\n  shard_sim: {scales: [16by8]}\n", "['distributed']['shard_sim']['scales'][0]"),
+         "datasets.taobao.methods.fae.a.budget_ratio"),
+        ("methods:\n  sharded:\n    x: {plan: diagonal}\n", "methods.sharded.x.plan"),
+        ("distributed:\n  shard_sim: {plans: [row, diagonal]}\n", "distributed.shard_sim.plans[1]"),
+        ("distributed:\n  scales: [{world: 1, ranks_per_node: 1}]\n", "distributed.scales[0].world"),
+        ("distributed:\n  shard_sim: {scales: [16by8]}\n", "distributed.shard_sim.scales[0]"),
     ],
     ids=["unknown-method", "cache-ratio-bool", "window-negative", "dataset-override", "unknown-plan",
          "unknown-simulated-plan", "world-of-one", "bad-simulated-scale"],
@@ -344,6 +345,23 @@ def test_interleave_plans_one_group_job_per_dataset_and_seed(tmp_path: Path) -> 
     assert all("interleave" not in r["run_config"]["timing"] for r in runs)  # a layout of jobs, not of a run
 
 
+def test_a_named_run_is_trained_alone_and_a_wrong_one_named(tmp_path: Path) -> None:
+    """Under the default (interleaved) config, naming one run's record plans one training job, a method's
+    record on every dataset three; a path the config does not ask for stops the dry run in one line naming
+    what is configured (every mistake: tests/test_workflow_targets.py)."""
+    one = snakemake(tmp_path, "-n", "results/runs/kaggle/lru/1.5pct/seed~0/record.json")
+    three = snakemake(tmp_path, "-n", *(f"results/runs/{d}/lru/1.5pct/seed~0/record.json" for d in DATASETS))
+    for proc in (one, three):
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert training_jobs(one.stdout) == (Counter(train_alone=1), {"results/runs/kaggle/lru/1.5pct/seed~0/record.json",
+                                                           "results/runs/kaggle/lru/1.5pct/seed~0/steps.parquet"})
+    assert training_jobs(three.stdout)[0] == Counter(train_alone=3)
+    bad = snakemake(tmp_path, "-n", "results/runs/kaggle/lru/1.4pct/seed~0/record.json")
+    assert bad.returncode != 0
+    assert ("results/runs/kaggle/lru/1.4pct/seed~0/record.json: lru has no variant '1.4pct' on kaggle "
+            "(variants: 1.5pct, 5pct)") in bad.stdout + bad.stderr, bad.stdout + bad.stderr
+
+
 @pytest.mark.slow
 def test_a_code_change_reruns_the_training_jobs(tmp_path: Path) -> None:
     """The package's source hash is a parameter of the training rules: editing a .py file reruns them."""
@@ -467,6 +485,28 @@ def test_tiny_workflow_end_to_end(tmp_path: Path) -> None:
     again = snakemake(tmp_path, "-n", "--configfile", str(tmp_path / "tiny.yaml"))
     assert again.returncode == 0
     assert "Nothing to be done" in again.stdout + again.stderr, again.stdout
+    # `make figures` brings back every table and figure, and leaves nothing out of date
+    for name in ("paper_figs/hit_rate_curves.png", "paper_figs/speedup.pdf", "results/tables/costmodel_validation.md"):
+        (tmp_path / name).unlink()
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}  # under `make test`
+    here = f"{sys.executable} -m snakemake -s {SNAKEFILE} -d {tmp_path} --configfile {tmp_path / 'tiny.yaml'} --cores 2"
+    figures = subprocess.run(["make", "--no-print-directory", "figures", "STAMP=", "RESUME=true", f"SNAKEMAKE={here}"],
+                             cwd=SNAKEFILE.parent, capture_output=True, text=True, env=env, timeout=SAFETY_TIMEOUT_S)
+    assert figures.returncode == 0, figures.stdout[-4000:] + figures.stderr[-4000:]
+    for name in ("paper_figs/hit_rate_curves.png", "paper_figs/speedup.pdf", "results/tables/costmodel_validation.md"):
+        assert (tmp_path / name).is_file(), name
+    again = snakemake(tmp_path, "-n", "--configfile", str(tmp_path / "tiny.yaml"))
+    assert "Nothing to be done" in again.stdout + again.stderr, again.stdout
+    # rerunning one run of a finished reproduction trains it alone; its dataset's group stays up to date after
+    assert (ok[ok.world == 1].timed_with > 1).all()  # the reproduction's runs were interleaved
+    one = "results/runs/kaggle/lru/tiny/seed~0/record.json"
+    rerun = snakemake(tmp_path, "--cores", "2", "--configfile", str(tmp_path / "tiny.yaml"), "--force", one)
+    assert rerun.returncode == 0, rerun.stdout[-4000:] + rerun.stderr[-4000:]
+    assert training_jobs(rerun.stdout + rerun.stderr)[0] == Counter(train_alone=1)
+    assert json.loads((tmp_path / one).read_text())["summary"]["group_runs"] == 1
+    after = snakemake(tmp_path, "-n", "--configfile", str(tmp_path / "tiny.yaml"))
+    assert after.returncode == 0 and "rule aggregate" in after.stdout, after.stdout  # the tables read it
+    assert not training_jobs(after.stdout)[0], after.stdout
 
     report = snakemake(tmp_path, "--configfile", str(tmp_path / "tiny.yaml"), "--report", "report.html")
     assert report.returncode == 0, report.stderr[-4000:]

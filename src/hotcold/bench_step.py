@@ -25,6 +25,7 @@ What it prints and how to read it: docs/benchmarks.md.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import threading
 import time
 import tempfile
@@ -266,7 +267,10 @@ def run(cfg: StepBenchConfig) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="hotcold-bench-step-") as tmp:
             ds = _dataset(cfg, Path(tmp))
             bench = bench_host if cfg.device == "meta" else bench_method
-            rows = [bench(cfg, ds, m) for m in cfg.methods]
+            rows = []
+            for m in cfg.methods:
+                rows.append(bench(cfg, ds, m))
+                gc.collect()  # a trainer's tables are freed with its reference cycles: before the next method's
             tables = {"tables": len(ds.cardinalities), "rows": int(sum(ds.cardinalities))}
     finally:
         torch.set_num_threads(threads)

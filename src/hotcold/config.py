@@ -24,6 +24,22 @@ class ConfigError(ValueError):
     """A configuration value or key is invalid."""
 
 
+def read_yaml(path: Any) -> Any:
+    """A YAML (or JSON) file's data; a ``ConfigError`` naming the file, and the line and column where it does not
+    parse."""
+    from pathlib import Path
+
+    import yaml
+
+    try:
+        return yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or " ".join(str(e).split())
+        raise ConfigError(f"{path}{where}: not valid YAML: {problem}") from None
+
+
 class InfeasibleError(ConfigError):
     """A valid variant that cannot run on this dataset (a cache smaller than a batch's unique rows).
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping, NamedTuple
 
 from hotcold import methods, workflow_checks
-from hotcold.config import ConfigError, DistributedConfig
+from hotcold.config import ConfigError, DistributedConfig, read_yaml
 from hotcold.run_config import RunConfig
 
 
@@ -90,12 +90,10 @@ def with_defaults(config: dict[str, Any], schema: Mapping[str, Any]) -> dict[str
 def workflow_config(path: Path | str | None = None) -> dict[str, Any]:
     """The config the workflow runs with ``--configfile path`` (None: none): ``default.yaml`` with the file
     overlaid (``overlaid``) and the schema's defaults filled in, as ``make reproduce CONFIG=path`` sees it."""
-    import yaml
-
     def load(p: Path) -> dict[str, Any]:
         try:
-            data = yaml.safe_load(Path(p).read_text()) or {}
-        except (OSError, yaml.YAMLError) as e:
+            data = read_yaml(p) or {}
+        except OSError as e:
             raise ConfigError(f"{p}: cannot read the config: {' '.join(str(e).split())}") from e
         if not isinstance(data, dict):
             raise ConfigError(f"{p}: a config must be a mapping, got {type(data).__name__}")

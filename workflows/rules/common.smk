@@ -18,6 +18,7 @@ from hotcold.workflow import Matrix, Run, to_json
 from hotcold.workflow_checks import skip_notes
 from hotcold.workflow_peers import peer_state
 from hotcold.workflow_resume import MARKER as RESUME_MARKER
+from hotcold.workflow_targets import check_named, gpu_shortfall, lone_runs, named_runs
 
 # Path components must match the schema's name patterns.
 wildcard_constraints:
@@ -177,7 +178,7 @@ def gpu_claims_args() -> str:
     records = " ".join(shlex.quote(str(Path(workflow.basedir, p))) for p in cm["gpu_records"])
     args = f" --gpu-records {records}" if records else ""
     for profile in gpu_profile_files():
-        args += " --gpu-profile " + shlex.quote(profile)
+        args += f" --gpu-profile {shlex.quote(profile)}"
     return args
 
 
@@ -190,10 +191,31 @@ if os.environ.get(TABLES_ONLY) == "1":
                             f"{', ...' if len(_missing) > 3 else ''}): `make reproduce` reruns their runs "
                             f"and rebuilds the tables; `make figures` only redraws from the runs there")
 
+# The run files named on the command line (targets, --forcerun): each a configured run; where every target is
+# a run file, the one-process ones are trained alone (train.smk).
 try:
     MATRIX.check()
+    check_named(MATRIX, named_runs([*COMMAND_LINE.targets, *COMMAND_LINE.forcerun]))
 except ConfigError as e:
     raise WorkflowError(str(e)) from None
+if gpu_shortfall(MATRIX, COMMAND_LINE.gpus):
+    raise WorkflowError(gpu_shortfall(MATRIX, COMMAND_LINE.gpus))
+LONE_RUNS = lone_runs(MATRIX, COMMAND_LINE.lone())
+
+
+def run_named(run_dir: str) -> Run:
+    """The run of `train_alone`'s {run} wildcard (a run directory below results/runs/)."""
+    return named_runs([f"results/runs/{run_dir}/record.json"])[0][1]
+
+
+def forget_how_made(paths) -> None:
+    """Drop Snakemake's record of the jobs that made ``paths`` (what `snakemake --cleanup-metadata` does): a
+    later plan judges them by their modification times alone."""
+    from snakemake.io import IOFile
+
+    for path in paths:
+        if Path(path).exists():
+            workflow.persistence.cleanup_metadata(IOFile(path))
 # Scale-out runs whose global batch is more than their dataset's training split: skipped, each with an
 # `infeasible` record (rule device_infeasible); a line per dataset and scale says so at every plan (`-n` too).
 for _note in skip_notes(MATRIX):

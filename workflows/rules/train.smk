@@ -3,7 +3,12 @@
 # Training: one job per dataset x method x variant x seed, with the dataset's
 # effective settings (global sections, its own overrides merged in). With
 # timing.interleave, one job per dataset x seed trains all its one-process runs
-# round-robin by repeat instead (`hotcold train-group`); the record paths are the same.
+# round-robin by repeat instead (`hotcold train-group`); the record paths are the same. The one-process runs
+# whose files are named on the command line (targets, --forcerun: hotcold.workflow_targets) are trained
+# alone even then, by `train_alone`, which makes exactly those (their record's `summary.group_runs` is 1).
+# When the workflow succeeds, Snakemake's own record of how their files were made is dropped, so that a later
+# plan judges them by their times alone: otherwise the interleaved job would see another rule's code and
+# parameters there and retrain every run of the dataset.
 # Every training rule takes the package's source hash as a parameter, so that with
 # rerun_on_code_change a code edit reruns it (Snakemake's "params changed"); the jobs of peer
 # methods also take the installed build of their optional package (`peers_param`).
@@ -101,6 +106,44 @@ else:
             shell:
                 "{params.cli} train-group --dataset {params.dataset:q} --runs {params.runs:q}"
                 " --threads {threads} --no-progress > {log:q} 2>&1"
+
+    # A job run elsewhere (a cluster executor) reads this file again naming its job, not the files.
+    if LONE_RUNS or "--target-jobs" in sys.argv:
+
+        rule train_alone:
+            input:
+                manifest=lambda wildcards: f"results/data/{run_named(wildcards.run).dataset}/manifest.json",
+            output:
+                record="results/runs/{run}/record.json",
+                steps="results/runs/{run}/steps.parquet",
+            params:
+                cli=HOTCOLD,
+                run_config=lambda wildcards: to_json(MATRIX.run_config(run_named(wildcards.run))),
+                dataset=lambda wildcards, input: str(Path(input.manifest).parent),
+                out=lambda wildcards, output: str(Path(output.record).parent),
+                source=SOURCE_PARAM,
+                peers=lambda wildcards: peers_param([run_named(wildcards.run).method]),
+            wildcard_constraints:
+                run=one_of(run.dir.removeprefix("results/runs/") for run in LONE_RUNS) if LONE_RUNS else ".+",
+            threads: config["threads"]
+            resources:
+                gpu=MATRIX.gpus(1),
+            benchmark:
+                "results/benchmarks/{run}.tsv"
+            log:
+                "results/logs/train/{run}.log",
+            conda:
+                "../../envs/hotcold.yaml"
+            shell:
+                "{params.cli} train --dataset {params.dataset:q} --run-config {params.run_config:q}"
+                " --out {params.out:q} --threads {threads} --no-progress > {log:q} 2>&1"
+
+        for _dataset in MATRIX.datasets():
+            if MATRIX.interleaved_runs(_dataset):
+                workflow.ruleorder("train_alone", group_rule_name(_dataset))
+
+        onsuccess:
+            forget_how_made([f"{run.dir}/{name}" for run in LONE_RUNS for name in ("record.json", "steps.parquet")])
 
 
 # Scale-out: one job per dataset x scale-out method x variant x trained scale x seed, P ranks

@@ -34,7 +34,7 @@ SUMMARY_COLUMNS = [
     *RUN_ID, "plan", "status", "options", "timer", "device", "samples_per_s", "step_ms_p50", "step_ms_p10",
     "step_ms_p90", "step_ms_mean", "speedup_vs_hybrid", "auc", "auc_vs_hybrid", "logloss", "exact", "exact_check",
     "exact_reference", "param_rel_diff", "stable", "unstable_reason", "degenerate", "repeats", "repeat_spread",
-    "other_cores", "probe_slowdown",
+    "timed_with", "other_cores", "probe_slowdown",
 ]
 PROVENANCE_COLUMNS = [
     "reason", "dataset_sha256", "device_type", "batch_size", "steps_timed", "threads", "torch", "git_commit",
@@ -63,6 +63,7 @@ def _row(rec: dict[str, Any]) -> dict[str, Any]:
         "degenerate": degenerate_of(rec),
         "repeats": summary.get("repeats", 1) if summary else None,  # records from before repeats: one
         "repeat_spread": summary.get("repeat_spread"),
+        "timed_with": summary.get("group_runs"),  # the runs of its job, itself included: 1 alone
         "other_cores": summary.get("other_cores"),  # absent in records from before the contention watch
         "probe_slowdown": summary.get("probe_slowdown"),
         "auc": metrics.get("auc"),

@@ -117,7 +117,9 @@ def _summary_markdown(summary: pd.DataFrame, exact_rtol: float) -> str:
         "or none is (`all-cold`, the `hybrid` store's); its speed-up is that store's. `repeats`: how many times "
         "the run trained its timed part, each time from the same initial state on the same batches (`timing.repeats`); "
         "`samples_per_s` is then the median over repeats, `repeat_spread` the repeats' max/min samples/s, and "
-        "the step times pool the steps of all repeats.\n\n"
+        "the step times pool the steps of all repeats. `timed_with`: the runs its job trained interleaved by "
+        "repeat, itself included (1: trained alone, as a run named on Snakemake's command line is; its times "
+        "are from another period of the machine than those of the runs it is compared with).\n\n"
         + to_markdown(summary[SUMMARY_COLUMNS])
     )
 

@@ -1,7 +1,7 @@
 """``hotcold <verb>``: every workflow rule runs one verb; each also runs by hand.
 
 One module per group of verbs (``data``, ``train``, ``simulate``, ``report``,
-``bench``, ``resume``, ``gpucheck``), each verb an ``add_<verb>`` that declares its arguments beside
+``bench``, ``check``, ``resume``, ``gpucheck``), each verb an ``add_<verb>`` that declares its arguments beside
 its ``cmd_<verb>`` handler. A handler reads its arguments, calls one
 function of the package and prints what came of it; the work itself lives in
 the package, where it runs and is tested without the command line.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hotcold.cli import bench, data, gpucheck, report, resume, simulate, train
+from hotcold.cli import bench, check, data, gpucheck, report, resume, simulate, train
 from hotcold.config import ConfigError
 
 #: the top-level help's description (the first line of this docstring)
@@ -22,7 +22,7 @@ VERBS = (data.add_generate, data.add_download, data.add_preprocess, data.add_pro
          train.add_train, train.add_train_group, train.add_infeasible, simulate.add_simulate, simulate.add_shard_sim,
          simulate.add_torchrec_peer, simulate.add_cache_sim, report.add_aggregate, report.add_scaleout_tables,
          report.add_figures, report.add_claims, bench.add_calibrate, report.add_costmodel_validation, bench.add_bench,
-         report.add_hit_rate_curves, resume.add_resume, gpucheck.add_gpu_check)
+         report.add_hit_rate_curves, check.add_check_config, resume.add_resume, gpucheck.add_gpu_check)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hotcold.config import ConfigError
+from hotcold.config import ConfigError, read_yaml
 
 
 def load_json_or_file(text: str, opening: str, what: str) -> Any:
@@ -24,9 +24,7 @@ def load_json_or_file(text: str, opening: str, what: str) -> Any:
             return json.loads(path.read_text())
         except json.JSONDecodeError as e:
             raise ConfigError(f"{path}: not valid JSON ({e})") from None
-    import yaml
-
-    return yaml.safe_load(path.read_text())
+    return read_yaml(path)
 
 
 def load_mapping(text: str) -> dict[str, Any]:
