@@ -251,7 +251,7 @@ def test_dry_run_plans_scale_out_runs_and_shard_sims(tmp_path: Path) -> None:
     assert len(trains) == 5 + 6 + 1  # kaggle: 4 plans + proactive; taobao: + flexshard; terabyte: row
     four = [ln for ln in trains if "runs/kaggle/sharded/row/world~4-rpn~2/seed~0" in ln]
     assert len(four) == 1 and "--nproc 4" in four[0] and "--threads 2" in four[0]
-    assert '"distributed": {"ranks_per_node": 2, "world": 4}' in four[0] and '"steps": 40' in four[0]
+    assert '"ranks_per_node": 2, "wire_dtype": "float32", "world": 4}' in four[0] and '"steps": 40' in four[0]
     assert not any("runs/kaggle/flexshard" in ln for ln in trains)
     assert any("runs/taobao/flexshard/base/world~4-rpn~2/seed~0" in ln for ln in trains)
     assert any("--out 'results/runs/kaggle/lru/1.5pct/seed~0'" in ln and "--nproc" not in ln for ln in lines)
@@ -324,8 +324,8 @@ def training_jobs(out: str) -> tuple[Counter, set[str]]:
 @pytest.mark.slow
 def test_interleave_plans_one_group_job_per_dataset_and_seed(tmp_path: Path) -> None:
     """The same record paths as one job per run; one-process runs in one job per (dataset, seed)."""
-    separate = dry_run(tmp_path, "seeds: [0, 1]\ntiming: {interleave: false}\n")
-    interleaved = dry_run(tmp_path, "seeds: [0, 1]\ntiming: {interleave: true, repeats: 3}\n", "-p")
+    separate = dry_run(tmp_path, "seeds: [0, 1]\ntiming: {interleave: false, device: cpu}\n")
+    interleaved = dry_run(tmp_path, "seeds: [0, 1]\ntiming: {interleave: true, repeats: 3, device: cpu}\n", "-p")
     for proc in (separate, interleaved):
         assert proc.returncode == 0, proc.stdout + proc.stderr
     jobs, files = training_jobs(separate.stdout)
