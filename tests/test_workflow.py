@@ -512,3 +512,15 @@ def test_tiny_workflow_end_to_end(tmp_path: Path) -> None:
     assert report.returncode == 0, report.stderr[-4000:]
     html = (tmp_path / "report.html").read_text()  # what `make report` builds: every CSV table and figure
     assert all(f"{name}.png" in html for name in FIGURES) and all(t in html for t in TABLES if t.endswith(".csv"))
+
+
+@pytest.mark.slow
+def test_a_dataset_the_profile_does_not_size_is_named(tmp_path: Path) -> None:
+    """The SLURM profile sizes the interleaved jobs by rule name: a dataset of one's own is named at the plan."""
+    sized = [f"train_group_{d}:runtime=7200" for d in DATASETS]
+    proc = dry_run(tmp_path, "datasets:\n  mine:\n    generator: {kind: criteo-kaggle-style, rows: 250000}\n",
+                   "--set-resources", *sized)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "train_group_mine: the profile's set-resources does not size this dataset's interleaved job" in out
+    assert "train_group_kaggle: the profile" not in out

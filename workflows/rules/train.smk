@@ -107,6 +107,16 @@ else:
                 "{params.cli} train-group --dataset {params.dataset:q} --runs {params.runs:q}"
                 " --threads {threads} --no-progress > {log:q} 2>&1"
 
+    # A profile that sizes the interleaved jobs by name (the SLURM one: `set-resources`) sizes only the datasets
+    # it names: each other dataset's job is named at every plan, as it would get the default resources.
+    _sized = dict(getattr(workflow.resource_settings, "overwrite_resources", None) or {})
+    if any(name.startswith("train_group_") for name in _sized):
+        for _dataset in MATRIX.datasets():
+            if MATRIX.interleaved_runs(_dataset) and group_rule_name(_dataset) not in _sized:
+                print(f"{group_rule_name(_dataset)}: the profile's set-resources does not size this dataset's "
+                      f"interleaved job (it gets default-resources); add an entry as for the others",
+                      file=sys.stderr)
+
     # A job run elsewhere (a cluster executor) reads this file again naming its job, not the files.
     if LONE_RUNS or "--target-jobs" in sys.argv:
 
