@@ -11,7 +11,8 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
 from hotcold.workflow_schema import schema_error
-from hotcold.workflow_targets import CommandLine, misread_configfiles
+from hotcold.config import ConfigError
+from hotcold.workflow_targets import CommandLine, check_configfiles
 
 min_version("9.0")
 
@@ -22,8 +23,10 @@ configfile: Path(workflow.basedir, "workflows/config/default.yaml")
 # What the command line asks for (hotcold.workflow_targets): a target that --configfile took as a config file
 # is named here, before the config it spoiled is validated.
 COMMAND_LINE = CommandLine.parse(sys.argv[1:])
-if misread_configfiles(COMMAND_LINE):
-    raise WorkflowError(misread_configfiles(COMMAND_LINE))
+try:
+    check_configfiles(COMMAND_LINE)
+except ConfigError as e:
+    raise WorkflowError(str(e)) from None
 
 SCHEMA = Path(workflow.basedir, "workflows/schemas/config.schema.yaml")
 try:

@@ -9,15 +9,14 @@ import pytest
 
 from hotcold.config import ConfigError
 from hotcold.workflow import Matrix, Run, workflow_config
-from hotcold.workflow_targets import (CommandLine, check_named, gpu_shortfall, lone_runs, misread_configfiles,
-                                      named_runs)
+from hotcold.workflow_targets import CommandLine, check_configfiles, check_gpus, check_named, lone_runs, named_runs
 
 MATRIX = Matrix(workflow_config())  # the default config: kaggle, terabyte, taobao; seed 0; scale-out at 4 x 2
 
 
 def test_the_run_files_are_read_from_the_command_line_and_nothing_else():
     argv = ["--cores", "2", "-n", "--forcerun", "results/runs/kaggle/hybrid/base/seed~0/record.json",
-            "/abs/work/results/runs/taobao/lru/5pct/seed~0/steps.parquet",
+            "../another-checkout/results/runs/taobao/lru/5pct/seed~0/steps.parquet",
             "results/runs/kaggle/sharded/row/world~4-rpn~2/seed~0/record.json",
             "results/tables/summary.csv", "results/runs/kaggle/lru/1.5pct/seed~0/train.log", "all"]
     assert [run for _, run in named_runs(argv)] == [
@@ -69,17 +68,21 @@ def test_runs_are_trained_alone_only_where_every_target_is_a_run_file():
 
 def test_a_target_taken_as_a_config_file_is_named():
     one = "results/runs/kaggle/lru/1.5pct/seed~0/record.json"
-    line = misread_configfiles(CommandLine.parse(["--cores", "2", "--configfile", "more.yaml", one]))
-    assert line.startswith(f"--configfile took {one} as config file(s): write the targets before --configfile")
-    assert misread_configfiles(CommandLine.parse(["--cores", "2", one, "--configfile", "more.yaml"])) is None
+    with pytest.raises(ConfigError) as e:
+        check_configfiles(CommandLine.parse(["--cores", "2", "--configfile", "more.yaml", one]))
+    assert str(e.value).startswith(f"--configfile took {one} as config file(s): write the targets before --configfile")
+    check_configfiles(CommandLine.parse(["--cores", "2", one, "--configfile", "more.yaml"]))
 
 
 def test_fewer_gpus_than_an_nccl_scale_out_job_needs_are_refused():
     config = workflow_config()
     config["timing"]["device"] = "cuda"
-    line = gpu_shortfall(Matrix(config), CommandLine.parse(["--resources", "gpu=1"]).gpus)
+    with pytest.raises(ConfigError) as e:
+        check_gpus(Matrix(config), CommandLine.parse(["--resources", "gpu=1"]).gpus)
+    line = str(e.value)
     assert line.startswith("--resources gpu=1: world 4 needs 4 GPUs over NCCL") and "distributed.backend: gloo" in line
-    assert gpu_shortfall(Matrix(config), 4) is None and gpu_shortfall(Matrix(config), None) is None
+    check_gpus(Matrix(config), 4)
+    check_gpus(Matrix(config), None)
     config["distributed"]["backend"] = "gloo"
-    assert gpu_shortfall(Matrix(config), 1) is None
-    assert gpu_shortfall(MATRIX, 1) is None  # timing.device auto: the job finds out where it runs
+    check_gpus(Matrix(config), 1)
+    check_gpus(MATRIX, 1)  # timing.device auto: the job finds out where it runs

@@ -178,10 +178,9 @@ STORE_PHASES = ("h2d", "emb_fwd", "d2h", "emb_update")
 READER = "hotcold-read"
 
 
-def _side_cpu_ns(since: dict[int, tuple[str, int]] | None = None) -> Any:
-    """The CPU time of every other live thread (the readers, a store's side threads) by ident: (name, ns); with
-    ``since``, the time each spent since then, summed by name less its number (a thread new since then from 0; one
-    ended meanwhile is left out: its last part is lost)."""
+def _other_threads_cpu_ns() -> dict[int, tuple[str, int]]:
+    """Every other live thread (the readers, a store's side threads) by ident: its name less its number, and the
+    CPU time it has spent."""
     now: dict[int, tuple[str, int]] = {}
     for t in threading.enumerate():
         if t.ident is None or t.ident == threading.get_ident():
@@ -190,12 +189,14 @@ def _side_cpu_ns(since: dict[int, tuple[str, int]] | None = None) -> Any:
             now[t.ident] = (t.name.rsplit("_", 1)[0], time.clock_gettime_ns(time.pthread_getcpuclockid(t.ident)))
         except (OSError, AttributeError):  # ended meanwhile, or no per-thread clock on this platform
             continue
-    if since is None:
-        return now
-    out: dict[str, int] = {}
-    for ident, (name, ns) in now.items():
-        out[name] = out.get(name, 0) + ns - since.get(ident, (name, 0))[1]
-    return out
+    return now
+
+
+def _add_cpu_since(before: dict[int, tuple[str, int]], into: dict[str, int]) -> None:
+    """Add to ``into``, by thread name, the CPU time each thread spent since ``before`` (a thread new since then
+    from 0; one ended meanwhile is left out: its last part is lost)."""
+    for ident, (name, ns) in _other_threads_cpu_ns().items():
+        into[name] = into.get(name, 0) + ns - before.get(ident, (name, 0))[1]
 
 
 def _host_only(cfg: StepBenchConfig, ds: Dataset, method: str) -> dict[str, Any]:
@@ -220,11 +221,10 @@ def _host_only(cfg: StepBenchConfig, ds: Dataset, method: str) -> dict[str, Any]
             for i in range(cfg.warmup + cfg.steps):
                 if i == cfg.warmup:
                     calls = host.device_calls
-                before, threads = accel.waits(), _side_cpu_ns()
+                before, threads = accel.waits(), _other_threads_cpu_ns()
                 trainer.step(i)
                 if i >= cfg.warmup:
-                    for name, ns in _side_cpu_ns(since=threads).items():
-                        side[name] = side.get(name, 0) + ns
+                    _add_cpu_since(threads, side)
                     for (thread, reason), n in accel.waits_since(before).items():
                         key = f"{'training' if thread == 'MainThread' else thread.rsplit('_', 1)[0]}: {reason}"
                         waits[key] = waits.get(key, 0) + n

@@ -12,7 +12,8 @@ runs among them are trained one job each (``hotcold train``) instead of by
 their dataset's interleaved job (``lone_runs``; docs/configuration.md,
 "Rerunning parts"): the plan then holds only those runs, so no interleaved
 job makes the same files. A target that Snakemake's ``--configfile`` took
-as a config file is named (``misread_configfiles``).
+as a config file is named (``check_configfiles``), and a GPU count too small
+for a scale-out run over NCCL (``check_gpus``).
 
 A job that Snakemake runs elsewhere (a cluster executor) reads the Snakefile
 again with the job as its target (``--target-jobs``): it names no file, and
@@ -58,13 +59,12 @@ class CommandLine:
         return named if self.targets and len(named) == len(self.targets) else []
 
 
-def misread_configfiles(cmd: CommandLine) -> str | None:
-    """A line naming the config files that are run files (targets written after ``--configfile``), or None."""
+def check_configfiles(cmd: CommandLine) -> None:
+    """A ``ConfigError`` naming the config files that are run files (targets written after ``--configfile``)."""
     misread = [f for f in cmd.configfiles if RUN_FILE.search(f)]
-    if not misread:
-        return None
-    return (f"--configfile took {', '.join(misread)} as config file(s): write the targets before --configfile, "
-            f"or after `--` (snakemake --cores 2 TARGET --configfile FILE)")
+    if misread:
+        raise ConfigError(f"--configfile took {', '.join(misread)} as config file(s): write the targets before "
+                          f"--configfile, or after `--` (snakemake --cores 2 TARGET --configfile FILE)")
 
 
 def named_runs(argv: Iterable[str]) -> list[tuple[str, Run]]:
@@ -118,16 +118,16 @@ def _why_not(matrix: Matrix, run: Run) -> str:
     return f"scale {scale_dir(run.world, run.ranks_per_node)} is not trained (trained scales: {scales})"
 
 
-def gpu_shortfall(matrix: Matrix, gpus: int | None) -> str | None:
-    """A line where ``--resources gpu=N`` is fewer GPUs than a scale-out job over NCCL needs (a rank each on its
-    one machine: Snakemake would lower the job's claim to N and the ranks would fail inside it), or None."""
+def check_gpus(matrix: Matrix, gpus: int | None) -> None:
+    """A ``ConfigError`` where ``--resources gpu=N`` is fewer GPUs than a scale-out job over NCCL needs (a rank
+    each on its one machine: Snakemake would lower the job's claim to N and the ranks would fail inside it)."""
     from hotcold.distributed.devices import ranks_fit_problem
 
     if gpus is None or matrix.device() != "cuda" or not any(run.scale_out for run in matrix.runs()):
-        return None
+        return
     backend = matrix.config["distributed"].get("backend", "auto")
     for world, _ in matrix.trained_scales():
         problem = ranks_fit_problem(world, "cuda", backend, gpus)
         if problem is not None:
-            return f"--resources gpu={gpus}: {problem.replace('this machine has', 'Snakemake may give a job')}"
-    return None
+            raise ConfigError(f"--resources gpu={gpus}: "
+                              f"{problem.replace('this machine has', 'Snakemake may give a job')}")

@@ -18,7 +18,7 @@ from hotcold.workflow import Matrix, Run, to_json
 from hotcold.workflow_checks import skip_notes
 from hotcold.workflow_peers import peer_state
 from hotcold.workflow_resume import MARKER as RESUME_MARKER
-from hotcold.workflow_targets import check_named, gpu_shortfall, lone_runs, named_runs
+from hotcold.workflow_targets import check_gpus, check_named, lone_runs, named_runs
 
 # Path components must match the schema's name patterns.
 wildcard_constraints:
@@ -196,10 +196,9 @@ if os.environ.get(TABLES_ONLY) == "1":
 try:
     MATRIX.check()
     check_named(MATRIX, named_runs([*COMMAND_LINE.targets, *COMMAND_LINE.forcerun]))
+    check_gpus(MATRIX, COMMAND_LINE.gpus)
 except ConfigError as e:
     raise WorkflowError(str(e)) from None
-if gpu_shortfall(MATRIX, COMMAND_LINE.gpus):
-    raise WorkflowError(gpu_shortfall(MATRIX, COMMAND_LINE.gpus))
 LONE_RUNS = lone_runs(MATRIX, COMMAND_LINE.lone())
 
 
