@@ -7,7 +7,7 @@ import pytest
 
 from hotcold.cli import main
 from hotcold.config import ConfigError
-from hotcold.workflow_schema import check_config
+from hotcold.workflow.schema import check_config
 
 pytest.importorskip("jsonschema", reason="the schema check needs jsonschema (make setup installs it)")
 

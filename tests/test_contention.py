@@ -298,7 +298,7 @@ def test_what_disturbs_a_gpu_is_named(state, reason) -> None:
 
 
 def test_a_rank_counts_the_launchers_ranks_on_its_node() -> None:
-    from hotcold.distributed.devices import local_ranks
+    from hotcold.devices import local_ranks
 
     assert local_ranks({}) == 1
     assert local_ranks({"LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "4"}) == 2

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from hotcold import lockstep
+from hotcold.runs import lockstep
 from hotcold.embedding import fused, update
 from hotcold.embedding.base import StoreSpec
 from hotcold.embedding.fae import FAEProfile, FAEStore

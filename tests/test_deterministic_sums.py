@@ -17,13 +17,12 @@ import pytest
 import torch
 
 from hotcold import methods
-from hotcold.devices import normal_device
+from hotcold.devices import normal_device, resolve_device
 from hotcold.embedding import rows as rows_mod
 from hotcold.embedding import update as update_mod
 from hotcold.embedding.rows import RowGroups, sum_by_index
 from hotcold.embedding.update import row_square_means, row_square_sums, update_rows
 from hotcold.train import train
-from hotcold.devices import resolve_device
 from test_stores import run_cfg
 
 #: the modules whose reductions the emulation reorders: the stores' update path

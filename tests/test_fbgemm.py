@@ -85,7 +85,7 @@ def test_managed_cache_on_a_cpu_is_infeasible(cache):
 def test_under_auto_the_training_job_records_a_managed_cache_infeasible_on_a_cpu(tmp_path, small_dataset):
     """``timing.device: auto`` is resolved by the job (the workflow plans it as a training run): on a CPU the
     interleaved group writes the same ``infeasible`` record as ``hotcold infeasible`` and trains the others."""
-    from hotcold.runner import train_group
+    from hotcold.runs.runner import train_group
 
     lru = {**RUN, "variant": "lru", "store": {"cache": "lru", "cache_ratio": 0.05}, "timing": {"device": "auto"}}
     device = {**RUN, "method": "device", "variant": "base", "timing": {"device": "auto"}}

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hotcold.workflow_resume import LOCK_DIR, MARKER, orphaned_jobs, resume, snakemake_processes
+from hotcold.workflow.resume import LOCK_DIR, MARKER, orphaned_jobs, resume, snakemake_processes
 
 pytest.importorskip("snakemake", reason="Snakemake runs the workflow; `make` installs it (envs/requirements.txt)")
 psutil = pytest.importorskip("psutil", reason="psutil is not installed (Snakemake brings it): the jobs a killed "

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from hotcold import methods, runner
+from hotcold import methods
+from hotcold.runs import runner
 from hotcold.cli import main
 from hotcold.gpucheck import CheckOptions, check, env, resolve
 from hotcold.gpucheck.cudatests import run_tests
@@ -51,7 +52,7 @@ def test_a_config_is_read_and_planned_as_the_workflow_reads_it(name, tmp_path):
     by Snakemake, nulls kept, the schema's defaults filled in) and plans its one-process runs."""
     utils = pytest.importorskip("snakemake.utils", reason="Snakemake is not installed: nothing to compare with")
     from hotcold.gpucheck import load_config
-    from hotcold.workflow import Matrix
+    from hotcold.workflow.matrix import Matrix
 
     path = REPO / "workflows/config" / name
     snakemake_config = yaml.safe_load(DEFAULT.read_text())

@@ -18,7 +18,7 @@ import torch
 
 from hotcold.config import ConfigError, DistributedConfig
 from hotcold.run_config import RunConfig
-from hotcold.distributed.devices import (check_ranks_fit, local_ranks, rank_gpu, ranks_fit_problem, resolve_backend,
+from hotcold.devices import (check_ranks_fit, local_ranks, rank_gpu, ranks_fit_problem, resolve_backend,
                                          threads_per_rank)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,7 +78,8 @@ snakemake_utils = pytest.importorskip("snakemake.utils", reason="configs are val
 def matrix(**overrides):
     import yaml
 
-    from hotcold.workflow import Matrix, merged
+    from hotcold.workflow.matrix import Matrix
+    from hotcold.workflow.settings import merged
 
     config = merged(copy.deepcopy(yaml.safe_load((ROOT / "workflows/config/default.yaml").read_text())), overrides)
     snakemake_utils.validate(config, str(ROOT / "workflows/schemas/config.schema.yaml"))
@@ -109,7 +110,7 @@ def test_a_job_refuses_more_ranks_than_its_machine_has_gpus_before_launching(mon
     """The machine's GPUs, as the job sees them (here: one, a stand-in for torch's view), against the ranks."""
     from test_distributed import case_cfg
 
-    from hotcold import runner
+    from hotcold.runs import runner
 
     monkeypatch.setattr(runner, "resolve_device", lambda name: torch.device("cuda", 0))
     monkeypatch.setattr(runner, "gpu_count", lambda: 1)
@@ -131,7 +132,7 @@ def test_training_jobs_claim_a_gpu_per_rank_from_the_config_not_this_machine(mon
 
 
 def test_backend_and_reference_reach_the_scale_out_runs_only_when_set():
-    from hotcold.workflow import Run
+    from hotcold.workflow.matrix import Run
 
     four = Run("kaggle", "sharded", "row", 0, 4, 2)
     assert set(matrix().run_config(four)["distributed"]) == {"world", "ranks_per_node", "wire_dtype", "exact"}
@@ -173,7 +174,7 @@ def unchecked_record(small_dataset, reference: str):
     """A two-rank sharded run's record as rank 0 writes it (its replay trained in one process, or none)."""
     from test_stores import run_cfg
 
-    from hotcold.records import param_fingerprint, trained_record
+    from hotcold.runs.records import param_fingerprint, trained_record
     from hotcold.train import reference as replay, train
 
     cfg = run_cfg("sharded", "sgd", steps=4, eval_samples=128)
@@ -246,7 +247,7 @@ def test_two_ranks_share_one_gpu_over_gloo_and_stay_exact(small_dataset, tmp_pat
 def test_more_ranks_than_gpus_over_nccl_fail_before_launching(small_dataset, tmp_path):
     from test_distributed import case_cfg
 
-    from hotcold.runner import train_run
+    from hotcold.runs.runner import train_run
 
     world = torch.cuda.device_count() + 1
     cfg = case_cfg("sharded", "row", {}, "sgd", world=2)

@@ -22,9 +22,8 @@ LAYERS = (
     ("measured models and data", ("contention", "timing", "costmodel", "data", "trace", "model")),
     ("stores", ("embedding", "distributed", "pipeline", "memory", "opcount", "dense_step")),
     ("registry", ("methods", "run_config")),
-    ("training and its measurement", ("train", "lockstep", "records", "record_status", "workflow*", "calibrate*",
-                                      "bench*")),
-    ("runs and reports", ("analysis", "repeats", "runner")),
+    ("training and its measurement", ("train", "record_status", "workflow", "calibrate*", "bench*")),
+    ("runs and reports", ("analysis", "runs")),
     ("checks", ("gpucheck",)),
     ("entry points", ("cli", "__main__")),
 )
@@ -148,7 +147,7 @@ def test_the_checks_find_a_circle_and_an_upward_import():
     """The negative control: a made-up graph with both faults."""
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert layer_of("hotcold.config") < layer_of("hotcold.train") < layer_of("hotcold.cli.main")
-    assert layer_of("hotcold.workflow_checks") == layer_of("hotcold.workflow")
+    assert layer_of("hotcold.runs.records") == layer_of("hotcold.runs")
 
 
 def test_no_module_imports_itself_back():

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hotcold import lockstep, methods
+from hotcold import methods
+from hotcold.runs import lockstep
 from hotcold.embedding.base import StoreSpec
 from hotcold.embedding.hybrid import HybridStore
 from hotcold.embedding.update import RowOptimizer
@@ -32,7 +33,7 @@ def test_every_store_in_lock_step(method, optimizer, device):
     skip_missing(method)
     result = lockstep.run(method, _spec(method, optimizer, device), _batches())
     assert len(result.steps) == STEPS and result.method == method
-    if lockstep.check_kind(method) == lockstep.CHECK_BITS:
+    if methods.get(method).check == methods.CHECK_BITS:
         assert result.bitwise, result.to_record()
     assert result.ok, result.to_record()
 
@@ -67,8 +68,8 @@ def test_a_perturbed_row_is_found_at_its_step(optimizer):
 
 
 def test_check_kind_of_each_method():
-    assert lockstep.check_kind("hybrid") == lockstep.check_kind("sharded") == lockstep.CHECK_BITS
-    assert lockstep.check_kind("fbgemm") == lockstep.CHECK_LOCKSTEP  # a peer, installed here or not (MISSING)
+    assert methods.get("hybrid").check == methods.get("sharded").check == methods.CHECK_BITS
+    assert methods.get("fbgemm").check == methods.CHECK_LOCKSTEP  # a peer, installed here or not (MISSING)
     assert set(MISSING) <= set(methods.names())
 
 

@@ -19,7 +19,7 @@ from hotcold.embedding.device import DeviceStore
 from hotcold.embedding.hybrid import HybridStore
 from hotcold.embedding.rows import init_table, table_bytes
 from hotcold.embedding.update import RowOptimizer
-from hotcold.records import param_checksum
+from hotcold.runs.records import param_checksum
 from hotcold.train import train
 
 CPU = torch.device("cpu")

@@ -9,7 +9,7 @@ import torch
 
 from hotcold.cli import main
 from hotcold.record_status import record_status, sketch_rel_diff
-from hotcold.records import param_checksum, param_fingerprint, steps_frame, write_run
+from hotcold.runs.records import param_checksum, param_fingerprint, steps_frame, write_run
 
 RUN = {"dataset": "small", "method": "hybrid", "variant": "base", "seed": 0,
        "model": {"embedding_dim": 8, "bottom_mlp": [8], "top_mlp": [8, 1]},
@@ -45,7 +45,7 @@ def _formula_sketch(named) -> list[float]:
 def test_the_sketch_is_its_formula_on_either_path(kernel, monkeypatch):
     """The compiled pass and torch's chunked one (where numba is absent) give the definition's sums: on small
     tensors against the formula itself, and across torch's chunk boundary (2^22 elements) against each other."""
-    from hotcold import records
+    from hotcold.runs import records
 
     if kernel == "numba" and records.KERNEL != "numba":
         pytest.skip("numba is not installed: only torch's path runs here")

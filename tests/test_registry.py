@@ -36,7 +36,7 @@ def test_a_run_parses_its_store_options_once_and_records_what_was_given(small_da
     from hotcold.embedding.options import StoreOptions
     from hotcold.embedding.store_options import CacheOptions
     from hotcold.run_config import RunConfig
-    from hotcold.runner import train_run
+    from hotcold.runs.runner import train_run
 
     parses = []
     parse = StoreOptions.parse.__func__

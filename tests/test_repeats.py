@@ -9,13 +9,13 @@ import pandas as pd
 import pytest
 import torch
 
-import hotcold.repeats
+import hotcold.runs.repeats
 from hotcold.cli import main
 from hotcold.config import ConfigError
 from hotcold.run_config import RunConfig
-from hotcold.records import read_steps, source_sha256
-from hotcold.repeats import Job, RepeatMismatchError, run_group
-from hotcold.runner import outcome, train_run
+from hotcold.runs.records import read_steps, source_sha256
+from hotcold.runs.repeats import Job, RepeatMismatchError, run_group
+from hotcold.runs.runner import outcome, train_run
 
 RUN = {"dataset": "small", "seed": 0, "model": {"embedding_dim": 8, "bottom_mlp": [8], "top_mlp": [8, 1]},
        "train": {"steps": 8, "warmup_steps": 2, "batch_size": 64, "eval_batch_size": 512, "eval_samples": 512}}
@@ -91,7 +91,7 @@ def test_a_group_interleaves_repeats_and_records_what_separate_runs_do(tmp_path,
 
 def test_repeats_that_end_apart_are_a_bug(tmp_path, small_dataset, monkeypatch):
     calls = []
-    real_train = hotcold.repeats.train
+    real_train = hotcold.runs.repeats.train
 
     def drifting(*args, **kwargs):
         result = real_train(*args, **kwargs)
@@ -100,16 +100,16 @@ def test_repeats_that_end_apart_are_a_bug(tmp_path, small_dataset, monkeypatch):
             result.embedding[0, 0] += 1e-3
         return result
 
-    monkeypatch.setattr(hotcold.repeats, "train", drifting)
+    monkeypatch.setattr(hotcold.runs.repeats, "train", drifting)
     out = tmp_path / "run"
     with pytest.raises(RepeatMismatchError, match="repeat 2 of 2 ended with other parameters"):
-        run_group([Job(RunConfig.from_dict(run_config("hybrid", 2)), out)], small_dataset.path, progress=False,
-                  device=torch.device("cpu"))
+        run_group([Job(RunConfig.from_dict(run_config("hybrid", 2)), out)], small_dataset.path, torch.device("cpu"),
+                  progress=False)
     assert not (out / "record.json").exists()
 
 
 def test_a_crash_leaves_no_record_of_the_runs_still_training(tmp_path, small_dataset, monkeypatch):
-    real_train = hotcold.repeats.train
+    real_train = hotcold.runs.repeats.train
     calls = []
 
     def crashing(cfg, *args, **kwargs):
@@ -118,11 +118,11 @@ def test_a_crash_leaves_no_record_of_the_runs_still_training(tmp_path, small_dat
             raise RuntimeError("boom")
         return real_train(cfg, *args, **kwargs)
 
-    monkeypatch.setattr(hotcold.repeats, "train", crashing)
+    monkeypatch.setattr(hotcold.runs.repeats, "train", crashing)
     jobs = [Job(RunConfig.from_dict(run_config(m, 2, cache_ratio=0.5) if m == "lru" else run_config(m, 2)),
                 tmp_path / m) for m in ("hybrid", "lru")]
     with pytest.raises(RuntimeError, match="boom"):
-        run_group(jobs, small_dataset.path, progress=False)
+        run_group(jobs, small_dataset.path, torch.device("cpu"), progress=False)
     assert calls == ["hybrid", "lru", "hybrid", "lru"]
     assert (tmp_path / "hybrid" / "record.json").is_file() and not (tmp_path / "lru").exists()
 
@@ -148,7 +148,7 @@ def test_a_group_is_one_process_runs_of_one_dataset(tmp_path, small_dataset, sec
     jobs = [Job(RunConfig.from_dict(first), tmp_path / "a"),
             Job(RunConfig.from_dict({**first, **second}), tmp_path / ("a" if "variant" in second else "b"))]
     with pytest.raises(ConfigError, match=message):
-        run_group(jobs, small_dataset.path, progress=False)
+        run_group(jobs, small_dataset.path, torch.device("cpu"), progress=False)
 
 
 def test_the_runner_refuses_one_process_methods_over_ranks_before_launching(tmp_path, small_dataset):

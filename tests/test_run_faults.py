@@ -27,8 +27,8 @@ from hotcold.cli import main
 from hotcold.config import ConfigError
 from hotcold.run_config import RunConfig
 from hotcold.record_status import record_status
-from hotcold.records import steps_frame, write_run
-from hotcold.runner import train_run
+from hotcold.runs.records import steps_frame, write_run
+from hotcold.runs.runner import train_run
 from hotcold.train import DivergedError, DivergenceGuard
 from hotcold.distributed.world import World, collective_failure, unanswered
 

@@ -183,9 +183,9 @@ BUSY_LOOPS = 2
 
 def recorded_summary(dataset: Dataset, out: Path, steps: int) -> dict:
     """A run trained and recorded as the workflow does (``run_and_record``: watched for contention)."""
-    from hotcold.repeats import run_and_record
+    from hotcold.runs.repeats import run_and_record
 
-    record = run_and_record(run_cfg(steps, QUIET_BATCH), Path(dataset.path), out, progress=False)
+    record = run_and_record(run_cfg(steps, QUIET_BATCH), Path(dataset.path), out, torch.device("cpu"), progress=False)
     return record["summary"]
 
 

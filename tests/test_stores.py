@@ -80,7 +80,7 @@ def test_training_learns(small_dataset):
 
 
 def test_same_seed_gives_identical_parameters(small_dataset):
-    from hotcold.records import param_fingerprint
+    from hotcold.runs.records import param_fingerprint
 
     runs = [train(run_cfg("hybrid", steps=20, seed=s), small_dataset, CPU, progress=False) for s in (3, 3, 4)]
     sums = [param_fingerprint(r.named_parameters())["checksum"] for r in runs]

@@ -16,7 +16,7 @@ import pytest
 
 from hotcold.analysis.claims_catalog import CLAIMS
 from hotcold.embedding.fbgemm import available as fbgemm_available
-from hotcold.records import source_sha256
+from hotcold.runs.records import source_sha256
 
 pytest.importorskip("snakemake", reason="Snakemake runs the workflow; `make` installs it (envs/requirements.txt)")
 

@@ -1,4 +1,4 @@
-"""Global batches against the training splits before any job runs (``hotcold.workflow_checks``).
+"""Global batches against the training splits before any job runs (``hotcold.workflow.matrix``).
 
 A one-process or simulated batch over a dataset's training split stops the plan in one line; a trained scale-out
 run's is skipped with an ``infeasible`` record (the ``device_infeasible`` job); a fitting config is untouched.
@@ -17,8 +17,8 @@ import torch
 import yaml
 
 from hotcold.config import ConfigError
-from hotcold.workflow import Matrix, Run, overlaid
-from hotcold.workflow_checks import skip_notes, train_split
+from hotcold.workflow.matrix import Matrix, Run
+from hotcold.workflow.settings import overlaid
 
 snakemake_utils = pytest.importorskip("snakemake.utils", reason="configs are validated as Snakemake validates "
                                       "them; `make` installs it (envs/requirements.txt)")
@@ -60,9 +60,9 @@ def refusal(*overrides: dict) -> str:
 def test_the_training_split_follows_the_generator_and_real_logs_are_left_alone():
     m = Matrix(config(KAGGLE_40K, {"datasets": {"taobao": {"generator": {"kind": "taobao-style", "rows": 50_000}},
                                                 "real": {"source": {"kind": "criteo-kaggle"}}}}))
-    assert tuple(train_split(m, "kaggle")) == (36_000, True)
-    assert tuple(train_split(m, "taobao")) == (50_000, False)  # split by user: only its rows bound it
-    assert train_split(m, "real") is None
+    assert tuple(m.train_split("kaggle")) == (36_000, True)
+    assert tuple(m.train_split("taobao")) == (50_000, False)  # split by user: only its rows bound it
+    assert m.train_split("real") is None
 
 
 def test_a_simulated_scale_over_the_training_split_is_refused_in_one_line():
@@ -108,7 +108,7 @@ def test_a_trained_scale_over_the_training_split_is_skipped_with_its_reason():
     assert len(big) == 5 and set(big) <= set(m.device_infeasible())  # 4 plans and proactive: an infeasible record
     assert {m.infeasible_reason(r) for r in big} == {SKIP_REASON}
     assert not any(r.world == 4 for r in m.device_infeasible())  # 16,384 samples at 4 ranks: trained
-    assert skip_notes(m) == [f"hotcold: 5 scale-out run(s) skipped, each with an infeasible record: {SKIP_REASON}"]
+    assert m.skip_notes() == [f"hotcold: 5 scale-out run(s) skipped, each with an infeasible record: {SKIP_REASON}"]
     assert ("fbgemm", "base") in m.interleaved_runs("kaggle")  # the one-process runs are untouched
     fixed = Matrix(config(KAGGLE_40K, WEAK_TRAINED, {"distributed": {"train": {"batch_per_rank": None,
                                                                                 "batch_size": 40_000},
@@ -122,16 +122,16 @@ def test_a_trained_scale_over_the_training_split_is_skipped_with_its_reason():
 def test_a_fitting_config_is_untouched():
     roomy = Matrix(config(KAGGLE_40K, WEAK_TRAINED, {"datasets": {"kaggle": {"generator": {"rows": 80_000}}}}))
     roomy.check()  # 72,000 training samples hold 65,536
-    assert all(r.method == "fbgemm" for r in roomy.device_infeasible()) and skip_notes(roomy) == []
+    assert all(r.method == "fbgemm" for r in roomy.device_infeasible()) and roomy.skip_notes() == []
     default = Matrix(config({"timing": {"device": "cpu"}}))
     default.check()
-    assert skip_notes(default) == [] and all(default.infeasible_reason(r) is None for r in default.runs()
+    assert default.skip_notes() == [] and all(default.infeasible_reason(r) is None for r in default.runs()
                                              if r.scale_out)
 
 
 def test_the_infeasible_job_writes_the_planned_reason_against_the_generated_split(tmp_path: Path):
     from hotcold.data.generators import GeneratorConfig, generate
-    from hotcold.runner import write_infeasible_runs
+    from hotcold.runs.runner import write_infeasible_runs
 
     small = {"datasets": {"kaggle": {"generator": {"rows": 4000, "max_rows_per_table": 2000}}},
              "distributed": {"scales": [{"world": 4, "ranks_per_node": 2}], "train": {"batch_per_rank": 1000},

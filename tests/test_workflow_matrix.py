@@ -13,7 +13,8 @@ import yaml
 from hotcold import methods
 from hotcold.config import ConfigError
 from hotcold.run_config import RunConfig
-from hotcold.workflow import Matrix, Run, merged, without_nulls
+from hotcold.workflow.matrix import Matrix, Run
+from hotcold.workflow.settings import merged, without_nulls
 
 snakemake_utils = pytest.importorskip(
     "snakemake.utils", reason="configs are validated as Snakemake validates them; `make` installs it (envs/requirements.txt)")

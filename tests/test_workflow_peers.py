@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hotcold import workflow_peers
+from hotcold.workflow import peers as workflow_peers
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 
 from hotcold.config import ConfigError
-from hotcold.workflow import Matrix, Run, workflow_config
-from hotcold.workflow_targets import CommandLine, check_configfiles, check_gpus, check_named, lone_runs, named_runs
+from hotcold.workflow.matrix import Matrix, Run
+from hotcold.workflow.settings import workflow_config
+from hotcold.workflow.targets import CommandLine, check_configfiles, check_gpus, check_named, lone_runs, named_runs
 
 MATRIX = Matrix(workflow_config())  # the default config: kaggle, terabyte, taobao; seed 0; scale-out at 4 x 2
 

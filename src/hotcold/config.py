@@ -264,7 +264,7 @@ class Wire:
                 "reduce_dtype": self.reduce_dtype}
 
 
-BACKENDS = ("auto", "nccl", "gloo")   # distributed.backend (hotcold.distributed.devices)
+BACKENDS = ("auto", "nccl", "gloo")   # distributed.backend (hotcold.devices)
 REFERENCES = ("replay", "none")        # distributed.reference
 MIN_TIMEOUT_S, MAX_TIMEOUT_S = 1.0, 86_400.0  # a collective's wait: at least a second, at most a day
 
@@ -289,7 +289,7 @@ class DistributedConfig:
     default leaves ample room for a slow step, an evaluation or a plan.
 
     ``backend`` (auto | nccl | gloo): the collectives' backend
-    (``hotcold.distributed.devices``): auto is NCCL on a CUDA trainer (one GPU
+    (``hotcold.devices``): auto is NCCL on a CUDA trainer (one GPU
     per rank), gloo on the CPU; gloo on a CUDA trainer sends CPU copies, so
     ranks may share a GPU. ``reference`` (replay | none): after a run over
     several ranks, rank 0 replays it with the one-process ``device`` store

@@ -20,6 +20,12 @@ from hotcold.embedding.options import NoOptions, StoreOptions
 from hotcold.embedding.store_options import (CacheOptions, FAEOptions, FbgemmOptions, FreqCacheOptions,
                                              ScratchPipeOptions)
 
+#: how a method's runs are held to the invariant: the ``device`` store's bits (the harness's own stores, whose sums
+#: and updates add in one order on every device), or a lock-step check per step against the ``device`` store fed
+#: the same inputs (a peer: another project's kernels round their own way; ``hotcold.runs.lockstep``)
+CHECK_BITS = "bits"
+CHECK_LOCKSTEP = "lockstep"
+
 if TYPE_CHECKING:  # the stores need torch; the registry is read where none is (Snakemake, the analysis)
     from hotcold.costmodel.techniques import PriceFn
     from hotcold.embedding.base import EmbeddingStore, StoreSpec
@@ -54,6 +60,11 @@ class Method:
     @property
     def cost(self) -> PriceFn | None:
         return _load(self.cost_path) if self.cost_path else None
+
+    @property
+    def check(self) -> str:
+        """``CHECK_LOCKSTEP`` for a peer, else ``CHECK_BITS``."""
+        return CHECK_LOCKSTEP if self.peer else CHECK_BITS
 
     def parse_options(self, data: StoreOptions | Mapping[str, Any] | None, where: str | None = None) -> StoreOptions:
         """This method's typed options from a config mapping, validated (``ConfigError`` naming the key)."""

@@ -1,6 +1,6 @@
 """What a finished run's record says, read without torch: its status, and how far two parameter sketches are.
 
-``hotcold.records`` writes records (and needs torch for the parameters); the tables, figures and claims only
+``hotcold.runs.records`` writes records (and needs torch for the parameters); the tables, figures and claims only
 read them, and import this module instead, so their jobs start without loading torch.
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 # Input functions and wildcard constraints for data.smk, train.smk, analysis.smk and costmodel.smk.
-# What runs, and with which settings, is decided by the package (hotcold.workflow.Matrix, unit-tested);
+# What runs, and with which settings, is decided by the package (hotcold.workflow.matrix.Matrix, unit-tested);
 # Snakemake imports it, so run Snakemake where hotcold is installed (`make` does).
 import functools
 import os
@@ -14,11 +14,11 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 from hotcold import methods
 from hotcold.config import ConfigError
 from hotcold.files import tree_sha256
-from hotcold.workflow import Matrix, Run, to_json
-from hotcold.workflow_checks import skip_notes
-from hotcold.workflow_peers import peer_state
-from hotcold.workflow_resume import MARKER as RESUME_MARKER
-from hotcold.workflow_targets import check_gpus, check_named, lone_runs, named_runs
+from hotcold.workflow.matrix import Matrix, Run
+from hotcold.workflow.settings import to_json
+from hotcold.workflow.peers import peer_state
+from hotcold.workflow.resume import MARKER as RESUME_MARKER
+from hotcold.workflow.targets import check_gpus, check_named, lone_runs, named_runs
 
 # Path components must match the schema's name patterns.
 wildcard_constraints:
@@ -90,6 +90,25 @@ def all_records() -> list[str]:
 def all_run_files() -> list[str]:
     """Every run's ``record.json`` and ``steps.parquet`` (the tables read both)."""
     return [f"{run.dir}/{name}" for run in MATRIX.runs() for name in ("record.json", "steps.parquet")]
+
+
+#: the tables `all` asks for, each as .csv and, where a reader wants it, .md
+TABLES = {"summary": ("csv", "md"), "infeasible": ("md",), "phases": ("csv",), "counters": ("csv", "md"),
+          "speedup": ("csv", "md"), "cache_sim": ("csv",), "fae_hot_fraction": ("csv",), "rows_moved": ("csv",),
+          "dataset_stats": ("csv",), "comm_traffic": ("csv", "md"), "flexshard_headroom": ("csv", "md"),
+          "proactive": ("csv", "md"), "costmodel_validation": ("csv", "md"), "claims": ("csv", "md")}
+
+
+def final_targets() -> list[str]:
+    """What `rule all` asks for: every run's files, every table and every figure.
+
+    Every run's files are inputs of `all`, not only of the tables that read them: Snakemake does not rerun
+    a job whose inputs are missing while its outputs exist, so a deleted record would leave the tables
+    reading it stale ("Nothing to be done"); as a target's input, the missing file reruns its run, and
+    then every table that reads it."""
+    tables = [f"results/tables/{name}.{ext}" for name, exts in TABLES.items() for ext in exts]
+    figures = ["coverage", *FIGURES, *SCALE_OUT_FIGURES, "claims", "hit_rate_curves"]
+    return [*all_run_files(), *tables, *(f"paper_figs/{name}.{ext}" for name in figures for ext in ("png", "pdf"))]
 
 
 def scale_out_records() -> list[str]:
@@ -217,7 +236,7 @@ def forget_how_made(paths) -> None:
             workflow.persistence.cleanup_metadata(IOFile(path))
 # Scale-out runs whose global batch is more than their dataset's training split: skipped, each with an
 # `infeasible` record (rule device_infeasible); a line per dataset and scale says so at every plan (`-n` too).
-for _note in skip_notes(MATRIX):
+for _note in MATRIX.skip_notes():
     print(_note, file=sys.stderr)
 if config["timing"]["interleave"]:
     names = [group_rule_name(d) for d in MATRIX.datasets()]

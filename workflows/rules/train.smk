@@ -4,7 +4,7 @@
 # effective settings (global sections, its own overrides merged in). With
 # timing.interleave, one job per dataset x seed trains all its one-process runs
 # round-robin by repeat instead (`hotcold train-group`); the record paths are the same. The one-process runs
-# whose files are named on the command line (targets, --forcerun: hotcold.workflow_targets) are trained
+# whose files are named on the command line (targets, --forcerun: hotcold.workflow.targets) are trained
 # alone even then, by `train_alone`, which makes exactly those (their record's `summary.group_runs` is 1).
 # When the workflow succeeds, Snakemake's own record of how their files were made is dropped, so that a later
 # plan judges them by their times alone: otherwise the interleaved job would see another rule's code and
@@ -14,7 +14,7 @@
 # methods also take the installed build of their optional package (`peers_param`).
 # The variants that cannot run on a configured trainer device (GPU-only ones on `timing.device: cpu`,
 # known from their options; with `auto` their job finds out where it runs), and the scale-out runs
-# whose global batch is more than their dataset's training split (hotcold.workflow_checks), get their
+# whose global batch is more than their dataset's training split (hotcold.workflow.matrix), get their
 # `infeasible` records from one job, `hotcold infeasible`, instead of a job each.
 
 if MATRIX.device_infeasible():

@@ -109,7 +109,7 @@ def _speedups(frame: pd.DataFrame) -> pd.Series:
     return out
 
 
-#: ``exact_check``: how a run's ``exact`` was decided (``lockstep.CHECK_BITS`` and ``CHECK_LOCKSTEP``, and none)
+#: ``exact_check``: how a run's ``exact`` was decided (``methods.CHECK_BITS`` and ``CHECK_LOCKSTEP``, and none)
 EXACT_CHECKS = {"bits": "bits: the same operations in the same order as the reference",
                 "lockstep": "lock-step: its own kernels round their own way",
                 "distance": "end-state distance: its own kernels round their own way",

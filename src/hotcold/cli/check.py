@@ -13,6 +13,6 @@ def add_check_config(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_check_config(args: argparse.Namespace) -> None:
-    from hotcold.workflow_schema import check_config
+    from hotcold.workflow.schema import check_config
 
     print(check_config(args.path))

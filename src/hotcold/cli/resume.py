@@ -15,6 +15,6 @@ def add_resume(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_resume(args: argparse.Namespace) -> None:
-    from hotcold.workflow_resume import resume
+    from hotcold.workflow.resume import resume
 
     print(resume(Path(args.workdir), args.grace).line())

@@ -1,7 +1,7 @@
 """Verbs that train: ``train`` (one run, over ranks if its config says so), ``train-group`` (runs interleaved),
 and ``infeasible`` (the records of runs that cannot run on this device or data, without training).
 
-The work is ``hotcold.runner``'s; these read the arguments and say where the
+The work is ``hotcold.runs.runner``'s; these read the arguments and say where the
 records went.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ def add_train(sub: argparse._SubParsersAction) -> None:
 
 def cmd_train(args: argparse.Namespace) -> None:
     from hotcold.run_config import RunConfig
-    from hotcold.runner import outcome, train_run
+    from hotcold.runs.runner import outcome, train_run
 
     record = train_run(RunConfig.from_dict(load_mapping(args.run_config)), args.dataset, args.out,
                        threads=args.threads, nproc=args.nproc, device=args.device, progress=not args.no_progress)
@@ -49,7 +49,7 @@ def add_train_group(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_train_group(args: argparse.Namespace) -> None:
-    from hotcold.runner import outcome, train_group
+    from hotcold.runs.runner import outcome, train_group
 
     for job, record in train_group(load_runs(args.runs), args.dataset, threads=args.threads, device=args.device,
                                    progress=not args.no_progress):
@@ -68,7 +68,7 @@ def add_infeasible(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_infeasible(args: argparse.Namespace) -> None:
-    from hotcold.runner import write_infeasible_runs
+    from hotcold.runs.runner import write_infeasible_runs
 
     for out, reason in write_infeasible_runs(load_runs(args.runs), args.data, args.device):
         print(f"wrote {out / 'record.json'}: infeasible: {reason}", file=sys.stderr)

@@ -303,7 +303,7 @@ def init_process_group(device: torch.device, timeout_s: float = TIMEOUT_S,
     """Join the launch's process group over ``backend`` (``distributed.backend``: auto is NCCL on GPUs, gloo on
     CPUs); a collective waits ``timeout_s`` for the others. Returns (rank, world, this rank's device): over NCCL
     a GPU of its own (more ranks on this machine than GPUs: ``ConfigError``), over gloo GPUs shared round robin."""
-    from hotcold.distributed.devices import check_ranks_fit, gpu_count, local_ranks, rank_gpu, resolve_backend
+    from hotcold.devices import check_ranks_fit, gpu_count, local_ranks, rank_gpu, resolve_backend
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     backend = resolve_backend(backend, device.type)

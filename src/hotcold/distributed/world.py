@@ -45,7 +45,7 @@ class World:
              backend: str = "auto") -> "World":
         """Join the torchrun launch this process is a rank of over ``backend`` (``distributed.backend``); a
         collective waits ``timeout_s`` for the others. Its ``comm.device`` is this rank's device (``cuda:<i>``)."""
-        from hotcold.distributed.devices import local_ranks, resolve_backend
+        from hotcold.devices import local_ranks, resolve_backend
 
         rank, world, device = init_process_group(device, timeout_s, backend)
         if world != expected:

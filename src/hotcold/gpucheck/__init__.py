@@ -86,7 +86,7 @@ def resolve(device: str) -> tuple[str, str | None]:
 def load_config(path: Path) -> dict[str, Any]:
     """The config as the workflow reads it: ``default.yaml`` with ``path`` overlaid, nulls and defaults
     as Snakemake has them (``workflow.workflow_config``): what ``make reproduce CONFIG=path`` would train."""
-    from hotcold.workflow import workflow_config
+    from hotcold.workflow.settings import workflow_config
 
     return workflow_config(path)
 
@@ -150,8 +150,8 @@ def train_runs(plan: Plan, out: Path, device: str, threads: int, deadline: float
     import torch
 
     from hotcold.run_config import RunConfig
-    from hotcold.records import write_infeasible
-    from hotcold.runner import train_run
+    from hotcold.runs.records import write_infeasible
+    from hotcold.runs.runner import train_run
 
     records: list[Path] = []
     failures: list[dict[str, Any]] = []

@@ -55,7 +55,7 @@ def environment(device: str) -> dict[str, Any]:
     import pandas as pd
     import torch
 
-    from hotcold.records import provenance, timer_kind
+    from hotcold.runs.records import provenance, timer_kind
 
     dev = torch.device(device)
     out: dict[str, Any] = {**provenance(dev, timer_kind(dev)), "numpy": np.__version__, "pandas": pd.__version__,

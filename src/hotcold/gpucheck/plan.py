@@ -1,6 +1,6 @@
 """Which runs a GPU check trains: the one-process runs of a workflow config's generated datasets, at a scale.
 
-The runs and their configs are the workflow's own (``hotcold.workflow.Matrix``
+The runs and their configs are the workflow's own (``hotcold.workflow.matrix.Matrix``
 on the config, so a check trains what ``make reproduce`` trains), with the
 scale-out methods left out and, at a smaller ``Scale``, the generators' rows
 and the training section replaced. No Snakemake is needed: the config is read
@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from hotcold import methods
 from hotcold.config import ConfigError
-from hotcold.workflow import Matrix, Run
+from hotcold.workflow.matrix import Matrix, Run
 
 #: the run directory of a run, under the check's output: runs/<dataset>/<method>/<variant>/seed~<n>
 RUNS_DIR, DATA_DIR = "runs", "data"

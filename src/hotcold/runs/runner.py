@@ -24,10 +24,9 @@ from hotcold.config import ConfigError
 from hotcold.run_config import RunConfig
 from hotcold.distributed.comm import launched
 from hotcold.distributed.batch import batch_option
-from hotcold.distributed.devices import check_ranks_fit, gpu_count, threads_per_rank
+from hotcold.devices import check_ranks_fit, gpu_count, resolve_device, threads_per_rank
 from hotcold.distributed.launch import join_launch, report_failure, run_ranks
-from hotcold.repeats import Job, run_and_record, run_group
-from hotcold.devices import resolve_device
+from hotcold.runs.repeats import Job, run_and_record, run_group
 
 ROLL_CALL_S = 3.0  # how long a rank whose collective failed waits for the others to answer the roll call
 
@@ -51,6 +50,7 @@ def train_run(cfg: RunConfig, dataset_dir: str | Path, out_dir: str | Path, thre
     Over NCCL, more ranks than GPUs fail before any starts (``devices.check_ranks_fit``).
     """
     cfg = with_device(cfg, device)
+    on = resolve_device(cfg.timing.device)  # once per job: every rank, store and timer gets this one
     if nproc is not None:
         cfg = cfg.with_world(nproc)
         cfg.distributed.validate("--nproc")
@@ -62,22 +62,21 @@ def train_run(cfg: RunConfig, dataset_dir: str | Path, out_dir: str | Path, thre
         raise ConfigError(f"{batch_option(cfg.distributed)}: the global batch {cfg.train.batch_size} is not "
                           f"divisible by the world size {world_size}")
     if world_size > 1 and not launched():
-        device_type = resolve_device(cfg.timing.device).type
-        check_ranks_fit(world_size, device_type, cfg.distributed.backend, gpu_count() if device_type == "cuda" else 0,
+        check_ranks_fit(world_size, on.type, cfg.distributed.backend, gpu_count() if on.type == "cuda" else 0,
                         "--nproc" if nproc is not None else "distributed.world")
         _launch(cfg, dataset_dir, out_dir, threads, progress)
         return None
     if launched():
         join_launch(int(os.environ["RANK"]))
-        return _train_rank(cfg, Path(dataset_dir), Path(out_dir), threads, progress)
+        return _train_rank(cfg, Path(dataset_dir), Path(out_dir), on, threads, progress)
     torch.set_num_threads(max(1, threads))
     print(f"run {cfg.dataset}/{cfg.method}/{cfg.variant}/seed~{cfg.seed} ({threads} threads, 1 rank(s))",
           file=sys.stderr)
-    return run_and_record(cfg, Path(dataset_dir), Path(out_dir), progress=progress,
-                          device=resolve_device(cfg.timing.device))
+    return run_and_record(cfg, Path(dataset_dir), Path(out_dir), on, progress=progress)
 
 
-def _train_rank(cfg: RunConfig, dataset_dir: Path, out_dir: Path, threads: int, progress: bool) -> dict[str, Any] | None:
+def _train_rank(cfg: RunConfig, dataset_dir: Path, out_dir: Path, device: torch.device, threads: int,
+                progress: bool) -> dict[str, Any] | None:
     """One rank of a launch: join the process group and train this rank's slice; rank 0 returns the record.
 
     A collective that fails (a rank that did not answer within
@@ -91,14 +90,14 @@ def _train_rank(cfg: RunConfig, dataset_dir: Path, out_dir: Path, threads: int, 
     world_size, timeout_s = cfg.distributed.world, cfg.distributed.timeout_s
     rank = int(os.environ["RANK"])
     try:
-        world = World.join(cfg.distributed.ranks_per_node, world_size, resolve_device(cfg.timing.device),
+        world = World.join(cfg.distributed.ranks_per_node, world_size, device,
                            timeout_s=timeout_s, backend=cfg.distributed.backend)
         torch.set_num_threads(threads_per_rank(threads))  # the job's threads over the ranks on this machine
         if world.is_main:
             print(f"run {cfg.dataset}/{cfg.method}/{cfg.variant}/seed~{cfg.seed} ({threads} threads, "
                   f"{world_size} rank(s), {torch.get_num_threads()} per rank, {cfg.distributed.backend} backend "
                   f"on {world.comm.device})", file=sys.stderr)
-        return run_and_record(cfg, dataset_dir, out_dir, progress=progress, world=world, device=world.comm.device)
+        return run_and_record(cfg, dataset_dir, out_dir, world.comm.device, progress=progress, world=world)
     except Exception as e:
         if world_size > 1 and collective_failure(e):
             missing = unanswered(rank, world_size, grace_s=min(ROLL_CALL_S, timeout_s))
@@ -137,10 +136,14 @@ def train_group(runs: Sequence[tuple[Mapping[str, Any], str | Path]], dataset_di
     ``runs``: (run config mapping, run directory) pairs.
     """
     jobs = [Job(with_device(RunConfig.from_dict(config), device), Path(out)) for config, out in runs]
+    devices = {job.cfg.timing.device for job in jobs}
+    if len(devices) > 1:
+        raise ConfigError(f"the runs of one group train on one timing.device, got {sorted(devices)}")
+    on = resolve_device(devices.pop())
     torch.set_num_threads(max(1, threads))
     print(f"train {len(jobs)} run(s) of {jobs[0].cfg.dataset} interleaved by repeat ({threads} threads)",
           file=sys.stderr)
-    return list(zip(jobs, run_group(jobs, Path(dataset_dir), progress=progress)))
+    return list(zip(jobs, run_group(jobs, Path(dataset_dir), on, progress=progress)))
 
 
 def write_infeasible_runs(runs: Sequence[tuple[Mapping[str, Any], str | Path]], data_dir: str | Path,
@@ -155,13 +158,15 @@ def write_infeasible_runs(runs: Sequence[tuple[Mapping[str, Any], str | Path]], 
     """
     from hotcold.data.format import Dataset
     from hotcold.distributed.batch import train_samples
-    from hotcold.records import write_infeasible
-    from hotcold.workflow_checks import batch_reason
+    from hotcold.runs.records import write_infeasible
+    from hotcold.workflow.splits import batch_reason
 
-    written = []
+    written, auto = [], None
     for config, out in runs:
         cfg = with_device(RunConfig.from_dict(config), device)
-        on = cfg.timing.device if cfg.timing.device != "auto" else resolve_device("auto").type
+        if cfg.timing.device == "auto" and auto is None:
+            auto = resolve_device("auto").type
+        on = auto if cfg.timing.device == "auto" else cfg.timing.device
         d = cfg.distributed
         reason = cfg.store.infeasible_on(on)
         if reason is None and d.world > 1:  # the same words as the workflow's plan, against the split written

@@ -9,105 +9,20 @@ One-process methods train once per (dataset, variant, seed); methods whose
 store spans ranks train at every ``distributed.scales`` entry. ``check``
 resolves every dataset and run with the package's typed configs, so a bad
 config fails before any job starts; global batches against the training splits
-are ``hotcold.workflow_checks``'s.
+are its own (the arithmetic and words in ``workflow.splits``).
 """
 from __future__ import annotations
 
-import copy
-import json
+from collections import Counter
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple
 
-from hotcold import methods, workflow_checks
-from hotcold.config import ConfigError, DistributedConfig, read_yaml
+from hotcold import methods
+from hotcold.config import ConfigError, DistributedConfig
 from hotcold.run_config import RunConfig
-
-
-def merged(base: Mapping[str, Any], override: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``override`` merged into ``base``: mappings key by key, other values replace, None removes."""
-    out = dict(base)
-    for key, value in (override or {}).items():
-        if value is None:
-            out.pop(key, None)
-        elif isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merged(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-#: the workflow's own config (the Snakefile's ``configfile``) and schema
-REPO = Path(__file__).resolve().parents[2]
-DEFAULT_CONFIG = REPO / "workflows" / "config" / "default.yaml"
-SCHEMA = REPO / "workflows" / "schemas" / "config.schema.yaml"
-
-
-def overlaid(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    """``override`` over ``base`` as Snakemake merges ``--configfile`` over the Snakefile's ``configfile``:
-    mappings key by key, every other value (a null too) replaces. The nulls stay: ``Matrix`` reads a null
-    dataset, method, variant or option as removed, and a null setting (``max_rows_per_table``) as its value."""
-    out = dict(base)
-    for key, value in override.items():
-        out[key] = overlaid(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
-
-
-def with_defaults(config: dict[str, Any], schema: Mapping[str, Any]) -> dict[str, Any]:
-    """``config`` with the schema's defaults filled in where keys are missing, as Snakemake's ``validate``
-    (``set_default``) does wherever a subschema's ``properties`` apply; needs no jsonschema."""
-    defs = schema.get("$defs", {})
-
-    def resolve(node: Mapping[str, Any]) -> Mapping[str, Any]:
-        while "$ref" in node:
-            target: Any = defs
-            for part in node["$ref"].removeprefix("#/$defs/").split("/"):
-                target = target[part]
-            node = {**target, **{k: v for k, v in node.items() if k != "$ref"},
-                    "properties": {**target.get("properties", {}), **node.get("properties", {})}}
-        return node
-
-    def fill(instance: Any, node: Mapping[str, Any]) -> None:
-        if not isinstance(instance, dict):
-            return
-        node = resolve(node)
-        props = node.get("properties", {})
-        for key, sub in props.items():
-            if "default" in sub and key not in instance:
-                instance[key] = copy.deepcopy(sub["default"])
-            if key in instance:
-                fill(instance[key], sub)
-        extra = node.get("additionalProperties")
-        if isinstance(extra, dict):
-            for key in instance.keys() - props.keys():
-                fill(instance[key], extra)
-
-    filled = copy.deepcopy(config)
-    fill(filled, schema)
-    return filled
-
-
-def workflow_config(path: Path | str | None = None) -> dict[str, Any]:
-    """The config the workflow runs with ``--configfile path`` (None: none): ``default.yaml`` with the file
-    overlaid (``overlaid``) and the schema's defaults filled in, as ``make reproduce CONFIG=path`` sees it."""
-    def load(p: Path) -> dict[str, Any]:
-        try:
-            data = read_yaml(p) or {}
-        except OSError as e:
-            raise ConfigError(f"{p}: cannot read the config: {' '.join(str(e).split())}") from e
-        if not isinstance(data, dict):
-            raise ConfigError(f"{p}: a config must be a mapping, got {type(data).__name__}")
-        return data
-
-    config = load(DEFAULT_CONFIG)
-    if path is not None and Path(path).resolve() != DEFAULT_CONFIG.resolve():
-        config = overlaid(config, load(Path(path)))
-    return with_defaults(config, load(SCHEMA))
-
-
-def without_nulls(mapping: Mapping[str, Any]) -> dict[str, Any]:
-    """``mapping`` with None-valued keys removed at every level (a null in a merged file removes)."""
-    return {k: without_nulls(v) if isinstance(v, dict) else v for k, v in mapping.items() if v is not None}
+from hotcold.workflow.settings import merged, without_nulls
+from hotcold.workflow.splits import Split, batch_reason, rows_option, split_words, train_split
 
 
 def _with_steps(train: Mapping[str, Any], steps: int | None) -> dict[str, Any]:
@@ -255,11 +170,11 @@ class Matrix:
     def infeasible_reason(self, run: Run) -> str | None:
         """Why a run cannot run, known from the config before it starts (None: it can, or only its job can tell):
         its options on a configured ``cpu`` or ``cuda`` trainer (with ``auto`` the job finds out and records it),
-        or a scale-out run's global batch over its dataset's training split (``workflow_checks.scale_out_reason``)."""
+        or a scale-out run's global batch over its dataset's training split (``scale_out_reason``)."""
         options = methods.get(run.method).parse_options(self.methods_for(run.dataset)[run.method][run.variant])
         device = self.device()
         return ((options.infeasible_on(device) if device != "auto" else None)
-                or workflow_checks.scale_out_reason(self, run))
+                or self.scale_out_reason(run))
 
     @cached_property
     def _device_infeasible(self) -> tuple[Run, ...]:
@@ -364,14 +279,73 @@ class Matrix:
                 build(data)
             except (ConfigError, FileNotFoundError) as e:
                 raise ConfigError(f"invalid configuration for {where}: {e}") from None
-        workflow_checks.check_batches(self)  # a one-process or simulated batch over a training split
+        self._check_batches()  # a one-process or simulated batch over a training split
         self._check_shard_sim_batch()
         self._check_backend()
+
+    # -- global batches against the training splits ---------------------------------------------------
+    def train_split(self, name: str) -> Split | None:
+        """The training split of a generated dataset, from its generator options (None: read from real logs)."""
+        return None if self.source_of(name) is not None else train_split(self.generator_spec(name))
+
+    def batch_size_option(self, name: str, scale_out: bool = False) -> str:
+        """The option that sets the dataset's ``train.batch_size`` (scale-out: its fixed global batch)."""
+        if scale_out and "batch_size" in self.config["distributed"]["train"]:
+            return "distributed.train.batch_size"
+        own = self.dataset_spec(name).get("train") or {}
+        return f"datasets.{name}.train.batch_size" if "batch_size" in own else "train.batch_size"
+
+    def scale_out_reason(self, run: Run) -> str | None:
+        """Why a scale-out run's global batch cannot run on its dataset, known from the config (None: it can)."""
+        split = self.train_split(run.dataset) if run.scale_out else None
+        if split is None:
+            return None
+        return batch_reason(run.dataset, run.world, run.ranks_per_node, self.scale_out_batch(run),
+                            self.train_batch_per_rank(), *split)
+
+    def skip_notes(self) -> list[str]:
+        """One line per skipped (dataset, scale): how many scale-out runs get an ``infeasible`` record, and why."""
+        reasons = Counter(filter(None, (self.scale_out_reason(run) for run in self.device_infeasible())))
+        return [f"hotcold: {n} scale-out run(s) skipped, each with an infeasible record: {reason}"
+                for reason, n in reasons.items()]
+
+    def _check_batches(self) -> None:
+        """``ConfigError`` (one line) where a one-process batch or a simulated global batch exceeds a training
+        split; a trained scale-out run's is skipped instead (``scale_out_reason``)."""
+        sim = self.config["distributed"]["shard_sim"]
+        per_rank, scales = self.shard_sim_batch_per_rank(), self.shard_sim_scales()
+        for name in self.datasets():
+            split = self.train_split(name)
+            if split is None:
+                continue
+            words, rows = split_words(name, *split), rows_option(name)
+            option, batch = self.batch_size_option(name), self.section(name, "train")["batch_size"]
+            if batch > split.samples:
+                raise ConfigError(f"invalid configuration for dataset {name}: {option} {batch:,} (one process, "
+                                  f"world 1: its runs, profile and cache simulation) is more than {words}: lower "
+                                  f"{option} or raise {rows}")
+            for scale in scales if per_rank is not None else []:
+                nodes, rpn = (int(x) for x in scale.split("x"))
+                if per_rank * nodes * rpn > split.samples:
+                    where = "distributed.shard_sim.scales" if scale in sim["scales"] else "distributed.scales"
+                    raise ConfigError(f"invalid configuration for dataset {name}: distributed.shard_sim.batch_per_rank "
+                                      f"{per_rank} x {nodes * rpn} ranks ({scale}) simulates a global batch of "
+                                      f"{per_rank * nodes * rpn:,} samples, more than {words}: lower "
+                                      f"distributed.shard_sim.batch_per_rank, drop {scale} from {where} or raise "
+                                      f"{rows}")
+            fixed, option = self.scale_out_train(name)["batch_size"], self.batch_size_option(name, scale_out=True)
+            if scales and (per_rank is None or sim["fixed_batch"]) and fixed > split.samples:
+                why, fix = (("distributed.shard_sim.batch_per_rank null", "set distributed.shard_sim.batch_per_rank")
+                            if per_rank is None else
+                            ("distributed.shard_sim.fixed_batch", "set distributed.shard_sim.fixed_batch false"))
+                raise ConfigError(f"invalid configuration for dataset {name}: {why} simulates the fixed global batch "
+                                  f"{option} {fixed:,} at the scales {', '.join(scales)}, more than {words}: lower "
+                                  f"{option}, {fix} or raise {rows}")
 
     def _check_backend(self) -> None:
         """The scale-out backend suits a configured trainer device (NCCL needs ``cuda``); with ``auto`` the job
         picks its backend where it runs."""
-        from hotcold.distributed.devices import resolve_backend
+        from hotcold.devices import resolve_backend
 
         if self.device() == "auto" or not any(run.scale_out for run in self._runs):
             return
@@ -403,8 +377,3 @@ def _check_batch_split(run_config: Mapping[str, Any]) -> None:
     if batch % world:
         raise ConfigError(f"train.batch_size {batch} is not divisible by distributed.scales world {world} "
                           f"(or set distributed.train.batch_per_rank)")
-
-
-def to_json(data: Any) -> str:
-    """How a verb receives a config on its command line."""
-    return json.dumps(data, sort_keys=True)

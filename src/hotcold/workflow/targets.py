@@ -27,7 +27,7 @@ from typing import Iterable
 
 from hotcold import methods
 from hotcold.config import ConfigError
-from hotcold.workflow import Matrix, Run, scale_dir
+from hotcold.workflow.matrix import Matrix, Run, scale_dir
 
 RUN_FILE = re.compile(
     r"(?:^|/)results/runs/(?P<dataset>[^/]+)/(?P<method>[^/]+)/(?P<variant>[^/]+)/"
@@ -121,7 +121,7 @@ def _why_not(matrix: Matrix, run: Run) -> str:
 def check_gpus(matrix: Matrix, gpus: int | None) -> None:
     """A ``ConfigError`` where ``--resources gpu=N`` is fewer GPUs than a scale-out job over NCCL needs (a rank
     each on its one machine: Snakemake would lower the job's claim to N and the ranks would fail inside it)."""
-    from hotcold.distributed.devices import ranks_fit_problem
+    from hotcold.devices import ranks_fit_problem
 
     if gpus is None or matrix.device() != "cuda" or not any(run.scale_out for run in matrix.runs()):
         return

@@ -13,22 +13,21 @@ import platform
 import subprocess
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Protocol
 
 import numpy as np
 import pandas as pd
 import torch
 
 import hotcold
+from hotcold import methods
 from hotcold.run_config import RunConfig
 from hotcold.data.format import Dataset
 from hotcold.distributed.launch import launcher_alive
 from hotcold.files import atomic_write, atomic_write_json, tree_sha256
 from hotcold.jit import KERNEL, jit
-from hotcold.lockstep import check_kind
 from hotcold.machine import cpu_name, machine_id, nvidia_smi
 from hotcold.record_status import STATUS_DIVERGED, STATUS_INFEASIBLE, STATUS_OK, STATUS_SKIPPED
-from hotcold.train import RunResult
 
 #: ``repeat``: which repeat of the timed part a row comes from (0-based; files written before repeats lack it)
 STEPS_COLUMNS = {"step": "int64", "kind": "string", "name": "string", "value": "float64", "repeat": "int64"}
@@ -188,12 +187,21 @@ def _run_header(cfg: RunConfig, ds: Dataset, device: torch.device, timer: str, s
     }
 
 
+class Replay(Protocol):
+    """The ``device`` store replayed on a run's own batch order (``train.RunResult``): its metrics and
+    parameters."""
+
+    metrics: dict[str, Any]
+
+    def named_parameters(self) -> list[tuple[str, torch.Tensor]]: ...
+
+
 def trained_record(cfg: RunConfig, ds: Dataset, device: torch.device, summary: dict[str, Any],
                    metrics: dict[str, Any], params: dict[str, Any], store_report: dict[str, Any],
-                   ref: RunResult | None = None, lockstep: dict[str, Any] | None = None) -> dict[str, Any]:
+                   ref: Replay | None = None, lockstep: dict[str, Any] | None = None) -> dict[str, Any]:
     """The record of a trained run: its (repeats') summary, metrics, parameter fingerprint and store report;
     ``ref``: the ``device`` store replayed on the run's own batch order; ``lockstep``: a peer's lock-step check
-    against the ``device`` store (``hotcold.lockstep.Lockstep.to_record``)."""
+    against the ``device`` store (``hotcold.runs.lockstep.Lockstep.to_record``)."""
     record = {
         **_run_header(cfg, ds, device, summary["timer"], STATUS_OK),
         "summary": summary,
@@ -202,8 +210,8 @@ def trained_record(cfg: RunConfig, ds: Dataset, device: torch.device, summary: d
         "store": store_report,
         # which check the invariant is held to: "bits" (the device store's bits: the harness's own stores, whose
         # sums and updates add in one order on every device) or "lockstep" (a peer's library kernels round
-        # their own way: compared step by step with the device store fed the same inputs, ``hotcold.lockstep``)
-        "check": check_kind(cfg.method),
+        # their own way: compared step by step with the device store fed the same inputs, ``hotcold.runs.lockstep``)
+        "check": methods.get(cfg.method).check,
     }
     if lockstep is not None:
         record["lockstep"] = lockstep

@@ -18,15 +18,17 @@ from typing import Any, Sequence
 import pandas as pd
 import torch
 
+from hotcold import methods
 from hotcold.config import ConfigError, InfeasibleError
+from hotcold.methods import CHECK_LOCKSTEP
 from hotcold.run_config import RunConfig
 from hotcold.contention import Watch
 from hotcold.data.format import Dataset
-from hotcold.distributed.devices import local_ranks
+from hotcold.devices import local_ranks
 from hotcold.distributed.world import World
 from hotcold.embedding.fbgemm import PeerUnavailableError
-from hotcold.lockstep import CHECK_LOCKSTEP, check_kind, check_run
-from hotcold.records import (
+from hotcold.runs.lockstep import check_run
+from hotcold.runs.records import (
     diverged_record,
     infeasible_record,
     param_checksum,
@@ -39,7 +41,6 @@ from hotcold.records import (
 from hotcold.record_status import sketch_rel_diff
 from hotcold.timing import TimedPart, summarize_repeats
 from hotcold.train import DivergedError, RunResult, reference, train
-from hotcold.devices import resolve_device
 
 
 class RepeatMismatchError(RuntimeError):
@@ -169,7 +170,7 @@ class RepeatedRun:
             write_run(out_dir, record, steps_frame([], []))
             return record
         lock = None
-        if check_kind(cfg.method) == CHECK_LOCKSTEP:  # a peer's kernels round their own way: checked step by step
+        if methods.get(cfg.method).check == CHECK_LOCKSTEP:  # a peer's kernels round their own way: checked step by step
             lock = check_run(cfg, self.ds, self.device, self._first["order"]).to_record()
         record = trained_record(cfg, self.ds, self.device, self.summary(), self._first["metrics"], self.params[0],
                                 self._first["store"], ref, lock)
@@ -177,9 +178,10 @@ class RepeatedRun:
         return record
 
 
-def run_group(jobs: Sequence[Job], dataset_dir: Path, progress: bool = True, world: World | None = None,
-              device: torch.device | None = None) -> list[dict[str, Any] | None]:
-    """Train ``jobs`` on the dataset in ``dataset_dir`` round-robin by repeat; write each run directory.
+def run_group(jobs: Sequence[Job], dataset_dir: Path, device: torch.device, progress: bool = True,
+              world: World | None = None) -> list[dict[str, Any] | None]:
+    """Train ``jobs`` on the dataset in ``dataset_dir`` round-robin by repeat on ``device`` (the job's, resolved
+    once: ``runner``); write each run directory.
 
     Returns the records in the order of ``jobs`` (None on ranks other than
     0). Several runs in one group must be one-process runs of one dataset
@@ -209,8 +211,7 @@ def run_group(jobs: Sequence[Job], dataset_dir: Path, progress: bool = True, wor
         for job in jobs:  # never leave a stale complete-looking run
             (Path(job.out_dir) / "record.json").unlink(missing_ok=True)
     ds = Dataset.open(dataset_dir, verify=True, progress=progress and world.is_main)  # checks and hashes (cached)
-    runs = [RepeatedRun(j, ds, device or resolve_device(j.cfg.timing.device), world, progress, len(jobs))
-            for j in jobs]
+    runs = [RepeatedRun(j, ds, device, world, progress, len(jobs)) for j in jobs]
     records: list[dict[str, Any] | None] = [None] * len(runs)
     started, position = time.perf_counter(), 0
     for _ in range(max(run.repeats for run in runs)):
@@ -224,8 +225,8 @@ def run_group(jobs: Sequence[Job], dataset_dir: Path, progress: bool = True, wor
     return records
 
 
-def run_and_record(cfg: RunConfig, dataset_dir: Path, out_dir: Path, progress: bool = True,
-                   world: World | None = None, device: torch.device | None = None) -> dict[str, Any] | None:
+def run_and_record(cfg: RunConfig, dataset_dir: Path, out_dir: Path, device: torch.device, progress: bool = True,
+                   world: World | None = None) -> dict[str, Any] | None:
     """Train one run (``cfg.timing.repeats`` times) and write its run directory; return the record.
 
     An infeasible variant (``InfeasibleError``: valid, but it cannot run on
@@ -235,4 +236,4 @@ def run_and_record(cfg: RunConfig, dataset_dir: Path, out_dir: Path, progress: b
     repeat and rank 0 writes the record once every rank has finished (others
     return None): a rank that dies leaves no record.
     """
-    return run_group([Job(cfg, Path(out_dir))], dataset_dir, progress, world, device)[0]
+    return run_group([Job(cfg, Path(out_dir))], dataset_dir, device, progress, world)[0]

@@ -2,7 +2,7 @@
 
 The harness's own stores add every gradient in one fixed order on every
 device (``rows.sum_by_index``, ``update.row_square_means``), so they train
-the ``device`` store's bits and their check is equality (``CHECK_BITS``).
+the ``device`` store's bits and their check is equality (``methods.CHECK_BITS``).
 Where that cannot hold, because a library kernel the harness does not
 control rounds its own way (a peer such as FBGEMM, a fused multiply-add),
 an end-state distance after training would grow with every step and say
@@ -21,7 +21,6 @@ API (small on purpose; ``make gpu-check`` may call it):
   rows)``) / ``.to_record()`` (a JSON-ready dict).
 - ``random_batches(table_sizes, batch_size, steps, seed)``: skewed ids to
   drive it.
-- ``check_kind(method)``: which check a method's runs are held to.
 - ``check_run(cfg, ds, device, order)``: the check of a trained run (a
   peer's), on its first ``RUN_STEPS`` batches; the record keeps it.
 """
@@ -34,16 +33,13 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import torch
 
 from hotcold import methods
+from hotcold.methods import CHECK_LOCKSTEP
 from hotcold.embedding.base import EmbeddingStore, NullMarker, StoreSpec
 
 if TYPE_CHECKING:
     from hotcold.run_config import RunConfig
     from hotcold.data.format import Dataset
 
-#: the check of a store that must train the ``device`` store's bits
-CHECK_BITS = "bits"
-#: the check of a store whose kernels round their own way: per step, against the reference fed the same inputs
-CHECK_LOCKSTEP = "lockstep"
 #: the largest absolute difference per step a lock-step check accepts by default: a float32 row of magnitude
 #: ~0.1 differs by ~1e-8 per differently rounded update, so K <= 100 such steps stay well below it, while a
 #: wrong update (a lost or doubled gradient of scale ``GRAD_SCALE``) is far above it
@@ -52,11 +48,6 @@ DEFAULT_ATOL = 1e-5
 GRAD_SCALE = 0.1
 
 StoreBuilder = Callable[[StoreSpec], EmbeddingStore]
-
-
-def check_kind(method: str) -> str:
-    """``CHECK_LOCKSTEP`` for a peer (another project's kernels, its own rounding), else ``CHECK_BITS``."""
-    return CHECK_LOCKSTEP if methods.get(method).peer else CHECK_BITS
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,8 @@ def check_config(path: Any) -> str:
     installed, as Snakemake needs it) and its datasets and runs are valid (``Matrix.check``); a line on what
     it asks for."""
     from hotcold.config import ConfigError, read_yaml
-    from hotcold.workflow import SCHEMA, Matrix, workflow_config
+    from hotcold.workflow.matrix import Matrix
+    from hotcold.workflow.settings import SCHEMA, workflow_config
 
     config = workflow_config(path)
     try:
