@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from hotcold import bench
+from hotcold.bench import embedding as bench
 from hotcold.cli import main
 from hotcold.embedding.fbgemm import available
 
@@ -77,7 +77,7 @@ def test_peer_falls_back_to_embedding_bag_saying_why(tmp_path):
 # -- hotcold bench step ------------------------------------------------------------------------------------------
 
 def test_op_count_counts_kernels_not_views():
-    from hotcold.opcount import OpCount
+    from hotcold.bench.opcount import OpCount
 
     a, b = torch.ones(4, 3), torch.ones(4, 3)
     with OpCount() as ops:

@@ -18,7 +18,7 @@ from hotcold.counters import FIELDS
 from hotcold.data.skew import row_counts
 from hotcold.trace.cachesim import RowSizes, Trace, dataset_trace, simulate, sweep
 from hotcold.trace.faesim import fae_sweep, simulate_fae
-from hotcold.trace.policies import capacity_from_ratio
+from hotcold.options.base import capacity_from_ratio
 from hotcold.train import train
 
 #: the reference's columns, in its tuple order
@@ -328,8 +328,8 @@ def test_scratchpipe_kernel_matches_reference_on_ragged_traces(window, extra):
 
 def test_plain_python_kernels_equal_compiled():
     from hotcold.jit import python
-    from hotcold.trace import kernels, row_counts
-    from hotcold.trace.policies import CacheDirectory, cache_policy
+    from hotcold.policies import kernels, row_counts
+    from hotcold.policies.directory import CacheDirectory, cache_policy
 
     batches = ragged_trace(7, steps=20, num_rows=40)
     trace = Trace.from_batches(batches, 40)
@@ -365,7 +365,7 @@ def _directory_steps(batches, num_rows, policy, capacity, freq, bulk_min=None, l
 
     ``listed``: lfu's counts kept in FIFOs rather than its heap (default ``kernels.LISTED_COUNTS``).
     """
-    from hotcold.trace.policies import CacheDirectory, cache_policy
+    from hotcold.policies.directory import CacheDirectory, cache_policy
 
     trace = Trace.from_batches(batches, num_rows)
     pol, warm = cache_policy(policy, num_rows, capacity, freq, 0.7, trace.next_use() if policy == "belady" else None)
@@ -411,7 +411,7 @@ def test_many_evictions_on_a_heavy_tail_every_victim_path_matches_the_reference(
 
 
 def test_lru_evicts_warm_rows_first_in_row_order():
-    from hotcold.trace.policies import LRU, CacheDirectory
+    from hotcold.policies.directory import LRU, CacheDirectory
 
     d = CacheDirectory(10, 4, LRU())
     assert d.warm(np.array([5, 2, 7])).tolist() == [0, 1, 2]
@@ -430,7 +430,7 @@ def test_pairing_heap_pops_in_key_order_under_mixed_pushes_and_pops(seed):
     import heapq
 
     from hotcold.jit import python
-    from hotcold.trace import heaps
+    from hotcold.policies import heaps
 
     rng = np.random.default_rng(seed)
     n = 300
@@ -455,7 +455,7 @@ def test_pairing_heap_pops_in_key_order_under_mixed_pushes_and_pops(seed):
 
 
 def test_freqcache_keys_order_rows_by_count_then_highest_row_first():
-    from hotcold.trace.victims import row_bits, static_key, static_ranks
+    from hotcold.policies.victims import row_bits, static_key, static_ranks
 
     freq = np.array([5, 0, 5, 2, 0, 9, 2])
     rank = static_ranks(freq)

@@ -5,9 +5,9 @@ import pytest
 import torch
 import yaml
 
-from hotcold.calibrate import calibrate
-from hotcold.calibrate_host import SMALL_TABLE_MIB
-from hotcold.calibrate_network import fit_latency_bandwidth
+from hotcold.calibrate.profile import calibrate
+from hotcold.calibrate.host import SMALL_TABLE_MIB
+from hotcold.calibrate.network import fit_latency_bandwidth
 from hotcold.cli import main
 from hotcold.config import ConfigError
 from hotcold.costmodel import HOST_RATES, load_profile

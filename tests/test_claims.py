@@ -11,9 +11,9 @@ import pytest
 
 pytest.importorskip("seaborn", reason="seaborn is not installed: the figures need it (make setup installs it)")
 
-from hotcold.analysis.claims import claims_markdown, claims_table
-from hotcold.analysis.claims_catalog import CLAIMS, Claim, Run
-from hotcold.analysis.claims_figure import UNSTABLE_HATCH, claims_figure
+from hotcold.analysis.claims.table import claims_markdown, claims_table
+from hotcold.analysis.claims.catalog import CLAIMS, Claim, Run
+from hotcold.analysis.claims.figure import UNSTABLE_HATCH, claims_figure
 
 
 def record(method, variant, samples_per_s, seed=0, dataset="kaggle", world=1, rpn=1, stable=True,
@@ -214,7 +214,7 @@ def test_the_committed_gpu_evidence_measures_and_models_the_claims_on_its_card()
     """The first GPU run's records (default scale): each speed claim measured there, by hand from two records'
     samples/s, with the card's name, and modelled on that card's calibrated profile."""
     from hotcold import methods
-    from hotcold.analysis.claims_gpu import gpu_columns
+    from hotcold.analysis.claims.gpu import gpu_columns
     from hotcold.analysis.run_records import load_records
     from hotcold.costmodel import load_profile, predict_record
 
@@ -240,7 +240,7 @@ def test_the_committed_gpu_evidence_measures_and_models_the_claims_on_its_card()
 
 
 def test_without_gpu_records_the_gpu_columns_stay_empty():
-    from hotcold.analysis.claims_gpu import gpu_columns
+    from hotcold.analysis.claims.gpu import gpu_columns
 
     row: dict = {}
     gpu_columns(row, CLAIMS[0], [], "this reproduction", None, lambda rec, p: None)

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from hotcold import costmodel, methods
-from hotcold.analysis.claims import claims_and_sweep
-from hotcold.analysis.claims_catalog import CLAIMS, Run
-from hotcold.analysis.claims_paper_scale import _reason
-from hotcold.analysis.claims_runs import _matching
-from hotcold.analysis.paper_scale import FACTORS, PaperScale, capped_tables, resolve, sweep_profile
+from hotcold.analysis.claims.table import claims_and_sweep
+from hotcold.analysis.claims.catalog import CLAIMS, Run
+from hotcold.analysis.claims.paper_columns import _reason
+from hotcold.analysis.claims.runs import _matching
+from hotcold.analysis.claims.paper_scale import FACTORS, PaperScale, capped_tables, resolve, sweep_profile
 from hotcold.run_config import RunConfig
 from hotcold.costmodel import ModelShape, Workload, load_profile
 from hotcold.costmodel.simulated import lookup_workload, simulated_workload

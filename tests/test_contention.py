@@ -19,8 +19,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from hotcold.analysis.claims import claims_table
-from hotcold.analysis.claims_catalog import Claim, Run
+from hotcold.analysis.claims.table import claims_table
+from hotcold.analysis.claims.catalog import Claim, Run
 from hotcold.analysis.comparisons import speedup_table
 from hotcold.analysis.summary import SUMMARY_COLUMNS, summary_frame
 from hotcold.contention import (

@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from hotcold import methods
-from hotcold.devices import normal_device, resolve_device
+from hotcold.accel import normal_device
+from hotcold.devices import resolve_device
 from hotcold.embedding import rows as rows_mod
 from hotcold.embedding import update as update_mod
 from hotcold.embedding.rows import RowGroups, sum_by_index

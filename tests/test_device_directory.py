@@ -7,7 +7,7 @@ import torch
 
 from hotcold.embedding.device_directory import DeviceDirectory
 from hotcold.embedding.grouping import group_on_device
-from hotcold.trace.policies import CacheDirectory, cache_policy
+from hotcold.policies.directory import CacheDirectory, cache_policy
 
 N = 400
 

@@ -23,7 +23,8 @@ from hotcold.config import ConfigError, InfeasibleError
 from hotcold.data.skew import row_counts
 from hotcold.distributed.plan_types import PlanInputs
 from hotcold.distributed.plans import build_plan, row_wise
-from hotcold.distributed.shardsim import dense_parameters, global_batches, simulate_plan, step_matrices
+from hotcold.data.order import global_batches
+from hotcold.distributed.shardsim import dense_parameters, simulate_plan, step_matrices
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.world import World
 from hotcold.distributed.traffic import Ledger

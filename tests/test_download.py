@@ -425,7 +425,8 @@ def test_terabyte_checksums_per_day_are_honoured(server, tmp_path):
 
 def test_every_checksum_key_of_the_schema_is_honoured(server, tmp_path):
     from hotcold.config import ConfigError
-    from hotcold.data.sources.prepare import SourceConfig, fetch, preprocess
+    from hotcold.data.sources.prepare import fetch, preprocess
+    from hotcold.data.sources.source_config import SourceConfig
 
     with pytest.raises(ConfigError, match="criteo-terabyte has one file per day"):
         SourceConfig.from_dict({"kind": "criteo-terabyte", "sha256": SHA})

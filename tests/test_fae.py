@@ -14,8 +14,8 @@ from hotcold.embedding.base import NullMarker, StoreSpec
 from hotcold.embedding.update import RowOptimizer
 from hotcold.embedding.device import DeviceStore
 from hotcold.embedding.fae import FAEProfile, FAEStore
-from hotcold.embedding.store_options import FAEOptions
-from hotcold.trace.fae_schedule import classify_samples, hottest_rows, profile_counts
+from hotcold.options.stores import FAEOptions
+from hotcold.policies.fae_schedule import classify_samples, hottest_rows, profile_counts
 from hotcold.train import default_order, train
 
 from test_stores import rel_diff

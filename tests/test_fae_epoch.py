@@ -21,7 +21,7 @@ from hotcold.data.generators.run import generate
 from hotcold.embedding.base import StoreSpec
 from hotcold.embedding.fae import FAEProfile, FAEStore
 from hotcold.embedding.update import RowOptimizer
-from hotcold.trace.fae_schedule import classify_samples, order_kinds, period_kinds, sync_steps
+from hotcold.policies.fae_schedule import classify_samples, order_kinds, period_kinds, sync_steps
 from hotcold.train import default_order, reference, train
 
 from test_fae import fae_cfg, train_rows

@@ -12,7 +12,7 @@ from hotcold.data.generators.config import CRITEO_KAGGLE_CARDINALITIES, REAL_SAM
 from hotcold.data.generators.occurrences import (KAGGLE_ROWS_SEEN_OVER_10, PositionShuffle, TableOccurrences,
                                                  expected_touched, table_counts)
 from hotcold.data.skew import tail_stats
-from hotcold.trace import dataset_stats, profile_dataset, save_profile
+from hotcold.trace.profile import dataset_stats, profile_dataset, save_profile
 
 SCALE = 1e-3                                     # Kaggle's tables and its 45.8M samples, each times 1/1000
 FULL = round(REAL_SAMPLES["criteo-kaggle-style"] * SCALE)

@@ -12,7 +12,7 @@ pytest.importorskip("seaborn", reason="seaborn is not installed: the figures nee
 from hotcold.analysis.hit_rate_curves import measured_hit_rates, trained_sizes
 from hotcold.cli import main
 from hotcold.trace import stackdist
-from hotcold.trace.cachesim import Trace
+from hotcold.policies.batches import Trace
 
 
 def _curves(tmp_path: Path, dataset: str, seed: int) -> Path:

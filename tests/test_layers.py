@@ -1,8 +1,10 @@
 """The package's import graph: no circles, and no module importing from a layer above its own.
 
 Every import of a ``hotcold`` module counts, at the top of a file or inside a
-function (a lazy import is still a dependency), but those under
-``if TYPE_CHECKING:``. A new module must be placed in a layer (``LAYERS``).
+function (a lazy import is still a dependency), and so does one under
+``if TYPE_CHECKING:`` (a type named from a layer above is a dependency on it
+too). A new module must be placed in a layer (``LAYERS``). The longest chain of
+imports a process can run through is held to ``MAX_CHAIN`` modules.
 """
 from __future__ import annotations
 
@@ -19,10 +21,12 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: ending in ``*`` is a prefix of module names
 LAYERS = (
     ("foundation", ("", "accel", "config", "counters", "devices", "files", "jit", "machine", "metrics")),
-    ("measured models and data", ("contention", "timing", "costmodel", "data", "trace", "model")),
-    ("stores", ("embedding", "distributed", "pipeline", "memory", "opcount", "dense_step")),
+    ("options and budgets", ("options",)),
+    ("measured models, data and policies", ("contention", "timing", "costmodel", "data", "trace", "model",
+                                            "policies")),
+    ("stores", ("embedding", "distributed", "pipeline", "memory", "dense_step")),
     ("registry", ("methods", "run_config")),
-    ("training and its measurement", ("train", "record_status", "workflow", "calibrate*", "bench*")),
+    ("training and its measurement", ("train", "record_status", "workflow", "calibrate", "bench")),
     ("runs and reports", ("analysis", "runs")),
     ("checks", ("gpucheck",)),
     ("entry points", ("cli", "__main__")),
@@ -48,8 +52,9 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
 
 
 @functools.cache
-def imports() -> dict[str, set[str]]:
-    """module -> the hotcold modules it imports (a name from a package resolved to its module, if it is one)."""
+def imports(types: bool = False) -> dict[str, set[str]]:
+    """module -> the hotcold modules it imports (a name from a package resolved to its module, if it is one);
+    ``types``: those under ``if TYPE_CHECKING:`` too."""
     mods = modules()
 
     def resolve(name: str) -> str | None:
@@ -62,7 +67,7 @@ def imports() -> dict[str, set[str]]:
     for mod, path in mods.items():
         tree = ast.parse(path.read_text())
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
-        skip = _type_checking_nodes(tree)
+        skip = set() if types else _type_checking_nodes(tree)
         found = set()
         for node in ast.walk(tree):
             if id(node) in skip:
@@ -148,22 +153,58 @@ def test_the_checks_find_a_circle_and_an_upward_import():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert layer_of("hotcold.config") < layer_of("hotcold.train") < layer_of("hotcold.cli.main")
     assert layer_of("hotcold.runs.records") == layer_of("hotcold.runs")
+    assert circles({"a": {"b"}, "b": {"a"}}) == [["a", "b"]]
 
 
-def test_no_module_imports_itself_back():
-    assert circles(imports()) == []
+def longest_chain(edges: dict[str, set[str]]) -> list[str]:
+    """The longest path of imports in an acyclic graph, as its modules."""
+    @functools.cache
+    def chain(module: str) -> tuple[str, ...]:
+        return (module, *max((chain(t) for t in sorted(edges.get(module, ()))), key=len, default=()))
+
+    return list(max((chain(m) for m in sorted(edges)), key=len, default=()))
 
 
-def test_no_module_imports_from_a_layer_above_its_own():
+#: the most modules one chain of runtime imports may pass through (``__main__`` -> ``cli`` -> ... -> ``config``)
+MAX_CHAIN = 12
+
+
+def test_the_chain_measure_finds_the_longest_path():
+    assert longest_chain({"a": {"b", "d"}, "b": {"c"}, "c": set(), "d": set()}) == ["a", "b", "c"]
+
+
+def test_no_module_imports_itself_back_not_even_for_a_type():
+    assert circles(imports(types=True)) == []
+
+
+def test_no_module_imports_from_a_layer_above_its_own_not_even_for_a_type():
     upward = [f"{m} ({LAYERS[layer_of(m)][0]}) -> {t} ({LAYERS[layer_of(t)][0]})"
-              for m, targets in sorted(imports().items()) for t in sorted(targets) if layer_of(t) > layer_of(m)]
+              for m, targets in sorted(imports(types=True).items()) for t in sorted(targets)
+              if layer_of(t) > layer_of(m)]
     assert upward == []
+
+
+def test_the_longest_runtime_import_chain_is_short():
+    chain = longest_chain(imports())
+    assert len(chain) <= MAX_CHAIN, " -> ".join(chain)
+
+
+def test_nothing_but_the_registry_imports_by_name():
+    """``import_module`` and a lazy module ``__getattr__`` hide an import from this graph: the method registry
+    (``methods``) alone names its stores and pricing functions so, to read the registry without torch."""
+    found = []
+    for mod, path in sorted(modules().items()):
+        tree = ast.parse(path.read_text())
+        lazy = any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body)
+        if mod != "hotcold.methods" and ("import_module" in path.read_text() or lazy):
+            found.append(mod)
+    assert found == []
 
 
 #: the modules behind the verbs that read records, draw, or replay the training order (every rule but training,
 #: ``shard-sim``, which counts the model's parameters, and ``calibrate``)
 NO_TORCH = ("hotcold.analysis.tables", "hotcold.analysis.scaleout", "hotcold.analysis.figures",
-            "hotcold.analysis.modelled", "hotcold.analysis.hit_rate_curves", "hotcold.analysis.comparisons",
+            "hotcold.analysis.modelled", "hotcold.analysis.claims.report", "hotcold.analysis.hit_rate_curves", "hotcold.analysis.comparisons",
             "hotcold.trace.sweeps", "hotcold.trace.curves", "hotcold.trace.profile", "hotcold.distributed.sweep",
             "hotcold.data.generators", "hotcold.cli")
 

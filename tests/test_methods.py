@@ -10,7 +10,7 @@ import yaml
 from hotcold import methods
 from hotcold.config import ConfigError
 from hotcold.embedding.base import EmbeddingStore
-from hotcold.embedding.options import StoreOptions
+from hotcold.options.base import StoreOptions
 
 
 SCHEMA = yaml.safe_load((Path(__file__).resolve().parents[1] / "workflows/schemas/config.schema.yaml").read_text())

@@ -14,7 +14,8 @@ import pytest
 from hotcold.config import ConfigError
 from hotcold.files import file_sha256
 from hotcold.data.sources import criteo, criteo_counts, criteo_parse, textparse
-from hotcold.data.sources.criteo import CriteoConfig, preprocess_criteo
+from hotcold.data.sources.criteo import preprocess_criteo
+from hotcold.data.sources.criteo_config import CriteoConfig
 from hotcold.data.format import Dataset
 from hotcold.data.skew import coverage_stats
 from hotcold.data.sources.taobao import preprocess_taobao
@@ -474,7 +475,8 @@ def test_taobao_duplicate_events_are_dropped_and_counted(tmp_path: Path) -> None
 
 
 def test_provenance_is_what_was_read(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from hotcold.data.sources.prepare import SourceConfig, fetch, preprocess
+    from hotcold.data.sources.prepare import fetch, preprocess
+    from hotcold.data.sources.source_config import SourceConfig
 
     csv = taobao_csv(tmp_path / "UserBehavior.csv", user_events())
     cfg = SourceConfig.from_dict({"kind": "taobao", "path": str(csv)})

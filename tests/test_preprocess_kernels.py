@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from hotcold.data.sources import criteo, criteo_counts, criteo_parse, kernels
-from hotcold.data.sources.criteo import CriteoConfig, preprocess_criteo
+from hotcold.data.sources.criteo import preprocess_criteo
+from hotcold.data.sources.criteo_config import CriteoConfig
 from hotcold.jit import python
 from test_preprocess import random_lines, write
 

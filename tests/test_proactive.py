@@ -10,7 +10,7 @@ from test_distributed import CPU, case_cfg, reference
 from test_stores import rel_diff
 
 from hotcold.distributed.proactive import WINDOWS, ProactiveStore
-from hotcold.distributed.shardsim import global_batches
+from hotcold.data.order import global_batches
 from hotcold.train import train
 
 

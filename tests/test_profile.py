@@ -11,7 +11,7 @@ import pytest
 from hotcold.data.format import Dataset, write_dataset
 from hotcold.data.order import batch_rows
 from hotcold.data.skew import count_lookups, coverage_from_counts, powerlaw_exponent
-from hotcold.trace import (
+from hotcold.trace.profile import (
     coverage_figure,
     dataset_stats,
     load_profile,

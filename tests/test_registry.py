@@ -33,8 +33,8 @@ def test_a_run_parses_its_store_options_once_and_records_what_was_given(small_da
     the method's options; everything after it holds the typed object."""
     import json
 
-    from hotcold.embedding.options import StoreOptions
-    from hotcold.embedding.store_options import CacheOptions
+    from hotcold.options.base import StoreOptions
+    from hotcold.options.stores import CacheOptions
     from hotcold.run_config import RunConfig
     from hotcold.runs.runner import train_run
 

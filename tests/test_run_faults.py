@@ -19,8 +19,8 @@ import pytest
 import torch
 from torch.distributed import TCPStore
 
-from hotcold.analysis.claims import claims_table
-from hotcold.analysis.claims_catalog import Claim, Run
+from hotcold.analysis.claims.table import claims_table
+from hotcold.analysis.claims.catalog import Claim, Run
 from hotcold.analysis.summary import summary_frame
 from hotcold.analysis.tables_markdown import infeasible_markdown
 from hotcold.cli import main

@@ -15,16 +15,11 @@ from hotcold.config import ConfigError, Wire
 from hotcold.data.skew import row_counts
 from hotcold.distributed.plan_types import PlanInputs
 from hotcold.distributed.plans import build_plan, row_wise
-from hotcold.distributed.shardsim import (
-    Scale,
-    dense_parameters,
-    global_batches,
-    shard_sim,
-    simulate_plan,
-    step_matrices,
-)
+from hotcold.data.order import global_batches
+from hotcold.distributed.shardsim import Scale, dense_parameters, shard_sim, simulate_plan, step_matrices
 from hotcold.distributed.topology import Topology
-from hotcold.distributed.traffic import LOOKUP, REDUCE_SCATTER, Ledger
+from hotcold.distributed.traffic import Ledger
+from hotcold.options.sharded import LOOKUP, REDUCE_SCATTER
 from hotcold.train import train
 
 CPU = torch.device("cpu")

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from hotcold import methods
-from hotcold.embedding.store_options import DEFAULT_CACHE_RATIO
-from hotcold.trace.fae_schedule import DEFAULT_BUDGET_RATIO
+from hotcold.options.stores import DEFAULT_CACHE_RATIO
+from hotcold.options.base import DEFAULT_BUDGET_RATIO
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = yaml.safe_load((REPO / "workflows" / "schemas" / "config.schema.yaml").read_text())

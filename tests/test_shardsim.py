@@ -29,16 +29,8 @@ from hotcold.distributed.routing import (
     pair_table,
     route_counts,
 )
-from hotcold.distributed.shardsim import (
-    Scale,
-    ScaleSweep,
-    dense_parameters,
-    global_batches,
-    route,
-    shard_sim,
-    simulate_plan,
-    step_matrices,
-)
+from hotcold.data.order import global_batches
+from hotcold.distributed.shardsim import Scale, ScaleSweep, dense_parameters, route, shard_sim, simulate_plan, step_matrices
 from hotcold.distributed.topology import Topology
 from hotcold.counters import COLLECTIVES
 from hotcold.distributed.traffic import Ledger

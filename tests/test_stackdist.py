@@ -11,7 +11,7 @@ import pytest
 from hotcold.config import InfeasibleError
 from hotcold.trace import stackdist
 from hotcold.trace.cachesim import Trace, simulate
-from hotcold.trace.policies import CacheDirectory, cache_policy
+from hotcold.policies.directory import CacheDirectory, cache_policy
 
 
 def _random(seed: int, num_rows: int, steps: int, max_batch: int) -> list[np.ndarray]:

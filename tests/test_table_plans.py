@@ -9,7 +9,7 @@ import pytest
 from hotcold.config import ConfigError, InfeasibleError
 from hotcold.distributed.plan_types import ALL, SHARDED, PlanInputs
 from hotcold.distributed.plans import build_plan
-from hotcold.distributed.sharded_options import ShardedOptions
+from hotcold import methods
 from hotcold.distributed.topology import Topology
 
 DIM, STATE = 8, 1
@@ -216,12 +216,12 @@ def test_bad_options_fail_in_one_line_naming_the_option(plan, options, option):
     errors.append(str(e.value))
     if option != "data_parallel_tables" or options[option] != [99]:   # the table count is known only to the planner
         with pytest.raises(ConfigError) as e:
-            ShardedOptions(plan=plan, plan_options=options).validate("method sharded")
+            methods.get("sharded").parse_options({"plan": plan, "plan_options": options})  # as a config is read
         errors.append(str(e.value))
     for msg in errors:
         assert option in msg and "\n" not in msg, msg
     with pytest.raises(ConfigError, match="plan_options are the recshard plan's"):
-        ShardedOptions(plan="row", plan_options={"plan_types": ["twrw"]}).validate("method sharded")
+        methods.get("sharded").parse_options({"plan": "row", "plan_options": {"plan_types": ["twrw"]}})
 
 
 def test_a_mixed_layout_places_every_plan_type_as_written_out():

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hotcold.analysis.claims_catalog import CLAIMS
+from hotcold.analysis.claims.catalog import CLAIMS
 from hotcold.embedding.fbgemm import available as fbgemm_available
 from hotcold.runs.records import source_sha256
 

@@ -34,6 +34,22 @@ _WAITS: collections.Counter[tuple[str, str]] = collections.Counter()  # (thread 
 _CPU_OFFLOADED = [False]  # inside ``gpu_path_on_cpu``
 
 
+def normal_device(device: torch.device | str) -> torch.device:
+    """``device`` with an index: ``cuda`` becomes ``cuda:<current index>``; ``cpu`` and indexed devices stay.
+
+    One GPU has one name: ``torch.device("cuda") != torch.device("cuda:0")``, so a store that keys a cache by
+    device, or compares its device with a tensor's, would otherwise see two devices where there is one and ship
+    the same tensor twice.
+
+    Without a usable GPU a bare ``cuda`` is returned as it is (no tensor can
+    live there to be compared with it).
+    """
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def waits() -> dict[tuple[str, str], int]:
     """The host's waits for the device so far: (thread name, reason) -> count."""
     with _LOCK:

@@ -15,7 +15,7 @@ import dataclasses
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any, Mapping, TypeVar
+from typing import Any, Mapping, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -369,3 +369,14 @@ class AggregateConfig:
     """Defaults of ``hotcold aggregate`` (the schema's ``aggregate`` section)."""
 
     exact_rtol: float = 1e-6  # largest relative parameter-sketch distance that counts as exact
+
+
+class Sections(Protocol):
+    """What a run's config holds besides its method and store: its seed and its train, model and distributed
+    sections (a ``run_config.RunConfig`` is one). The simulators and the step pipeline read only these, so they
+    name this type, not the run config with its registry."""
+
+    seed: int
+    train: TrainConfig
+    model: ModelConfig
+    distributed: DistributedConfig

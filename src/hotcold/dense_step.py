@@ -18,14 +18,16 @@ eager when one is missing or the capture fails, and says why
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 from torch import nn
 
 from hotcold.config import ConfigError
-from hotcold.distributed.world import World
 from hotcold.model.optim import DenseOptimizer
+
+if TYPE_CHECKING:  # the ranks a step spans: only their methods are called here
+    from hotcold.distributed.world import World
 
 
 def graph_obstacle(device: torch.device, world: World) -> str | None:

@@ -1,9 +1,7 @@
 """Devices, chosen where the job runs: the trainer's (``resolve_device``, once per job), and each rank's with
 its collectives' backend and threads.
 
-The trainer device is named one way: ``cuda`` is made ``cuda:<index>``, so that one GPU has one name
-(``torch.device("cuda") != torch.device("cuda:0")``: a store that keys a cache by device, or compares its
-device with a tensor's, would otherwise see two devices where there is one and ship the same tensor twice).
+The trainer device is named one way (``accel.normal_device``): ``cuda`` is made ``cuda:<index>``.
 
 ``distributed.backend`` picks the collectives' backend: ``nccl`` (GPU
 tensors, one GPU per rank: NCCL refuses two ranks on one GPU), ``gloo``
@@ -30,29 +28,18 @@ if TYPE_CHECKING:
     import torch
 
 
-def normal_device(device: torch.device | str) -> torch.device:
-    """``device`` with an index: ``cuda`` becomes ``cuda:<current index>``; ``cpu`` and indexed devices stay.
-
-    Without a usable GPU a bare ``cuda`` is returned as it is (no tensor can
-    live there to be compared with it).
-    """
-    import torch
-
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    return device
-
-
 def resolve_device(name: str) -> torch.device:
     """``auto`` is the GPU when there is one (``cuda:<index>``); asking for ``cuda`` without one fails clearly."""
     import torch
+
+    from hotcold.accel import normal_device
 
     if name == "auto":
         return normal_device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
         raise ConfigError("timing.device is 'cuda' but torch sees no GPU (use 'auto' or 'cpu')")
     return normal_device(name)  # cuda: cuda:<current index>, one name per GPU
+
 
 def gpu_count() -> int:
     """The GPUs this process sees (0 without CUDA)."""

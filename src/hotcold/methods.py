@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from hotcold.config import ConfigError
-from hotcold.distributed.sharded_options import FlexShardOptions, ProactiveOptions, ShardedOptions
-from hotcold.embedding.options import NoOptions, StoreOptions
-from hotcold.embedding.store_options import (CacheOptions, FAEOptions, FbgemmOptions, FreqCacheOptions,
+from hotcold.options.sharded import FlexShardOptions, ProactiveOptions, ShardedOptions
+from hotcold.options.base import NoOptions, StoreOptions
+from hotcold.options.stores import (CacheOptions, FAEOptions, FbgemmOptions, FreqCacheOptions,
                                              ScratchPipeOptions)
 
 #: how a method's runs are held to the invariant: the ``device`` store's bits (the harness's own stores, whose sums
@@ -52,6 +52,9 @@ class Method:
     cost_path: str | None = None  # ``module:function``: its step in the cost model (``costmodel.techniques``)
     peer: bool = False            # another project's kernel through the same loop: measured, never modelled
     spans_ranks: bool = False     # the store runs over several processes (trained at every configured scale)
+    #: ``module:function(options, where)``: checks of the options that need the technique's algorithms (a plan's
+    #: own ``plan_options``), run after the options' own; the options themselves import no algorithm
+    check_path: str | None = None
 
     @property
     def store(self) -> type[EmbeddingStore]:
@@ -68,13 +71,18 @@ class Method:
 
     def parse_options(self, data: StoreOptions | Mapping[str, Any] | None, where: str | None = None) -> StoreOptions:
         """This method's typed options from a config mapping, validated (``ConfigError`` naming the key)."""
-        return self.options.parse(data, where or f"method {self.name}")
+        where = where or f"method {self.name}"
+        options = self.options.parse(data, where)
+        if self.check_path is not None and options is not data:
+            _load(self.check_path)(options, where)
+        return options
 
     def build(self, spec: StoreSpec) -> EmbeddingStore:
         return self.store(spec)
 
 
 _E, _D, _T = "hotcold.embedding.", "hotcold.distributed.", "hotcold.costmodel.techniques:"
+_PLAN = _D + "plans:check_store_plan"
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("device", _E + "device:DeviceStore", NoOptions,
            "every row in device memory: the upper bound and the exactness reference", _T + "price_device"),
@@ -93,10 +101,11 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("scratchpipe", _E + "scratchpipe:ScratchPipeStore", ScratchPipeOptions,
            "ScratchPipe: a scratchpad filled by looking ahead, always hit", _T + "price_scratchpipe"),
     Method("sharded", _D + "sharded:ShardedStore", ShardedOptions,
-           "the hybrid-parallel exchange under a sharding plan", _T + "price_sharded", spans_ranks=True),
+           "the hybrid-parallel exchange under a sharding plan", _T + "price_sharded", spans_ranks=True,
+           check_path=_PLAN),
     Method("proactive", _D + "proactive:ProactiveStore", ProactiveOptions,
            "Proactive Embedding: next steps' rows looked up during communication", _T + "price_proactive",
-           spans_ranks=True),
+           spans_ranks=True, check_path=_PLAN),
     Method("flexshard", _D + "sharded:FlexShardStore", FlexShardOptions,
            "FlexShard: per-row replicated, node-local and sharded tiers", _T + "price_sharded", spans_ranks=True),
     Method("fbgemm", _E + "fbgemm:FbgemmStore", FbgemmOptions, "FBGEMM's table-batched embedding, the kernel under "

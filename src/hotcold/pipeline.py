@@ -36,8 +36,8 @@ from hotcold.data.packed import views
 from hotcold.embedding.base import EmbeddingStore
 from hotcold.embedding.rows import copying_on, keep_alive, ship
 
-if TYPE_CHECKING:  # a run config is read above this layer (hotcold.run_config)
-    from hotcold.run_config import RunConfig
+if TYPE_CHECKING:  # the sections of a run config it reads
+    from hotcold.config import Sections
 
 
 @dataclass
@@ -53,7 +53,7 @@ class Step:
     shipped: list[torch.Tensor] = field(default_factory=list)  # CUDA: what its copies made, on the copy stream
 
 
-def pipeline_on(cfg: RunConfig, device: torch.device) -> bool:
+def pipeline_on(cfg: Sections, device: torch.device) -> bool:
     """``train.pipeline``: on, off, or auto (on where the trainer is a GPU, or stands in for one)."""
     mode = cfg.train.pipeline
     return mode == "on" or (mode == "auto" and runtime(device).offloaded)

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from hotcold import methods
 from hotcold.config import (ConfigError, DistributedConfig, ModelConfig, TimingConfig, TrainConfig, from_mapping,
                             is_int)
-from hotcold.embedding.options import NoOptions, StoreOptions
+from hotcold.options.base import NoOptions, StoreOptions
 
 
 @dataclass(frozen=True)

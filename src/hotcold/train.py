@@ -32,7 +32,7 @@ from hotcold import methods
 from hotcold.accel import runtime
 from hotcold.embedding.base import EmbeddingStore, StoreSpec
 from hotcold.embedding.device import DeviceStore
-from hotcold.embedding.options import NoOptions
+from hotcold.options.base import NoOptions
 from hotcold.embedding.update import RowOptimizer
 from hotcold.memory import require_memory
 from hotcold.metrics import log_loss, roc_auc

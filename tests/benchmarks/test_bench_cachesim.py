@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 
 from hotcold.trace.cachesim import dataset_trace, simulate
-from hotcold.trace.fae_schedule import plan
+from hotcold.policies.fae_schedule import plan
 from hotcold.trace.faesim import simulate_fae
-from hotcold.trace.policies import capacity_from_ratio, rows_for_share
+from hotcold.options.base import capacity_from_ratio, rows_for_share
 
 BATCH = 2048
 BATCHES = int(os.environ.get("BENCH_BATCHES", "200"))
@@ -106,7 +106,7 @@ def test_heavy_tail_lookups_per_s(benchmark):
     rng = np.random.default_rng(0)
     num_rows, perm = 1_000_000, rng.permutation(1_000_000)
     batches = [perm[np.minimum(rng.zipf(1.1, 2048 * 13) - 1, num_rows - 1)] for _ in range(200)]
-    from hotcold.trace.batches import Trace
+    from hotcold.policies.batches import Trace
 
     spooled = Trace.spool(batches, num_rows)
     freq = spooled.frequencies()

@@ -42,8 +42,9 @@ from hotcold.embedding.base import NullMarker, StoreSpec
 from hotcold.embedding.cache import FreqCacheStore, LFUCacheStore, LRUCacheStore
 from hotcold.embedding.scratchpipe import ScratchPipeStore
 from hotcold.embedding.update import RowOptimizer
-from hotcold.trace.policies import CacheDirectory, cache_policy, capacity_from_ratio, frequency_order
-from hotcold.trace.scratchpad import ScratchpadDirectory
+from hotcold.options.base import capacity_from_ratio
+from hotcold.policies.directory import CacheDirectory, cache_policy, frequency_order
+from hotcold.policies.scratchpad import ScratchpadDirectory
 
 SIZES = {"33.8M": 33_762_577, "840k": 840_543}
 RATIO = 0.015

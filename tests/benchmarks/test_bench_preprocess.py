@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pytest
 
-from hotcold.data.sources.criteo import CriteoConfig, preprocess_criteo
+from hotcold.data.sources.criteo import preprocess_criteo
+from hotcold.data.sources.criteo_config import CriteoConfig
 from hotcold.data.sources.taobao import preprocess_taobao
 from hotcold.data.sources.taobao_config import TaobaoConfig
 

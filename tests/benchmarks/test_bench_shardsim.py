@@ -18,7 +18,8 @@ import pytest
 from hotcold.run_config import RunConfig
 from hotcold.data.skew import row_counts
 from hotcold.distributed.routing import route_counts
-from hotcold.distributed.shardsim import Scale, dense_parameters, plan_scale, table_batches
+from hotcold.data.order import table_batches
+from hotcold.distributed.shardsim import Scale, dense_parameters, plan_scale
 from hotcold.jit import KERNEL
 
 PER_RANK, BATCHES, SCALE = 512, 12, Scale(16, 8)

@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from hotcold.bench_step import StepBenchConfig, render, run
+from hotcold.bench.step import StepBenchConfig, render, run
 
 MAX_DEVICE_OPS = 70
 MAX_EXTRA_OPS = 25

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from hotcold.analysis.markdown import to_markdown
-from hotcold.embedding.store_options import FAEOptions
+from hotcold.options.stores import FAEOptions
 
 RUN_KEYS = ["dataset", "method", "variant", "seed"]
 SPEEDUP_KEYS = ["dataset", "timer", "method", "variant"]
@@ -109,7 +109,7 @@ def fae_table(records: list[dict[str, Any]], summary: pd.DataFrame) -> pd.DataFr
     ``hot_fraction``: share of training inputs whose lookups are all hot;
     ``hot_batch_share``: share of timed steps that ran as hot batches;
     ``epoch_hot_share``: share of the epoch's batches that are hot (the
-    timed steps are a scaled epoch: ``hotcold.trace.fae_schedule``);
+    timed steps are a scaled epoch: ``hotcold.policies.fae_schedule``);
     ``switches_per_step`` and ``sync_bytes_per_step``: hot-set syncs and
     their bytes, apart from the cold batches' ``activation_bytes_per_step``;
     ``epoch_switches_per_step``: the epoch's; ``degenerate``: ``all-hot`` or

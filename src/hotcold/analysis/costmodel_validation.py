@@ -18,7 +18,9 @@ import pandas as pd
 
 from hotcold import methods
 from hotcold.analysis.markdown import to_markdown
-from hotcold.costmodel import HardwareProfile, ModelShape, Prediction, predict_record
+from hotcold.costmodel.prediction import Prediction, predict_record
+from hotcold.costmodel.profile import HardwareProfile
+from hotcold.costmodel.workload import ModelShape
 from hotcold.files import atomic_write_text
 
 MIN_PHASE_SHARE = 0.05  # phases below this share of the measured step are listed but not summarised

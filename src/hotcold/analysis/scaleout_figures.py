@@ -23,7 +23,7 @@ from matplotlib.ticker import PercentFormatter
 
 from hotcold.analysis.plotting import PANEL_H, PANEL_W, disturbed, disturbed_handle, empty_panel, grid, grouped_bars
 from hotcold.analysis.scaleout import PLAN_ORDER, batch_label
-from hotcold.distributed.plan_types import DEFAULT_HEADROOM
+from hotcold.options.sharded import DEFAULT_HEADROOM
 
 PROACTIVE_METHOD = "proactive"  # the method whose runs ``proactive.csv`` lists
 

@@ -24,7 +24,7 @@ def add_calibrate(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> None:
-    from hotcold.calibrate import calibrate, write_profile
+    from hotcold.calibrate.profile import calibrate, write_profile
     from hotcold.devices import resolve_device
 
     profile = calibrate(resolve_device(args.device).type, dim=args.dim, batch_size=args.batch_size,
@@ -79,7 +79,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
         return cmd_bench_shard_sim(args)
     if args.what == "step":
         return cmd_bench_step(args)
-    from hotcold.bench import BenchConfig, render, run, write
+    from hotcold.bench.embedding import BenchConfig, render, run, write
 
     result = run(BenchConfig(threads=args.threads, batch=args.batch, dim=args.dim, cap=args.cap, zipf=args.zipf,
                              steps=_given(args.steps, 40), repeats=_given(args.repeats, 7),
@@ -99,7 +99,7 @@ def _given(value: int | None, default: int) -> int:
 def cmd_bench_step(args: argparse.Namespace) -> None:
     import json
 
-    from hotcold.bench_step import VARIANTS, StepBenchConfig, render, run
+    from hotcold.bench.step import VARIANTS, StepBenchConfig, render, run
     from hotcold.files import atomic_write_text
 
     result = run(StepBenchConfig(methods=tuple(args.methods or VARIANTS), batch=args.batch,
@@ -116,7 +116,7 @@ def cmd_bench_shard_sim(args: argparse.Namespace) -> None:
 
     from hotcold.config import ConfigError
     from hotcold.data.format import Dataset
-    from hotcold.bench_shardsim import ShardSimBenchConfig, render, run_bench
+    from hotcold.bench.shardsim import ShardSimBenchConfig, render, run_bench
     from hotcold.files import atomic_write_text
 
     if not args.dataset:

@@ -36,7 +36,8 @@ def add_download(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_download(args: argparse.Namespace) -> None:
-    from hotcold.data.sources.prepare import SourceConfig, fetch
+    from hotcold.data.sources.prepare import fetch
+    from hotcold.data.sources.source_config import SourceConfig
 
     record = fetch(SourceConfig.from_dict(load_mapping(args.spec)), Path(args.out), name=args.name,
                    progress=not args.no_progress)
@@ -54,7 +55,8 @@ def add_preprocess(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_preprocess(args: argparse.Namespace) -> None:
-    from hotcold.data.sources.prepare import SourceConfig, preprocess
+    from hotcold.data.sources.prepare import preprocess
+    from hotcold.data.sources.source_config import SourceConfig
 
     manifest = preprocess(SourceConfig.from_dict(load_mapping(args.spec)), Path(args.raw), Path(args.out),
                           name=args.name, progress=not args.no_progress)

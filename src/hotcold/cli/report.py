@@ -82,7 +82,7 @@ def add_claims(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_claims(args: argparse.Namespace) -> None:
-    from hotcold.analysis.modelled import claims_report
+    from hotcold.analysis.claims.report import claims_report
 
     frame, written = claims_report([Path(p) for p in args.records], Path(args.comm_traffic), args.profiles,
                                    args.data, Path(args.out), Path(args.figures), [Path(p) for p in args.sims],

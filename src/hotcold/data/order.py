@@ -4,9 +4,14 @@ The loader reads these rows; the simulators (cache, profile, shard) replay the s
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
+
+from hotcold.config import Sections
+
+if TYPE_CHECKING:
+    from hotcold.data.format import Dataset
 
 
 def batch_rows(n_rows: int, batch_size: int, steps: int, seed: int, shuffle: str) -> Iterator[np.ndarray]:
@@ -29,3 +34,24 @@ def batch_rows(n_rows: int, batch_size: int, steps: int, seed: int, shuffle: str
                 order = np.arange(n_rows)
         # Sorting inside a batch keeps memory-mapped reads local; the batch is a set.
         yield np.sort(order[k * batch_size:(k + 1) * batch_size])
+
+
+def global_batches(ds: Dataset, cfg: Sections, batch_size: int | None = None) -> Iterator[np.ndarray]:
+    """Global rows [B, K] (-1 at padding) of every training batch, in the loader's order.
+
+    ``cfg.train.steps`` batches of ``batch_size`` samples (default ``cfg.train.batch_size``), epochs repeating
+    as the loader's (``batch_rows``); one batch in memory at a time.
+    """
+    start, stop = ds.split("train")
+    t = cfg.train
+    for rows in batch_rows(stop - start, batch_size or t.batch_size, t.steps, cfg.seed, t.shuffle):
+        yield ds.global_ids(rows + start)
+
+
+def table_batches(ds: Dataset, cfg: Sections, batch_size: int | None = None) -> Iterator[np.ndarray]:
+    """``global_batches``' batches as table ids [B, K] (global rows: ``+ ds.column_offsets``, -1 at padding),
+    without a global copy; the stored integer type where the dataset has no histories."""
+    start, stop = ds.split("train")
+    t = cfg.train
+    for rows in batch_rows(stop - start, batch_size or t.batch_size, t.steps, cfg.seed, t.shuffle):
+        yield ds.batch_ids(rows + start) if ds.sequence else np.take(ds.sparse, rows + start, axis=0)

@@ -41,11 +41,8 @@ from hotcold.distributed.plan_types import ALL, NODE, SHARDED, Plan, PlanInputs,
 from hotcold.distributed.balanced import balance, descending, imbalance
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import ID_BYTES
+from hotcold.options.sharded import DEFAULT_INTER_GBPS, DEFAULT_INTRA_GBPS, REPLICA_SYNC, UNACCESSED
 
-DEFAULT_INTRA_GBPS = 300.0   # GB/s per GPU, NVLink-class
-DEFAULT_INTER_GBPS = 25.0    # GB/s per GPU, a 200 Gb/s NIC
-UNACCESSED = ("host", "device")   # ``unaccessed_rows``: where rows the profile never saw are kept (first: default)
-REPLICA_SYNC = ("priced", "free")  # ``replica_sync``: the solver's price of keeping replicas in sync (first: default)
 
 
 @dataclass(frozen=True)

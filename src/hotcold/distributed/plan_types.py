@@ -17,10 +17,10 @@ import numpy as np
 from hotcold import counters
 from hotcold.config import Wire
 from hotcold.distributed.topology import Topology
+from hotcold.options.base import DEFAULT_HEADROOM
 
 SHARDED, NODE, ALL = 0, 1, 2
 TIER_NAMES = {SHARDED: "sharded", NODE: "node", ALL: "all"}
-DEFAULT_HEADROOM = 1.25
 
 
 @dataclass

@@ -15,7 +15,7 @@ row-wise shard per rank; a plan that does not fit it cannot run
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -150,7 +150,13 @@ PLANNERS: dict[str, Callable[[PlanInputs], Plan]] = {"table": table_wise, "row":
                                                     "balanced": balanced, "recshard": recshard,
                                                     "flexshard": flexshard, "flexshard-device": flexshard_on_device,
                                                     **table_plans.PLANNERS}
-PLANS = tuple(PLANNERS)
+PLANS = tuple(PLANNERS)  # the options check names against ``options.sharded.PLANS``, the same list as data
+
+
+def check_store_plan(options: Any, where: str) -> None:
+    """The plan-specific ``plan_options`` of a sharded store's options (the registry runs it after the
+    options' own checks, which know the plans by name only)."""
+    check_plan_options(where, options.plan, getattr(options, "plan_options", None))
 
 
 def check_plan_options(where: str, plan: str, options: Mapping | None) -> None:

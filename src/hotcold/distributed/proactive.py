@@ -35,7 +35,7 @@ from hotcold.counters import PROACTIVE_WINDOWS
 from hotcold.distributed.comm import Pending
 from hotcold.distributed.plan_types import SHARDED
 from hotcold.distributed.sharded import Exchange, RouteInFlight, ShardedStore
-from hotcold.distributed.sharded_options import ProactiveOptions
+from hotcold.options.sharded import ProactiveOptions
 from hotcold.embedding.base import Marker, StoreSpec
 
 CHUNK = 4096  # rows per lookup chunk between polls of the collective

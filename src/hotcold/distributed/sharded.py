@@ -20,11 +20,12 @@ from hotcold.distributed.comm import Comm, Pending, ids_tensor
 from hotcold.distributed.host_lookups import host_counts
 from hotcold.distributed.host_tier import HostTier, device_first
 from hotcold.distributed.plan_types import ALL, NODE, SHARDED, PlanInputs
-from hotcold.distributed.plans import build_plan
+from hotcold.distributed.plans import build_plan, check_store_plan
 from hotcold.distributed.replica_sync import SPARSE, sync_sends
-from hotcold.distributed.sharded_options import FlexShardOptions, ShardedOptions
+from hotcold.options.sharded import FlexShardOptions, ShardedOptions
 from hotcold.distributed.topology import Topology
-from hotcold.distributed.traffic import LOOKUP, REDUCE_SCATTER, Ledger
+from hotcold.distributed.traffic import Ledger
+from hotcold.options.sharded import LOOKUP, REDUCE_SCATTER
 from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
 from hotcold.embedding.rows import Lookup, RowGroups, init_table, sum_by_index
 from hotcold.embedding.update import row_square_sums
@@ -92,6 +93,7 @@ class ShardedStore(EmbeddingStore):
         self.comm.reset()
         self.rank, self.world = self.comm.rank, self.comm.world
         opts = self.options
+        check_store_plan(opts, f"store {type(self).__name__}")  # the registry checks a config's; a spec's here
         counts = spec.frequencies.numpy() if spec.frequencies is not None else np.zeros(spec.num_rows, np.int64)
         self.inputs = PlanInputs.for_training(
             spec.table_sizes, counts, self.comm.topology, spec.dim, self.optimizer.state_width,

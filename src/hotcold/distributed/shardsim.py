@@ -19,17 +19,18 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 from tqdm import tqdm
 
 from hotcold.config import ConfigError, InfeasibleError, Wire, row_state_width
 from hotcold.data.format import Dataset
-from hotcold.data.order import batch_rows
+from hotcold.data.order import table_batches
 from hotcold.data.skew import row_counts
 from hotcold.distributed.host_lookups import host_counts, host_lookups_per_rank
-from hotcold.distributed.plan_types import ALL, DEFAULT_HEADROOM, NODE, Plan, PlanInputs
+from hotcold.distributed.plan_types import ALL, NODE, Plan, PlanInputs
+from hotcold.options.sharded import DEFAULT_HEADROOM, LOOKUP, REDUCE_SCATTER, RW_PROTOCOLS
 from hotcold.distributed.plans import build_plan
 from hotcold.distributed.routing import TableCounter, route_counts
 from hotcold.distributed.replica_sync import ReplicaGroups, ReplicaTouches
@@ -38,9 +39,6 @@ from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import (
     COLLECTIVES,
     ID_BYTES,
-    LOOKUP,
-    REDUCE_SCATTER,
-    RW_PROTOCOLS,
     SPLIT_BYTES,
     Ledger,
     ring_allgather_matrix,
@@ -48,8 +46,8 @@ from hotcold.distributed.traffic import (
     ring_reducescatter_matrix,
 )
 
-if TYPE_CHECKING:  # a run config is read above this layer (hotcold.run_config)
-    from hotcold.run_config import RunConfig
+if TYPE_CHECKING:  # the sections of a run config it reads
+    from hotcold.config import Sections
 
 
 @dataclass
@@ -74,32 +72,11 @@ class Scale:
         return Topology(self.nodes * self.ranks_per_node, self.ranks_per_node)
 
 
-def dense_parameters(ds: Dataset, cfg: RunConfig) -> int:
+def dense_parameters(ds: Dataset, cfg: Sections) -> int:
     """Parameters of the dense layers: the data-parallel all-reduce's floats."""
     from hotcold.model import build_model
 
     return sum(p.numel() for p in build_model(ds, cfg.model).parameters())
-
-
-def global_batches(ds: Dataset, cfg: RunConfig, batch_size: int | None = None) -> Iterator[np.ndarray]:
-    """Global rows [B, K] (-1 at padding) of every training batch, in the loader's order.
-
-    ``cfg.train.steps`` batches of ``batch_size`` samples (default ``cfg.train.batch_size``), epochs repeating
-    as the loader's (``batch_rows``); one batch in memory at a time.
-    """
-    start, stop = ds.split("train")
-    t = cfg.train
-    for rows in batch_rows(stop - start, batch_size or t.batch_size, t.steps, cfg.seed, t.shuffle):
-        yield ds.global_ids(rows + start)
-
-
-def table_batches(ds: Dataset, cfg: RunConfig, batch_size: int | None = None) -> Iterator[np.ndarray]:
-    """``global_batches``' batches as table ids [B, K] (global rows: ``+ ds.column_offsets``, -1 at padding),
-    without a global copy; the stored integer type where the dataset has no histories."""
-    start, stop = ds.split("train")
-    t = cfg.train
-    for rows in batch_rows(stop - start, batch_size or t.batch_size, t.steps, cfg.seed, t.shuffle):
-        yield ds.batch_ids(rows + start) if ds.sequence else np.take(ds.sparse, rows + start, axis=0)
 
 
 def route(plan: Plan, batch: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -263,7 +240,7 @@ def scale_rows(sweep: ScaleSweep, entries: list[_Entry], steps: int) -> list[dic
     return rows
 
 
-def shard_sim(ds: Dataset, cfg: RunConfig, plans: list[str], scales: list[Scale], headrooms: list[float],
+def shard_sim(ds: Dataset, cfg: Sections, plans: list[str], scales: list[Scale], headrooms: list[float],
               options: dict[str, Any] | None = None, batch_per_rank: int | None = None,
               progress: bool = False, rw_protocol: str = LOOKUP) -> list[dict[str, Any]]:
     """One row per plan x scale x headroom: bytes per step of every collective, memory, load imbalance.
@@ -271,7 +248,7 @@ def shard_sim(ds: Dataset, cfg: RunConfig, plans: list[str], scales: list[Scale]
     ``batch_per_rank``: weak scaling, each scale's global batch is ``batch_per_rank`` x its world size; None
     keeps ``cfg.train.batch_size`` at every scale. Either way ``cfg.train.steps`` batches in the loader's order;
     each row says the global batch (``batch_size``) and the samples per rank (``batch_per_rank``) it used.
-    ``rw_protocol``: the row plan's output protocol (``traffic.RW_PROTOCOLS``; ``reduce_scatter`` only for data
+    ``rw_protocol``: the row plan's output protocol (``options.sharded.RW_PROTOCOLS``; ``reduce_scatter`` only for data
     of one id per sample and table, as the training store).
     """
     t = cfg.train
@@ -326,6 +303,5 @@ def _per_step(ledger: Ledger, steps: int) -> dict[str, float]:
     return out
 
 
-__all__ = ["DEFAULT_HEADROOM", "PlanTraffic", "Scale", "ScaleSweep", "global_batches", "route", "shard_sim",
-           "table_batches",
+__all__ = ["DEFAULT_HEADROOM", "PlanTraffic", "Scale", "ScaleSweep", "route", "shard_sim",
            "simulate_plan", "step_matrices"]

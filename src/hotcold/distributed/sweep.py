@@ -22,11 +22,10 @@ from hotcold.distributed.plan_types import ALL, NODE, Plan, column_exchange
 from hotcold.distributed.replica_sync import ReplicaGroups, ReplicaTouches
 from hotcold.distributed.routing import TableCounter, route_counts
 from hotcold.distributed.topology import Topology
+from hotcold.options.sharded import LOOKUP, REDUCE_SCATTER
 from hotcold.distributed.traffic import (
     COLLECTIVES,
     ID_BYTES,
-    LOOKUP,
-    REDUCE_SCATTER,
     SPLIT_BYTES,
     Ledger,
     ring_allreduce_matrix,

@@ -176,7 +176,7 @@ def run_rank(dataset: str | Path, run_config: Any, sharding: str, batch_per_rank
 
     from hotcold.data.format import Dataset
     from hotcold.distributed.comm import init_process_group
-    from hotcold.distributed.shardsim import table_batches
+    from hotcold.data.order import table_batches
 
     torch.set_num_threads(1)
     rank, world, _ = init_process_group(torch.device("cpu"))

@@ -19,12 +19,6 @@ from hotcold.distributed.topology import Topology
 
 ID_BYTES = 8       # int64 row ids
 SPLIT_BYTES = 8    # one int64 count per peer in the size exchange before an uneven all-to-all
-#: the row-wise plan's output protocols (the sharded store's ``rw_protocol``): ``lookup`` sends each lookup's
-#: vector back in an all-to-all (TorchRec's sequence tables); ``reduce_scatter`` pools partial sums per sample and
-#: table on the owners and reduce-scatters them, the gradients coming back by an all-gather (TorchRec's pooled
-#: row-wise, ``PooledEmbeddingsReduceScatter``), with per-sample lengths in the input all-to-all
-RW_PROTOCOLS = ("lookup", "reduce_scatter")
-LOOKUP, REDUCE_SCATTER = RW_PROTOCOLS
 
 
 def a2a_matrix(rank: int, send_bytes: np.ndarray, world: int) -> np.ndarray:

@@ -23,7 +23,7 @@ import torch
 
 from hotcold.counters import StepCounters
 from hotcold.data.format import to_global
-from hotcold.embedding.options import NoOptions, StoreOptions
+from hotcold.options.base import NoOptions, StoreOptions
 from hotcold.embedding import rows as rows_mod
 from hotcold.embedding.rows import Lookup
 from hotcold.embedding.settle import PendingCounts

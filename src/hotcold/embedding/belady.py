@@ -18,8 +18,8 @@ import numpy as np
 from hotcold.config import require
 from hotcold.embedding.base import StoreSpec
 from hotcold.embedding.cache import CacheStore
-from hotcold.trace.cachesim import Trace
-from hotcold.trace.policies import Policy, cache_policy
+from hotcold.policies.batches import Trace
+from hotcold.policies.directory import Policy, cache_policy
 
 
 class BeladyCacheStore(CacheStore):

@@ -2,7 +2,7 @@
 
 Every row and its optimizer state live in host memory; the device holds a
 cache of C slots (weights [C, D], state [C]). Before each forward the
-batch is planned by ``hotcold.trace.policies.CacheDirectory`` (the trace
+batch is planned by ``hotcold.policies.directory.CacheDirectory`` (the trace
 simulator's own directory, so its counts are the stores'): hits stay,
 victims outside the batch are written back (weights and state), misses are
 fetched. Lookups and the sparse update then run on the cached slots. On a
@@ -26,9 +26,9 @@ from hotcold.config import InfeasibleError
 from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
 from hotcold.embedding.cache_device import CachePlanOnDevice, DeviceCache
 from hotcold.embedding.on_device import device_rows_of
-from hotcold.embedding.store_options import CacheOptions, FreqCacheOptions
+from hotcold.options.stores import CacheOptions, FreqCacheOptions
 from hotcold.embedding.rows import Lookup, init_table, ship
-from hotcold.trace.policies import Access, CacheDirectory, Policy, cache_policy, cache_step_counters
+from hotcold.policies.directory import Access, CacheDirectory, Policy, cache_policy, cache_step_counters
 
 @dataclass
 class _CachePlan:

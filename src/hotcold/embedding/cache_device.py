@@ -26,7 +26,7 @@ from hotcold.embedding.device_directory import DeviceAccess, DeviceDirectory
 from hotcold.embedding.grouping import DeviceGroups, group_on_device
 from hotcold.embedding.rows import bag_sums, keep_alive
 from hotcold.embedding.update import RowOptimizer
-from hotcold.trace.policies import CacheDirectory
+from hotcold.policies.directory import CacheDirectory
 
 
 @dataclass

@@ -35,8 +35,8 @@ import numpy as np
 import torch
 
 from hotcold.embedding.grouping import DeviceGroups
-from hotcold.trace.policies import CacheDirectory
-from hotcold.trace.victims import BELADY, LFU, LRU, STATIC, row_bits
+from hotcold.policies.directory import CacheDirectory
+from hotcold.policies.victims import BELADY, LFU, LRU, STATIC, row_bits
 
 INT64_MAX = torch.iinfo(torch.int64).max
 

@@ -1,7 +1,7 @@
 """``fae``: FAE (Adnan et al., VLDB 2022), hot rows on the device, hot and cold mini-batches.
 
 Profiling, the hot set, the classification of inputs and the batch schedule
-are ``hotcold.trace.fae_schedule``'s (shared with the FAE trace model). Every
+are ``hotcold.policies.fae_schedule``'s (shared with the FAE trace model). Every
 row lives in host memory; the hot rows (weights and optimizer state) also
 live in device memory. A hot batch runs entirely on the device like
 ``device``; a cold batch takes the CPU-GPU ``hybrid`` path on the host rows.
@@ -23,9 +23,9 @@ from hotcold.counters import row_bytes
 from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
 from hotcold.embedding.hybrid import HybridStore
 from hotcold.embedding.on_device import DevicePlan, DeviceTable
-from hotcold.embedding.store_options import FAEOptions
+from hotcold.options.stores import FAEOptions
 from hotcold.embedding.rows import Lookup, ship
-from hotcold.trace.fae_schedule import HotSetSync, fae_counters, fae_order, plan
+from hotcold.policies.fae_schedule import HotSetSync, fae_counters, fae_order, plan
 
 if TYPE_CHECKING:
     from hotcold.data.format import Dataset

@@ -21,7 +21,7 @@ from hotcold.counters import StepCounters, all_resident, row_bytes
 from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
 from hotcold.embedding.rows import Lookup, init_table, ship
 from hotcold.embedding.settle import PendingCounts
-from hotcold.embedding.store_options import CACHES, FbgemmOptions, managed_cache_infeasible
+from hotcold.options.stores import CACHES, FbgemmOptions, managed_cache_infeasible
 
 INSTALL_HINT = "pip install -e .[peers]"
 CUDA_INSTALL_HINT = "pip uninstall fbgemm-gpu-cpu; pip install -e .[peers-cuda]"  # docs/gpu.md: offline, from a wheel

@@ -85,7 +85,7 @@ _WATCH = threading.local()  # this thread's observer of the kernels run (``watch
 @contextlib.contextmanager
 def watching(seen: Callable[[str], None]) -> Iterator[None]:
     """Within: every ``fused_step`` on this thread calls ``seen`` with its name: a kernel that no torch
-    dispatch sees (``bench_step.OpCount`` counts it as one operation)."""
+    dispatch sees (``bench.opcount.OpCount`` counts it as one operation)."""
     before = getattr(_WATCH, "seen", None)
     _WATCH.seen = seen
     try:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from hotcold.accel import Runtime
-from hotcold.devices import normal_device
+from hotcold.accel import normal_device
 from hotcold.jit import KERNEL, jit
 
 #: bits of the radix sort's digit at most: 2^11 counters a pass stay in a core's L1

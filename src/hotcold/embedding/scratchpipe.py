@@ -25,10 +25,10 @@ from hotcold.config import InfeasibleError
 from hotcold.counters import all_resident, row_bytes
 from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
 from hotcold.embedding.on_device import DevicePlan, DeviceTable
-from hotcold.embedding.store_options import ScratchPipeOptions
+from hotcold.options.stores import ScratchPipeOptions
 from hotcold.embedding.rows import Lookup, copying_on, init_table, ship
 from hotcold.embedding.scratchpipe_pipeline import MovePipeline
-from hotcold.trace.scratchpad import Admission, ScratchpadDirectory, working_set_peak
+from hotcold.policies.scratchpad import Admission, ScratchpadDirectory, working_set_peak
 
 
 @dataclass

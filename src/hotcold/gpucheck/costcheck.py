@@ -54,7 +54,7 @@ def clear(out: Path) -> None:
 
 def calibrate_here(check: CostCheck, out: Path, device: str, threads: int, repeats: int = 15) -> None:
     """Measure this machine's rates as the runs will use it (their threads); write ``out/profile.yaml``."""
-    from hotcold.calibrate import calibrate, write_profile
+    from hotcold.calibrate.profile import calibrate, write_profile
 
     profile = calibrate(device, repeats=repeats, network=False, threads=threads, name=f"gpu-check-{device}")
     check.profile, check.name = write_profile(profile, Path(out) / PROFILE), profile["name"]

@@ -21,7 +21,7 @@ API (small on purpose; ``make gpu-check`` may call it):
   rows)``) / ``.to_record()`` (a JSON-ready dict).
 - ``random_batches(table_sizes, batch_size, steps, seed)``: skewed ids to
   drive it.
-- ``check_run(cfg, ds, device, order)``: the check of a trained run (a
+- ``check_run(cfg, ds, spec, order)``: the check of a trained run (a
   peer's), on its first ``RUN_STEPS`` batches; the record keeps it.
 """
 from __future__ import annotations
@@ -161,19 +161,17 @@ def run(store: str | StoreBuilder, spec: StoreSpec, batches: Sequence[torch.Tens
 RUN_STEPS = 20
 
 
-def check_run(cfg: "RunConfig", ds: "Dataset", device: torch.device, order: Sequence[Any],
+def check_run(cfg: "RunConfig", ds: "Dataset", spec: StoreSpec, order: Sequence[Any],
               steps: int = RUN_STEPS) -> Lockstep:
     """The lock-step check of a trained run: its store against ``device`` on the run's first ``steps`` batches.
 
     ``order``: the run's row batches of the train split (as ``train.build``
-    returns them); the stores are built from the run's own spec
-    (``train.store_spec``) on the run's device.
+    returns them); ``spec``: the run's own (``train.store_spec``, on the run's
+    device), both stores are built from it.
     """
-    from hotcold.train import store_spec
-
     start = ds.split("train")[0]
     batches = [torch.from_numpy(ds.batch_ids(rows + start)) for rows in list(order)[:steps]]
-    return run(cfg.method, store_spec(cfg, ds, device), batches, seed=cfg.seed)
+    return run(cfg.method, spec, batches, seed=cfg.seed)
 
 
 def random_batches(table_sizes: Sequence[int], batch_size: int, steps: int, seed: int = 0,

@@ -40,7 +40,7 @@ from hotcold.runs.records import (
 )
 from hotcold.record_status import sketch_rel_diff
 from hotcold.timing import TimedPart, summarize_repeats
-from hotcold.train import DivergedError, RunResult, reference, train
+from hotcold.train import DivergedError, RunResult, reference, store_spec, train
 
 
 class RepeatMismatchError(RuntimeError):
@@ -171,7 +171,7 @@ class RepeatedRun:
             return record
         lock = None
         if methods.get(cfg.method).check == CHECK_LOCKSTEP:  # a peer's kernels round their own way: checked step by step
-            lock = check_run(cfg, self.ds, self.device, self._first["order"]).to_record()
+            lock = check_run(cfg, self.ds, store_spec(cfg, self.ds, self.device), self._first["order"]).to_record()
         record = trained_record(cfg, self.ds, self.device, self.summary(), self._first["metrics"], self.params[0],
                                 self._first["store"], ref, lock)
         write_run(out_dir, record, pd.concat(self.steps, ignore_index=True))

@@ -20,10 +20,11 @@ from hotcold.config import ConfigError
 from hotcold.counters import FIELDS, StepCounters, row_bytes, vector_bytes
 from hotcold.data.format import Dataset
 from hotcold.data.order import batch_rows
-from hotcold.trace import kernels
-from hotcold.trace.batches import Trace
-from hotcold.trace.policies import CACHE_POLICIES, CacheDirectory, cache_policy, capacity_from_ratio, frequency_order
-from hotcold.trace.scratchpad import ScratchpadDirectory, working_set_peak
+from hotcold.policies import kernels
+from hotcold.policies.batches import Trace
+from hotcold.options.base import capacity_from_ratio
+from hotcold.policies.directory import CACHE_POLICIES, CacheDirectory, cache_policy, frequency_order
+from hotcold.policies.scratchpad import ScratchpadDirectory, working_set_peak
 
 #: cache sizes of a default sweep, as shares of all rows (0.1% .. 10%)
 DEFAULT_RATIOS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1)
@@ -104,7 +105,7 @@ def simulate(trace: Trace, policy: str, capacity: int = 0, frequencies: np.ndarr
     its minimum).
 
     - demand caches ``lru``, ``lfu``, ``freqcache``, ``freqcache-lfu`` and
-      ``belady`` run on ``hotcold.trace.policies``' ``CacheDirectory``, the one
+      ``belady`` run on ``hotcold.policies.directory``' ``CacheDirectory``, the one
       the cache stores use. ``belady`` is optimal only among caches that must
       admit every missed row; a placement that may bypass (``static-topk``) can
       beat it;
@@ -114,7 +115,7 @@ def simulate(trace: Trace, policy: str, capacity: int = 0, frequencies: np.ndarr
       placement, not FAE, which routes whole inputs (see ``fae-R`` in
       ``hotcold.trace.faesim``);
     - ``scratchpipe-W``: the ``scratchpipe`` store's own scratchpad directory
-      (``hotcold.trace.scratchpad``) at a capacity, look-ahead window W: every
+      (``hotcold.policies.scratchpad``) at a capacity, look-ahead window W: every
       lookup of the trained batch hits; a step books the fetch and write-back
       of the batch it admits. Its ``capacity_needed`` is the window's largest
       working set.
@@ -199,7 +200,7 @@ def _batches(trace: Trace) -> Iterator[tuple[np.ndarray, np.ndarray]]:
 
 
 def _scratchpipe(trace: Trace, window: int, capacity: int, sizes: RowSizes) -> tuple[pd.DataFrame, int]:
-    """The ``scratchpipe`` store's admissions, without training (see ``hotcold.trace.scratchpad``), and
+    """The ``scratchpipe`` store's admissions, without training (see ``hotcold.policies.scratchpad``), and
     the most slots held at once: the window's largest working set (``working_set_peak``).
 
     Streams the trace: only the batches between the one training and the one

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from hotcold.trace import stackdist
-from hotcold.trace.policies import capacity_from_ratio
+from hotcold.options.base import capacity_from_ratio
 from hotcold.trace.sweeps import Sweep
 
 

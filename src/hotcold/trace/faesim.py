@@ -3,7 +3,7 @@
 FAE routes whole inputs (an input is hot when all its lookups are hot rows)
 and pays a hot-set synchronisation whenever the batch kind switches, so it
 cannot be simulated on the loader's batch order like a cache: the model
-builds FAE's own schedule (``hotcold.trace.fae_schedule.fae_order``, the
+builds FAE's own schedule (``hotcold.policies.fae_schedule.fae_order``, the
 store's scaled epoch: the same batches for the same steps and warm-up steps)
 and books each batch as the ``fae`` store does. Policy name ``fae-R`` with R the
 ``run_length`` (``fae-epoch``, ``fae-1``...).
@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import pandas as pd
 
-from hotcold.trace import row_counts
+from hotcold.policies import row_counts
 from hotcold.trace.cachesim import RowSizes, SimResult, counters_frame
-from hotcold.trace.policies import rows_for_share
-from hotcold.trace.fae_schedule import EPOCH, FAEPlan, HotSetSync, check_run_length, fae_counters, fae_order, plan
+from hotcold.options.base import EPOCH, check_run_length, rows_for_share
+from hotcold.policies.fae_schedule import FAEPlan, HotSetSync, fae_counters, fae_order, plan
 
 if TYPE_CHECKING:
     from hotcold.data.format import Dataset

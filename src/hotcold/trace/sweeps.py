@@ -21,8 +21,8 @@ from hotcold.data.skew import row_counts
 from hotcold.trace.cachesim import POLICIES, RowSizes, Trace, dataset_trace, sweep
 from hotcold.trace.faesim import fae_sweep
 
-if TYPE_CHECKING:  # a run config is read above this layer (hotcold.run_config)
-    from hotcold.run_config import RunConfig
+if TYPE_CHECKING:  # the sections of a run config it reads
+    from hotcold.config import Sections
 
 
 @dataclass
@@ -38,7 +38,7 @@ class Sweep:
     from_step: int              # the trained runs' first timed step (``train.warmup_steps``)
 
 
-def placement_sweep(ds: Dataset, cfg: RunConfig, ratios: Sequence[float], policies: Sequence[str] | None = None,
+def placement_sweep(ds: Dataset, cfg: Sections, ratios: Sequence[float], policies: Sequence[str] | None = None,
                     windows: Sequence[int] = (), fae_budgets: Sequence[float] = (),
                     fae_run_lengths: Sequence[int | str] = (), fae_sample_fraction: float = 1.0) -> Sweep:
     """Simulate ``policies`` (default: all) at cache sizes ``ratios`` (shares of all rows) on ``cfg``'s trace.

@@ -246,9 +246,9 @@ class Matrix:
         """Resolve every dataset and run config with the typed configs; the first problem raises
         ``ConfigError`` naming where it is. Only the config is read, never this machine: whether a scale's ranks
         fit the GPUs of the machine a job lands on is that job's check (``runner.train_run``)."""
-        from hotcold.data.generators import GeneratorConfig
-        from hotcold.data.sources import locate_taobao
-        from hotcold.data.sources.prepare import SourceConfig
+        from hotcold.data.generators.config import GeneratorConfig
+        from hotcold.data.sources.catalog import locate_taobao
+        from hotcold.data.sources.source_config import SourceConfig
 
         for name in self.datasets():
             for method, variants in self.methods_for(name).items():

@@ -3,8 +3,9 @@
 ``catalog`` says where each dataset comes from and fetches it (``download``
 does verified HTTP); ``textparse`` is the vectorised text input shared by the
 ``criteo`` and ``taobao`` preprocessors; ``prepare`` ties a ``source`` config
-section to fetch and preprocess. The names of ``catalog`` are re-exported
-here (``hotcold.data.sources.locate_taobao`` is what the workflow calls).
+section (``source_config``, with ``criteo_config`` and ``taobao_config``: the
+options apart from the preprocessing) to fetch and preprocess. The names of
+``catalog`` are re-exported here.
 """
 from hotcold.data.sources.catalog import (
     CRITEO_KAGGLE_TRAIN_LINES,

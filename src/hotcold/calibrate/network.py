@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hotcold.calibrate_rates import Calibration
+from hotcold.calibrate.rates import Calibration
 from hotcold.config import ConfigError
 from hotcold.files import atomic_write_text
 from hotcold.timing import time_ms

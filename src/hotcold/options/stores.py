@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from hotcold.config import is_int, is_real, require
 from hotcold.counters import row_bytes
-from hotcold.embedding.options import StoreOptions, budget_rows, check_budget, check_choice
-from hotcold.trace.fae_schedule import DEFAULT_BUDGET_RATIO, DEFAULT_SAMPLE_FRACTION, EPOCH, check_run_length
+from hotcold.options.base import (DEFAULT_BUDGET_RATIO, DEFAULT_SAMPLE_FRACTION, EPOCH, StoreOptions, budget_rows,
+                                  check_budget, check_choice, check_run_length)
 
 DEFAULT_CACHE_RATIO = 0.015
 CACHES = ("lru", "lfu")  # FBGEMM's managed caches
@@ -54,7 +54,7 @@ class FreqCacheOptions(CacheOptions):
     rank first; ``"lfu"``: ColossalAI's LFU). Its warm fill happens at
     construction, is no training step and is reported as the ``warm_rows``
     attribute, not in step counters. Policies and their tie rules are
-    documented in ``hotcold.trace.policies``.
+    documented in ``hotcold.policies.directory``.
     """
 
     warmup_ratio: float = 0.7   # ColossalAI warms 70%

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from hotcold.calibrate_rates import Calibration, MiB
+from hotcold.calibrate.rates import Calibration, MiB
 from hotcold.data.powerlaw import draw_ranks, powerlaw_cdf
 from hotcold.machine import CACHE_SOURCE, cores, last_level_cache_bytes
 from hotcold.timing import time_ms
@@ -98,7 +98,7 @@ def host_rates(cal: Calibration) -> None:
 
 def _directory_rates(cal: Calibration) -> None:
     """LRU cache directory in steady state at two capacities: per unique row and per slot scanned."""
-    from hotcold.trace.policies import CacheDirectory, cache_policy
+    from hotcold.policies.directory import CacheDirectory, cache_policy
 
     rng = np.random.default_rng(1)
     u = max(1, cal.lookups // 5)

@@ -27,16 +27,8 @@ from hotcold.data.format import Dataset
 from hotcold.data.skew import row_counts
 from hotcold.distributed.plans import PLANS, build_plan
 from hotcold.distributed.routing import route_counts
-from hotcold.distributed.shardsim import (
-    Scale,
-    ScaleSweep,
-    dense_parameters,
-    global_batches,
-    plan_scale,
-    route,
-    step_matrices,
-    table_batches,
-)
+from hotcold.data.order import global_batches, table_batches
+from hotcold.distributed.shardsim import Scale, ScaleSweep, dense_parameters, plan_scale, route, step_matrices
 from hotcold.distributed.traffic import Ledger
 from hotcold.jit import KERNEL
 

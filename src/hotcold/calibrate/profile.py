@@ -7,7 +7,7 @@ really run, on tables and ids shaped like the runs' (``Calibration``); on a
 CPU the profile is of kind ``cpu`` (host memory is the trainer device),
 with ``--device cuda`` it adds the GPU's rates (``calibrate``). The rates:
 docs/costmodel.md, "Hardware profiles" and "Calibration". The benchmarks:
-``calibrate_host``, ``calibrate_network`` and ``calibrate_device``.
+``calibrate.host``, ``calibrate.network`` and ``calibrate.device``.
 """
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ from typing import Any
 
 import torch
 
-from hotcold.calibrate_device import cuda_rates, dense_rates
-from hotcold.calibrate_host import host_rates
-from hotcold.calibrate_network import network_rates
-from hotcold.calibrate_rates import Calibration
+from hotcold.calibrate.device import cuda_rates, dense_rates
+from hotcold.calibrate.host import host_rates
+from hotcold.calibrate.network import network_rates
+from hotcold.calibrate.rates import Calibration
 from hotcold.config import ConfigError
-from hotcold.costmodel import profile_from_dict
+from hotcold.costmodel.profile import profile_from_dict
 from hotcold.files import atomic_write_text
 
 

@@ -15,7 +15,7 @@ from typing import IO, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from hotcold.trace import row_counts
+from hotcold.policies import row_counts
 
 #: batches read back at a time
 CHUNK_STEPS = 256

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hotcold.analysis.claims_catalog import Run
+from hotcold.analysis.claims.catalog import Run
 from hotcold.analysis.run_records import degenerate_of, scale_of
 from hotcold.distributed.batch import GLOBAL, PER_RANK
 from hotcold.record_status import STATUS_DIVERGED, STATUS_OK, record_status

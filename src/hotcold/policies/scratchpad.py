@@ -19,7 +19,7 @@ import numpy as np
 
 from hotcold.config import InfeasibleError
 from hotcold.counters import StepCounters
-from hotcold.trace import row_counts, scratch_kernels
+from hotcold.policies import row_counts, scratch_kernels
 
 
 def working_set_peak(batch_rows: Iterable[np.ndarray], num_rows: int, window: int) -> tuple[int, int]:

@@ -14,8 +14,8 @@ import dataclasses
 import math
 from typing import Any, Sequence
 
-from hotcold.analysis.claims_catalog import Claim
-from hotcold.analysis.claims_measured import Predict, _hits_claim, _row, _speed_claim
+from hotcold.analysis.claims.catalog import Claim
+from hotcold.analysis.claims.measured import Predict, _hits_claim, _row, _speed_claim
 
 GPU_COLUMNS = ["gpu_measured_value", "gpu_measured_hardware", "gpu_measured_stable", "gpu_records",
                "gpu_modelled_value", "gpu_modelled_profile"]

@@ -1,6 +1,6 @@
 """Compiled kernels of the demand-paged cache directory: one definition for the store and the trace simulator.
 
-``CacheDirectory`` (``hotcold.trace.policies``) keeps its state in numpy
+``CacheDirectory`` (``hotcold.policies.directory``) keeps its state in numpy
 arrays and plans batches with these kernels, whether a store calls them one
 step at a time or the simulator many steps at once, so the two give the same
 counters by construction. ``hotcold.jit.jit`` compiles them with numba when
@@ -49,8 +49,8 @@ from __future__ import annotations
 import numpy as np
 
 from hotcold.jit import jit
-from hotcold.trace.heaps import heap_pop, heap_push, heapify, list_append, list_unlink, pair_pop, pair_push
-from hotcold.trace.victims import BELADY, LFU, LRU, STATIC, bulk_victims, demand_key, row_bits, static_key
+from hotcold.policies.heaps import heap_pop, heap_push, heapify, list_append, list_unlink, pair_pop, pair_push
+from hotcold.policies.victims import BELADY, LFU, LRU, STATIC, bulk_victims, demand_key, row_bits, static_key
 
 #: columns of a heap entry: primary key, secondary key, slot, slot generation
 HEAP_COLS = 4

@@ -18,9 +18,9 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from hotcold.analysis.claims_catalog import Claim, Run, _differs
-from hotcold.analysis.claims_runs import FLEXSHARD_HEADROOM, _largest_sim, _matching, _reduction, budget_of
-from hotcold.analysis.paper_scale import (
+from hotcold.analysis.claims.catalog import Claim, Run, _differs
+from hotcold.analysis.claims.runs import FLEXSHARD_HEADROOM, _largest_sim, _matching, _reduction, budget_of
+from hotcold.analysis.claims.paper_scale import (
     COMM_KNOBS,
     EARLY_STEPS,
     FACTORS,
@@ -38,9 +38,10 @@ ShapeOf = Callable[[dict[str, Any]], Any]
 
 
 def _predict(workloads: list[Any], profile: Any) -> tuple[float, str]:
-    from hotcold import costmodel, methods
+    from hotcold import methods
+    from hotcold.costmodel.prediction import predict
 
-    preds = [costmodel.predict(w, profile, methods.price(w.method)) for w in workloads]
+    preds = [predict(w, profile, methods.price(w.method)) for w in workloads]
     return float(np.mean([p.samples_per_s for p in preds])), preds[0].dominant
 
 

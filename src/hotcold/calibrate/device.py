@@ -16,9 +16,9 @@ from typing import Any, Callable
 
 import torch
 
-from hotcold.calibrate_rates import Calibration, MiB
+from hotcold.calibrate.rates import Calibration, MiB
 from hotcold.config import ConfigError, ModelConfig
-from hotcold.costmodel import ModelShape
+from hotcold.costmodel.workload import ModelShape
 from hotcold.files import atomic_write_text
 from hotcold.machine import cores
 from hotcold.timing import median_ms

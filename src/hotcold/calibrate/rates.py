@@ -2,10 +2,10 @@
 
 ``Calibration`` holds the benchmarks' shapes (embedding dimension, batch,
 lookups, table size), their repeats and the rates they put. The benchmarks
-that fill it: ``calibrate_host`` (host memory, id planning, the cache
-directory, the loader), ``calibrate_network`` (loopback gloo collectives)
-and ``calibrate_device`` (the dense step, the GPU's copies and kernels);
-``hotcold.calibrate`` runs them and writes the profile.
+that fill it: ``calibrate.host`` (host memory, id planning, the cache
+directory, the loader), ``calibrate.network`` (loopback gloo collectives)
+and ``calibrate.device`` (the dense step, the GPU's copies and kernels);
+``hotcold.calibrate.profile`` runs them and writes the profile.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from hotcold.costmodel import ALL_RATES
+from hotcold.costmodel.profile import ALL_RATES
 from hotcold.machine import cpu_name
 
 MiB = 1 << 20

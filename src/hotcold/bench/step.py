@@ -41,7 +41,7 @@ from hotcold.config import ConfigError
 from hotcold.run_config import RunConfig
 from hotcold.data.format import Dataset
 from hotcold.machine import load_average
-from hotcold.opcount import HostClock, OpCount
+from hotcold.bench.opcount import HostClock, OpCount
 
 #: the methods and options benchmarked by default: the one-process techniques at their headline settings
 VARIANTS = {"device": {}, "hybrid": {}, "fae": {"budget_ratio": 0.124, "sample_fraction": 1.0},

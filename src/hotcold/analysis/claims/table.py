@@ -17,8 +17,8 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from hotcold.analysis.claims_catalog import AGREE_RTOL, CLAIMS, Claim
-from hotcold.analysis.claims_measured import (
+from hotcold.analysis.claims.catalog import AGREE_RTOL, CLAIMS, Claim
+from hotcold.analysis.claims.measured import (
     CommModel,
     Predict,
     _a2a_claim,
@@ -28,7 +28,7 @@ from hotcold.analysis.claims_measured import (
     _speed_claim,
     _why,
 )
-from hotcold.analysis.claims_paper_scale import paper_scale_columns
+from hotcold.analysis.claims.paper_columns import paper_scale_columns
 from hotcold.analysis.markdown import to_markdown
 from hotcold.files import atomic_write_text
 
@@ -59,10 +59,12 @@ def claims_and_sweep(records: list[dict[str, Any]], comm: pd.DataFrame, profiles
     ``more``: fills further columns of each row (the GPU's: ``claims_gpu.gpu_columns``).
     """
     if predict is None or comm_model is None:
-        from hotcold import costmodel, methods
+        from hotcold import methods
+        from hotcold.costmodel.collectives import comm_ms
+        from hotcold.costmodel.prediction import predict_record
 
-        predict = predict or (lambda rec, profile: costmodel.predict_record(rec, profile, methods.price(rec["method"])))
-        comm_model = comm_model or costmodel.comm_ms
+        predict = predict or (lambda rec, profile: predict_record(rec, profile, methods.price(rec["method"])))
+        comm_model = comm_model or comm_ms
     rows, sweep = [], []
     for claim in claims:
         row, note = _row(claim), ""
@@ -120,7 +122,7 @@ def claims_markdown(frame: pd.DataFrame) -> str:
 
 def load_profiles(paths: Sequence[Path]) -> dict[str, Any]:
     """Hardware profiles by name."""
-    from hotcold.costmodel import load_profile
+    from hotcold.costmodel.profile import load_profile
 
     profiles = [load_profile(Path(p)) for p in paths]
     return {p.name: p for p in profiles}

@@ -4,7 +4,10 @@
 the row plan's output protocol; ``ProactiveOptions`` adds how many steps
 ahead rows are looked up early; ``FlexShardOptions``: FlexShard's budget and
 the link bandwidths its solver prices traffic with. The stores that take
-them: ``sharded.py`` and ``proactive.py``.
+them: ``distributed/sharded.py`` and ``distributed/proactive.py``. The plans'
+names and the defaults are data here; each plan's own ``plan_options`` are
+checked by the plans (``distributed.plans.check_store_plan``, which the
+registry runs after these checks).
 """
 from __future__ import annotations
 
@@ -13,11 +16,22 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
 from hotcold.config import is_int, is_positive_int, is_real, require
-from hotcold.distributed.flexshard import DEFAULT_INTER_GBPS, DEFAULT_INTRA_GBPS, REPLICA_SYNC, UNACCESSED
-from hotcold.distributed.plan_types import DEFAULT_HEADROOM
-from hotcold.distributed.plans import PLANS, check_plan_options
-from hotcold.distributed.traffic import LOOKUP, RW_PROTOCOLS
-from hotcold.embedding.options import StoreOptions
+from hotcold.options.base import DEFAULT_HEADROOM, StoreOptions
+
+#: every sharding plan by name, in the order they are listed to users (``distributed.plans.PLANNERS``' keys)
+PLANS = ("table", "row", "column", "balanced", "recshard", "flexshard", "flexshard-device", "data-parallel", "twrw",
+         "auto")
+#: the row-wise plan's output protocols (the sharded store's ``rw_protocol``): ``lookup`` sends each lookup's
+#: vector back in an all-to-all (TorchRec's sequence tables); ``reduce_scatter`` pools partial sums per sample and
+#: table on the owners and reduce-scatters them, the gradients coming back by an all-gather (TorchRec's pooled
+#: row-wise, ``PooledEmbeddingsReduceScatter``), with per-sample lengths in the input all-to-all
+RW_PROTOCOLS = ("lookup", "reduce_scatter")
+LOOKUP, REDUCE_SCATTER = RW_PROTOCOLS
+#: FlexShard's solver prices traffic at these link bandwidths by default
+DEFAULT_INTRA_GBPS = 300.0   # GB/s per GPU, NVLink-class
+DEFAULT_INTER_GBPS = 25.0    # GB/s per GPU, a 200 Gb/s NIC
+UNACCESSED = ("host", "device")   # ``unaccessed_rows``: where rows the profile never saw are kept (first: default)
+REPLICA_SYNC = ("priced", "free")  # ``replica_sync``: the solver's price of keeping replicas in sync (first: default)
 
 
 def _check_headroom(where: str, headroom: Any) -> None:
@@ -29,11 +43,11 @@ def _check_headroom(where: str, headroom: Any) -> None:
 class ShardedOptions(StoreOptions):
     """The hybrid-parallel exchange under one plan, in a per-rank memory budget."""
 
-    plan: str = "row"                          # a sharding plan (``plans.PLANS``)
+    plan: str = "row"                          # a sharding plan (``PLANS``)
     memory_headroom: float = DEFAULT_HEADROOM  # per-rank budget, as a multiple of the row-wise shard
     table_ranks: Mapping[str, int] | None = None  # table index -> rank, pinned before the table-wise planner
     plan_options: Mapping[str, Any] | None = None  # recshard's (``recshard.OPTIONS``) or ``table_plans.OPTIONS``
-    #: the row plan's output protocol (``traffic.RW_PROTOCOLS``): ``lookup`` (each lookup's vector by all-to-all)
+    #: the row plan's output protocol (``RW_PROTOCOLS``): ``lookup`` (each lookup's vector by all-to-all)
     #: or ``reduce_scatter`` (TorchRec's pooled row-wise: partial sums reduce-scattered, lengths sent)
     rw_protocol: str = LOOKUP
 
@@ -45,13 +59,14 @@ class ShardedOptions(StoreOptions):
                 f"rw_protocol {self.rw_protocol} is the row plan's protocol; plan {self.plan} sends lookups "
                 f"(set plan row or rw_protocol lookup)")
         _check_headroom(where, self.memory_headroom)
+        require(self.plan_options is None or isinstance(self.plan_options, Mapping), where,
+                f"plan_options must map option names to values, got {self.plan_options!r}")
         pins = self.table_ranks
         require(pins is None or isinstance(pins, Mapping), where, "table_ranks must map table indices to ranks")
         for key, rank in (pins or {}).items():
             require((is_int(key) and key >= 0) or (isinstance(key, str) and key.isdigit()), where,
                     f"table_ranks: {key!r} is not a table index")
             require(is_int(rank) and rank >= 0, where, f"table_ranks[{key}] must be a rank >= 0, got {rank!r}")
-        check_plan_options(where, self.plan, self.plan_options)
 
     def planner_options(self) -> dict[str, Any]:
         """What the planner takes besides the headroom (``PlanInputs.options``)."""

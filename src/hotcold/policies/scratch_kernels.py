@@ -1,4 +1,4 @@
-"""Compiled kernels of ScratchPipe's scratchpad (``ScratchpadDirectory``, ``hotcold.trace.scratchpad``).
+"""Compiled kernels of ScratchPipe's scratchpad (``ScratchpadDirectory``, ``hotcold.policies.scratchpad``).
 
 A batch's rows are admitted into slots held until the batch has trained
 (``scratch_admit``), then released (``scratch_release``); the unheld slots

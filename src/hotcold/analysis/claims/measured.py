@@ -13,8 +13,8 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from hotcold.analysis.claims_catalog import FLEXSHARD_2X2, SHARDED_ROW, Claim, _differs
-from hotcold.analysis.claims_runs import (
+from hotcold.analysis.claims.catalog import FLEXSHARD_2X2, SHARDED_ROW, Claim, _differs
+from hotcold.analysis.claims.runs import (
     FLEXSHARD_HEADROOM,
     _comm_ms,
     _degenerate,

@@ -5,7 +5,10 @@ registry (``hotcold.methods``) reads it from there. ``parse`` turns the plain
 mapping of a config file into the typed object, naming an unknown or bad key
 in one line; the workflow schema's ``$defs.methods`` is pinned to these
 classes by a test. Device budgets are given either in rows (or bytes) or as a
-share of all rows, never both: ``check_budget`` and ``budget_rows``.
+share of all rows, never both: ``check_budget`` and ``budget_rows``. The
+budgets themselves are data here too (what a share of a table buys, the
+caches' warm start, FAE's defaults), read by the options and the policies
+alike; nothing here imports an algorithm.
 """
 from __future__ import annotations
 
@@ -15,11 +18,41 @@ from dataclasses import dataclass
 from typing import Any, Mapping, TypeVar
 
 from hotcold.config import ConfigError, from_mapping, is_int, is_real, require
-from hotcold.trace.policies import rows_for_share
 
 O = TypeVar("O", bound="StoreOptions")
 
 
+# -- budgets as data: what a share of a table buys, the caches' warm start, FAE's defaults ----------------
+def rows_for_share(ratio: float, num_rows: int) -> int:
+    """Rows of a share of all rows, ``floor(ratio * N)`` at most N (the epsilon keeps ratio = k / N at k)."""
+    return min(int(ratio * num_rows + 1e-9), num_rows)
+
+
+def capacity_from_ratio(ratio: float, num_rows: int) -> int:
+    """Cache slots for a share of all rows: at least 1."""
+    return max(1, rows_for_share(ratio, num_rows))
+
+
+def warm_count(capacity: int, warmup_ratio: float, num_rows: int) -> int:
+    """Rows preloaded by ``freqcache``: ``ceil(C * warmup_ratio)``, as ColossalAI, at most N."""
+    return min(math.ceil(capacity * warmup_ratio), num_rows, capacity)
+
+
+DEFAULT_SAMPLE_FRACTION = 0.05
+DEFAULT_BUDGET_RATIO = 0.124   # 256 MiB of full Criteo Kaggle's 2061 MiB of weights at D=16
+EPOCH = "epoch"
+#: a scale-out rank's memory budget, as a multiple of the row-wise shard
+DEFAULT_HEADROOM = 1.25
+
+
+def check_run_length(value: Any) -> int | str:
+    """A positive integer or ``"epoch"``."""
+    if value == EPOCH or (is_int(value) and value >= 1):
+        return value
+    raise ConfigError(f"fae: run_length must be a positive integer or {EPOCH!r}, got {value!r}")
+
+
+# -- the options' base ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StoreOptions:
     """A store's options. Subclasses add fields (None: not given) and ``validate``."""

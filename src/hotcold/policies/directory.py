@@ -8,7 +8,6 @@ counts equal the stores' training-time counters. How a batch is served:
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -16,21 +15,12 @@ import numpy as np
 
 from hotcold.config import ConfigError, InfeasibleError
 from hotcold.counters import StepCounters
-from hotcold.trace import kernels, victims
+from hotcold.policies import kernels, victims
+from hotcold.options.base import warm_count
 
 #: the eviction policies of ``CacheDirectory``
 CACHE_POLICIES = ("lru", "lfu", "freqcache", "freqcache-lfu", "belady")
 NEVER = np.iinfo(np.int64).max  # next use of a row that is not used again
-
-
-def rows_for_share(ratio: float, num_rows: int) -> int:
-    """Rows of a share of all rows, ``floor(ratio * N)`` at most N (the epsilon keeps ratio = k / N at k)."""
-    return min(int(ratio * num_rows + 1e-9), num_rows)
-
-
-def capacity_from_ratio(ratio: float, num_rows: int) -> int:
-    """Cache slots for a share of all rows: at least 1."""
-    return max(1, rows_for_share(ratio, num_rows))
 
 
 def frequency_order(frequencies: np.ndarray, k: int | None = None) -> np.ndarray:
@@ -50,13 +40,8 @@ def frequency_order(frequencies: np.ndarray, k: int | None = None) -> np.ndarray
     return np.concatenate([head, np.flatnonzero(freq == 0)[:k - head.size]]).astype(np.int64)
 
 
-def warm_count(capacity: int, warmup_ratio: float, num_rows: int) -> int:
-    """Rows preloaded by ``freqcache``: ``ceil(C * warmup_ratio)``, as ColossalAI, at most N."""
-    return min(math.ceil(capacity * warmup_ratio), num_rows, capacity)
-
-
 class Policy:
-    """Eviction order of a cache: per-slot state arrays and a kernel code (``hotcold.trace.kernels``).
+    """Eviction order of a cache: per-slot state arrays and a kernel code (``hotcold.policies.kernels``).
 
     A policy's key (smallest evicted first) is computed by the kernel's
     ``demand_key`` from these arrays; see ``cache_policy`` for the rules.

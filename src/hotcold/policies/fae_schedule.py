@@ -38,24 +38,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hotcold.config import ConfigError, is_int
+from hotcold.config import ConfigError
+from hotcold.options.base import EPOCH
 from hotcold.counters import StepCounters, all_host, all_resident
 from hotcold.data.skew import row_counts
 
 if TYPE_CHECKING:
     from hotcold.data.format import Dataset
 
-DEFAULT_SAMPLE_FRACTION = 0.05
-DEFAULT_BUDGET_RATIO = 0.124   # 256 MiB of full Criteo Kaggle's 2061 MiB of weights at D=16
-EPOCH = "epoch"
 _CHUNK = 1 << 16               # samples read at a time when profiling and classifying
-
-
-def check_run_length(value: Any) -> int | str:
-    """A positive integer or ``"epoch"``."""
-    if value == EPOCH or (is_int(value) and value >= 1):
-        return value
-    raise ConfigError(f"fae: run_length must be a positive integer or {EPOCH!r}, got {value!r}")
 
 
 def profile_counts(ds: "Dataset", seed: int, fraction: float) -> tuple[np.ndarray, int]:

@@ -25,7 +25,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from hotcold.costmodel import HardwareProfile, ModelShape, Rate
+from hotcold.costmodel.profile import HardwareProfile, Rate
+from hotcold.costmodel.workload import ModelShape
 from hotcold.costmodel.simulated import lookup_workload, method_of_policy, simulated_workload
 
 #: the multiples of a profile's rates a sweep prices the claims at
@@ -158,7 +159,7 @@ class PaperScale:
         key = (name, batch_size)
         if key not in self._traces:
             from hotcold.run_config import RunConfig
-            from hotcold.distributed.shardsim import global_batches
+            from hotcold.data.order import global_batches
 
             sc = self.configs[name]["shard_sim"]
             train = {**sc.get("train", {}), "steps": EARLY_STEPS, "warmup_steps": 0}
@@ -240,7 +241,7 @@ def resolve(paper: PaperScale, dataset: str, run: Any, trained: list[dict[str, A
     """The workloads of role ``run`` on ``dataset`` at paper scale: ``trained`` records (the role's pick among
     the trained variants, ``trained_key`` its budget) unless the simulated candidate is a larger budget
     (``largest``) or none is trained; else the simulated row. A string: why there is none."""
-    from hotcold.costmodel import Workload
+    from hotcold.costmodel.workload import Workload
 
     shape = paper.shape(dataset)
     frame = paper.sims.get(dataset)
