@@ -100,7 +100,7 @@ TABLES = {"summary": ("csv", "md"), "infeasible": ("md",), "phases": ("csv",), "
 
 
 def final_targets() -> list[str]:
-    """What `rule all` asks for: every run's files, every table and every figure.
+    """What the target `all` asks for: every run's files, every table and every figure.
 
     Every run's files are inputs of `all`, not only of the tables that read them: Snakemake does not rerun
     a job whose inputs are missing while its outputs exist, so a deleted record would leave the tables
