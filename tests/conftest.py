@@ -62,6 +62,31 @@ def small_dataset(tmp_path_factory) -> Dataset:
     return make_dataset(tmp_path_factory.mktemp("data") / "small")
 
 
+def make_multihot_dataset(path: Path, rows: int = 3000, sizes=(50, 7, 300, 1000), bags=(3, 1, 4, 2),
+                          seed: int = 0) -> Dataset:
+    """Multi-hot, MLPerf's way: each table's bag is a skewed first id and the rest uniform over the table; a
+    third of table 0's bags repeat their first id (a repeated id within a bag, summed twice)."""
+    rng = np.random.default_rng(seed)
+    dense = rng.lognormal(0.0, 1.0, size=(rows, 13)).astype(np.float32)
+    cols = []
+    for n, k in zip(sizes, bags):
+        first = np.minimum(rng.zipf(1.3, rows) - 1, n - 1)
+        cols += [first] + [rng.integers(0, n, rows) for _ in range(k - 1)]
+    sparse = np.stack(cols, axis=1)
+    sparse[: rows // 3, 1] = sparse[: rows // 3, 0]
+    logit = dense[:, 0] - dense[:, 1] + (sparse[:, 0] % 3 == 0) - 0.5
+    labels = (rng.random(rows) < 1 / (1 + np.exp(-logit))).astype(np.float32)
+    n_train = rows * 3 // 4
+    write_dataset(path, dense=np.log1p(dense), sparse=sparse, labels=labels, cardinalities=list(sizes),
+                  splits={"train": (0, n_train), "test": (n_train, rows)}, meta={"name": path.name}, bags=list(bags))
+    return Dataset.open(path)
+
+
+@pytest.fixture(scope="session")
+def multihot_dataset(tmp_path_factory) -> Dataset:
+    return make_multihot_dataset(tmp_path_factory.mktemp("data") / "multihot")
+
+
 def make_sequence_dataset(path: Path, rows: int = 3000, sizes=(40, 500, 30), max_length: int = 6,
                           seed: int = 0) -> Dataset:
     """Taobao-shaped: (user, item, category) targets and (item, category) histories of varying length.

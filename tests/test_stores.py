@@ -56,7 +56,7 @@ def rel_diff(a: list[tuple[str, torch.Tensor]], b: list[tuple[str, torch.Tensor]
 
 @pytest.mark.parametrize("row_optimizer", ["sgd", "adagrad"])
 @pytest.mark.parametrize("method", [m for m in methods.names(spans_ranks=False) if m != "device"])
-@pytest.mark.parametrize("data", ["small_dataset", "sequence_dataset"])
+@pytest.mark.parametrize("data", ["small_dataset", "sequence_dataset", "multihot_dataset"])
 def test_store_trains_same_model_as_device(request, data, method, row_optimizer, device):
     skip_missing(method)
     ds = request.getfixturevalue(data)

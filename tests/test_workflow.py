@@ -213,6 +213,15 @@ def test_paper_config_plans(tmp_path: Path) -> None:
     assert "runs/kaggle/fae/128mib/seed~2" in out and "runs/kaggle/fae/12.4pct" not in out
 
 
+def test_the_mlperf_config_plans_on_a_machine_without_a_gpu(tmp_path: Path) -> None:
+    """mlperf-dlrmv2.yaml: the multi-hot dataset and the DCNv2 model pass every check, and every one-process
+    method trains in the dataset's interleaved group (on the GPU machine it names)."""
+    proc = snakemake(tmp_path, "-n", "--configfile", str(REPO / "workflows" / "config" / "mlperf-dlrmv2.yaml"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "train_group_mlperf" in out and "results/data/mlperf/manifest.json" in out and "kaggle" not in out
+
+
 def test_store_options_are_checked_after_the_dataset_overrides_merge(tmp_path: Path) -> None:
     proc = dry_run(tmp_path, "datasets:\n  taobao:\n    methods: {lru: {1.5pct: {cache_rows: 500}}}\n")
     out = proc.stdout + proc.stderr

@@ -106,13 +106,21 @@ def from_mapping(cls: type[T], data: Mapping[str, Any] | None, where: str, what:
     return obj
 
 
+INTERACTIONS = ("dot", "dcnv2")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
-    """DLRM sizes. The bottom MLP's last width must equal ``embedding_dim``."""
+    """DLRM sizes. The bottom MLP's last width must equal ``embedding_dim``. ``interaction``: pairwise dots (the
+    seed papers' DLRM) or a low-rank DCNv2 cross network of ``cross_layers`` layers of rank ``cross_rank``
+    (MLPerf's DLRM-DCNv2: 3 and 512)."""
 
     embedding_dim: int = 16
     bottom_mlp: tuple[int, ...] = (64, 16)
     top_mlp: tuple[int, ...] = (64, 32, 1)
+    interaction: str = "dot"
+    cross_layers: int = 3
+    cross_rank: int = 512
 
     def validate(self, where: str) -> None:
         object.__setattr__(self, "bottom_mlp", tuple(self.bottom_mlp))
@@ -127,6 +135,11 @@ class ModelConfig:
         require(len(self.top_mlp) > 0 and all(is_positive_int(w) for w in self.top_mlp)
                  and self.top_mlp[-1] == 1, where,
                  f"top_mlp must be positive integers ending with 1 (the logit), got {list(self.top_mlp)}")
+        require(self.interaction in INTERACTIONS, where,
+                f"interaction must be one of {list(INTERACTIONS)}, got {self.interaction!r}")
+        for key in ("cross_layers", "cross_rank"):
+            require(is_positive_int(getattr(self, key)), where,
+                    f"{key} must be a positive integer, got {getattr(self, key)!r}")
 
 
 ROW_OPTIMIZERS = ("sgd", "adagrad")

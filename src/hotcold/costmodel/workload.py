@@ -24,18 +24,27 @@ class ModelShape:
     top_mlp: tuple[int, ...] = (64, 32, 1)
     history: int = 0          # sequence model: events of the history (0: DLRM)
     rows: int = 0             # embedding rows of all tables (0: unknown)
+    bags: tuple[int, ...] = ()  # multi-hot: each table's ids a sample, its pooling factor (empty: one each)
+    interaction: str = "dot"  # DLRM's pairwise dots, or "dcnv2": a low-rank cross network
+    cross_layers: int = 3
+    cross_rank: int = 512
 
     @classmethod
     def of(cls, ds: Any, model_cfg: Any) -> "ModelShape":
         """From an open ``Dataset`` and a ``ModelConfig``."""
         hist = int(ds.sequence["max_length"]) if ds.sequence else 0
         return cls(ds.num_dense, ds.num_tables, model_cfg.embedding_dim, tuple(model_cfg.bottom_mlp),
-                   tuple(model_cfg.top_mlp), hist, int(sum(ds.cardinalities)))
+                   tuple(model_cfg.top_mlp), hist, int(sum(ds.cardinalities)), tuple(ds.bags or ()),
+                   getattr(model_cfg, "interaction", "dot"), getattr(model_cfg, "cross_layers", 3),
+                   getattr(model_cfg, "cross_rank", 512))
 
     @property
     def id_columns(self) -> int:
-        """Id columns of a sample: one per table, and a history's events (item and category each)."""
-        return self.num_tables if not self.history else 3 + 2 * self.history
+        """Id columns of a sample: one per table (multi-hot: its bag's), and a history's events (item and category
+        each)."""
+        if self.history:
+            return 3 + 2 * self.history
+        return sum(self.bags) if self.bags else self.num_tables
 
     @property
     def sample_bytes(self) -> int:
@@ -49,6 +58,10 @@ class ModelShape:
             return [(2 * d, 2 * d)] + list(zip(widths, widths[1:]))
         f = self.num_tables + 1
         bottom = [self.num_dense, *self.bottom_mlp]
+        if self.interaction == "dcnv2":  # each cross layer: width -> rank -> width
+            cross = [(f * d, self.cross_rank), (self.cross_rank, f * d)] * self.cross_layers
+            top = [f * d, *self.top_mlp]
+            return list(zip(bottom, bottom[1:])) + cross + list(zip(top, top[1:]))
         top = [d + f * (f - 1) // 2, *self.top_mlp]
         return list(zip(bottom, bottom[1:])) + list(zip(top, top[1:]))
 
@@ -57,9 +70,13 @@ class ModelShape:
         fwd = sum(2.0 * a * b for a, b in self._layers())
         if self.history:
             fwd += 2 * 2.0 * self.history * 2 * self.dim          # scores and pooling einsums
+        elif self.interaction == "dcnv2":
+            fwd += 3.0 * self.cross_layers * (self.num_tables + 1) * self.dim  # x0 * (.) + x: a product, a sum
         else:
             f = self.num_tables + 1
             fwd += 2.0 * f * f * self.dim                           # the pairwise-dot bmm
+        if self.bags:
+            fwd += (sum(self.bags) - self.num_tables) * self.dim   # the bags' sums
         return 3.0 * fwd
 
     def dense_ops(self) -> int:

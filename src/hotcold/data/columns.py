@@ -1,6 +1,6 @@
 """The dataset format's vocabulary, shared by its writer (``format``), its checks (``integrity``) and its readers.
 
-The column files and their dtypes, the splits, the padding id, the error a
+The column files and their dtypes, the table of each ``sparse`` column, the splits, the padding id, the error a
 bad dataset raises, and dropping a mapped column's pages from a process.
 """
 from __future__ import annotations
@@ -15,6 +15,14 @@ PAD = -1
 SPLITS = ("train", "val", "test")
 DTYPES = {"dense": np.float32, "sparse": np.int32, "labels": np.float32,
           "history": np.int32, "history_offsets": np.int64}
+
+
+def sparse_tables(num_tables: int, bags: list[int] | None) -> list[int]:
+    """The table of each ``sparse`` column: one column per table, or (multi-hot) ``bags[t]`` columns of table t,
+    the tables in order."""
+    if bags is None:
+        return list(range(num_tables))
+    return [t for t, k in enumerate(bags) for _ in range(k)]
 
 
 def release_pages(arr: np.ndarray) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from hotcold.data.columns import COLUMNS, DTYPES, PAD, SEQUENCE_COLUMNS, DatasetError
+from hotcold.data.columns import COLUMNS, DTYPES, PAD, SEQUENCE_COLUMNS, DatasetError, sparse_tables
 from hotcold.data.dirswap import remove_stale, swap_in, temp_dir
 from hotcold.files import file_sha256, fsync_file
 
@@ -76,8 +76,11 @@ class DatasetWriter:
         splits: dict[str, tuple[int, int]],
         meta: dict[str, Any],
         sequence: dict[str, Any] | None = None,
+        bags: list[int] | None = None,
     ) -> dict[str, Any]:
         """Check the columns, write ``manifest.json`` and move the directory into place.
+
+        ``bags``: multi-hot features, ``bags[t]`` ids of table t a sample (``Dataset``).
 
         The column files go to disk (fsync) in a thread while they are checked
         and hashed here: the wait for the disk overlaps the work.
@@ -90,7 +93,7 @@ class DatasetWriter:
             synced = pool.submit(_to_disk, mapped, list(files.values()))
             cols = {name: np.load(path, mmap_mode="r") for name, path in files.items()}
             try:
-                _check_columns(cols, cardinalities, splits, sequence)
+                _check_columns(cols, cardinalities, splits, sequence, bags)
                 digests = {path.name: file_sha256(path) for path in files.values()}
             finally:
                 synced.result()
@@ -103,6 +106,7 @@ class DatasetWriter:
             "splits": {k: [int(a), int(b)] for k, (a, b) in splits.items()},
             **({"sequence": {"tables": [int(t) for t in sequence["tables"]],
                              "max_length": int(sequence["max_length"])}} if sequence else {}),
+            **({"bags": [int(k) for k in bags]} if bags is not None else {}),
             "columns": {n: {"file": f"{n}.npy", "dtype": str(a.dtype), "shape": list(a.shape)}
                         for n, a in cols.items()},
             "sha256": digests,
@@ -133,13 +137,15 @@ def write_dataset(
     history: np.ndarray | None = None,
     history_offsets: np.ndarray | None = None,
     sequence: dict[str, Any] | None = None,
+    bags: list[int] | None = None,
 ) -> dict[str, Any]:
     """Write in-memory columns as a complete dataset directory; return its manifest.
 
     ``meta`` is merged into the manifest (name, kind, generator or source
     parameters, skew statistics...). Sequence datasets also pass
     ``history`` [H, S], ``history_offsets`` [N+1] and
-    ``sequence={"tables": [table of each history column], "max_length": L}``.
+    ``sequence={"tables": [table of each history column], "max_length": L}``;
+    multi-hot datasets ``bags`` (``sparse`` then holds ``sum(bags)`` columns).
     """
     arrays = {"dense": dense, "sparse": sparse, "labels": labels}
     if history is not None:
@@ -148,12 +154,12 @@ def write_dataset(
         for name, arr in arrays.items():
             arr = np.asarray(arr)
             w.column(name, DTYPES[name], arr.shape)[...] = arr
-        return w.commit(cardinalities=cardinalities, splits=splits, meta=meta, sequence=sequence)
+        return w.commit(cardinalities=cardinalities, splits=splits, meta=meta, sequence=sequence, bags=bags)
 
 
 def _check_columns(cols: dict[str, np.ndarray], cardinalities: list[int],
                    splits: dict[str, tuple[int, int]], sequence: dict[str, Any] | None,
-                   chunk: int = 1 << 20) -> None:
+                   bags: list[int] | None = None, chunk: int = 1 << 20) -> None:
     """Shapes, dtypes, id ranges and splits, read in chunks to keep memory bounded."""
     missing = [c for c in COLUMNS + (SEQUENCE_COLUMNS if sequence else ()) if c not in cols]
     if missing:
@@ -165,9 +171,14 @@ def _check_columns(cols: dict[str, np.ndarray], cardinalities: list[int],
     dense, sparse = cols["dense"], cols["sparse"]
     if dense.ndim != 2 or dense.shape[0] != n:
         raise DatasetError(f"dense must be [N, F] with N={n}, got {dense.shape}")
-    if sparse.ndim != 2 or sparse.shape != (n, len(cardinalities)):
-        raise DatasetError(f"sparse must be [N, {len(cardinalities)}], got {sparse.shape}")
-    if _out_of_range(sparse, np.asarray(cardinalities), chunk):
+    if bags is not None and (sequence or len(bags) != len(cardinalities)
+                             or not all(isinstance(k, (int, np.integer)) and k >= 1 for k in bags)):
+        raise DatasetError(f"bags must give every table's ids a sample (each >= 1; not with histories), "
+                           f"got {bags}")
+    tables = sparse_tables(len(cardinalities), bags)
+    if sparse.ndim != 2 or sparse.shape != (n, len(tables)):
+        raise DatasetError(f"sparse must be [N, {len(tables)}], got {sparse.shape}")
+    if _out_of_range(sparse, np.asarray(cardinalities)[tables], chunk):
         raise DatasetError("sparse ids must lie in [0, cardinality) per table")
     _check_splits(splits, n)
     if sequence:
@@ -210,7 +221,8 @@ class Dataset:
     A dataset directory holds
 
     - ``dense.npy``   float32 [N, num_dense]   dense features, already transformed
-    - ``sparse.npy``  int32   [N, num_tables]  one id per table, in [0, cardinality)
+    - ``sparse.npy``  int32   [N, num_tables]  one id per table, in [0, cardinality); multi-hot
+      (``bags: [k_0, ...]`` in the manifest): [N, sum(k)], table t's bag of k_t ids a sample, tables in order
     - ``labels.npy``  float32 [N]              click labels in {0, 1}
     - ``manifest.json`` schema, cardinalities, splits (row ranges), sha256 of each
       column file, the generator or source parameters and measured skew.
@@ -229,7 +241,7 @@ class Dataset:
     manifest: dict[str, Any]
     manifest_sha256: str
     dense: np.ndarray   # float32 [N, num_dense], memory-mapped
-    sparse: np.ndarray  # int32 [N, num_tables], memory-mapped
+    sparse: np.ndarray  # int32 [N, num_tables] (multi-hot: [N, sum(bags)]), memory-mapped
     labels: np.ndarray  # float32 [N], memory-mapped
     history: np.ndarray | None = None          # int32 [H, S], memory-mapped
     history_offsets: np.ndarray | None = None  # int64 [N+1], memory-mapped
@@ -293,9 +305,15 @@ class Dataset:
         return self.manifest.get("sequence")
 
     @property
+    def bags(self) -> list[int] | None:
+        """Multi-hot datasets: ids a sample of each table (a sum-pooled bag), else None (one id per table)."""
+        bags = self.manifest.get("bags")
+        return None if bags is None else [int(k) for k in bags]
+
+    @property
     def column_tables(self) -> list[int]:
         """The table of each column of ``batch_ids``."""
-        cols = list(range(self.num_tables))
+        cols = sparse_tables(self.num_tables, self.bags)
         if self.sequence:
             cols += list(self.sequence["tables"]) * self.sequence["max_length"]
         return cols

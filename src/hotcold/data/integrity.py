@@ -32,7 +32,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from hotcold.data.columns import COLUMNS, DTYPES, SEQUENCE_COLUMNS, SPLITS, DatasetError, release_pages
+from hotcold.data.columns import COLUMNS, DTYPES, SEQUENCE_COLUMNS, SPLITS, DatasetError, release_pages, sparse_tables
 from hotcold.files import atomic_write_json
 from hotcold.jit import KERNEL, jit
 
@@ -95,6 +95,12 @@ def check_manifest(where: Where, m: Mapping[str, Any]) -> None:
     if max(cards) > np.iinfo(np.int32).max:
         raise bad(f"a cardinality of {max(cards)} does not fit the int32 ids")
     check_splits(where, m["splits"], rows)
+    bags = m.get("bags")
+    if bags is not None:
+        if not isinstance(bags, list) or len(bags) != len(cards) or not all(_int(k) and k >= 1 for k in bags):
+            raise bad(f"bags must list, for each of the {len(cards)} tables, its ids a sample (>= 1), got {bags!r}")
+        if "sequence" in m:
+            raise bad("bags (multi-hot features) and sequence (histories) cannot both be given")
     seq = m.get("sequence")
     if seq is not None:
         if not isinstance(seq, dict) or not isinstance(seq.get("tables"), list) or not _int(seq.get("max_length")):
@@ -189,13 +195,15 @@ def check_shapes(where: Where, m: Mapping[str, Any], arrays: Mapping[str, np.nda
     for name, arr in arrays.items():
         if arr.dtype != DTYPES[name]:
             raise where.error(files[name], f"column {name} must be {np.dtype(DTYPES[name])}, got {arr.dtype}")
-    want = {"dense": (n, m["num_dense"]), "sparse": (n, len(cards)), "labels": (n,)}
+    width = len(sparse_tables(len(cards), m.get("bags")))
+    want = {"dense": (n, m["num_dense"]), "sparse": (n, width), "labels": (n,)}
     if "sequence" in m:
         want["history_offsets"] = (n + 1,)
     for name, shape in want.items():
         if arrays[name].shape != shape:
             raise where.error(files[name], f"shape {list(arrays[name].shape)} does not match the manifest "
-                                           f"(rows {n}, num_dense {m['num_dense']}, {len(cards)} cardinalities): "
+                                           f"(rows {n}, num_dense {m['num_dense']}, {len(cards)} cardinalities"
+                                           f"{', bags ' + str(m['bags']) if 'bags' in m else ''}): "
                                            f"expected {list(shape)}")
     if "sequence" in m:
         hist, tables = arrays["history"], m["sequence"]["tables"]
@@ -273,10 +281,11 @@ def check_contents(where: Where, m: Mapping[str, Any], arrays: Mapping[str, np.n
     """Ids within their tables' cardinalities, labels in {0, 1}, finite dense features, sane history offsets."""
     files = {k: m["columns"][k]["file"] for k in arrays}
     cards = np.asarray(m["cardinalities"], dtype=np.int64)
-    found = first_out_of_range(arrays["sparse"], cards, chunk)
+    tables = sparse_tables(len(cards), m.get("bags"))
+    found = first_out_of_range(arrays["sparse"], cards[tables], chunk)
     if found:
         r, c, v = found
-        raise where.error(files["sparse"], _id_message("sparse", r, c, v, c, int(cards[c])))
+        raise where.error(files["sparse"], _id_message("sparse", r, c, v, tables[c], int(cards[tables[c]])))
     labels = arrays["labels"]
     for a, block in chunks(labels, chunk):
         bad = np.flatnonzero((block != 0) & (block != 1))

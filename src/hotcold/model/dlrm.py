@@ -1,7 +1,8 @@
 """DLRM: bottom MLP over dense features, pairwise dot interaction, top MLP.
 
 The embeddings come from an ``EmbeddingStore`` as a [B, T, D] tensor, so the
-model owns only the dense parameters.
+model owns only the dense parameters. A multi-hot dataset's [B, sum(bags), D]
+is sum-pooled per table first (``bags.BagPool``).
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 from torch import nn
 
 from hotcold.config import ModelConfig
+from hotcold.model.bags import BagPool
 
 
 def mlp(widths: list[int], last_relu: bool) -> nn.Sequential:
@@ -21,8 +23,9 @@ def mlp(widths: list[int], last_relu: bool) -> nn.Sequential:
 
 
 class DLRM(nn.Module):
-    def __init__(self, num_dense: int, num_tables: int, cfg: ModelConfig) -> None:
+    def __init__(self, num_dense: int, num_tables: int, cfg: ModelConfig, bags: list[int] | None = None) -> None:
         super().__init__()
+        self.pool = BagPool(bags) if bags is not None and any(k > 1 for k in bags) else None
         d = cfg.embedding_dim
         self.bottom = mlp([num_dense, *cfg.bottom_mlp], last_relu=True)
         f = num_tables + 1  # embedded features plus the dense vector
@@ -32,7 +35,10 @@ class DLRM(nn.Module):
         self.top = mlp([d + f * (f - 1) // 2, *cfg.top_mlp], last_relu=False)
 
     def forward(self, dense: torch.Tensor, emb: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
-        """dense [B, num_dense], emb [B, T, D] -> logits [B]. Criteo has no padding: ``valid`` is unused."""
+        """dense [B, num_dense], emb [B, T, D] (multi-hot: [B, sum(bags), D]) -> logits [B]. Criteo has no
+        padding: ``valid`` is unused."""
+        if self.pool is not None:
+            emb = self.pool(emb)
         x = self.bottom(dense)                              # [B, D]
         z = torch.cat([x.unsqueeze(1), emb], dim=1)         # [B, T+1, D]
         dots = torch.bmm(z, z.transpose(1, 2))              # [B, T+1, T+1]

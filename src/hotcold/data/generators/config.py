@@ -1,6 +1,11 @@
 """Configuration of the generated datasets: ``GeneratorConfig``, the real table sizes, splits.
 
-Knobs and kinds: ``exponent`` and ``holdout_fraction`` default per kind
+Kinds: ``criteo-kaggle-style``, ``criteo-terabyte-style``, ``taobao-style`` and
+``criteo-multihot-style`` (MLPerf's DLRM-DCNv2 data: Terabyte-style first ids
+over MLPerf's 26 tables, each table's bag filled out as MLPerf does,
+``generators.bags``).
+
+Knobs: ``exponent`` and ``holdout_fraction`` default per kind
 (``None`` resolves them); ``max_length`` and ``interest_drift`` apply to
 ``taobao-style`` only and are rejected for the Criteo kinds.
 
@@ -24,8 +29,9 @@ from typing import Any, Mapping
 
 from hotcold.config import ConfigError, is_int, is_real
 
-KINDS = ("criteo-kaggle-style", "criteo-terabyte-style", "taobao-style")
-DEFAULT_NAMES = {"criteo-kaggle-style": "kaggle", "criteo-terabyte-style": "terabyte", "taobao-style": "taobao"}
+KINDS = ("criteo-kaggle-style", "criteo-terabyte-style", "taobao-style", "criteo-multihot-style")
+DEFAULT_NAMES = {"criteo-kaggle-style": "kaggle", "criteo-terabyte-style": "terabyte", "taobao-style": "taobao",
+                 "criteo-multihot-style": "multihot"}
 
 # Rows per table of the Criteo Kaggle display-advertising data (C1..C26).
 CRITEO_KAGGLE_CARDINALITIES = [
@@ -37,29 +43,40 @@ CRITEO_TERABYTE_CARDINALITIES = [
     9980333, 36084, 17217, 7378, 20134, 3, 7112, 1442, 61, 9758201, 1333352, 313829, 10,
     2208, 11156, 122, 4, 970, 14, 9994222, 7267859, 9946608, 415421, 12420, 101, 36,
 ]
+# Rows per table of MLPerf Training's DLRM-DCNv2 (recommendation_v2, Criteo 1TB hashed to at most 40M rows a table)
+# and the size of each table's multi-hot bag (MLPerf's --multi_hot_sizes): 204,184,588 rows, 214 lookups a sample.
+MLPERF_CARDINALITIES = [
+    40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10, 2209, 11938, 155, 4, 976,
+    14, 40000000, 40000000, 40000000, 590152, 12973, 108, 36,
+]
+MLPERF_BAGS = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1]
 # Users, items and categories of Taobao UserBehavior, as TBSM's --arch-embedding-size.
 TAOBAO_CARDINALITIES = [987994, 4162024, 9439]
 # Samples of the real datasets: Criteo Kaggle's train.txt (7 days), Criteo
 # Terabyte's 24 day files, Taobao UserBehavior's behaviours.
 REAL_SAMPLES = {"criteo-kaggle-style": 45_840_617, "criteo-terabyte-style": 4_373_472_329,
-                "taobao-style": 100_150_807}
+                "taobao-style": 100_150_807, "criteo-multihot-style": 4_373_472_329}
 FULL_CARDINALITIES = {
     "criteo-kaggle-style": CRITEO_KAGGLE_CARDINALITIES,
     "criteo-terabyte-style": CRITEO_TERABYTE_CARDINALITIES,
     "taobao-style": TAOBAO_CARDINALITIES,
+    "criteo-multihot-style": MLPERF_CARDINALITIES,
 }
 
 # Per-kind defaults of the knobs left as None. Criteo's 1.3 puts ~90% of the
 # lookups of a capped big table on its top 1% of rows (see generators.criteo);
 # Taobao's item popularity is flatter (see generators.taobao). Terabyte's holdout is
 # its last day of 24, Kaggle's the DLRM reference's 10% tail.
-DEFAULT_EXPONENTS = {"criteo-kaggle-style": 1.3, "criteo-terabyte-style": 1.3, "taobao-style": 1.0}
+DEFAULT_EXPONENTS = {"criteo-kaggle-style": 1.3, "criteo-terabyte-style": 1.3, "taobao-style": 1.0,
+                     "criteo-multihot-style": 1.3}
 # Exponent of the full-size model (real table sizes): fitted so that, over Kaggle's
 # 45,840,617 samples, 998,921 rows occur more than 10 times, as measured on the real
 # file (``generators.occurrences.KAGGLE_ROWS_SEEN_OVER_10``); Terabyte assumes Kaggle's.
 # Taobao keeps its item exponent (no published count of rarely seen items found; docs/datasets.md).
-FULL_SIZE_EXPONENTS = {"criteo-kaggle-style": 1.146, "criteo-terabyte-style": 1.146, "taobao-style": 1.0}
-DEFAULT_HOLDOUT = {"criteo-kaggle-style": 0.1, "criteo-terabyte-style": 1 / 24, "taobao-style": 0.1}
+FULL_SIZE_EXPONENTS = {"criteo-kaggle-style": 1.146, "criteo-terabyte-style": 1.146, "taobao-style": 1.0,
+                       "criteo-multihot-style": 1.146}
+DEFAULT_HOLDOUT = {"criteo-kaggle-style": 0.1, "criteo-terabyte-style": 1 / 24, "taobao-style": 0.1,
+                   "criteo-multihot-style": 1 / 24}
 TAOBAO_DEFAULTS = {"max_length": 20, "interest_drift": 0.02}
 
 
@@ -179,6 +196,11 @@ class GeneratorConfig:
         if self.kind == "taobao-style":
             return 2 * (self.full_samples - self.cardinalities[0])
         return self.full_samples
+
+    @property
+    def bags(self) -> list[int] | None:
+        """Multi-hot kinds: each table's ids a sample (MLPerf's bag sizes); None: one id per table."""
+        return list(MLPERF_BAGS) if self.kind == "criteo-multihot-style" else None
 
     @property
     def full_cardinalities(self) -> list[int]:

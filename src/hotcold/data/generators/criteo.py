@@ -1,4 +1,5 @@
-"""Criteo-style click logs: the ``criteo-kaggle-style`` and ``criteo-terabyte-style`` kinds.
+"""Criteo-style click logs: the ``criteo-kaggle-style``, ``criteo-terabyte-style`` and ``criteo-multihot-style``
+kinds.
 
 Both reproduce the 26 table sizes of their dataset (optionally capped), 13
 heavy-tailed dense counts, power-law row popularity with popular ids
@@ -6,7 +7,9 @@ scattered over the table, a slowly drifting hot set, and labels drawn from a
 planted logistic model so that a trained DLRM has a known ceiling (the Bayes
 AUC, recorded in the manifest). Terabyte differs only in its table sizes,
 planted tables and default holdout (its last day of 24, halved into val and
-test).
+test). The multi-hot kind is Terabyte's on MLPerf's tables, each sample's
+first id of a table drawn as Terabyte's and filled out to MLPerf's bag
+(``generators.bags``); the planted model reads the first ids.
 
 Two models of the ids: capped tables (``max_rows_per_table`` set, the default
 workflow's datasets) draw every sample's ids independently from the power law
@@ -24,6 +27,7 @@ from tqdm import tqdm
 
 from hotcold.data.columns import release_pages
 from hotcold.data.format import DatasetWriter
+from hotcold.data.generators.bags import bag_ids
 from hotcold.data.generators.config import GeneratorConfig, split_ranges
 from hotcold.data.generators.drift import HOT_FRACTION, drift
 from hotcold.data.generators.occurrences import DRIFT_MIN_PER_SEGMENT, TableOccurrences, expected_touched
@@ -68,7 +72,8 @@ DENSE_RHO = 0.3
 # C25 (1442, 122, 970 and 101 rows). The scales were calibrated on Kaggle,
 # 200k rows, seeds 0-3: dense-part std 0.7-0.9, categorical-part std 1.1-1.2,
 # Bayes AUC 0.80-0.81 at a 25% click rate.
-PLANTED_TABLES = {"criteo-kaggle-style": (1, 4, 7, 24), "criteo-terabyte-style": (7, 15, 17, 24)}
+PLANTED_TABLES = {"criteo-kaggle-style": (1, 4, 7, 24), "criteo-terabyte-style": (7, 15, 17, 24),
+                  "criteo-multihot-style": (7, 15, 17, 24)}   # MLPerf's 1543, 155, 976 and 108 rows
 DENSE_LOGIT_SCALE = 0.8   # L2 norm of w * sigma, i.e. rough std of the dense logit part
 EFFECT_STD = 0.6          # std of the per-id effects of each planted table
 TARGET_CTR = 0.25
@@ -162,8 +167,9 @@ def generate_criteo(cfg: GeneratorConfig, out: Path, progress: bool = True,
     A first pass writes ids and dense features and keeps a sample of the
     logits to solve the bias; a second draws the labels.
     """
-    n_rows, cards = cfg.rows, cfg.cardinalities
+    n_rows, cards, bags = cfg.rows, cfg.cardinalities, cfg.bags
     n_tables = len(cards)
+    firsts = np.cumsum([0] + (bags or [1] * n_tables))[:-1]   # each table's first column of ``sparse``
     streams = np.random.SeedSequence(cfg.seed).spawn(n_tables + 5)
     table_rngs = [np.random.default_rng(s) for s in streams[:n_tables]]
     dense_rngs = tuple(np.random.default_rng(s) for s in streams[n_tables:n_tables + 3])
@@ -191,7 +197,7 @@ def generate_criteo(cfg: GeneratorConfig, out: Path, progress: bool = True,
     with DatasetWriter(out) as w, \
             tqdm(total=2 * n_rows, unit="rows", desc=f"generate {cfg.name}", disable=not progress) as bar:
         dense = w.column("dense", np.float32, (n_rows, NUM_DENSE))
-        sparse = w.column("sparse", np.int32, (n_rows, n_tables))
+        sparse = w.column("sparse", np.int32, (n_rows, sum(bags or [1] * n_tables)))
         labels = w.column("labels", np.float32, (n_rows,))
         columns = (dense, sparse, labels)
         for seg, lo, hi in steps:                     # pass 1: ids, dense features, logit samples
@@ -202,9 +208,16 @@ def generate_criteo(cfg: GeneratorConfig, out: Path, progress: bool = True,
             ids = np.empty((hi - lo, n_tables), dtype=np.int32)
             for t in range(n_tables):
                 ids[:, t] = model.ids(t, lo, hi)
-                add_counts(counts[t], ids[:, t])
+                if bags is None:
+                    add_counts(counts[t], ids[:, t])
+                else:
+                    bag = bag_ids(ids[:, t], cfg.seed, t, bags[t], cards[t])
+                    sparse[lo:hi, firsts[t]:firsts[t] + bags[t]] = bag
+                    add_counts(counts[t], bag.ravel())
             x = _dense_chunk(hi - lo, dense_rngs)
-            sparse[lo:hi], dense[lo:hi] = ids, x
+            dense[lo:hi] = x
+            if bags is None:
+                sparse[lo:hi] = ids
             d, c = logits(x, ids)
             keep, keep_b = _every(lo, hi, stride), _every(lo, hi, bias_stride)
             dense_sub.append(d[keep])
@@ -218,7 +231,7 @@ def generate_criteo(cfg: GeneratorConfig, out: Path, progress: bool = True,
             if lo // RELEASE_ROWS != hi // RELEASE_ROWS:
                 for col in columns:
                     release_pages(col)
-            d, c = logits(np.asarray(dense[lo:hi]), np.asarray(sparse[lo:hi]))
+            d, c = logits(np.asarray(dense[lo:hi]), np.asarray(sparse[lo:hi][:, firsts]))
             prob = 1 / (1 + np.exp(-((d + c) + bias)))
             y = (label_rng.random(hi - lo) < prob).astype(np.float32)
             labels[lo:hi] = y
@@ -261,7 +274,7 @@ def generate_criteo(cfg: GeneratorConfig, out: Path, progress: bool = True,
         if cfg.full_size:
             generator["full_size_model"] = _full_size_summary(cfg, model)
             meta["tail"] = tail_stats(counts)
-        return w.commit(cardinalities=cards, splits=splits, meta=meta)
+        return w.commit(cardinalities=cards, splits=splits, meta=meta, bags=bags)
 
 
 def _full_size_summary(cfg: GeneratorConfig, model: _FullSizeIds) -> dict[str, Any]:
