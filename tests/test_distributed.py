@@ -87,7 +87,7 @@ def test_replay_of_p_slices_is_the_full_batch_model(small_dataset, world):
 @pytest.mark.parametrize("row_optimizer", ["sgd", "adagrad"])
 @pytest.mark.parametrize("method,extra", METHODS)
 @pytest.mark.parametrize("plan", PLANS)
-@pytest.mark.parametrize("data", ["small_dataset", "sequence_dataset"])
+@pytest.mark.parametrize("data", ["small_dataset", "sequence_dataset", "multihot_dataset"])
 def test_one_rank_trains_device_model(request, data, plan, method, extra, row_optimizer):
     ds = request.getfixturevalue(data)
     got = train(case_cfg(method, plan, extra, row_optimizer), ds, CPU, progress=False)
@@ -152,6 +152,14 @@ def all_cases(datasets, world: int, ranks_per_node: int) -> list[dict]:
     return cases
 
 
+def multihot_cases(ds, world: int, ranks_per_node: int) -> list[dict]:
+    """Multi-hot bags (repeated ids within a bag) under every plan, the sharded store, exact mode."""
+    return [{"name": f"{ds.name}/{plan}/sharded/adagrad", "dataset": str(ds.path), "ranks_per_node": ranks_per_node,
+             "run_config": case_cfg("sharded", plan, {}, "adagrad", world, ranks_per_node).to_dict(),
+             "data": ds.name, "opt": "adagrad", "plan": plan, "method": "sharded", "wire": "exact"}
+            for plan in PLANS]
+
+
 def negative_controls(ds, world: int, ranks_per_node: int) -> list[dict]:
     """Proactive reading rows before their update (``distributed_worker.reads_before_update``): must diverge."""
     return [{"name": f"broken/{ds.name}/{plan}", "dataset": str(ds.path), "broken": True, "ranks_per_node": ranks_per_node,
@@ -161,12 +169,12 @@ def negative_controls(ds, world: int, ranks_per_node: int) -> list[dict]:
 
 #: the 4-rank world (2 nodes of 2: intra- and inter-node links) runs by default, 2 ranks in the slow tier
 @pytest.fixture(scope="module", params=[pytest.param((2, 1), marks=pytest.mark.slow), (4, 2)], ids=["2x1", "4x2"])
-def multi_rank(request, small_dataset, sequence_dataset, tmp_path_factory):
+def multi_rank(request, small_dataset, sequence_dataset, multihot_dataset, tmp_path_factory):
     world, rpn = request.param
-    cases = all_cases([small_dataset, sequence_dataset], world, rpn)
+    cases = all_cases([small_dataset, sequence_dataset], world, rpn) + multihot_cases(multihot_dataset, world, rpn)
     _, results = launch(cases + negative_controls(small_dataset, world, rpn), world,
                         tmp_path_factory.mktemp(f"w{world}"), "cases")
-    return world, rpn, cases, results, {small_dataset.name: small_dataset, sequence_dataset.name: sequence_dataset}
+    return world, rpn, cases, results, {ds.name: ds for ds in (small_dataset, sequence_dataset, multihot_dataset)}
 
 
 #: how far a run over ranks may end from its one-process replay after 12 steps, per (wire, row optimizer).

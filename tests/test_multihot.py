@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from hotcold import methods
 from hotcold.data.columns import DatasetError
 from hotcold.data.format import Dataset, write_dataset
 from hotcold.embedding.base import StoreSpec
@@ -173,3 +174,13 @@ def test_the_cost_model_counts_the_bags_and_mlperfs_cross_network():
     matmuls = 2 * (13 * 512 + 512 * 256 + 256 * 128 + 3 * 2 * 3456 * 512 + 3456 * 1024 + 1024 * 1024
                    + 1024 * 512 + 512 * 256 + 256)
     assert mlperf.flops_per_sample() == pytest.approx(3 * (matmuls + 3 * 3 * 3456 + (214 - 26) * 128))
+
+
+@pytest.mark.parametrize("method", [m for m in methods.names(spans_ranks=False, peer=False) if m != "device"])
+def test_every_store_trains_devices_bits_on_bags_of_repeated_ids(multihot_dataset, method):
+    """Bit for bit, not within a tolerance: a repeated id in a bag is two lookups of one row, summed in the
+    same fixed order by every store."""
+    got = train(run_cfg(method, steps=30), multihot_dataset, torch.device("cpu"), progress=False)
+    ref = train(run_cfg("device", steps=30), multihot_dataset, torch.device("cpu"), progress=False, order=got.order)
+    for (name, a), (_, b) in zip(got.named_parameters(), ref.named_parameters()):
+        assert torch.equal(a, b), name
