@@ -184,3 +184,56 @@ def test_every_store_trains_devices_bits_on_bags_of_repeated_ids(multihot_datase
     ref = train(run_cfg("device", steps=30), multihot_dataset, torch.device("cpu"), progress=False, order=got.order)
     for (name, a), (_, b) in zip(got.named_parameters(), ref.named_parameters()):
         assert torch.equal(a, b), name
+
+
+def write_mlperf_days(root, days=(0, 1, 2), n=(7, 5, 6), seed=0):
+    """MLPerf's materialized layout: per day, dense and labels .npy, and the 26 bags in an uncompressed .npz whose
+    members are 0.npy .. 25.npy (np.savez of {"0": ..., ...})."""
+    from hotcold.data.generators.config import MLPERF_BAGS, MLPERF_CARDINALITIES
+
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for day, rows in zip(days, n):
+        dense = np.log(rng.integers(0, 50, (rows, 13)) + 3).astype(np.float32)
+        labels = rng.integers(0, 2, (rows, 1)).astype(np.int32)
+        bags = {f"{t}": rng.integers(0, 2 * min(c, 1000), (rows, k)).astype(np.int32)  # some ids over the rows
+                for t, (c, k) in enumerate(zip(MLPERF_CARDINALITIES, MLPERF_BAGS))}
+        np.save(root / f"day_{day}_dense.npy", dense)
+        np.save(root / f"day_{day}_labels.npy", labels)
+        np.savez(root / f"day_{day}_sparse_multi_hot.npz", **bags)
+        written[day] = (dense, labels, bags)
+    return written
+
+
+def test_mlperfs_materialized_days_are_read_bag_by_bag_the_last_halved(tmp_path):
+    from hotcold.data.generators.config import MLPERF_BAGS, MLPERF_CARDINALITIES
+    from hotcold.data.sources.prepare import fetch, preprocess
+    from hotcold.data.sources.source_config import SourceConfig
+
+    days = write_mlperf_days(tmp_path / "mlperf")
+    cfg = SourceConfig.from_dict({"kind": "mlperf-multihot", "path": str(tmp_path / "mlperf"), "days": [0, 1, 2]})
+    fetch(cfg, tmp_path / "raw", name="mlperf", progress=False)
+    preprocess(cfg, tmp_path / "raw", tmp_path / "ds", name="mlperf", progress=False)
+    ds = Dataset.open(tmp_path / "ds", verify=True)
+    assert ds.bags == MLPERF_BAGS and ds.cardinalities == MLPERF_CARDINALITIES and len(ds.labels) == 18
+    assert ds.split("train") == (0, 12) and ds.split("val") == (12, 15) and ds.split("test") == (15, 18)
+    starts = np.cumsum([0] + MLPERF_BAGS)
+    dense, labels, bags = days[1]
+    assert np.array_equal(ds.dense[7:12], dense) and np.array_equal(ds.labels[7:12], labels[:, 0])
+    for t in (0, 5, 20):  # each id modulo its table's rows, as MLPerf's reader hashes them
+        assert np.array_equal(ds.sparse[7:12, starts[t]:starts[t + 1]], bags[f"{t}"] % MLPERF_CARDINALITIES[t])
+
+
+def test_a_missing_or_compressed_mlperf_file_is_named(tmp_path):
+    from hotcold.data.generators.config import MLPERF_CARDINALITIES
+    from hotcold.data.sources.mlperf import read_mlperf
+
+    days = write_mlperf_days(tmp_path / "m", days=(0, 1), n=(3, 2))
+    (tmp_path / "m" / "day_1_labels.npy").unlink()
+    with pytest.raises(DatasetError, match=r"day_1_labels.npy: missing \(MLPerf's materialized day 1\)"):
+        read_mlperf(tmp_path / "m", tmp_path / "out", [0, 1], MLPERF_CARDINALITIES, progress=False)
+    np.savez_compressed(tmp_path / "m" / "day_0_sparse_multi_hot.npz", **days[0][2])
+    with pytest.raises(DatasetError, match=r"day_0_sparse_multi_hot.npz: 0.npy is compressed"):
+        read_mlperf(tmp_path / "m", tmp_path / "out", [0, 1], MLPERF_CARDINALITIES, progress=False)
+    assert not (tmp_path / "out").exists()

@@ -25,6 +25,7 @@ from hotcold.data.sources.catalog import (
     locate_taobao,
 )
 from hotcold.data.sources.taobao import preprocess_taobao
+from hotcold.data.sources.mlperf import describe_mlperf, read_mlperf
 from hotcold.data.sources.source_config import SourceConfig
 
 def fetch(cfg: SourceConfig, raw_dir: Path, *, name: str, progress: bool = True) -> dict[str, Any]:
@@ -36,7 +37,10 @@ def fetch(cfg: SourceConfig, raw_dir: Path, *, name: str, progress: bool = True)
     if cfg.kind == "criteo-terabyte":
         return fetch_criteo_terabyte(raw_dir, days=list(cfg.days), base_url=cfg.url or CRITEO_TERABYTE_BASE_URL,
                                      sha256=cfg.sha256, progress=progress)
-    record = describe_local(locate_taobao(cfg.path, name=name), cfg.sha256)
+    if cfg.kind == "mlperf-multihot":
+        record = describe_mlperf(Path(cfg.path), list(cfg.days))
+    else:
+        record = describe_local(locate_taobao(cfg.path, name=name), cfg.sha256)
     atomic_write_json(raw_dir / SOURCE_FILE, record)
     return record
 
@@ -63,6 +67,11 @@ def preprocess(cfg: SourceConfig, raw_dir: Path, out: Path, *, name: str, progre
     source = _fetched(raw_dir)
     files = source["files"]
     provenance = {f["name"]: {k: v for k, v in f.items() if k != "name"} for f in files}
+    if cfg.kind == "mlperf-multihot":
+        from hotcold.data.generators.config import MLPERF_CARDINALITIES
+
+        return read_mlperf(Path(url2pathname(urlparse(source["url"]).path)), out, list(cfg.days),
+                           MLPERF_CARDINALITIES, name=name, progress=progress)
     if cfg.kind == "taobao":
         if not str(source.get("url", "")).startswith("file:"):
             raise ValueError(f"{raw_dir / SOURCE_FILE} does not record the local file (url): run "

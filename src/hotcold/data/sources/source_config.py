@@ -11,7 +11,7 @@ from hotcold.config import ConfigError, is_int
 from hotcold.data.sources.criteo_config import CriteoConfig
 from hotcold.data.sources.taobao_config import TaobaoConfig
 
-KINDS = ("criteo-kaggle", "criteo-terabyte", "taobao")
+KINDS = ("criteo-kaggle", "criteo-terabyte", "taobao", "mlperf-multihot")
 
 
 @dataclass(frozen=True)
@@ -21,8 +21,9 @@ class SourceConfig:
     kind: str
     url: str | None = None            # Kaggle archive URL / Terabyte base URL; None: the public one
     sha256: str | Mapping[int, str] | None = None  # Kaggle archive / Taobao CSV; Terabyte: {day: sha256}
-    days: tuple[int, ...] = tuple(range(24))  # Terabyte day files to use
-    path: str | None = None           # Taobao: the local UserBehavior.csv (needs a login to get)
+    days: tuple[int, ...] = tuple(range(24))  # Terabyte (and MLPerf's materialized) day files to use
+    path: str | None = None           # Taobao: the local UserBehavior.csv (needs a login to get); mlperf-multihot:
+    #                                   the directory of MLPerf's materialized day files (``sources.mlperf``)
     full: bool = False                # check the known row count of the complete source
     preprocess: dict[str, Any] = field(default_factory=dict)  # CriteoConfig / TaobaoConfig options
 
@@ -36,14 +37,21 @@ class SourceConfig:
             raise ConfigError(f"source: kind must be one of {KINDS}, got {data.get('kind')!r}")
         cfg = cls(**{**data, "days": tuple(data.get("days", range(24)))})
         cfg.preprocess_config()  # validate the preprocessing options early
+        if cfg.kind == "mlperf-multihot" and not (cfg.path or "").strip():
+            raise ConfigError("source: mlperf-multihot reads MLPerf's materialized day files: set source.path to "
+                              "their directory (materialize_synthetic_multihot_dataset.py's --output_path)")
         return cfg
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sha256", _checksums(self.kind, self.sha256))
 
-    def preprocess_config(self) -> CriteoConfig | TaobaoConfig:
+    def preprocess_config(self) -> CriteoConfig | TaobaoConfig | None:
         if self.kind == "taobao":
             return TaobaoConfig.from_dict(self.preprocess)
+        if self.kind == "mlperf-multihot":  # MLPerf's bags as materialized, MLPerf's rows: nothing to choose
+            if self.preprocess:
+                raise ConfigError(f"source: mlperf-multihot takes no preprocess options, got {sorted(self.preprocess)}")
+            return None
         return CriteoConfig.from_dict({"kind": self.kind, **self.preprocess})
 
 
