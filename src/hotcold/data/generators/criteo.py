@@ -1,7 +1,7 @@
 """Criteo-style click logs: the ``criteo-kaggle-style``, ``criteo-terabyte-style`` and ``criteo-multihot-style``
 kinds.
 
-Both reproduce the 26 table sizes of their dataset (optionally capped), 13
+Each reproduces the 26 table sizes of its dataset (optionally capped), 13
 heavy-tailed dense counts, power-law row popularity with popular ids
 scattered over the table, a slowly drifting hot set, and labels drawn from a
 planted logistic model so that a trained DLRM has a known ceiling (the Bayes
