@@ -88,7 +88,7 @@ class _Pending:
 def test_packed_batches_hold_the_batches(request, data, readers):
     """Read ahead by threads and packed for one copy (ids as int32 global rows), a batch is the plain loader's."""
     from hotcold.accel import runtime
-    from hotcold.data.format import to_global
+    from hotcold.data.columns import to_global
     from hotcold.data.packed import PackedBuffers, views
 
     ds = request.getfixturevalue(data)

@@ -17,7 +17,7 @@ import pytest
 from hotcold.cli import main
 from hotcold.config import InfeasibleError
 from hotcold.run_config import RunConfig
-from hotcold.data.format import to_global
+from hotcold.data.columns import to_global
 from hotcold.data.skew import row_counts
 from hotcold.distributed.plan_types import ALL, NODE, SHARDED, Plan, PlanInputs
 from hotcold.distributed.plans import PLANS, build_plan

@@ -33,7 +33,7 @@ def host_rates(cal: Calibration) -> None:
     fit: cache slots, scratchpads, per-batch buffers), and the data phase is timed
     as the loader runs it: memory-mapped reads of a batch of sorted rows of a
     dataset written in the real format."""
-    from hotcold.data.format import to_global
+    from hotcold.data.columns import to_global
     from hotcold.embedding.rows import RowGroups
 
     n = 64 * MiB // 4

@@ -1,7 +1,7 @@
 """The dataset format's vocabulary, shared by its writer (``format``), its checks (``integrity``) and its readers.
 
-The column files and their dtypes, the table of each ``sparse`` column, the splits, the padding id, the error a
-bad dataset raises, and dropping a mapped column's pages from a process.
+The column files and their dtypes, the table of each ``sparse`` column, ids made global rows, the splits, the
+padding id, the error a bad dataset raises, and dropping a mapped column's pages from a process.
 """
 from __future__ import annotations
 
@@ -23,6 +23,15 @@ def sparse_tables(num_tables: int, bags: list[int] | None) -> list[int]:
     if bags is None:
         return list(range(num_tables))
     return [t for t, k in enumerate(bags) for _ in range(k)]
+
+
+def to_global(ids: np.ndarray, column_offsets: np.ndarray) -> np.ndarray:
+    """Ids [B, K] of the columns' tables -> global rows [B, K] (``offsets[table] + id``); padding stays -1.
+
+    The one place ids become rows: the stores' ``plan``, the loader's traces
+    and FAE's classification all go through it.
+    """
+    return np.where(ids >= 0, ids + column_offsets, -1)
 
 
 def release_pages(arr: np.ndarray) -> None:

@@ -19,20 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from hotcold.data.columns import COLUMNS, DTYPES, PAD, SEQUENCE_COLUMNS, DatasetError, sparse_tables
+from hotcold.data.columns import COLUMNS, DTYPES, PAD, SEQUENCE_COLUMNS, DatasetError, sparse_tables, to_global
 from hotcold.data.dirswap import remove_stale, swap_in, temp_dir
 from hotcold.files import file_sha256, fsync_file
 
 FORMAT_VERSION = 1
-
-
-def to_global(ids: np.ndarray, column_offsets: np.ndarray) -> np.ndarray:
-    """Ids [B, K] of the columns' tables -> global rows [B, K] (``offsets[table] + id``); padding stays -1.
-
-    The one place ids become rows: the stores' ``plan``, the loader's traces
-    and FAE's classification all go through it.
-    """
-    return np.where(ids >= 0, ids + column_offsets, -1)
 
 
 class DatasetWriter:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Iterator
 import numpy as np
 
 from hotcold.config import Sections
+from hotcold.data.columns import to_global
 
 if TYPE_CHECKING:
     from hotcold.data.format import Dataset
@@ -37,20 +38,17 @@ def batch_rows(n_rows: int, batch_size: int, steps: int, seed: int, shuffle: str
 
 
 def global_batches(ds: Dataset, cfg: Sections, batch_size: int | None = None) -> Iterator[np.ndarray]:
-    """Global rows [B, K] (-1 at padding) of every training batch, in the loader's order.
-
-    ``cfg.train.steps`` batches of ``batch_size`` samples (default ``cfg.train.batch_size``), epochs repeating
-    as the loader's (``batch_rows``); one batch in memory at a time.
-    """
-    start, stop = ds.split("train")
-    t = cfg.train
-    for rows in batch_rows(stop - start, batch_size or t.batch_size, t.steps, cfg.seed, t.shuffle):
-        yield ds.global_ids(rows + start)
+    """Global rows [B, K] (-1 at padding) of every training batch, in the loader's order: ``table_batches``'
+    ids moved to their tables' rows (``columns.to_global``); one batch in memory at a time."""
+    offsets = ds.column_offsets
+    for ids in table_batches(ds, cfg, batch_size):
+        yield to_global(ids, offsets)
 
 
 def table_batches(ds: Dataset, cfg: Sections, batch_size: int | None = None) -> Iterator[np.ndarray]:
-    """``global_batches``' batches as table ids [B, K] (global rows: ``+ ds.column_offsets``, -1 at padding),
-    without a global copy; the stored integer type where the dataset has no histories."""
+    """Table ids [B, K] (-1 at padding) of every training batch, in the loader's order: ``cfg.train.steps``
+    batches of ``batch_size`` samples (default ``cfg.train.batch_size``), epochs repeating as the loader's
+    (``batch_rows``); the stored integer type where the dataset has no histories."""
     start, stop = ds.split("train")
     t = cfg.train
     for rows in batch_rows(stop - start, batch_size or t.batch_size, t.steps, cfg.seed, t.shuffle):

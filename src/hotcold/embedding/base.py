@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from hotcold.counters import StepCounters
-from hotcold.data.format import to_global
+from hotcold.data.columns import to_global
 from hotcold.options.base import NoOptions, StoreOptions
 from hotcold.embedding import rows as rows_mod
 from hotcold.embedding.rows import Lookup

@@ -17,6 +17,11 @@ import torch
 from torch import nn
 
 
+def bag_pool(bags: Sequence[int] | None) -> "BagPool | None":
+    """The pooling a model needs for a dataset's ``bags`` (``Dataset.bags``): None where every bag holds one id."""
+    return BagPool(bags) if bags is not None and any(int(k) > 1 for k in bags) else None
+
+
 class BagPool(nn.Module):
     """[B, sum(bags), D] looked-up vectors -> [B, T, D] per-table sums."""
 

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from hotcold.config import ModelConfig
-from hotcold.model.bags import BagPool
+from hotcold.model.bags import bag_pool
 from hotcold.model.dlrm import mlp
 
 
@@ -34,7 +34,7 @@ class LowRankCross(nn.Module):
 class DCNv2(nn.Module):
     def __init__(self, num_dense: int, num_tables: int, cfg: ModelConfig, bags: list[int] | None = None) -> None:
         super().__init__()
-        self.pool = BagPool(bags) if bags is not None and any(k > 1 for k in bags) else None
+        self.pool = bag_pool(bags)
         width = (num_tables + 1) * cfg.embedding_dim
         self.bottom = mlp([num_dense, *cfg.bottom_mlp], last_relu=True)
         self.cross = LowRankCross(width, cfg.cross_layers, cfg.cross_rank)

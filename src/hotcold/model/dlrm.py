@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from hotcold.config import ModelConfig
-from hotcold.model.bags import BagPool
+from hotcold.model.bags import bag_pool
 
 
 def mlp(widths: list[int], last_relu: bool) -> nn.Sequential:
@@ -25,7 +25,7 @@ def mlp(widths: list[int], last_relu: bool) -> nn.Sequential:
 class DLRM(nn.Module):
     def __init__(self, num_dense: int, num_tables: int, cfg: ModelConfig, bags: list[int] | None = None) -> None:
         super().__init__()
-        self.pool = BagPool(bags) if bags is not None and any(k > 1 for k in bags) else None
+        self.pool = bag_pool(bags)
         d = cfg.embedding_dim
         self.bottom = mlp([num_dense, *cfg.bottom_mlp], last_relu=True)
         f = num_tables + 1  # embedded features plus the dense vector

@@ -7,7 +7,7 @@ Where that cannot hold, because a library kernel the harness does not
 control rounds its own way (a peer such as FBGEMM, a fused multiply-add),
 an end-state distance after training would grow with every step and say
 little. This module checks such a store in lock step instead
-(``CHECK_LOCKSTEP``): it builds the store under test and the ``device``
+(``methods.CHECK_LOCKSTEP``): it builds the store under test and the ``device``
 reference from the same spec, feeds both the same batches of ids and the
 same gradients for K steps, and after each step compares what both looked
 up and the rows the step touched (max absolute difference per step).
@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import torch
 
 from hotcold import methods
-from hotcold.methods import CHECK_LOCKSTEP
 from hotcold.embedding.base import EmbeddingStore, NullMarker, StoreSpec
 
 if TYPE_CHECKING:
@@ -92,7 +91,7 @@ class Lockstep:
 
     def to_record(self) -> dict[str, Any]:
         """What a record keeps of it: the check, its tolerance, the steps, the max difference per step."""
-        return {"check": CHECK_LOCKSTEP, "method": self.method, "steps": len(self.steps), "atol": self.atol,
+        return {"check": methods.CHECK_LOCKSTEP, "method": self.method, "steps": len(self.steps), "atol": self.atol,
                 "ok": self.ok, "bitwise": self.bitwise, "max_diff": self.max_diff,
                 "max_diff_per_step": [s.max for s in self.steps]}
 

@@ -20,7 +20,6 @@ import torch
 
 from hotcold import methods
 from hotcold.config import ConfigError, InfeasibleError
-from hotcold.methods import CHECK_LOCKSTEP
 from hotcold.run_config import RunConfig
 from hotcold.contention import Watch
 from hotcold.data.format import Dataset
@@ -170,7 +169,7 @@ class RepeatedRun:
             write_run(out_dir, record, steps_frame([], []))
             return record
         lock = None
-        if methods.get(cfg.method).check == CHECK_LOCKSTEP:  # a peer's kernels round their own way: checked step by step
+        if methods.get(cfg.method).check == methods.CHECK_LOCKSTEP:  # a peer: its kernels round their own way
             lock = check_run(cfg, self.ds, store_spec(cfg, self.ds, self.device), self._first["order"]).to_record()
         record = trained_record(cfg, self.ds, self.device, self.summary(), self._first["metrics"], self.params[0],
                                 self._first["store"], ref, lock)

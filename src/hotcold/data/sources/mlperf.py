@@ -57,10 +57,7 @@ def npz_member(path: Path, name: str) -> np.ndarray:
 
 def _day(src: Path, day: int) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
     """A day's dense, bags (per table) and labels, memory-mapped and checked."""
-    files = {k: src / f"day_{day}_{k}" for k in ("dense.npy", "labels.npy", "sparse_multi_hot.npz")}
-    for path in files.values():
-        if not path.is_file():
-            raise DatasetError(f"{path}: missing (MLPerf's materialized day {day})")
+    files = _day_files(src, day)
     dense = np.load(files["dense.npy"], mmap_mode="r")
     labels = np.load(files["labels.npy"], mmap_mode="r")
     bags = [npz_member(files["sparse_multi_hot.npz"], f"{t}.npy") for t in range(TABLES)]
@@ -77,19 +74,23 @@ def _day(src: Path, day: int) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]
     return dense, bags, labels
 
 
+def _day_files(src: Path, day: int) -> dict[str, Path]:
+    """A day's three files, each checked to be there."""
+    files = {k: src / f"day_{day}_{k}" for k in ("dense.npy", "sparse_multi_hot.npz", "labels.npy")}
+    for path in files.values():
+        if not path.is_file():
+            raise DatasetError(f"{path}: missing (MLPerf's materialized day {day})")
+    return files
+
+
 def describe_mlperf(src: Path, days: Sequence[int]) -> dict[str, Any]:
     """The provenance of MLPerf's materialized days (``source.json``): each file's name and size, checked to be
     there; not hashed (about 1 TB)."""
     src = Path(src).resolve()
     if not src.is_dir():
         raise DatasetError(f"{src}: not a directory (source.path: MLPerf's materialized day files)")
-    files = []
-    for day in days:
-        for kind in ("dense.npy", "sparse_multi_hot.npz", "labels.npy"):
-            path = src / f"day_{day}_{kind}"
-            if not path.is_file():
-                raise DatasetError(f"{path}: missing (MLPerf's materialized day {day})")
-            files.append({"name": path.name, "day": int(day), "bytes": path.stat().st_size})
+    files = [{"name": path.name, "day": int(day), "bytes": path.stat().st_size}
+             for day in days for path in _day_files(src, day).values()]
     return {"dataset": None, "url": src.as_uri(), "sha256": None, "bytes": sum(f["bytes"] for f in files),
             "files": files}
 
