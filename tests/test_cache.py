@@ -90,10 +90,10 @@ KEYS = ("lookups", "unique_rows", "hits", "misses", "unique_hits", "unique_misse
 
 
 @pytest.mark.parametrize("cls,expected", [(LRUCacheStore, HAND_LRU), (LFUCacheStore, HAND_LFU)])
-@pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
-def test_counters_on_hand_worked_trace(cls, expected, optimizer):
+@pytest.mark.parametrize("optimizer,state_floats", [("sgd", 0), ("adagrad", 1), ("elementwise-adagrad", 2)])
+def test_counters_on_hand_worked_trace(cls, expected, optimizer, state_floats):
     store = cls(_spec(optimizer, cache_rows=3))
-    row_bytes = (2 + (optimizer == "adagrad")) * 4
+    row_bytes = (2 + state_floats) * 4  # dim 2: the weights and their state (per element: one float each)
     for rows, want in zip(HAND_TRACE, expected):
         c = _step(store, rows)
         assert set(c) == COUNTER_KEYS

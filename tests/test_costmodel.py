@@ -114,14 +114,16 @@ def test_transfers_on_a_gpu_profile_by_hand():
     assert dev.terms_ms["emb_fwd.device_gather"] == pytest.approx(moved / (100 * 0.5 * 1e6) + 2 * kernel)
 
 
-def test_cache_moves_rows_with_their_state():
-    """A miss is a host gather + copy + device scatter of weights and (Adagrad) state; a CPU has no copy."""
-    w = _workload("lru", {"param_rows_h2d": 50, "param_rows_d2h": 0}, row_optimizer="adagrad",
+@pytest.mark.parametrize("optimizer,state_bytes", [("adagrad", 4), ("elementwise-adagrad", 64)])
+def test_cache_moves_rows_with_their_state(optimizer, state_bytes):
+    """A miss is a host gather + copy + device scatter of weights and (Adagrad) state, row-wise a float, per element
+    a row's worth; a CPU has no copy."""
+    w = _workload("lru", {"param_rows_h2d": 50, "param_rows_d2h": 0}, row_optimizer=optimizer,
                   report={"capacity": 500})
     t = _predict(w, _profile()).terms_ms
     # a gather from the host table (size unknown: large), a scatter into 500 slots (fits: cached rate)
     per = lambda b: 50 * 10e-6 + 50 * b / 1e6 + 50 * 7e-6 + 3e-3  # noqa: E731
-    assert t["h2d.fetch"] == pytest.approx(per(64) + per(4))
+    assert t["h2d.fetch"] == pytest.approx(per(64) + per(state_bytes))
     assert t["d2h.write_back"] == 0
     assert t["h2d.directory"] == pytest.approx(100 * 3e-6)  # no evictions: no slot scan
     evicting = _workload("lru", {"evictions": 5}, report={"capacity": 500})

@@ -25,7 +25,7 @@ F32 = np.float32
 
 
 def cuda_reference(weight: np.ndarray, state: np.ndarray, rows: np.ndarray, grads: np.ndarray, lr: float,
-                   eps: float, adagrad: bool) -> None:
+                   eps: float, adagrad: bool, elementwise: bool = False) -> None:
     """The device store's sparse step as its CUDA kernels compute it, in place; float32 throughout.
 
     - embedding-bag sum (``EmbeddingBag_updateOutputKernel_sum_mean``): per distinct row and column, zero,
@@ -36,13 +36,19 @@ def cuda_reference(weight: np.ndarray, state: np.ndarray, rows: np.ndarray, grad
     - the square root (CUDA's ``sqrtf``: correctly rounded), plus ``float32(eps)``;
     - the gradient divided by that (a tensor by a tensor: IEEE division), times ``float32(-lr)``;
     - the weight plus that (``index_add_``: one add per element).
+
+    Per element (``elementwise``): the state [N, D] plus the squares, element by element; its root, plus eps; the
+    gradient divided by that.
     """
     width = weight.shape[1]
     for r in np.unique(rows):
         g = np.zeros(width, dtype=F32)
         for j in np.flatnonzero(rows == r):
             g = g + grads[j]
-        if adagrad:
+        if adagrad and elementwise:
+            state[r] = state[r] + g * g
+            g = g / (np.sqrt(state[r]) + F32(eps))
+        elif adagrad:
             sq, n = g * g, width
             while n > 1:
                 half = n // 2
@@ -55,38 +61,41 @@ def cuda_reference(weight: np.ndarray, state: np.ndarray, rows: np.ndarray, grad
         weight[r] = weight[r] + g * F32(-lr)
 
 
-def _case(width: int, seed: int, n: int = 400, lookups: int = 3000):
+def _case(width: int, seed: int, n: int = 400, lookups: int = 3000, elementwise: bool = False):
     gen = torch.Generator().manual_seed(seed)
     rows = torch.randint(0, n, (lookups,), generator=gen)
     rows[::5] = rows[0]  # a heavy row: hundreds of terms
     grads = torch.randn(lookups, width, generator=gen) * torch.logspace(-3, 1, lookups).unsqueeze(1)
-    return torch.randn(n, width, generator=gen), torch.rand(n, generator=gen) * 3, rows, grads
+    weight = torch.randn(n, width, generator=gen)
+    return weight, torch.rand(*((n, width) if elementwise else (n,)), generator=gen) * 3, rows, grads
 
 
 def _host_ways():
     def composition(by_add: bool):
-        def step(w, s, g, grads, lr, eps, adagrad):
-            update.update_rows(w, s, g.rows, update.sum_by_index(g, grads), lr, eps, adagrad, by_add=by_add)
+        def step(w, s, g, grads, lr, eps, adagrad, elementwise):
+            update.update_rows(w, s, g.rows, update.sum_by_index(g, grads), lr, eps, adagrad, by_add=by_add,
+                               elementwise=elementwise)
         return step
 
     ways = {"torch composition": composition(False), "as a GPU runs it (index_add_)": composition(True)}
     if fused.available(torch.zeros(1, 1), torch.zeros(1, 1)):
-        ways["one compiled kernel"] = lambda w, s, g, grads, lr, eps, adagrad: fused.fused_step(
-            w, s, g.rows, g.order, g.offsets, grads, lr, eps, adagrad)
+        ways["one compiled kernel"] = lambda w, s, g, grads, lr, eps, adagrad, elementwise: fused.fused_step(
+            w, s, g.rows, g.order, g.offsets, grads, lr, eps, adagrad, elementwise=elementwise)
     return ways
 
 
-@pytest.mark.parametrize("adagrad", [False, True], ids=["sgd", "adagrad"])
+@pytest.mark.parametrize("adagrad,elementwise", [(False, False), (True, False), (True, True)],
+                         ids=["sgd", "adagrad", "elementwise-adagrad"])
 @pytest.mark.parametrize("width", [16, 13, 1])
 @pytest.mark.parametrize("way", list(_host_ways()))
-def test_the_host_update_has_the_device_kernels_bits(way, width, adagrad):
+def test_the_host_update_has_the_device_kernels_bits(way, width, adagrad, elementwise):
     step = _host_ways()[way]
     for seed in range(3):
-        weight, state, rows, grads = _case(width, seed)
+        weight, state, rows, grads = _case(width, seed, elementwise=elementwise)
         want_w, want_s = weight.numpy().copy(), state.numpy().copy()
-        cuda_reference(want_w, want_s, rows.numpy(), grads.numpy(), 0.05, 1e-8, adagrad)
+        cuda_reference(want_w, want_s, rows.numpy(), grads.numpy(), 0.05, 1e-8, adagrad, elementwise)
         w, s = weight.clone(), state.clone()
-        step(w, s, RowGroups.of(rows), grads, 0.05, 1e-8, adagrad)
+        step(w, s, RowGroups.of(rows), grads, 0.05, 1e-8, adagrad, elementwise)
         assert np.array_equal(w.numpy(), want_w), f"{way}: weights differ by {np.abs(w.numpy() - want_w).max():.3g}"
         assert np.array_equal(s.numpy(), want_s) if adagrad else True
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 from test_stores import rel_diff, run_cfg
 
-from hotcold.config import ConfigError, InfeasibleError
+from hotcold.config import ConfigError, InfeasibleError, row_state_width
 from hotcold.data.skew import row_counts
 from hotcold.distributed.plan_types import PlanInputs
 from hotcold.distributed.plans import build_plan, row_wise
@@ -153,11 +153,12 @@ def all_cases(datasets, world: int, ranks_per_node: int) -> list[dict]:
 
 
 def multihot_cases(ds, world: int, ranks_per_node: int) -> list[dict]:
-    """Multi-hot bags (repeated ids within a bag) under every plan, the sharded store, exact mode."""
-    return [{"name": f"{ds.name}/{plan}/sharded/adagrad", "dataset": str(ds.path), "ranks_per_node": ranks_per_node,
-             "run_config": case_cfg("sharded", plan, {}, "adagrad", world, ranks_per_node).to_dict(),
-             "data": ds.name, "opt": "adagrad", "plan": plan, "method": "sharded", "wire": "exact"}
-            for plan in PLANS]
+    """Multi-hot bags (repeated ids within a bag) under every plan, the sharded store, exact mode, with row-wise and
+    per-element Adagrad (a column shard keeps its own columns' per-element state, and exchanges nothing)."""
+    return [{"name": f"{ds.name}/{plan}/sharded/{opt}", "dataset": str(ds.path), "ranks_per_node": ranks_per_node,
+             "run_config": case_cfg("sharded", plan, {}, opt, world, ranks_per_node).to_dict(),
+             "data": ds.name, "opt": opt, "plan": plan, "method": "sharded", "wire": "exact"}
+            for plan in PLANS for opt in ("adagrad", "elementwise-adagrad")]
 
 
 def negative_controls(ds, world: int, ranks_per_node: int) -> list[dict]:
@@ -183,7 +184,7 @@ def multi_rank(request, small_dataset, sequence_dataset, multihot_dataset, tmp_p
 #: vector sums round in another order: why only the mode claims `exact`).
 #: bfloat16 rounds every vector, gradient and sum to 8 bits of mantissa: 2e-5 with SGD; per-element Adagrad
 #: turns that rounding of near-zero gradients into full steps, 0.24-0.31 (docs/scale-out.md, "What is sent").
-CLOSE = {("exact", "sgd"): 1e-6, ("exact", "adagrad"): 1e-6, ("float32", "sgd"): 1e-8, ("float32", "adagrad"): 1e-5,
+CLOSE = {("exact", "sgd"): 1e-6, ("exact", "adagrad"): 1e-6, ("exact", "elementwise-adagrad"): 1e-6, ("float32", "sgd"): 1e-8, ("float32", "adagrad"): 1e-5,
          ("bfloat16", "sgd"): 1e-4, ("bfloat16", "adagrad"): 0.6}
 
 
@@ -219,7 +220,7 @@ def test_trained_bytes_equal_shard_sim(multi_rank):
         sparse = case["method"] == "flexshard"
         options = {"replica_sync": SPARSE_SYNC["replica_sync"]} if sparse else dict(case.get("plan_options", {}))
         inputs = PlanInputs.for_training(ds.cardinalities, row_counts(ds, "train"), Topology(world, rpn), 8,
-                                         1 if case["opt"] == "adagrad" else 0,
+                                         row_state_width(case["opt"], 8),
                                          SPARSE_SYNC["memory_headroom"] if sparse else headroom(case["plan"]), options,
                                          128 / (stop - start), wire=wire)
         plan = build_plan(case["plan"], inputs)
@@ -505,7 +506,7 @@ def test_sparse_replica_sync_sends_fewer_bytes_than_the_dense_tier(multi_rank):
         ds = datasets[case["data"]]
         start, stop = ds.split("train")
         inputs = PlanInputs.for_training(ds.cardinalities, row_counts(ds, "train"), Topology(world, rpn), 8,
-                                         1 if case["opt"] == "adagrad" else 0, SPARSE_SYNC["memory_headroom"],
+                                         row_state_width(case["opt"], 8), SPARSE_SYNC["memory_headroom"],
                                          {"replica_sync": "free"}, 128 / (stop - start), wire=Wire(exact=True))
         dense = int(replica_matrix(build_plan("flexshard", inputs), 8, inputs.wire).sum()) * STEPS
         got = results[case["name"]]["report"]["collectives"]["replica_allreduce"]["bytes"]

@@ -24,10 +24,11 @@ def bits(a, b) -> bool:
 
 
 @pytest.mark.parametrize("method", ONE_PROCESS)
-@pytest.mark.parametrize("data", ["small_dataset", "sequence_dataset"])
-def test_the_gpu_path_trains_the_host_paths_bits(request, data, method):
+@pytest.mark.parametrize("data,row_optimizer", [("small_dataset", "adagrad"), ("sequence_dataset", "adagrad"),
+                                                ("multihot_dataset", "elementwise-adagrad")])
+def test_the_gpu_path_trains_the_host_paths_bits(request, data, row_optimizer, method):
     ds = request.getfixturevalue(data)
-    cfg = run_cfg(method, "adagrad", steps=30)
+    cfg = run_cfg(method, row_optimizer, steps=30)
     host = train(cfg, ds, CPU, progress=False, evaluation=False)
     with accel.gpu_path_on_cpu():
         gpu = train(cfg, ds, CPU, progress=False, evaluation=False)

@@ -41,19 +41,22 @@ def test_initial_rows_are_the_same_bits_however_they_are_drawn(chunk_rows):
     assert not torch.equal(init_table(sizes, 16, 8, chunk_rows=chunk_rows), drawn_whole(sizes, 16, 7))
 
 
-def test_sgd_keeps_no_state_per_row_and_adagrad_one_float():
-    sgd, adagrad = RowOptimizer("sgd", 0.1).init_state(10_000), RowOptimizer("adagrad", 0.1).init_state(10_000)
-    assert sgd.shape == adagrad.shape == (10_000,)
+def test_sgd_keeps_no_state_per_row_adagrad_one_float_and_per_element_adagrad_a_row_of_them():
+    sgd, adagrad, element = (RowOptimizer(kind, 0.1).init_state(10_000, 16)
+                             for kind in ("sgd", "adagrad", "elementwise-adagrad"))
+    assert sgd.shape == adagrad.shape == (10_000,) and element.shape == (10_000, 16)
     assert sgd.untyped_storage().nbytes() == 4 and adagrad.untyped_storage().nbytes() == 40_000
-    assert not sgd.any() and not adagrad.any()
+    assert element.untyped_storage().nbytes() == 640_000
+    assert not sgd.any() and not adagrad.any() and not element.any()
     assert torch.equal(sgd.index_select(0, torch.tensor([0, 9_999, 5])), torch.zeros(3))
+    assert [RowOptimizer(kind, 0.1).state_width(16) for kind in ("sgd", "adagrad", "elementwise-adagrad")] == [0, 1, 16]
 
 
 def spec(sizes: list[int], dim: int, kind: str, device: str = "cpu") -> StoreSpec:
     return StoreSpec(table_sizes=sizes, dim=dim, optimizer=RowOptimizer(kind, 0.1), device=torch.device(device))
 
 
-@pytest.mark.parametrize("kind,width", [("sgd", 0), ("adagrad", 1)])
+@pytest.mark.parametrize("kind,width", [("sgd", 0), ("adagrad", 1), ("elementwise-adagrad", 8)])
 def test_stores_state_the_bytes_of_their_rows(kind, width):
     sizes, dim = [100, 23], 8
     n = sum(sizes)

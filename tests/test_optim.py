@@ -118,7 +118,8 @@ def test_sum_by_index_does_not_depend_on_threads():
 def _step_case(kind: str, fused: bool, width: int = 8):
     """Three batches of 400 lookups of 123 rows through ``RowOptimizer.step``."""
     gen = torch.Generator().manual_seed(4)
-    weight, state = torch.randn(500, width, generator=gen), torch.rand(500, generator=gen)
+    weight = torch.randn(500, width, generator=gen)
+    state = torch.rand(500, width, generator=gen) if kind == "elementwise-adagrad" else torch.rand(500, generator=gen)
     opt = RowOptimizer(kind, 0.1, fused=fused)
     batches = []
     for _ in range(3):
@@ -130,12 +131,14 @@ def _step_case(kind: str, fused: bool, width: int = 8):
     return weight, state, opt, batches
 
 
-@pytest.mark.parametrize("kind", ["sgd", "adagrad"])
+@pytest.mark.parametrize("kind", ["sgd", "adagrad", "elementwise-adagrad"])
 def test_step_is_the_documented_formula(kind):
-    """Each distinct row: g = the sum of its gradients; Adagrad acc += mean(g^2), w -= lr g / (sqrt(acc) + eps)."""
+    """Each distinct row: g = the sum of its gradients; row-wise Adagrad acc += mean(g^2), w -= lr g / (sqrt(acc) +
+    eps); per element acc += g^2 and the same division element by element."""
     weight, state, _, batches = _step_case(kind, fused=False)
     gen = torch.Generator().manual_seed(4)
-    w, s = torch.randn(500, 8, generator=gen).double(), torch.rand(500, generator=gen).double()
+    w = torch.randn(500, 8, generator=gen).double()
+    s = (torch.rand(500, 8, generator=gen) if kind == "elementwise-adagrad" else torch.rand(500, generator=gen)).double()
     for rows, grads in batches:
         sums = _reference_sums(rows, grads)
         slots = torch.tensor(sorted(sums))
@@ -143,12 +146,15 @@ def test_step_is_the_documented_formula(kind):
         if kind == "adagrad":
             s[slots] += (g ** 2).mean(dim=1)
             g = g / (s[slots].sqrt() + 1e-8)[:, None]
+        elif kind == "elementwise-adagrad":
+            s[slots] += g ** 2
+            g = g / (s[slots].sqrt() + 1e-8)
         w[slots] -= 0.1 * g
     assert torch.allclose(weight.double(), w, rtol=0, atol=1e-5)
     assert torch.allclose(state.double(), s, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("kind", ["sgd", "adagrad"])
+@pytest.mark.parametrize("kind", ["sgd", "adagrad", "elementwise-adagrad"])
 @pytest.mark.parametrize("width", [16, 7, 1])
 def test_fused_step_has_the_torch_compositions_bits(kind, width):
     """The one-kernel step (CPU) and the torch operations it replaces: the same bits, at any thread count."""
@@ -186,18 +192,19 @@ def test_fused_step_splits_rows_over_threads_with_the_same_bits(monkeypatch):
     assert not torch.equal(out[0][0], torch.ones(40_000, 16))
 
 
-@pytest.mark.parametrize("adagrad", [False, True])
-def test_update_by_add_has_the_bits_of_gather_update_scatter(adagrad):
+@pytest.mark.parametrize("adagrad,elementwise", [(False, False), (True, False), (True, True)])
+def test_update_by_add_has_the_bits_of_gather_update_scatter(adagrad, elementwise):
     """The GPU's form of the row update (changes added in place) and the CPU's (gather, update, scatter)."""
     gen = torch.Generator().manual_seed(7)
-    weight, state = torch.randn(300, 16, generator=gen), torch.rand(300, generator=gen)
+    weight = torch.randn(300, 16, generator=gen)
+    state = torch.rand(300, 16, generator=gen) if elementwise else torch.rand(300, generator=gen)
     slots = torch.randperm(300, generator=gen)[:120]
     out = []
     for by_add in (False, True):
         w, s = weight.clone(), state.clone()
         for _ in range(3):
             update.update_rows(w, s, slots, torch.randn(120, 16, generator=torch.Generator().manual_seed(_)),
-                               0.05, 1e-8, adagrad, by_add=by_add)
+                               0.05, 1e-8, adagrad, by_add=by_add, elementwise=elementwise)
         out.append((w, s))
     assert torch.equal(out[0][0], out[1][0]) and torch.equal(out[0][1], out[1][1])
     assert not torch.equal(out[0][0], weight)

@@ -43,7 +43,8 @@ def run_cfg(method: str, row_optimizer: str = "adagrad", steps: int = 50, seed: 
         "dataset": "small", "method": method, "seed": seed, "store": OPTIONS.get(method, {}),
         "model": {"embedding_dim": 8, "bottom_mlp": [16, 8], "top_mlp": [16, 1]},
         "train": {"steps": steps, "warmup_steps": 2, "batch_size": 128, "eval_batch_size": 512,
-                  "row_optimizer": row_optimizer, "dense_optimizer": row_optimizer, **train_kw},
+                  "row_optimizer": row_optimizer, "dense_optimizer": "sgd" if row_optimizer == "sgd" else "adagrad",
+                  **train_kw},
     })
 
 
@@ -54,11 +55,20 @@ def rel_diff(a: list[tuple[str, torch.Tensor]], b: list[tuple[str, torch.Tensor]
     return (num / den) ** 0.5
 
 
-@pytest.mark.parametrize("row_optimizer", ["sgd", "adagrad"])
+# per-element Adagrad (a [N, D] state moved with every row) on the one-hot and the multi-hot fixture
+INVARIANT_CASES = [(data, opt) for data in ("small_dataset", "sequence_dataset", "multihot_dataset")
+                   for opt in ("sgd", "adagrad")] + [(data, "elementwise-adagrad")
+                                                     for data in ("small_dataset", "multihot_dataset")]
+
+
+@pytest.mark.parametrize("data,row_optimizer", INVARIANT_CASES)
 @pytest.mark.parametrize("method", [m for m in methods.names(spans_ranks=False) if m != "device"])
-@pytest.mark.parametrize("data", ["small_dataset", "sequence_dataset", "multihot_dataset"])
 def test_store_trains_same_model_as_device(request, data, method, row_optimizer, device):
     skip_missing(method)
+    if methods.get(method).peer and row_optimizer == "elementwise-adagrad":
+        # a peer sums in its own order; per-element Adagrad turns a last-bit difference of a near-zero gradient
+        # into a step of lr, so over 50 steps the models part (0.3%): the peer is checked step by step instead
+        pytest.skip("a peer with per-element Adagrad is checked in lock-step (test_fbgemm), not end to end")
     ds = request.getfixturevalue(data)
     got = train(run_cfg(method, row_optimizer), ds, device, progress=False)
     # on the method's own batch order (only FAE has one of its own)
@@ -100,7 +110,7 @@ def _spec(optimizer: str, sizes=(5, 9, 4), dim: int | None = None, method: str =
 
 
 @pytest.mark.parametrize("method", methods.names(spans_ranks=False))
-@pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "elementwise-adagrad"])
 def test_sparse_update_matches_dense_reference(method, optimizer, device):
     """Two steps of the store against a dense autograd computation of the same update."""
     gen = torch.Generator().manual_seed(0)
@@ -110,7 +120,7 @@ def test_sparse_update_matches_dense_reference(method, optimizer, device):
     spec = _spec(optimizer, sizes, method=method, device=device, batches=[ids for ids, _ in steps])
     store = methods.get(method).build(spec)
     weight = init_table(spec.table_sizes, spec.dim, spec.seed).double()
-    state = torch.zeros(weight.shape[0], dtype=torch.float64)
+    state = torch.zeros_like(weight) if optimizer == "elementwise-adagrad" else torch.zeros(weight.shape[0]).double()
     offsets = torch.tensor([0, 5, 14])
     for ids, grad in steps:
         grad = grad.to(device)
@@ -125,6 +135,9 @@ def test_sparse_update_matches_dense_reference(method, optimizer, device):
         touched = sorted(set(rows.tolist()))
         if optimizer == "sgd":
             weight[touched] -= 0.1 * dense_grad[touched]
+        elif optimizer == "elementwise-adagrad":  # a state per weight
+            state[touched] += dense_grad[touched].pow(2)
+            weight[touched] -= 0.1 * dense_grad[touched] / (state[touched].sqrt() + 1e-8)
         else:
             state[touched] += dense_grad[touched].pow(2).mean(1)
             weight[touched] -= 0.1 * dense_grad[touched] / (state[touched].sqrt() + 1e-8).unsqueeze(1)

@@ -142,12 +142,19 @@ class ModelConfig:
                     f"{key} must be a positive integer, got {getattr(self, key)!r}")
 
 
-ROW_OPTIMIZERS = ("sgd", "adagrad")
+#: the embeddings' optimizers: SGD, row-wise Adagrad (one float of state a row) and per-element Adagrad (a float
+#: an element, MLPerf DLRM-DCNv2's and FBGEMM's ``EXACT_ADAGRAD``)
+ROW_OPTIMIZERS = ("sgd", "adagrad", "elementwise-adagrad")
+ELEMENTWISE = "elementwise-adagrad"
 
 
-def row_state_width(row_optimizer: str) -> int:
-    """Floats of optimizer state each embedding row keeps: one for row-wise Adagrad, none for SGD."""
+def row_state_width(row_optimizer: str, dim: int) -> int:
+    """Floats of optimizer state each embedding row of ``dim`` weights keeps: none for SGD, one for row-wise
+    Adagrad, ``dim`` for per-element Adagrad."""
+    if row_optimizer == ELEMENTWISE:
+        return int(dim)
     return 1 if row_optimizer == "adagrad" else 0
+
 DENSE_OPTIMIZERS = ("sgd", "adagrad")
 SHUFFLES = ("global", "none")
 SWITCHES = ("auto", "on", "off")       # train.pipeline, train.cuda_graphs

@@ -107,6 +107,18 @@ def row_bytes(dim: int, state_width: int) -> int:
     return (dim + state_width) * FLOAT_BYTES
 
 
+def shard_state_floats(state_width: int, columns: int) -> int:
+    """Floats of optimizer state each of a row's ``columns`` column shards keeps: row-wise Adagrad's one float
+    whole on every shard, a per-element state (``state_width`` = the row's dim) split with the weights."""
+    return state_width // columns if state_width > 1 else state_width
+
+
+def exchanges_row_squares(state_width: int) -> bool:
+    """Whether a row's column shards exchange its squared gradient's partial sums each step: row-wise Adagrad's
+    state needs all of the row's columns; a per-element state only its own (``state_width`` > 1), SGD none."""
+    return state_width == 1
+
+
 def vector_bytes(dim: int) -> int:
     """Bytes of one looked-up vector (or its gradient)."""
     return dim * FLOAT_BYTES

@@ -26,12 +26,12 @@ from hotcold.data.generators.config import CRITEO_KAGGLE_CARDINALITIES
 from hotcold.data.powerlaw import draw_ranks, powerlaw_cdf
 from hotcold.embedding.base import NullMarker, StoreSpec
 from hotcold.embedding.rows import init_table
-from hotcold.embedding.update import RowOptimizer, update_rows
+from hotcold.embedding.update import RowOptimizer
 from hotcold.embedding.device import DeviceStore
 from hotcold.machine import last_level_cache_bytes, load_average
 from hotcold.timing import time_ms
 
-OPTIMIZERS = ("sgd", "adagrad")
+OPTIMIZERS = ("sgd", "adagrad", "elementwise-adagrad")
 
 
 @dataclass
@@ -52,7 +52,7 @@ class BenchConfig:
     warmup: int = 5                # untimed steps of each side first
     check_steps: int = 20          # steps of the weight-agreement check
     device: str = "cpu"
-    optimizers: tuple[str, ...] = OPTIMIZERS
+    optimizers: tuple[str, ...] = ("sgd", "adagrad")  # per-element Adagrad on request (--optimizers)
     lr: float = 0.01
     eps: float = 1e-8
     fused: bool = True             # the harness's one-kernel backward + update (``RowOptimizer(fused=...)``)
@@ -146,7 +146,7 @@ class FbgemmSide:
 
 
 class TorchBagSide:
-    """``torch.nn.EmbeddingBag`` (sum, sparse gradient) with the harness's row update (``update_rows``).
+    """``torch.nn.EmbeddingBag`` (sum, sparse gradient) with the harness's row update (``RowOptimizer.apply``).
 
     The peer where FBGEMM does not import: what a user would write without it.
     """
@@ -154,11 +154,11 @@ class TorchBagSide:
     name = "torch EmbeddingBag"
 
     def __init__(self, sizes: list[int], cfg: BenchConfig, optimizer: str, device: torch.device) -> None:
-        self.device, self.kind, self.lr, self.eps = device, optimizer, cfg.lr, cfg.eps
+        self.device, self.opt = device, RowOptimizer(optimizer, cfg.lr, cfg.eps)
         self.bag = torch.nn.EmbeddingBag(sum(sizes), cfg.dim, mode="sum", sparse=True, device=device)
         with torch.no_grad():
             self.bag.weight.copy_(init_table(sizes, cfg.dim, cfg.seed))
-        self.state = torch.zeros(sum(sizes), device=device)
+        self.state = self.opt.state_zeros(sum(sizes), cfg.dim, device)
         self.offsets = torch.tensor([0] + list(sizes[:-1]), dtype=torch.int64).cumsum(0)
 
     def prepare(self, ids: torch.Tensor, grad: torch.Tensor) -> Any:
@@ -171,7 +171,7 @@ class TorchBagSide:
         g = self.bag.weight.grad.coalesce()
         self.bag.weight.grad = None
         slots, values = g.indices()[0], g.values()  # distinct rows [U], their summed gradients [U, D]
-        update_rows(self.bag.weight.data, self.state, slots, values, self.lr, self.eps, self.kind == "adagrad")
+        self.opt.apply(self.bag.weight.data, self.state, slots, values)
 
     def weights(self) -> torch.Tensor:
         return self.bag.weight.detach().to("cpu", copy=True)

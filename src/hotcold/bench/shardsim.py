@@ -81,7 +81,8 @@ def run_bench(ds: Dataset, config: ShardSimBenchConfig) -> dict[str, Any]:
     topo = Scale.parse(config.scale).topology()
     batch = config.batch_per_rank * topo.world
     t = cfg.train
-    dim, state = cfg.model.embedding_dim, RowOptimizer(t.row_optimizer, t.lr).state_width
+    dim = cfg.model.embedding_dim
+    state = RowOptimizer(t.row_optimizer, t.lr).state_width(dim)
     out: dict[str, Any] = {"config": asdict(config), "dataset": str(ds.path), "rows": int(sum(ds.cardinalities)),
                            "batch_size": batch, "kernel": KERNEL, "compile_s": _warm_up()}
     clock = time.perf_counter()

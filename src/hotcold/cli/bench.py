@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hotcold.config import TrainConfig
+from hotcold.config import ROW_OPTIMIZERS, TrainConfig
 
 TRAIN = TrainConfig()
 
@@ -56,7 +56,7 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--methods", nargs="+", help="step: methods to run (default: device hybrid fae lru lfu "
                                                  "freqcache scratchpipe, at their headline settings)")
     st.add_argument("--warmup", type=int, default=5, help="step: untimed steps before the timed ones")
-    be.add_argument("--optimizers", nargs="+", choices=["sgd", "adagrad"], default=["sgd", "adagrad"])
+    be.add_argument("--optimizers", nargs="+", choices=list(ROW_OPTIMIZERS), default=["sgd", "adagrad"])
     be.add_argument("--no-fused", action="store_true",
                     help="run the harness's backward + update as torch operations (sparse_step), not as one kernel")
     be.add_argument("--out", help="write the result as JSON (.json) or CSV (.csv)")

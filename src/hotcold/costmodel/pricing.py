@@ -159,11 +159,12 @@ def row_optimizer(t: Terms, c: Costs, w: Workload, phase: str, unique: float, on
     scatter = c.host_scatter if on_host else c.dev_scatter
     stream = c.host_bytes if on_host else c.dev_bytes
     ops = c.host_ops if on_host else c.ops
-    passes = 6 if w.state_width else 2  # adagrad: square, mean, divide, sqrt, scale, subtract
-    weights, state = w.table_bytes(table_rows), w.table_bytes(table_rows, FLOAT_BYTES)
+    # row-wise adagrad: square, mean, divide, sqrt, scale, subtract; per element also a sqrt and add per element
+    passes = (7 if w.state_width > 1 else 6) if w.state_width else 2
+    weights, state = w.table_bytes(table_rows), w.table_bytes(table_rows, w.state_bytes)
     rows = gather(unique, d_bytes, weights) + scatter(unique, d_bytes, weights)
     if w.state_width:
-        rows += gather(unique, FLOAT_BYTES, state) + scatter(unique, FLOAT_BYTES, state)
+        rows += gather(unique, w.state_bytes, state) + scatter(unique, w.state_bytes, state)
     t.add(phase, name, rows + stream(passes * unique * d_bytes) + ops(14 if w.state_width else 5))
 
 
@@ -230,7 +231,7 @@ def param_move(c: Costs, w: Workload, rows: float, to_device: bool, slots: float
     if rows <= 0:
         return 0.0
     ms = 0.0
-    for nbytes in [w.vector_bytes] + ([FLOAT_BYTES] if w.state_width else []):
+    for nbytes in [w.vector_bytes] + ([w.state_bytes] if w.state_width else []):
         host, dev = w.table_bytes(w.table_rows(), nbytes), w.table_bytes(slots, nbytes)
         if to_device:
             ms += c.host_gather(rows, nbytes, host) + c.h2d(rows * nbytes, 1) + c.dev_scatter(rows, nbytes, dev)

@@ -18,7 +18,7 @@ from hotcold.costmodel.collectives import collective_ms, comm_rates, concurrent_
 from hotcold.costmodel.pricing import (Costs, Terms, device_lookup, grad_sum, host_lookup, param_move, row_optimizer,
                                       row_update)
 from hotcold.costmodel.workload import Workload
-from hotcold.counters import FLOAT_BYTES, PROACTIVE_WINDOWS
+from hotcold.counters import PROACTIVE_WINDOWS
 
 #: a technique's pricing: adds its terms of one step of the workload to the terms, at the profile's costs
 PriceFn = Callable[[Terms, Costs, Workload], None]
@@ -95,7 +95,7 @@ def price_scratchpipe(t: Terms, c: Costs, w: Workload) -> None:
     t.add("h2d", "admit", c.ids(unique, "host_directory_row_ns") + c.ids(scan, "host_directory_slot_ns")
           + c.host_ops(8))
     cap = float(w.report.get("capacity", 0) or 0) or w.table_rows()
-    parts = [w.vector_bytes] + ([FLOAT_BYTES] if w.state_width else [])
+    parts = [w.vector_bytes] + ([w.state_bytes] if w.state_width else [])
     host = {b: w.table_bytes(w.table_rows(), b) for b in parts}
     pad = {b: w.table_bytes(cap, b) for b in parts}
     copy_out = sum(c.dev_gather(evicted, b, pad[b]) + c.d2h(evicted * b, 1) for b in parts)

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from hotcold.config import ConfigError
+from hotcold.config import ConfigError, row_state_width
 from hotcold.counters import FLOAT_BYTES
 
 @dataclass(frozen=True)
@@ -143,7 +143,13 @@ class Workload:
 
     @property
     def state_width(self) -> int:
-        return 1 if self.row_optimizer == "adagrad" else 0
+        """Floats of optimizer state a row keeps (0, 1 or per element the dim)."""
+        return row_state_width(self.row_optimizer, self.shape.dim)
+
+    @property
+    def state_bytes(self) -> int:
+        """Bytes of one row's optimizer state (moved with it)."""
+        return self.state_width * FLOAT_BYTES
 
     @property
     def vector_bytes(self) -> int:

@@ -34,7 +34,7 @@ class HostTier:
         self.device = device
         pin = device.type == "cuda"
         self.weight = weight.contiguous().pin_memory() if pin else weight.contiguous()
-        self.state = optimizer.init_state(weight.shape[0], "cpu")
+        self.state = optimizer.init_state(weight.shape[0], weight.shape[1], "cpu")
 
     def lookups(self, positions: torch.Tensor) -> int:
         """How many of the served local ``positions`` are host rows."""

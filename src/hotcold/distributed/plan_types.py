@@ -141,8 +141,10 @@ class Plan:
         return np.bincount(self.slot[self.off_device], minlength=self.topology.world).astype(np.int64)
 
     def bytes_held(self, dim: int, state_width: int) -> np.ndarray:
-        """int [P]: bytes of weights and optimizer state per rank (a column shard keeps its rows' whole state)."""
-        return self.rows_held() * (dim // self.columns + state_width) * counters.FLOAT_BYTES
+        """int [P]: bytes of weights and optimizer state per rank (a column shard keeps its rows' whole row-wise
+        state, its columns' per-element state: ``counters.shard_state_floats``)."""
+        floats = dim // self.columns + counters.shard_state_floats(state_width, self.columns)
+        return self.rows_held() * floats * counters.FLOAT_BYTES
 
     def tier_rows(self) -> dict[str, int]:
         return {name: int((self.tier == t).sum()) for t, name in TIER_NAMES.items()}

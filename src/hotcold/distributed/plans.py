@@ -105,7 +105,7 @@ def column_wise(inputs: PlanInputs) -> Plan:
                               f"ranks, the world has {p} (set plan_options width to at least {-(-d // p)})")
     lookups = np.add.reduceat(inputs.counts, inputs.bounds[:-1]) if inputs.num_rows else np.zeros(0)
     lookups = np.where(sizes > 0, lookups, 0)
-    shard_bytes = sizes * (width + inputs.state_width) * counters.FLOAT_BYTES
+    shard_bytes = sizes * (width + counters.shard_state_floats(inputs.state_width, shards)) * counters.FLOAT_BYTES
     budget = inputs.budget_bytes()
     used, load = np.zeros(p, dtype=np.int64), np.zeros(p, dtype=np.int64)
     ranks = np.zeros((sizes.size, shards), dtype=np.int32)

@@ -96,7 +96,7 @@ class ShardedStore(EmbeddingStore):
         check_store_plan(opts, f"store {type(self).__name__}")  # the registry checks a config's; a spec's here
         counts = spec.frequencies.numpy() if spec.frequencies is not None else np.zeros(spec.num_rows, np.int64)
         self.inputs = PlanInputs.for_training(
-            spec.table_sizes, counts, self.comm.topology, spec.dim, self.optimizer.state_width,
+            spec.table_sizes, counts, self.comm.topology, spec.dim, self.optimizer.state_width(spec.dim),
             opts.memory_headroom, opts.planner_options(), spec.batch_share, wire=self.comm.wire)
         self.sharding = build_plan(opts.plan, self.inputs)
         sh = self.sharding
@@ -112,7 +112,7 @@ class ShardedStore(EmbeddingStore):
         full = init_table(spec.table_sizes, spec.dim, spec.seed).view(sh.num_rows, sh.columns, self.width)
         full = full[torch.from_numpy(owned), self.shard_of]              # [M, width]
         self.weight = full[:on_device].contiguous().to(self.device)
-        self.state = self.optimizer.init_state(on_device, self.device)
+        self.state = self.optimizer.init_state(on_device, self.width, self.device)  # a column shard's own columns
         self.host_tier = (HostTier(full[on_device:], self.optimizer, on_device, self.device)
                           if on_device < owned.size else None)
         tier = sh.tier[owned]
@@ -133,7 +133,7 @@ class ShardedStore(EmbeddingStore):
                 raise ConfigError("store.rw_protocol reduce_scatter sum-pools one id per sample and table (DLRM "
                                   "style); this dataset's histories share tables and are pooled by the model")
         # row-wise state over each row's columns, from the squares its table's shard owners exchange
-        self.column_exchange = (sh.columns > 1 and bool(self.optimizer.state_width)
+        self.column_exchange = (sh.columns > 1 and self.optimizer.adagrad and not self.optimizer.elementwise
                                 and sh.details.get("column_state", "row") == "row")
         self.shares = sh.holds() & sh.holds()[self.rank] if sh.columns > 1 else None  # [P, T] tables held with me
         self._last: Exchange | None = None
@@ -371,7 +371,7 @@ class ShardedStore(EmbeddingStore):
         mean = float(np.mean(served)) if served else 0.0
         host = {} if self.sharding.off_device is None else {
             "host_lookups_per_rank": [int(h) for h in self.comm.gather_objects(self._host_total)]}
-        return {**self.sharding.describe(self.dim, self.optimizer.state_width, self.inputs.budget_bytes()),
+        return {**self.sharding.describe(self.dim, self.optimizer.state_width(self.dim), self.inputs.budget_bytes()),
                 "served_lookups_per_rank": [int(s) for s in served],
                 "load_imbalance": float(max(served) / mean) if mean > 0 else float("nan"),
                 "wire": self.comm.wire.record(), "rw_protocol": self.rw_protocol,

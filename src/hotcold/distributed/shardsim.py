@@ -25,6 +25,7 @@ import numpy as np
 from tqdm import tqdm
 
 from hotcold.config import ConfigError, InfeasibleError, Wire, row_state_width
+from hotcold.counters import exchanges_row_squares
 from hotcold.data.format import Dataset
 from hotcold.data.order import table_batches
 from hotcold.data.skew import row_counts
@@ -115,7 +116,7 @@ def step_matrices(plan: Plan, batch: np.ndarray, dim: int, state_width: int, den
     groups = ReplicaGroups.of(plan, dim, wire)
     if groups is not None:
         out["replica_allreduce"] = groups.matrix(*groups.sends(*touched_rows(plan, requests))[:2])
-    if plan.columns > 1 and state_width and plan.details.get("column_state", "row") == "row":
+    if plan.columns > 1 and exchanges_row_squares(state_width) and plan.details.get("column_state", "row") == "row":
         uniq = np.unique(np.concatenate(requests))
         bounds = np.concatenate([[0], np.cumsum(plan.table_sizes)])
         distinct = np.bincount(np.searchsorted(bounds, uniq, side="right") - 1, minlength=len(plan.table_sizes))
@@ -256,7 +257,8 @@ def shard_sim(ds: Dataset, cfg: Sections, plans: list[str], scales: list[Scale],
                                        or batch_per_rank < 1):
         raise ValueError(f"batch_per_rank must be a positive integer, got {batch_per_rank!r}")
     check_rw_protocol(ds, rw_protocol)
-    dim, state = cfg.model.embedding_dim, row_state_width(t.row_optimizer)
+    dim = cfg.model.embedding_dim
+    state = row_state_width(t.row_optimizer, dim)
     counts = row_counts(ds, "train")
     start, stop = ds.split("train")
     dense = dense_parameters(ds, cfg)

@@ -17,6 +17,7 @@ from typing import Iterable
 import numpy as np
 
 from hotcold.config import Wire
+from hotcold.counters import exchanges_row_squares
 from hotcold.distributed.host_lookups import host_codes, host_counts, host_lookups_per_rank
 from hotcold.distributed.plan_types import ALL, NODE, Plan, column_exchange
 from hotcold.distributed.replica_sync import ReplicaGroups, ReplicaTouches
@@ -79,7 +80,8 @@ class PlanTraffic:
         self.holds = plan.holds() if plan.columns > 1 else None  # [P, T] the column shards' ranks
         self.vector_bytes = dim // plan.columns * self.wire.vector_bytes
         #: the column shards exchange each updated row's squared-gradient partial sums (``column_exchange``)
-        self.exchanges = plan.columns > 1 and state_width > 0 and plan.details.get("column_state", "row") == "row"
+        self.exchanges = (plan.columns > 1 and exchanges_row_squares(state_width)
+                          and plan.details.get("column_state", "row") == "row")
         self.off = ~np.eye(p, dtype=bool)
         self.inter = topo.inter_mask()
         self.groups = ReplicaGroups.of(plan, dim, self.wire)  # None: no replicated rows, nothing to synchronise
@@ -253,7 +255,7 @@ class ScaleSweep:
         for i, other in enumerate(self._codes):
             t = self.traffic[i]
             same = (codes is None and other is None and t.holds is not None and np.array_equal(t.holds, plan.holds())
-                    and t.columns == plan.columns and t.exchanges == (state_width > 0 and plan.details.get(
+                    and t.columns == plan.columns and t.exchanges == (exchanges_row_squares(state_width) and plan.details.get(
                         "column_state", "row") == "row")) or (
                 codes is not None and other is not None and np.array_equal(codes, other)
                 and _same_host(self.traffic[i].host_codes, host_codes(plan.off_device, plan.slot)))

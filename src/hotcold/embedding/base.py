@@ -258,7 +258,7 @@ class EmbeddingStore(abc.ABC):
         with the access counts of every row (int64) when it needs them, and,
         on a GPU, the device share its options state (a cache's rows).
         """
-        table = rows_mod.table_bytes(spec.num_rows, spec.dim, spec.optimizer.state_width)
+        table = rows_mod.table_bytes(spec.num_rows, spec.dim, spec.optimizer.state_width(spec.dim))
         host = table + (8 * spec.num_rows if cls.needs_frequencies else 0)
         device = 0
         if spec.device.type != "cpu":

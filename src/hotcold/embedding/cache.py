@@ -1,7 +1,7 @@
 """Software embedding caches: ``lru``, ``lfu`` and ``freqcache``.
 
 Every row and its optimizer state live in host memory; the device holds a
-cache of C slots (weights [C, D], state [C]). Before each forward the
+cache of C slots (weights [C, D], state [C] or per element [C, D]). Before each forward the
 batch is planned by ``hotcold.policies.directory.CacheDirectory`` (the trace
 simulator's own directory, so its counts are the stores'): hits stay,
 victims outside the batch are written back (weights and state), misses are
@@ -40,7 +40,7 @@ class _CachePlan:
     uslots: torch.Tensor              # int64 [U] slot of each distinct row, on the device
     miss_slots: torch.Tensor          # int64 [M] slots to fill, on the device
     victim_slots: torch.Tensor        # int64 [E] slots to write back, on the device
-    fetched: tuple[torch.Tensor, torch.Tensor | None]  # the missed rows' weights [M, D] and state [M], on the device
+    fetched: tuple[torch.Tensor, torch.Tensor | None]  # the missed rows' weights [M, D] and state [M(, D)], on the device
 
 
 @dataclass
@@ -49,7 +49,7 @@ class _WriteBack:
 
     rows: torch.Tensor                     # int64 [E]
     weight: torch.Tensor                   # [E, D] (pinned on a GPU)
-    state: torch.Tensor | None             # [E]
+    state: torch.Tensor | None             # [E(, D)]
     done: Any = None                       # offloaded: an event after the copies
 
 
@@ -85,18 +85,17 @@ class CacheStore(EmbeddingStore):
         policy, warm = self.make_policy(spec, where)
         self.directory = CacheDirectory(n, self.capacity, policy)
         self.rt = runtime(self.device)
-        self._with_state = self.optimizer.state_width > 0
+        self._with_state = self.optimizer.adagrad
         extra = 2 if self.rt.offloaded else 0  # the device path's dump rows and slots (``cache_device``)
         weight = init_table(spec.table_sizes, spec.dim, spec.seed, extra_rows=extra)       # [N(+2), D]
-        state = torch.zeros(n + extra) if self._with_state else self.optimizer.init_state(n)  # [N(+2)]
+        state = self.optimizer.init_state(n + extra, spec.dim)                              # [N(+2)(, D)]
         pin = self.options.pin_host
         weight, state = (self.rt.pin(weight), self.rt.pin(state)) if pin else (weight, state)
         self.host_w, self.host_s = weight[:n], state[:n]
         cache_w = torch.zeros(self.capacity + extra, spec.dim, device=self.device)         # [C(+2), D]
-        cache_s = torch.zeros(self.capacity + extra, device=self.device) if self._with_state else \
-            self.optimizer.init_state(self.capacity, self.device)                           # [C(+2)]
+        cache_s = self.optimizer.init_state(self.capacity + extra, spec.dim, self.device)  # [C(+2)(, D)]
         self.cache_w, self.cache_s = cache_w[:self.capacity], cache_s[:self.capacity]
-        self.row_bytes = row_bytes(spec.dim, self.optimizer.state_width)
+        self.row_bytes = row_bytes(spec.dim, self.optimizer.state_width(spec.dim))
         self._row_slot = torch.from_numpy(self.directory.row_slot)  # [N], shares the directory's memory
         self._slot_row = torch.from_numpy(self.directory.slot_row)  # [C]
         self._written: _WriteBack | None = None   # the last forward's victims, not in the host table yet
@@ -131,7 +130,7 @@ class CacheStore(EmbeddingStore):
     # -- host side: the plan, a step ahead ---------------------------------------------------------------
 
     def _gather_host(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Host rows' weights [M, D] and state [M] (None for SGD)."""
+        """Host rows' weights [M, D] and state [M(, D)] (None for SGD)."""
         return self.host_w.index_select(0, rows), self.host_s.index_select(0, rows) if self._with_state else None
 
     def _land(self) -> None:

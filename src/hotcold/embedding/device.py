@@ -29,7 +29,7 @@ class DeviceStore(EmbeddingStore):
         self.rt = runtime(self.device)
         n, extra = spec.num_rows, 1 if self.rt.offloaded else 0  # the device table's trash row
         table = init_table(spec.table_sizes, spec.dim, spec.seed, self.device, extra_rows=extra)  # [N(+1), D]
-        state = self.optimizer.init_state(n + extra, self.device)                               # [N(+1)]
+        state = self.optimizer.init_state(n + extra, spec.dim, self.device)                     # [N(+1)(, D)]
         self.weight, self.state = table[:n], state[:n]
         self.table = DeviceTable(table, state, self.optimizer, self.column_offsets, n,
                                  exact_sums=spec.exact_sums) if self.rt.offloaded else None
@@ -82,7 +82,7 @@ class DeviceStore(EmbeddingStore):
     @classmethod
     def memory_need(cls, spec: StoreSpec) -> MemoryNeed:
         """Every row and its state on the trainer device; on a GPU the host receives the final rows."""
-        table = table_bytes(spec.num_rows, spec.dim, spec.optimizer.state_width)
+        table = table_bytes(spec.num_rows, spec.dim, spec.optimizer.state_width(spec.dim))
         if spec.device.type == "cpu":
             return MemoryNeed(host=table)
         return MemoryNeed(host=table_bytes(spec.num_rows, spec.dim), device=table)

@@ -97,7 +97,7 @@ class FAEStore(EmbeddingStore):
         self.rt = runtime(self.device)
         trash = 1 if self.rt.offloaded else 0  # on a GPU the hot table ends with a trash row (``DeviceTable``)
         weight = torch.zeros(h + trash, self.dim, device=self.device)  # [H(+1), D]
-        state = torch.zeros(h + trash, device=self.device)              # [H(+1)]
+        state = self.optimizer.state_zeros(h + trash, self.dim, self.device)  # [H(+1)(, D)]
         self.dev_weight, self.dev_state = weight[:h], state[:h]
         self.dev_weight.copy_(self.host.weight.index_select(0, self.hot_rows))
         self.dev_state.copy_(self.host.state.index_select(0, self.hot_rows))
@@ -107,8 +107,8 @@ class FAEStore(EmbeddingStore):
         self._planned = 0  # batches planned so far (their kinds, in training order: ``FAEProfile.kinds``)
         if self.rt.offloaded:  # pinned staging of synchronisation copies
             self._pin_w = self.rt.empty_host(h, self.dim)
-            self._pin_s = self.rt.empty_host(h)
-        self.row_bytes = row_bytes(spec.dim, self.optimizer.state_width)
+            self._pin_s = self.rt.empty_host(*self.dev_state.shape)
+        self.row_bytes = row_bytes(spec.dim, self.optimizer.state_width(spec.dim))
         self._sync = HotSetSync(h)
         self._last: tuple[Lookup, torch.Tensor] | DevicePlan | None = None  # hot batch: its plan
         self._hot_step: bool | None = None  # kind of the batch awaiting ``backward``
@@ -122,7 +122,7 @@ class FAEStore(EmbeddingStore):
         return {"hot_fraction": self.hot_fraction, "hot_rows": int(self.hot_rows.numel()),
                 "hot_ratio": self.hot_rows.numel() / self.spec.num_rows,
                 "hot_bytes": int(self.hot_rows.numel()) * 4 * self.dim, "hot_state_bytes":
-                int(self.hot_rows.numel()) * 4 * self.optimizer.state_width,
+                int(self.hot_rows.numel()) * 4 * self.optimizer.state_width(self.dim),
                 "sampled_inputs": self.profile.sampled, **self.profile.order}
 
     @classmethod
@@ -152,7 +152,7 @@ class FAEStore(EmbeddingStore):
 
     def _hot_to_device(self) -> None:
         """Copy the hot rows (and state) host -> device."""
-        adagrad = self.optimizer.state_width > 0
+        adagrad = self.optimizer.adagrad
         if self.rt.offloaded:
             torch.index_select(self.host.weight, 0, self.hot_rows, out=self._pin_w)
             self.dev_weight.copy_(self._pin_w, non_blocking=self.rt.cuda)
@@ -166,7 +166,7 @@ class FAEStore(EmbeddingStore):
 
     def _hot_to_host(self) -> None:
         """Copy the hot rows (and state) device -> host."""
-        adagrad = self.optimizer.state_width > 0
+        adagrad = self.optimizer.adagrad
         w, s = self.dev_weight, self.dev_state
         if self.rt.offloaded:
             w = self.rt.copy_to_host(self._pin_w, w)

@@ -5,7 +5,7 @@ An optional extra (``pip install -e .[peers]``): this module imports without
 ``SplitTableBatchedEmbeddingBagsCodegen`` with sum pooling over bags of one
 id (one bag per sample and id column, empty for padding), so its output is
 the [B, K, D] lookup every store returns, and FBGEMM's optimizer fused into
-its backward (``EXACT_SGD`` or ``EXACT_ROWWISE_ADAGRAD``) is the sparse update.
+its backward (``EXACT_SGD``, ``EXACT_ROWWISE_ADAGRAD`` or ``EXACT_ADAGRAD``) is the sparse update.
 Placement and phases: ``FbgemmStore``; counters: ``FbgemmStore._count``;
 exactness and limits: docs/methods.md, "Peers: FBGEMM and TorchRec".
 """
@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import torch
 
-from hotcold.config import ConfigError, InfeasibleError, is_real
+from hotcold.config import ELEMENTWISE, ConfigError, InfeasibleError, is_real
 from hotcold.counters import StepCounters, all_resident, row_bytes
 from hotcold.embedding.base import EmbeddingStore, Marker, StoreSpec
 from hotcold.embedding.rows import Lookup, init_table, ship
@@ -102,7 +102,8 @@ def make_tbe(table_sizes: Sequence[int], dim: int, optimizer: Any, device: torch
              cache: str | None = None, cache_ratio: float | None = None, probe: bool = True) -> torch.nn.Module:
     """A TBE with sum pooling and the optimizer fused into its backward, weights from ``weights``.
 
-    optimizer: a ``RowOptimizer`` (EXACT_SGD, or EXACT_ROWWISE_ADAGRAD with its lr and eps).
+    optimizer: a ``RowOptimizer`` (EXACT_SGD; EXACT_ROWWISE_ADAGRAD or, per element, EXACT_ADAGRAD with its lr
+    and eps).
     weights: float32 [sum(sizes), D] (default ``init_table(sizes, dim, 0)``).
     feature_table_map: the table of each id column (default: column t is table t). FBGEMM 1.8.0's CPU
     row-wise Adagrad fails unless the columns of one table are adjacent (``table_order`` arranges them).
@@ -139,7 +140,8 @@ def make_tbe(table_sizes: Sequence[int], dim: int, optimizer: Any, device: torch
         compute = ComputeDevice.CUDA
     else:
         location, compute = EmbeddingLocation.HOST, ComputeDevice.CPU
-    kind = {"sgd": EmbOptimType.EXACT_SGD, "adagrad": EmbOptimType.EXACT_ROWWISE_ADAGRAD}[optimizer.kind]
+    kind = {"sgd": EmbOptimType.EXACT_SGD, "adagrad": EmbOptimType.EXACT_ROWWISE_ADAGRAD,
+            ELEMENTWISE: EmbOptimType.EXACT_ADAGRAD}[optimizer.kind]
     extra: dict[str, Any] = {}
     if cache is not None:
         extra = {"cache_algorithm": CacheAlgorithm.LRU if cache == "lru" else CacheAlgorithm.LFU,
@@ -189,11 +191,13 @@ def tbe_weights(tbe: torch.nn.Module) -> torch.Tensor:
 
 
 def tbe_row_states(tbe: torch.nn.Module) -> torch.Tensor:
-    """Row-wise Adagrad's state of every row, float32 [sum(sizes)] on the CPU (SGD: empty)."""
+    """Adagrad's state of every row, float32 on the CPU: row-wise [sum(sizes)], per element [sum(sizes), D]
+    (SGD: empty)."""
     states = tbe.split_optimizer_states()
     if not states or not states[0]:
         return torch.zeros(0)
-    return torch.cat([s[0].detach().reshape(-1).to("cpu", torch.float32) for s in states])
+    rows = [s[0].detach().to("cpu", torch.float32) for s in states]
+    return torch.cat([r.reshape(r.shape[0], -1).squeeze(1) if r.dim() else r for r in rows])
 
 
 def tbe_cache_slots(tbe: torch.nn.Module) -> int:
@@ -224,8 +228,8 @@ class FbgemmStore(EmbeddingStore):
     timed steps (``settle_counters``).
 
     Exactness: FBGEMM's SGD and row-wise Adagrad are the harness's
-    (``RowOptimizer``): Adagrad adds the mean squared gradient of the row to its
-    state and divides by ``sqrt(state) + eps``. The weights agree with the
+    (``RowOptimizer``): row-wise Adagrad adds the mean squared gradient of the row to its
+    state and divides by ``sqrt(state) + eps``; EXACT_ADAGRAD does the same per element. The weights agree with the
     ``device`` store up to float32 summation order (docs/methods.md, "Exactness", and
     docs/measurements.md for the measured differences). FBGEMM needs ``embedding_dim`` a multiple of 4.
     """
@@ -247,7 +251,7 @@ class FbgemmStore(EmbeddingStore):
                             feature_table_map=tables if order is None else [tables[k] for k in order],
                             cache=self.cache, cache_ratio=ratio)
         self.requested_ratio = ratio
-        self.row_bytes = row_bytes(spec.dim, 0)  # MANAGED_CACHING moves weights; row-wise state stays on device
+        self.row_bytes = row_bytes(spec.dim, 0)  # MANAGED_CACHING caches weights; the optimizer's state is not cached
         self._out: torch.Tensor | None = None
         self._ids: torch.Tensor | None = None           # the last trained batch, counted after the step
         self._lk: Lookup | None = None                  # MANAGED_CACHING: the last batch's planned rows

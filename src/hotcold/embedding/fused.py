@@ -1,4 +1,4 @@
-"""A batch's sparse backward and row update as one kernel: the gradient sum per row, then SGD or row-wise Adagrad.
+"""A batch's sparse backward and row update as one kernel: the gradient sum per row, then SGD or Adagrad.
 
 ``update.sparse_step`` composes the step from torch operations (an
 embedding-bag sum, the pairwise square sum, then gather, arithmetic,
@@ -8,9 +8,11 @@ float32 operations one after the other in the same order and with the same
 rounding as the torch composition:
 
 - the row's gradient: its lookups' gradients added in batch order into zero;
-- Adagrad: the squares added as ``update.row_square_sums``'s pairwise tree,
-  times the reciprocal of the width, added to the row's state; the gradient
-  divided by the state's square root plus ``eps``;
+- row-wise Adagrad: the squares added as ``update.row_square_sums``'s pairwise
+  tree, times the reciprocal of the width, added to the row's state; the
+  gradient divided by the state's square root plus ``eps``;
+- per-element Adagrad: each element's square added to its own state, the
+  element divided by that state's square root plus ``eps``;
 - the weight minus ``lr`` times that.
 
 No operation is fused (numba's default: no fast-math, no contraction into
@@ -36,10 +38,11 @@ MIN_ROWS_PER_THREAD = 2048
 
 
 @jit
-def _step_rows(weight, state, slots, order, starts, grads, lr, eps, inv_width, adagrad, lo, hi):  # pragma: no cover
+def _step_rows(weight, state, slots, order, starts, grads, lr, eps, inv_width, mode, lo, hi):  # pragma: no cover
     """Rows ``lo..hi`` of the step (numba; the plain-Python body is the same arithmetic, slowly).
 
-    weight float32 [N, D], state float32 [N] (unread for SGD), slots int64 [U],
+    ``mode``: 0 SGD, 1 row-wise Adagrad, 2 per-element Adagrad. weight float32
+    [N, D], state float32 [N, 1] (row-wise), [N, D] (per element; unread for SGD), slots int64 [U],
     order int64 [L], starts int64 [U + 1] (the last: L), grads float32 [L, D];
     lr, eps, inv_width: float32 scalars.
     """
@@ -57,7 +60,13 @@ def _step_rows(weight, state, slots, order, starts, grads, lr, eps, inv_width, a
                 g[k, d] += grads[src, d]
     for u in range(lo, hi):
         k, s = u - lo, slots[u]
-        if adagrad:
+        if mode == 2:
+            for d in range(width):
+                acc = state[s, d] + g[k, d] * g[k, d]
+                state[s, d] = acc
+                denom = np.float32(math.sqrt(acc)) + eps  # correctly rounded (update.correct_sqrt)
+                weight[s, d] = weight[s, d] - lr * (g[k, d] / denom)
+        elif mode == 1:
             for d in range(width):
                 sq[d] = g[k, d] * g[k, d]
             n = width
@@ -68,8 +77,8 @@ def _step_rows(weight, state, slots, order, starts, grads, lr, eps, inv_width, a
                 if n % 2:
                     sq[0] = sq[0] + sq[2 * half]
                 n = half
-            acc = state[s] + sq[0] * inv_width
-            state[s] = acc
+            acc = state[s, 0] + sq[0] * inv_width
+            state[s, 0] = acc
             denom = np.float32(math.sqrt(acc)) + eps  # correctly rounded (update.correct_sqrt)
             for d in range(width):
                 weight[s, d] = weight[s, d] - lr * (g[k, d] / denom)
@@ -110,7 +119,7 @@ def available(weight: torch.Tensor, grads: torch.Tensor) -> bool:
 
 def fused_step(weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, order: torch.Tensor,
                offsets: torch.Tensor, grads: torch.Tensor, lr: float, eps: float, adagrad: bool,
-               threads: int = 1) -> None:
+               threads: int = 1, elementwise: bool = False) -> None:
     """``update.sparse_step``'s arithmetic in one kernel, in place on ``weight`` (and ``state`` for Adagrad).
 
     slots int64 [U]: the rows' places in ``weight``; ``order`` [L] and
@@ -124,9 +133,10 @@ def fused_step(weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, o
     if not u:
         return
     w = weight.numpy()
-    s = state.numpy() if adagrad else np.zeros(1, dtype=np.float32)
+    s = state.numpy().reshape(state.shape[0], -1) if adagrad else np.zeros((1, 1), dtype=np.float32)
     args = (w, s, slots.numpy(), order.numpy(), offsets.numpy(), grads.contiguous().numpy(),
-            np.float32(lr), np.float32(eps), np.float32(1.0 / max(w.shape[1], 1)), adagrad)
+            np.float32(lr), np.float32(eps), np.float32(1.0 / max(w.shape[1], 1)),
+            (2 if elementwise else 1) if adagrad else 0)
     chunks = min(max(1, int(threads)), max(1, u // MIN_ROWS_PER_THREAD))
     if chunks == 1:
         _step_rows(*args, 0, u)

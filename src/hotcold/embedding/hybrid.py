@@ -20,7 +20,7 @@ class HybridStore(EmbeddingStore):
     def __init__(self, spec: StoreSpec) -> None:
         super().__init__(spec)
         self.weight = init_table(spec.table_sizes, spec.dim, spec.seed)   # [N, D], host
-        self.state = self.optimizer.init_state(spec.num_rows)              # [N], host
+        self.state = self.optimizer.init_state(spec.num_rows, spec.dim)    # [N(, D)], host
         self.rt = runtime(self.device)
         self._out_buf = torch.empty(0)   # pinned staging of looked-up vectors (offloaded only)
         self._grad_buf = torch.empty(0)  # pinned staging of their gradients (offloaded only)

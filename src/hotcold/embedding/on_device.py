@@ -47,7 +47,7 @@ class DevicePlan:
 
 
 class DeviceTable:
-    """Rows [R, D] and their optimizer state [R] on the device, with a trash row (slot R) past them.
+    """Rows [R, D] and their optimizer state [R] (per element [R, D]) on the device, with a trash row (slot R) past them.
 
     ``weight`` [R + 1, D] and ``state`` [R + 1]: the trash row last, zero.
     ``column_offsets`` [K] (CPU): the global row of each id column's id 0;

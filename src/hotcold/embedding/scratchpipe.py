@@ -95,9 +95,9 @@ class ScratchPipeStore(EmbeddingStore):
         self.lookahead = self.window
         n = spec.num_rows
         self.host_weight = init_table(spec.table_sizes, spec.dim, spec.seed)  # [N, D]
-        self.host_state = self.optimizer.init_state(n)                        # [N]
-        self._has_state = self.optimizer.state_width > 0
-        self.row_bytes = row_bytes(spec.dim, self.optimizer.state_width)
+        self.host_state = self.optimizer.init_state(n, spec.dim)              # [N(, D)]
+        self._has_state = self.optimizer.adagrad
+        self.row_bytes = row_bytes(spec.dim, self.optimizer.state_width(spec.dim))
         self.min_capacity: int | None = None
         start = 0
         if spec.batches is not None:
@@ -116,7 +116,7 @@ class ScratchPipeStore(EmbeddingStore):
         offloaded = runtime(self.device).offloaded
         trash = 1 if offloaded else 0  # the device table's trash slot (C), for padding
         weight = torch.zeros(c + trash, spec.dim, dtype=torch.float32, device=self.device)
-        state = self.optimizer.init_state(c + trash, self.device)
+        state = self.optimizer.init_state(c + trash, spec.dim, self.device)
         self.slot_weight, self.slot_state = weight[:c], state[:c]  # [C, D], [C]
         #: (GPU) the scratchpad as a device table: each batch planned, looked up and updated on the device
         self._table = DeviceTable(weight, state, self.optimizer, self.column_offsets, c) if offloaded else None

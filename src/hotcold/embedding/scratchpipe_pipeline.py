@@ -84,8 +84,8 @@ class MovePipeline:
 
     def __init__(self, host: tuple[torch.Tensor, torch.Tensor], slots: tuple[torch.Tensor, torch.Tensor],
                  with_state: bool, device: torch.device) -> None:
-        self.host_w, self.host_s = host      # [N, D], [N]
-        self.slot_w, self.slot_s = slots     # [C, D], [C] on ``device``
+        self.host_w, self.host_s = host      # [N, D], [N] (per element [N, D])
+        self.slot_w, self.slot_s = slots     # [C, D], [C] (per element [C, D]) on ``device``
         self.with_state = with_state
         self.device = device
         self.rt = runtime(device)
@@ -143,7 +143,7 @@ class MovePipeline:
         ready = rt.recorded(self._train_stream)  # the victims' last use is queued there (from any thread)
         ev = [rt.event(timing=True) for _ in range(2)]
         w = rt.empty_host(vs.numel(), self.slot_w.shape[1])
-        s = rt.empty_host(vs.numel()) if self.with_state else None
+        s = rt.empty_host(vs.numel(), *self.slot_s.shape[1:]) if self.with_state else None
         with rt.on(self.side):
             self.side.wait_event(ready)
             ev[0].record(self.side)
@@ -181,7 +181,7 @@ class MovePipeline:
         t0 = time.perf_counter_ns()
         m = missing.numel()
         w = self.rt.empty_host(m, self.host_w.shape[1])
-        s = self.rt.empty_host(m) if self.with_state else None
+        s = self.rt.empty_host(m, *self.host_s.shape[1:]) if self.with_state else None
         from_host = torch.ones(m, dtype=torch.bool)
         for pos, _, _ in sources:
             from_host[pos] = False

@@ -1,4 +1,4 @@
-"""The sparse update every store applies: SGD or row-wise Adagrad on a batch's distinct rows.
+"""The sparse update every store applies: SGD, row-wise or per-element Adagrad on a batch's distinct rows.
 
 ``RowOptimizer.step`` is a batch's backward and update: the lookups'
 gradients summed per row (``rows.sum_by_index``), then ``update_rows``. On
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from hotcold.config import ConfigError, row_state_width
+from hotcold.config import ELEMENTWISE, ROW_OPTIMIZERS, ConfigError, row_state_width
 from hotcold.embedding import fused
 from hotcold.embedding.rows import RowGroups, bag_sums, sum_by_index
 
@@ -63,12 +63,15 @@ def correct_sqrt(x: torch.Tensor) -> torch.Tensor:
 
 def update_rows(weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, grad: torch.Tensor,
                 lr: float, eps: float, adagrad: bool, sq_mean: torch.Tensor | None = None,
-                by_add: bool | None = None) -> None:
-    """One SGD or row-wise Adagrad step on the rows ``slots``, in place.
+                by_add: bool | None = None, elementwise: bool = False) -> None:
+    """One SGD, row-wise or per-element Adagrad step on the rows ``slots``, in place.
 
-    weight [N, D] float32; state [N]; slots: unique int64 [U]; grad [U, D],
-    each row's summed gradient. Adagrad: ``acc += mean(g^2)`` per row,
-    ``w -= lr * (g / (sqrt(acc) + eps))``; SGD: ``w -= lr * g``. ``sq_mean``
+    weight [N, D] float32; state [N] (per element: [N, D]); slots: unique
+    int64 [U]; grad [U, D], each row's summed gradient. Row-wise Adagrad:
+    ``acc += mean(g^2)`` per row, ``w -= lr * (g / (sqrt(acc) + eps))``;
+    per-element (``elementwise``): ``acc += g^2`` per element, the same
+    division element by element (FBGEMM's ``EXACT_ADAGRAD``, ``torch.optim.Adagrad``'s
+    arithmetic); SGD: ``w -= lr * g``. ``sq_mean``
     [U]: each row's mean squared gradient over all its columns, for a store
     that holds only some of a row's columns (column-wise sharding); without it
     ``row_square_means``, whose order is fixed, so a row updated on the host
@@ -84,13 +87,17 @@ def update_rows(weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, 
     """
     by_add = weight.device.type != "cpu" if by_add is None else by_add
     if adagrad:
-        sq_mean = (row_square_means(grad) if sq_mean is None else sq_mean).to(state.dtype)  # [U]
+        if elementwise:  # [U, D]: each element's square; a column shard holds its columns' state whole
+            sq = (grad * grad).to(state.dtype)
+        else:            # [U]
+            sq = (row_square_means(grad) if sq_mean is None else sq_mean).to(state.dtype)
         if by_add:
-            acc = state.index_add_(0, slots, sq_mean).index_select(0, slots)
+            acc = state.index_add_(0, slots, sq).index_select(0, slots)
         else:
-            acc = state.index_select(0, slots) + sq_mean
+            acc = state.index_select(0, slots) + sq
             state.index_copy_(0, slots, acc)
-        grad = grad / (correct_sqrt(acc) + eps).unsqueeze(1)
+        denom = correct_sqrt(acc) + eps
+        grad = grad / (denom if elementwise else denom.unsqueeze(1))
     if by_add:  # w + (-(lr g)) is w - lr g: IEEE rounds a sum and a difference of the same values alike
         weight.index_add_(0, slots, grad.to(weight.dtype) * -lr)
     else:
@@ -98,7 +105,8 @@ def update_rows(weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, 
 
 
 def sparse_step(weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, order: torch.Tensor,
-                starts: torch.Tensor, grads: torch.Tensor, lr: float, eps: float, adagrad: bool) -> None:
+                starts: torch.Tensor, grads: torch.Tensor, lr: float, eps: float, adagrad: bool,
+                elementwise: bool = False) -> None:
     """The backward and update of the rows a batch looked up, from torch operations.
 
     grads [L, D]: the lookups' gradients; ``order`` [L] and ``starts`` [U]
@@ -106,41 +114,58 @@ def sparse_step(weight: torch.Tensor, state: torch.Tensor, slots: torch.Tensor, 
     live in ``weight``/``state``. Sums each row's gradients (``bag_sums``),
     then ``update_rows``: the arithmetic ``fused.fused_step`` does in one kernel.
     """
-    update_rows(weight, state, slots, bag_sums(order, starts, grads), lr, eps, adagrad)
+    update_rows(weight, state, slots, bag_sums(order, starts, grads), lr, eps, adagrad, elementwise=elementwise)
 
 
 class RowOptimizer:
-    """SGD or row-wise Adagrad applied to a set of unique rows.
+    """SGD, row-wise or per-element Adagrad applied to a set of unique rows.
 
     Row-wise Adagrad keeps one float per row (the running sum of the mean
     squared gradient of the row), so its state is a [N] tensor that moves with
-    the rows wherever a store puts them. ``fused``: run ``step`` as one kernel
-    where it can (``fused.available``: float32 on the CPU, numba installed);
-    False always runs the torch composition. Both give the same bits.
+    the rows wherever a store puts them; per-element Adagrad keeps a float per
+    weight, a [N, D] state that moves the same way (every store indexes the
+    state by row only). ``fused``: run ``step`` as one kernel where it can
+    (``fused.available``: float32 on the CPU, numba installed); False always
+    runs the torch composition. Both give the same bits.
     """
 
     def __init__(self, kind: str, lr: float, eps: float = 1e-8, fused: bool = True) -> None:
-        if kind not in ("sgd", "adagrad"):
-            raise ConfigError(f"row optimizer must be 'sgd' or 'adagrad', got {kind!r}")
+        if kind not in ROW_OPTIMIZERS:
+            raise ConfigError(f"row optimizer must be one of {ROW_OPTIMIZERS}, got {kind!r}")
         self.kind, self.lr, self.eps = kind, lr, eps
         self.fused = bool(fused)
 
     @property
-    def state_width(self) -> int:
-        """Floats of optimizer state per row."""
-        return row_state_width(self.kind)
+    def adagrad(self) -> bool:
+        """Row-wise or per-element Adagrad: a state that moves with its rows."""
+        return self.kind != "sgd"
 
-    def init_state(self, num_rows: int, device: torch.device | str = "cpu") -> torch.Tensor:
-        """The optimizer state of ``num_rows`` rows: float32 [N] zeros.
+    @property
+    def elementwise(self) -> bool:
+        """Per-element Adagrad: the state [N, D], a float for each weight."""
+        return self.kind == ELEMENTWISE
+
+    def state_width(self, dim: int) -> int:
+        """Floats of optimizer state a row of ``dim`` weights keeps (0, 1 or ``dim``)."""
+        return row_state_width(self.kind, dim)
+
+    def init_state(self, num_rows: int, dim: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        """The optimizer state of ``num_rows`` rows of ``dim`` weights: float32 zeros, [N] or per element [N, D].
 
         SGD keeps none: its [N] is one zero seen N times (a stride-0 view, 4
         bytes), which reads as zeros wherever a store gathers it and is never
         written (``update_rows`` touches the state only for Adagrad, and the
-        stores move it only when ``state_width`` is 1).
+        stores move it only when ``adagrad``).
         """
-        if not self.state_width:
+        if not self.adagrad:
             return torch.zeros(1, dtype=torch.float32, device=device).expand(num_rows)
-        return torch.zeros(num_rows, dtype=torch.float32, device=device)
+        return self.state_zeros(num_rows, dim, device)
+
+    def state_zeros(self, num_rows: int, dim: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        """Zeros shaped as the state of ``num_rows`` rows, [N] or per element [N, D], each its own float (SGD
+        too: for a store that copies its rows' state whatever the optimizer)."""
+        shape = (num_rows, dim) if self.elementwise else (num_rows,)
+        return torch.zeros(shape, dtype=torch.float32, device=device)
 
     def runs_fused(self, weight: torch.Tensor, grads: torch.Tensor, exact: bool = False) -> bool:
         """Whether ``step`` on these tensors runs as one kernel."""
@@ -158,7 +183,7 @@ class RowOptimizer:
             if grads.shape[0] != groups.order.numel():
                 raise ValueError(f"step: {grads.shape[0]} gradients for {groups.order.numel()} lookups")
             fused.fused_step(weight, state, slots, groups.order, groups.offsets, grads, self.lr, self.eps,
-                             self.kind == "adagrad", torch.get_num_threads())
+                             self.adagrad, torch.get_num_threads(), elementwise=self.elementwise)
             return
         self.apply(weight, state, slots, sum_by_index(groups, grads, exact))
 
@@ -166,7 +191,8 @@ class RowOptimizer:
               sq_mean: torch.Tensor | None = None) -> None:
         """Update ``weight[slots]`` (and ``state[slots]``) in place: ``update_rows`` with this optimizer.
 
-        weight: [N, D]; state: [N]; slots: unique int64 [U]; grad: [U, D];
-        ``sq_mean`` [U] as ``update_rows`` says.
+        weight: [N, D]; state: [N] or [N, D]; slots: unique int64 [U]; grad: [U, D];
+        ``sq_mean`` [U] as ``update_rows`` says (row-wise only).
         """
-        update_rows(weight, state, slots, grad, self.lr, self.eps, self.kind == "adagrad", sq_mean)
+        update_rows(weight, state, slots, grad, self.lr, self.eps, self.adagrad, sq_mean,
+                    elementwise=self.elementwise)

@@ -48,7 +48,7 @@ def placement_sweep(ds: Dataset, cfg: Sections, ratios: Sequence[float], policie
     trace model.
     """
     t = cfg.train
-    sizes = RowSizes(cfg.model.embedding_dim, row_state_width(t.row_optimizer))
+    sizes = RowSizes(cfg.model.embedding_dim, row_state_width(t.row_optimizer, cfg.model.embedding_dim))
     trace = dataset_trace(ds, t.batch_size, t.steps, cfg.seed, t.shuffle, spool=True)
     freq = row_counts(ds, "train")
     frames = [sweep(trace, ratios, policies or POLICIES, freq, windows=windows, sizes=sizes)]
