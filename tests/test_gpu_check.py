@@ -25,7 +25,7 @@ HARNESS = [m for m in methods.names(spans_ranks=False, peer=False)]
 def test_the_plan_is_the_workflows_one_process_runs_device_first():
     config = yaml.safe_load(DEFAULT.read_text())
     cpu = plan(config, Path("out"), "cpu", SCALES["tiny"])
-    assert list(cpu.generators) == ["kaggle", "terabyte", "taobao"]
+    assert list(cpu.generators) == ["kaggle", "terabyte", "taobao", "multihot"]
     assert all(spec["rows"] == SCALES["tiny"].rows for spec in cpu.generators.values())
     by_dataset = {}
     for run in cpu.runs:
@@ -34,7 +34,7 @@ def test_the_plan_is_the_workflows_one_process_runs_device_first():
         assert run.run_config["train"]["steps"] == SCALES["tiny"].steps
         assert run.out_dir == Path("out/runs", run.dataset, run.method, run.variant, "seed~0")
     firsts = [r.method for r in cpu.runs[:len(cpu.generators)]]
-    assert firsts == ["device"] * 3 and "device" not in [r.method for r in cpu.runs[3:]]
+    assert firsts == ["device"] * 4 and "device" not in [r.method for r in cpu.runs[4:]]
     for runs in by_dataset.values():
         assert {r.method for r in runs} == {m for m in config["methods"] if not methods.get(m).spans_ranks}
     # FBGEMM's managed cache is GPU-only: known infeasible on a CPU, trained on a GPU
@@ -244,7 +244,7 @@ def test_cpu_fallback_every_dataset_and_method(tmp_path: Path):
     """The whole default config at the tiny scale: every one-process run has a row, none failed."""
     result = check(CheckOptions(out=tmp_path, config=DEFAULT, repo=REPO, device="cpu", tests=False, threads=1))
     table = result.table
-    assert set(table["dataset"]) == {"kaggle", "terabyte", "taobao"}
+    assert set(table["dataset"]) == {"kaggle", "terabyte", "taobao", "multihot"}
     assert not (table["status"] == "failed").any(), table[["dataset", "method", "variant", "reason"]]
     ok = table[(table["status"] == "ok") & table["method"].isin(HARNESS)]
     assert ok["exact"].astype(bool).all()

@@ -22,7 +22,8 @@ pytest.importorskip("snakemake", reason="Snakemake runs the workflow; `make` ins
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "Snakefile"
-DATASETS = ("kaggle", "terabyte", "taobao")
+DATASETS = ("kaggle", "terabyte", "taobao")   # the tiny workflow's (TINY_CONFIG leaves the multi-hot one out)
+DEFAULT_DATASETS = (*DATASETS, "multihot")   # default.yaml's
 METHODS = ("device", "hybrid", "fae", "lru", "lfu", "freqcache", "scratchpipe")
 TABLES = ("summary.csv", "summary.md", "infeasible.md", "phases.csv", "counters.csv", "counters.md", "speedup.csv", "speedup.md",
           "cache_sim.csv", "fae_hot_fraction.csv", "rows_moved.csv", "dataset_stats.csv", "comm_traffic.csv",
@@ -38,7 +39,8 @@ SCALE_OUT_RUN = ("kaggle", "sharded", "row", 2, 1)  # the one scale-out run: 2 r
 PEER_STATUS = {"base": "ok" if fbgemm_available() is None else "skipped", "lfu-5pct": "infeasible"}
 PEER_RUNS = (("kaggle", "base"), ("kaggle", "lfu-5pct"), ("taobao", "base"))
 
-# The default config's three generated datasets and seven methods at a tiny scale: one
+# The default config's three one-hot generated datasets and seven methods at a tiny scale (its multi-hot dataset
+# is left out: every store's bits on bags are tests/test_multihot.py's, its jobs the dry run's below): one
 # variant per method (a null removes a default variant). At this scale a batch touches a
 # large share of the rows, so the caches get large ratios, Taobao's the largest (a
 # per-dataset override, as is its smaller batch). Taobao's lfu cache is too small for its
@@ -64,6 +66,7 @@ datasets:
       sharded: null
       fbgemm: {lfu-5pct: null}
     train: {batch_size: 128}
+  multihot: null
 methods:
   sharded: {table: null, column: null, balanced: null}
   proactive: null
@@ -265,10 +268,15 @@ def test_dry_run_plans_scale_out_runs_and_shard_sims(tmp_path: Path) -> None:
     assert any("runs/taobao/flexshard/base/world~4-rpn~2/seed~0" in ln for ln in trains)
     assert any("--out 'results/runs/kaggle/lru/1.5pct/seed~0'" in ln and "--nproc" not in ln for ln in lines)
     sims = [ln for ln in lines if "hotcold shard-sim" in ln]
-    assert len(sims) == 3
+    assert len(sims) == len(DEFAULT_DATASETS)
     assert all("--scales 2x1 2x2 4x8 16x8 --headrooms 1.0 1.25 1.5 2.0" in ln for ln in sims), sims[0]
     assert all("--plans table row column balanced flexshard" in ln for ln in sims)
     assert all("--batch-per-rank 512 --fixed-batch" in ln for ln in sims)
+    # the multi-hot dataset: no scale-out run, every plan simulated over its own 5 steps with its DCNv2 model
+    assert not any("runs/multihot/" in ln for ln in trains)
+    multihot = [ln for ln in sims if "results/data/multihot" in ln]
+    assert len(multihot) == 1 and '"interaction": "dcnv2"' in multihot[0] and '"steps": 5,' in multihot[0]
+    assert all('"steps": 40,' in ln for ln in sims if ln not in multihot)
 
 
 @pytest.mark.slow
@@ -340,12 +348,12 @@ def test_interleave_plans_one_group_job_per_dataset_and_seed(tmp_path: Path) -> 
     jobs, files = training_jobs(separate.stdout)
     group_jobs, group_files = training_jobs(interleaved.stdout)
     assert group_files == files and any(f.endswith("kaggle/lru/1.5pct/seed~1/record.json") for f in files)
-    # the default's 42 one-process runs and the fbgemm peer's 15 (5 variants x 3 datasets), 2 seeds; on a CPU
-    # its 12 managed-cache runs a seed get their infeasible records from one job, without training
-    assert jobs["train"] == 2 * (42 + 3) and "train" not in group_jobs
+    # the default's 56 one-process runs and the fbgemm peer's 20 (5 variants x 4 datasets), 2 seeds; on a CPU
+    # its 16 managed-cache runs a seed get their infeasible records from one job, without training
+    assert jobs["train"] == 2 * (56 + 4) and "train" not in group_jobs
     assert separate.stdout.count("rule device_infeasible:") == interleaved.stdout.count("rule device_infeasible:") == 1
     assert {r: n for r, n in group_jobs.items() if r != "train_scaleout"} == \
-        {f"train_group_{d}": 2 for d in DATASETS}
+        {f"train_group_{d}": 2 for d in DEFAULT_DATASETS}
     assert group_jobs["train_scaleout"] == jobs["train_scaleout"]
     command = next(ln for ln in interleaved.stdout.splitlines() if "hotcold train-group" in ln and "taobao" in ln)
     runs = json.loads(re.search(r"--runs '(.*?)' --threads", command)[1])
@@ -356,15 +364,15 @@ def test_interleave_plans_one_group_job_per_dataset_and_seed(tmp_path: Path) -> 
 
 def test_a_named_run_is_trained_alone_and_a_wrong_one_named(tmp_path: Path) -> None:
     """Under the default (interleaved) config, naming one run's record plans one training job, a method's
-    record on every dataset three; a path the config does not ask for stops the dry run in one line naming
+    record on every dataset four; a path the config does not ask for stops the dry run in one line naming
     what is configured (every mistake: tests/test_workflow_targets.py)."""
     one = snakemake(tmp_path, "-n", "results/runs/kaggle/lru/1.5pct/seed~0/record.json")
-    three = snakemake(tmp_path, "-n", *(f"results/runs/{d}/lru/1.5pct/seed~0/record.json" for d in DATASETS))
-    for proc in (one, three):
+    every = snakemake(tmp_path, "-n", *(f"results/runs/{d}/lru/1.5pct/seed~0/record.json" for d in DEFAULT_DATASETS))
+    for proc in (one, every):
         assert proc.returncode == 0, proc.stdout + proc.stderr
     assert training_jobs(one.stdout) == (Counter(train_alone=1), {"results/runs/kaggle/lru/1.5pct/seed~0/record.json",
                                                            "results/runs/kaggle/lru/1.5pct/seed~0/steps.parquet"})
-    assert training_jobs(three.stdout)[0] == Counter(train_alone=3)
+    assert training_jobs(every.stdout)[0] == Counter(train_alone=4)
     bad = snakemake(tmp_path, "-n", "results/runs/kaggle/lru/1.4pct/seed~0/record.json")
     assert bad.returncode != 0
     assert ("results/runs/kaggle/lru/1.4pct/seed~0/record.json: lru has no variant '1.4pct' on kaggle "
@@ -526,7 +534,7 @@ def test_tiny_workflow_end_to_end(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_dataset_the_profile_does_not_size_is_named(tmp_path: Path) -> None:
     """The SLURM profile sizes the interleaved jobs by rule name: a dataset of one's own is named at the plan."""
-    sized = [f"train_group_{d}:runtime=7200" for d in DATASETS]
+    sized = [f"train_group_{d}:runtime=7200" for d in DEFAULT_DATASETS]
     proc = dry_run(tmp_path, "datasets:\n  mine:\n    generator: {kind: criteo-kaggle-style, rows: 250000}\n",
                    "--set-resources", *sized)
     out = proc.stdout + proc.stderr

@@ -41,10 +41,10 @@ def test_the_default_matrix():
     m = matrix()
     runs = m.runs()
     one, scale_out = [r for r in runs if not r.scale_out], [r for r in runs if r.scale_out]
-    assert m.datasets() == ["kaggle", "terabyte", "taobao"] and m.config["seeds"] == [0]
-    # 14 variants of the seven harness methods and the peer's 5, on three datasets
-    assert len(one) == 3 * (14 + 5)
-    # 4 ranks on 2 nodes: kaggle: 4 plans + proactive; taobao: + flexshard; terabyte: row
+    assert m.datasets() == ["kaggle", "terabyte", "taobao", "multihot"] and m.config["seeds"] == [0]
+    # 14 variants of the seven harness methods and the peer's 5, on four datasets
+    assert len(one) == 4 * (14 + 5)
+    # 4 ranks on 2 nodes: kaggle: 4 plans + proactive; taobao: + flexshard; terabyte: row; multihot: none
     assert len(scale_out) == 5 + 6 + 1 and {(r.world, r.ranks_per_node) for r in scale_out} == {(4, 2)}
     assert {r.method for r in scale_out} == set(methods.names(spans_ranks=True))
     assert Run("kaggle", "sharded", "row", 0, 4, 2).dir == "results/runs/kaggle/sharded/row/world~4-rpn~2/seed~0"
@@ -79,7 +79,7 @@ def test_gpu_only_variants_are_infeasible_on_a_cpu_without_a_job():
     gone = cpu.device_infeasible()
     assert {(r.method, r.variant) for r in gone} == {("fbgemm", v) for v in
                                                       ("lru-1.5pct", "lru-5pct", "lfu-1.5pct", "lfu-5pct")}
-    assert len(gone) == 12 and cuda.device_infeasible() == []
+    assert len(gone) == 4 * len(cpu.datasets()) == 16 and cuda.device_infeasible() == []
     assert "needs a GPU" in cpu.infeasible_reason(gone[0])
     assert ("fbgemm", "lru-5pct") not in cpu.interleaved_runs("kaggle")
     assert ("fbgemm", "lru-5pct") in cuda.interleaved_runs("kaggle") and ("fbgemm", "base") in cpu.interleaved_runs(
@@ -176,3 +176,19 @@ def test_simulations_replay_their_own_step_counts_when_set():
     assert m.run_config(Run("kaggle", "lru", "1.5pct", 0))["train"]["steps"] == m.section("kaggle", "train")["steps"]
     with pytest.raises(Exception, match="steps"):
         matrix(simulate={"steps": 0})
+
+
+def test_a_dataset_sets_its_own_shard_sim_steps():
+    """datasets.<name>.shard_sim.steps replaces distributed.shard_sim.steps for that dataset's shard-sim only (the
+    default's multi-hot data: 5 batches of 65,536 samples at 16x8)."""
+    m = matrix()
+    assert m.shard_sim_config("multihot")["train"] == {**m.scale_out_train("multihot"), "steps": 5, "warmup_steps": 4}
+    assert m.shard_sim_config("kaggle")["train"] == m.scale_out_train("kaggle")
+    assert m.shard_sim_config("kaggle")["train"]["steps"] == 40
+    RunConfig.from_dict({**m.shard_sim_config("multihot"), "dataset": "multihot", "method": "sharded"})  # valid
+    m = matrix(distributed={"shard_sim": {"steps": 300}}, datasets={"multihot": {"shard_sim": {"steps": None}}})
+    assert m.shard_sim_config("multihot")["train"]["steps"] == m.shard_sim_config("kaggle")["train"]["steps"] == 300
+    with pytest.raises(Exception, match="steps"):
+        matrix(datasets={"kaggle": {"shard_sim": {"steps": 0}}})
+    with pytest.raises(Exception, match="plans"):
+        matrix(datasets={"kaggle": {"shard_sim": {"plans": ["row"]}}})

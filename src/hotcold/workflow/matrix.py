@@ -209,10 +209,16 @@ class Matrix:
                 "train": _with_steps(self.section(dataset, "train"), self.config["simulate"].get("steps"))}
 
     def shard_sim_config(self, dataset: str) -> dict[str, Any]:
-        """``hotcold shard-sim --run-config``: the batches (and model) of the dataset's scale-out runs."""
-        steps = self.config["distributed"]["shard_sim"].get("steps")
-        return {"seed": self.first_seed(), "train": _with_steps(self.scale_out_train(dataset), steps),
-                "model": self.section(dataset, "model"), "distributed": self.wire()}
+        """``hotcold shard-sim --run-config``: the batches (and model) of the dataset's scale-out runs, as many as
+        ``datasets.<name>.shard_sim.steps``, else ``distributed.shard_sim.steps``, else the scale-out runs' steps.
+        Every simulated step counts (shard-sim times nothing), so fewer steps than the runs' warm-up keep a
+        warm-up below them, as the train section requires."""
+        own = (self.dataset_spec(dataset).get("shard_sim") or {}).get("steps")
+        steps = own if own is not None else self.config["distributed"]["shard_sim"].get("steps")
+        train = _with_steps(self.scale_out_train(dataset), steps)
+        train["warmup_steps"] = min(train["warmup_steps"], train["steps"] - 1)
+        return {"seed": self.first_seed(), "train": train, "model": self.section(dataset, "model"),
+                "distributed": self.wire()}
 
     def wire(self) -> dict[str, Any]:
         """``distributed.wire_dtype`` and ``distributed.exact``: what the scale-out collectives send (and shard-sim
