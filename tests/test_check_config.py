@@ -36,7 +36,7 @@ def test_a_bad_config_is_named_in_one_line(tmp_path, text, expected):
 
 def test_a_good_config_says_what_it_asks_for(tmp_path):
     line = check_config(write(tmp_path, "seeds: [0, 1]\n"))
-    assert "valid; 3 dataset(s) (kaggle, terabyte, taobao)" in line
+    assert "valid; 4 dataset(s) (kaggle, terabyte, taobao, multihot)" in line
 
 
 def test_a_verbs_run_config_file_with_a_yaml_error_is_one_line(tmp_path, capsys):

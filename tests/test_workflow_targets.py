@@ -40,7 +40,7 @@ def test_configured_runs_pass_and_only_the_one_process_ones_are_trained_alone():
 
 @pytest.mark.parametrize(("path", "expected"), [
     ("results/runs/kagle/lru/1.5pct/seed~0/record.json",
-     "no dataset 'kagle' is configured (datasets: kaggle, terabyte, taobao)"),
+     "no dataset 'kagle' is configured (datasets: kaggle, terabyte, taobao, multihot)"),
     ("results/runs/kaggle/lur/1.5pct/seed~0/record.json", "method 'lur' is not run on kaggle (methods: "),
     ("results/runs/kaggle/lru/1.4pct/seed~0/record.json", "lru has no variant '1.4pct' on kaggle (variants: 1.5pct"),
     ("results/runs/kaggle/lru/1.5pct/seed~7/record.json", "seed 7 is not configured (seeds: 0)"),
