@@ -12,7 +12,7 @@ from hotcold.workflow.matrix import Matrix, Run
 from hotcold.workflow.settings import workflow_config
 from hotcold.workflow.targets import CommandLine, check_configfiles, check_gpus, check_named, lone_runs, named_runs
 
-MATRIX = Matrix(workflow_config())  # the default config: kaggle, terabyte, taobao; seed 0; scale-out at 4 x 2
+MATRIX = Matrix(workflow_config())  # the default config: kaggle, terabyte, taobao, multihot; seed 0; scale-out at 4 x 2
 
 
 def test_the_run_files_are_read_from_the_command_line_and_nothing_else():
