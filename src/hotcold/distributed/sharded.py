@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from hotcold.config import ConfigError
-from hotcold.counters import all_resident
+from hotcold.counters import all_resident, exchanges_row_squares
 from hotcold.distributed.comm import Comm, Pending, ids_tensor
 from hotcold.distributed.host_lookups import host_counts
 from hotcold.distributed.host_tier import HostTier, device_first
@@ -133,7 +133,7 @@ class ShardedStore(EmbeddingStore):
                 raise ConfigError("store.rw_protocol reduce_scatter sum-pools one id per sample and table (DLRM "
                                   "style); this dataset's histories share tables and are pooled by the model")
         # row-wise state over each row's columns, from the squares its table's shard owners exchange
-        self.column_exchange = (sh.columns > 1 and self.optimizer.adagrad and not self.optimizer.elementwise
+        self.column_exchange = (sh.columns > 1 and exchanges_row_squares(self.optimizer.state_width(spec.dim))
                                 and sh.details.get("column_state", "row") == "row")
         self.shares = sh.holds() & sh.holds()[self.rank] if sh.columns > 1 else None  # [P, T] tables held with me
         self._last: Exchange | None = None
