@@ -158,7 +158,7 @@ class TorchBagSide:
         self.bag = torch.nn.EmbeddingBag(sum(sizes), cfg.dim, mode="sum", sparse=True, device=device)
         with torch.no_grad():
             self.bag.weight.copy_(init_table(sizes, cfg.dim, cfg.seed))
-        self.state = self.opt.state_zeros(sum(sizes), cfg.dim, device)
+        self.state = self.opt.init_state(sum(sizes), cfg.dim, device)
         self.offsets = torch.tensor([0] + list(sizes[:-1]), dtype=torch.int64).cumsum(0)
 
     def prepare(self, ids: torch.Tensor, grad: torch.Tensor) -> Any:

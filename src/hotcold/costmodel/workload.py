@@ -35,8 +35,7 @@ class ModelShape:
         hist = int(ds.sequence["max_length"]) if ds.sequence else 0
         return cls(ds.num_dense, ds.num_tables, model_cfg.embedding_dim, tuple(model_cfg.bottom_mlp),
                    tuple(model_cfg.top_mlp), hist, int(sum(ds.cardinalities)), tuple(ds.bags or ()),
-                   getattr(model_cfg, "interaction", "dot"), getattr(model_cfg, "cross_layers", 3),
-                   getattr(model_cfg, "cross_rank", 512))
+                   model_cfg.interaction, model_cfg.cross_layers, model_cfg.cross_rank)
 
     @property
     def id_columns(self) -> int:

@@ -97,10 +97,11 @@ class FAEStore(EmbeddingStore):
         self.rt = runtime(self.device)
         trash = 1 if self.rt.offloaded else 0  # on a GPU the hot table ends with a trash row (``DeviceTable``)
         weight = torch.zeros(h + trash, self.dim, device=self.device)  # [H(+1), D]
-        state = self.optimizer.state_zeros(h + trash, self.dim, self.device)  # [H(+1)(, D)]
+        state = self.optimizer.init_state(h + trash, self.dim, self.device)    # [H(+1)(, D)]
         self.dev_weight, self.dev_state = weight[:h], state[:h]
         self.dev_weight.copy_(self.host.weight.index_select(0, self.hot_rows))
-        self.dev_state.copy_(self.host.state.index_select(0, self.hot_rows))
+        if self.optimizer.adagrad:
+            self.dev_state.copy_(self.host.state.index_select(0, self.hot_rows))
         #: a hot batch on a GPU, planned on the device: its slots are its rows' places among the hot rows
         self.table = DeviceTable(weight, state, self.optimizer, self.column_offsets, spec.num_rows,
                                  ship(self.hot_rows, self.device)) if self.rt.offloaded else None

@@ -196,8 +196,7 @@ def tbe_row_states(tbe: torch.nn.Module) -> torch.Tensor:
     states = tbe.split_optimizer_states()
     if not states or not states[0]:
         return torch.zeros(0)
-    rows = [s[0].detach().to("cpu", torch.float32) for s in states]
-    return torch.cat([r.reshape(r.shape[0], -1).squeeze(1) if r.dim() else r for r in rows])
+    return torch.cat([s[0].detach().to("cpu", torch.float32) for s in states])
 
 
 def tbe_cache_slots(tbe: torch.nn.Module) -> int:

@@ -159,11 +159,6 @@ class RowOptimizer:
         """
         if not self.adagrad:
             return torch.zeros(1, dtype=torch.float32, device=device).expand(num_rows)
-        return self.state_zeros(num_rows, dim, device)
-
-    def state_zeros(self, num_rows: int, dim: int, device: torch.device | str = "cpu") -> torch.Tensor:
-        """Zeros shaped as the state of ``num_rows`` rows, [N] or per element [N, D], each its own float (SGD
-        too: for a store that copies its rows' state whatever the optimizer)."""
         shape = (num_rows, dim) if self.elementwise else (num_rows,)
         return torch.zeros(shape, dtype=torch.float32, device=device)
 
