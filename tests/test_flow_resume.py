@@ -42,6 +42,7 @@ methods:
   sharded: {table: null, column: null, balanced: null}
 distributed:
   scales: [{world: 2, ranks_per_node: 1}]
+  group_runs: false
 """
 ONE_PROCESS = "results/runs/kaggle/hybrid/base/seed~0"
 SCALE_OUT = "results/runs/kaggle/sharded/row/world~2-rpn~1/seed~0"
@@ -334,6 +335,7 @@ datasets:
     generator: {kind: criteo-kaggle-style, rows: 2000, max_rows_per_table: 1000, seed: 0}
   terabyte: null
   taobao: null
+  multihot: null
 methods: {fae: null, lru: null, lfu: null, freqcache: null, scratchpipe: null, fbgemm: null, sharded: null,
           proactive: null, flexshard: null}
 train: {batch_size: 128, steps: 6000, warmup_steps: 1, eval_batch_size: 1024, eval_samples: 200}

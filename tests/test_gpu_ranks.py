@@ -9,6 +9,7 @@ import copy
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -150,7 +151,7 @@ def test_a_login_node_without_gpus_plans_a_cuda_config(tmp_path):
     proc = dry_run(tmp_path, "timing: {device: cuda}\n")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    assert "rule train_scaleout:" in out and "needs 4 GPUs" not in out
+    assert "rule train_group_kaggle_world4_rpn2:" in out and "needs 4 GPUs" not in out
 
 
 @pytest.mark.slow
@@ -163,7 +164,7 @@ def test_a_dry_run_on_gloo_claims_a_gpu_per_rank(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     blocks = out.split("\n\n")
-    scale_out = [b for b in blocks if "rule train_scaleout:" in b]
+    scale_out = [b for b in blocks if re.search(r"rule train_group_\w+_world4_rpn2:", b)]  # a launch of 4 ranks
     one = [b for b in blocks if "rule train:" in b]
     assert scale_out and one, out[:2000]
     assert all("gpu=1" in b for b in scale_out + one), scale_out[0]  # 4 ranks, lowered to the one GPU there is

@@ -140,10 +140,10 @@ def test_train_group_rejects_bad_runs(tmp_path, small_dataset, capsys, runs, mes
 
 @pytest.mark.parametrize("second, message", [
     ({"dataset": "other"}, "a group trains the runs of one dataset"),
-    ({"method": "sharded", "distributed": {"world": 2}}, "runs over several ranks train one at a time"),
+    ({"method": "sharded", "distributed": {"world": 2}}, r"train over 1 rank\(s\), got runs over \[1, 2\]"),
     ({"variant": "base"}, "share one run directory"),
 ])
-def test_a_group_is_one_process_runs_of_one_dataset(tmp_path, small_dataset, second, message):
+def test_a_group_is_runs_of_one_dataset_over_one_world(tmp_path, small_dataset, second, message):
     first = run_config("hybrid", 1)
     jobs = [Job(RunConfig.from_dict(first), tmp_path / "a"),
             Job(RunConfig.from_dict({**first, **second}), tmp_path / ("a" if "variant" in second else "b"))]
@@ -159,3 +159,54 @@ def test_the_runner_refuses_one_process_methods_over_ranks_before_launching(tmp_
     assert not (tmp_path / "run").exists()
     assert outcome({"status": "infeasible", "reason": "the cache is smaller than a batch"}) == \
         "infeasible: the cache is smaller than a batch"
+
+
+def test_runs_on_the_same_batches_share_one_device_replay(monkeypatch, small_dataset):
+    """A launch's plans train on the same global batches: their replay is one (``References``); a run on other
+    batches, another model or a world of its own gets its own, and a run with the workflow's device run for
+    reference none."""
+    from hotcold.runs.repeats import References
+    from hotcold.train import reference_key
+
+    over_two = {"distributed": {"world": 2}}
+    row = RunConfig.from_dict({**run_config("sharded", 1, "row", plan="row"), **over_two})
+    proactive = RunConfig.from_dict({**run_config("proactive", 1, "row", plan="row", depth=1), **over_two})
+    wider = RunConfig.from_dict({**run_config("sharded", 1, "row", plan="row"), **over_two,
+                                 "model": {**RUN["model"], "top_mlp": [16, 1]}})
+    four = RunConfig.from_dict({**run_config("sharded", 1, "row", plan="row"), "distributed": {"world": 4}})
+    order = [np.arange(64), np.arange(64, 128)]
+    other = [np.arange(64), np.arange(65, 129)]
+    assert reference_key(row, order) == reference_key(proactive, order)
+    keys = [reference_key(row, order), reference_key(row, other), reference_key(wider, order),
+            reference_key(four, order)]
+    assert len(set(keys)) == 4
+    assert reference_key(RunConfig.from_dict(run_config("lru", 1, cache_ratio=0.5)), order) is None
+
+    trained = []
+    monkeypatch.setattr(hotcold.runs.repeats, "reference", lambda cfg, *args, **kwargs: trained.append(cfg) or cfg)
+    refs = References(small_dataset, torch.device("cpu"), progress=False)
+    assert refs.replay(row, order) is refs.replay(proactive, order) is trained[0]
+    assert refs.replay(row, other) is trained[1] and len(trained) == 2
+    assert refs.replay(RunConfig.from_dict(run_config("lru", 1, cache_ratio=0.5)), order) is None
+    assert len(trained) == 2
+
+
+@pytest.mark.slow  # three launches of two ranks; the tiny workflow trains a group of two over one launch too
+def test_a_launch_of_several_runs_writes_what_a_launch_each_does(tmp_path, small_dataset):
+    """``hotcold train-group`` of scale-out runs: one launch of the ranks trains them round-robin, each record with
+    the bits, counters, evaluation and replay of the run launched alone."""
+    over_two = {"distributed": {"world": 2, "exact": True}}
+    configs = [{**run_config("sharded", 1, "row", plan="row"), **over_two},
+               {**run_config("proactive", 1, "row", plan="row", depth=1), **over_two}]
+    runs = [{"run_config": c, "out": str(tmp_path / "group" / c["method"])} for c in configs]
+    assert main(["train-group", "--dataset", str(small_dataset.path), "--runs", json.dumps(runs), "--threads", "2",
+                 "--no-progress"]) == 0
+    for run, config in zip(runs, configs):
+        grouped = json.loads((Path(run["out"]) / "record.json").read_text())
+        alone = train_alone(tmp_path, small_dataset.path, config)
+        assert grouped["summary"]["group_runs"] == 2 and alone["summary"]["group_runs"] == 1
+        assert grouped["check"] == alone["check"] == "bits"
+        assert grouped["params"]["checksum"] == alone["params"]["checksum"]
+        assert grouped["reference"]["params"] == alone["reference"]["params"]
+        assert grouped["summary"]["counters_per_step"] == alone["summary"]["counters_per_step"]
+        assert grouped["metrics"] == alone["metrics"] and grouped["config"] == alone["config"]

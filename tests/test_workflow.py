@@ -33,7 +33,8 @@ INFEASIBLE = ("taobao", "lfu")  # its cache is smaller than a batch's unique row
 SAFETY_TIMEOUT_S = 1200            # against a hung run only; the tiny workflow takes about a minute
 FIGURES = ("coverage", "step_phases", "throughput", "speedup", "hit_rate", "fae_hot_fraction", "rows_moved",
            "inter_node_bytes", "proactive_hidden", "flexshard_headroom", "claims", "hit_rate_curves")
-SCALE_OUT_RUN = ("kaggle", "sharded", "row", 2, 1)  # the one scale-out run: 2 ranks, one per simulated node
+# the scale-out runs: 2 ranks, one per simulated node, on kaggle; one job trains both over one launch
+SCALE_OUT_RUNS = (("kaggle", "proactive", "row", 2, 1), ("kaggle", "sharded", "row", 2, 1))
 # The peer (kaggle and taobao; its managed cache on kaggle only): fbgemm's base variant trains where the extra is
 # installed (else it is skipped), and its managed cache (lfu-5pct) ends infeasible on a CPU.
 PEER_STATUS = {"base": "ok" if fbgemm_available() is None else "skipped", "lfu-5pct": "infeasible"}
@@ -44,8 +45,9 @@ PEER_RUNS = (("kaggle", "base"), ("kaggle", "lfu-5pct"), ("taobao", "base"))
 # variant per method (a null removes a default variant). At this scale a batch touches a
 # large share of the rows, so the caches get large ratios, Taobao's the largest (a
 # per-dataset override, as is its smaller batch). Taobao's lfu cache is too small for its
-# batches: that run ends as an infeasible record, and the workflow still completes. One
-# scale-out run (row-wise, 2 ranks, kaggle only) and a shard-sim of every dataset at two scales, at 64
+# batches: that run ends as an infeasible record, and the workflow still completes. Two
+# scale-out runs (row-wise and Proactive, 2 ranks, kaggle only; one launch trains both, default.yaml's
+# distributed.group_runs) and a shard-sim of every dataset at two scales, at 64
 # samples per rank and at the fixed global batch where that differs.
 # Every run trains its timed part twice (one-process and scale-out runs alike).
 TINY_CONFIG = """\
@@ -56,7 +58,7 @@ datasets:
     generator: {kind: criteo-kaggle-style, rows: 4000, max_rows_per_table: 2000, seed: 0}
   terabyte:
     generator: {kind: criteo-terabyte-style, rows: 4000, max_rows_per_table: 2000, seed: 0}
-    methods: {sharded: null, fbgemm: null}
+    methods: {sharded: null, proactive: null, fbgemm: null}
   taobao:
     generator: {kind: taobao-style, rows: 4000, max_rows_per_table: 2000, max_length: 5, seed: 0}
     methods:
@@ -64,12 +66,12 @@ datasets:
       lfu: {tiny: {cache_ratio: 0.02}}
       freqcache: {tiny: {cache_ratio: 0.3}}
       sharded: null
+      proactive: null
       fbgemm: {lfu-5pct: null}
     train: {batch_size: 128}
   multihot: null
 methods:
   sharded: {table: null, column: null, balanced: null}
-  proactive: null
   flexshard: null
   fae: {6.2pct: null, 24.8pct: null, 12.4pct-r1: null}
   lru: {1.5pct: null, 5pct: null, tiny: {cache_ratio: 0.1}}
@@ -340,8 +342,10 @@ def training_jobs(out: str) -> tuple[Counter, set[str]]:
 
 @pytest.mark.slow
 def test_interleave_plans_one_group_job_per_dataset_and_seed(tmp_path: Path) -> None:
-    """The same record paths as one job per run; one-process runs in one job per (dataset, seed)."""
-    separate = dry_run(tmp_path, "seeds: [0, 1]\ntiming: {interleave: false, device: cpu}\n")
+    """The same record paths as one job per run; one-process runs in one job per (dataset, seed), scale-out runs
+    in one per (dataset, scale, seed)."""
+    separate = dry_run(tmp_path, "seeds: [0, 1]\ntiming: {interleave: false, device: cpu}\n"
+                                 "distributed: {group_runs: false}\n")
     interleaved = dry_run(tmp_path, "seeds: [0, 1]\ntiming: {interleave: true, repeats: 3, device: cpu}\n", "-p")
     for proc in (separate, interleaved):
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -352,9 +356,9 @@ def test_interleave_plans_one_group_job_per_dataset_and_seed(tmp_path: Path) -> 
     # its 16 managed-cache runs a seed get their infeasible records from one job, without training
     assert jobs["train"] == 2 * (56 + 4) and "train" not in group_jobs
     assert separate.stdout.count("rule device_infeasible:") == interleaved.stdout.count("rule device_infeasible:") == 1
-    assert {r: n for r, n in group_jobs.items() if r != "train_scaleout"} == \
-        {f"train_group_{d}": 2 for d in DEFAULT_DATASETS}
-    assert group_jobs["train_scaleout"] == jobs["train_scaleout"]
+    assert group_jobs == {**{f"train_group_{d}": 2 for d in DEFAULT_DATASETS},
+                          **{f"train_group_{d}_world4_rpn2": 2 for d in ("kaggle", "terabyte", "taobao")}}
+    assert jobs["train_scaleout"] == 2 * (5 + 1 + 6)  # kaggle's plans and Proactive, terabyte's row, taobao's six
     command = next(ln for ln in interleaved.stdout.splitlines() if "hotcold train-group" in ln and "taobao" in ln)
     runs = json.loads(re.search(r"--runs '(.*?)' --threads", command)[1])
     assert {r["run_config"]["dataset"] for r in runs} == {"taobao"}
@@ -413,13 +417,19 @@ def test_a_code_change_reruns_the_training_jobs(tmp_path: Path) -> None:
 
 
 def check_scale_out(workdir: Path, summary: pd.DataFrame) -> None:
-    """The 2-rank run: its own path and summary row, exact, and byte for byte what shard-sim predicts."""
-    dataset, method, variant, world, rpn = SCALE_OUT_RUN
-    assert (workdir / f"results/runs/{dataset}/{method}/{variant}/world~{world}-rpn~{rpn}/seed~0/record.json").is_file()
-    run = summary[summary.world > 1]
+    """The 2-rank runs: their own paths and summary rows, exact against one shared replay, trained by one job,
+    and byte for byte what shard-sim predicts."""
+    records = []
+    for dataset, method, variant, world, rpn in SCALE_OUT_RUNS:
+        run_dir = workdir / f"results/runs/{dataset}/{method}/{variant}/world~{world}-rpn~{rpn}/seed~0"
+        records.append(json.loads((run_dir / "record.json").read_text()))
+    assert [r["summary"]["group_runs"] for r in records] == [2, 2]  # one launch trained both
+    assert records[0]["reference"]["params"] == records[1]["reference"]["params"]  # the same batches, one replay
+    assert (workdir / "results/benchmarks/kaggle/train_group/world~2-rpn~1/seed~0.tsv").is_file()
+    run = summary[summary.world > 1].sort_values("method")
     assert list(zip(run.dataset, run.method, run.variant, run.world, run.ranks_per_node, run.plan)) == \
-        [(*SCALE_OUT_RUN, "row")]
-    assert bool(run.exact.iloc[0]) and run.exact_reference.iloc[0] == "one-process device replay"
+        [(*r, "row") for r in SCALE_OUT_RUNS]
+    assert run.exact.astype(bool).all() and (run.exact_reference == "one-process device replay").all()
     assert run.speedup_vs_hybrid.isna().all()
     assert (summary[summary.world == 1].ranks_per_node == 1).all()
     speedup_methods = set(pd.read_csv(workdir / "results" / "tables" / "speedup.csv").method)
@@ -427,9 +437,10 @@ def check_scale_out(workdir: Path, summary: pd.DataFrame) -> None:
     traffic = pd.read_csv(workdir / "results" / "tables" / "comm_traffic.csv")
     assert set(traffic[traffic.source == "simulated"].dataset) == set(DATASETS)
     assert set(traffic.world) == {2, 4}  # shard_sim's 2x2 and the trained 2x1
-    trained = traffic[traffic.source == "trained"].iloc[0]
+    trained = traffic[(traffic.source == "trained") & (traffic.method == "sharded")].iloc[0]
     assert (trained.batching, trained.batch_size, trained.batch_per_rank) == ("global", 256, 128)
     assert set(traffic[traffic.source == "simulated"].batching) == {"per-rank", "global"}
+    dataset, _, _, world, _ = SCALE_OUT_RUNS[1]
     simulated = traffic[(traffic.source == "simulated") & (traffic.dataset == dataset) & (traffic.plan == "row")
                         & (traffic.world == world) & (traffic.memory_headroom == trained.memory_headroom)
                         & (traffic.batch_size == trained.batch_size)]
@@ -437,6 +448,8 @@ def check_scale_out(workdir: Path, summary: pd.DataFrame) -> None:
     assert trained.inter_node_a2a_bytes == pytest.approx(simulated.inter_node_a2a_bytes.iloc[0])
     assert trained.inter_a2a_reduction_vs_row == pytest.approx(0.0)
     assert (traffic.status == "infeasible").any()  # column-wise at 4 ranks, headroom 1.0: ends infeasible, no error
+    proactive = pd.read_csv(workdir / "results" / "tables" / "proactive.csv")
+    assert list(proactive.dataset) == ["kaggle"] and (proactive.early_lookup_share > 0).all()
 
 
 def test_tiny_workflow_end_to_end(tmp_path: Path) -> None:
@@ -461,7 +474,7 @@ def test_tiny_workflow_end_to_end(tmp_path: Path) -> None:
         assert trained.exact.astype(bool).all(), trained[["dataset", "param_rel_diff"]]
     summary = summary[summary.method != "fbgemm"]  # the harness's own methods, as before the peer
     assert sorted(zip(summary.dataset, summary.method)) == sorted(
-        [(d, m) for d in DATASETS for m in METHODS] + [SCALE_OUT_RUN[:2]])
+        [(d, m) for d in DATASETS for m in METHODS] + [run[:2] for run in SCALE_OUT_RUNS])
     infeasible = summary[summary.status == "infeasible"]
     assert list(zip(infeasible.dataset, infeasible.method)) == [INFEASIBLE]
     assert "too small" in infeasible.reason.iloc[0] and infeasible.samples_per_s.isna().all()
@@ -533,11 +546,12 @@ def test_tiny_workflow_end_to_end(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_dataset_the_profile_does_not_size_is_named(tmp_path: Path) -> None:
-    """The SLURM profile sizes the interleaved jobs by rule name: a dataset of one's own is named at the plan."""
-    sized = [f"train_group_{d}:runtime=7200" for d in DEFAULT_DATASETS]
+    """The SLURM profile sizes the group jobs by rule name: a dataset of one's own is named at the plan."""
+    sized = [f"train_group_{d}{scale}:runtime=7200" for d in DEFAULT_DATASETS for scale in ("", "_world4_rpn2")]
     proc = dry_run(tmp_path, "datasets:\n  mine:\n    generator: {kind: criteo-kaggle-style, rows: 250000}\n",
                    "--set-resources", *sized)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    assert "train_group_mine: the profile's set-resources does not size this dataset's interleaved job" in out
+    assert "train_group_mine: the profile's set-resources does not size this group's job" in out
+    assert "train_group_mine_world4_rpn2: the profile's set-resources does not size this group's job" in out
     assert "train_group_kaggle: the profile" not in out

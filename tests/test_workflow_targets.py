@@ -25,12 +25,15 @@ def test_the_run_files_are_read_from_the_command_line_and_nothing_else():
         Run("kaggle", "sharded", "row", 0, 4, 2)]
 
 
-def test_configured_runs_pass_and_only_the_one_process_ones_are_trained_alone():
+def test_configured_runs_pass_and_only_the_grouped_ones_are_trained_alone():
     named = named_runs(["results/runs/kaggle/lru/1.5pct/seed~0/record.json",
                         "results/runs/kaggle/sharded/row/world~4-rpn~2/seed~0/record.json"])
     check_named(MATRIX, named)
-    assert lone_runs(MATRIX, named) == [Run("kaggle", "lru", "1.5pct", 0)]
+    assert lone_runs(MATRIX, named) == [Run("kaggle", "lru", "1.5pct", 0), Run("kaggle", "sharded", "row", 0, 4, 2)]
     assert lone_runs(MATRIX, named_runs(["all", "results/tables/summary.csv"])) == []
+    config = workflow_config()
+    config["distributed"]["group_runs"] = False  # a job per scale-out run: it is trained by its own job anyway
+    assert lone_runs(Matrix(config), named) == [Run("kaggle", "lru", "1.5pct", 0)]
     config = workflow_config()
     config["timing"]["device"] = "cpu"
     on_cpu = Matrix(config)

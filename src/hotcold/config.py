@@ -346,6 +346,11 @@ class DistributedConfig:
                 f"wire_dtype must be one of {', '.join(WIRE_DTYPES)}, got {self.wire_dtype!r}")
         return Wire(self.wire_dtype, self.exact)  # checks exact
 
+    def launch(self) -> tuple[int, int, str, float]:
+        """What one launch of ranks fixes (world, ranks_per_node, backend, timeout_s): runs that agree on it can
+        share one launch (``hotcold train-group``); each run keeps its own wire, batch and reference."""
+        return self.world, self.ranks_per_node, self.backend, float(self.timeout_s)
+
     def global_batch(self, fixed: int) -> int:
         """The global batch of a step: ``batch_per_rank x world``, or ``fixed`` (train.batch_size) without one."""
         return fixed if self.batch_per_rank is None else self.batch_per_rank * self.world

@@ -11,6 +11,8 @@ The store marks its own phases (``emb_fwd``, ``h2d``, ``d2h``, ``emb_update``).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -327,14 +329,36 @@ def reference(cfg: RunConfig, ds: Dataset, device: torch.device, order: Sequence
     or a run over several ranks (trained on the same global batches, each as the ranks' slices:
     ``World.replay``); None for the others, whose reference is the ``device`` run of the workflow, and for a run
     over several ranks with ``distributed.reference: none`` (its record says exactness was not checked)."""
+    ref_cfg = _reference_config(cfg)
+    if ref_cfg is None:
+        return None
+    world = cfg.distributed.world
+    return train(ref_cfg, ds, device, progress=progress, order=order,
+                 world=World.replay(world) if world > 1 else None)
+
+
+def reference_key(cfg: RunConfig, order: Sequence[np.ndarray]) -> tuple[str, int, str] | None:
+    """What ``reference`` trains, as a key (None where it trains nothing): its config without the run's
+    variant name, the slices it replays and a digest of the batch order. Equal keys: the same replay."""
+    ref_cfg = _reference_config(cfg)
+    if ref_cfg is None:
+        return None
+    digest = hashlib.sha256()
+    for batch in order:
+        digest.update(np.ascontiguousarray(batch, dtype=np.int64).tobytes())
+        digest.update(b"|")
+    named = json.dumps(dataclasses.replace(ref_cfg, variant="").to_dict(), sort_keys=True)
+    return named, cfg.distributed.world, digest.hexdigest()
+
+
+def _reference_config(cfg: RunConfig) -> RunConfig | None:
+    """The config ``reference`` trains: ``cfg`` on the ``device`` store in one process (None: no replay)."""
     world = cfg.distributed.world
     if not methods.get(cfg.method).store.own_schedule() and world == 1:
         return None
     if world > 1 and cfg.distributed.reference == "none":
         return None
-    ref_cfg = dataclasses.replace(cfg, method="device", store=NoOptions(), distributed=type(cfg.distributed)())
-    return train(ref_cfg, ds, device, progress=progress, order=order,
-                 world=World.replay(world) if world > 1 else None)
+    return dataclasses.replace(cfg, method="device", store=NoOptions(), distributed=type(cfg.distributed)())
 
 
 @torch.no_grad()

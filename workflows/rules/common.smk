@@ -14,7 +14,7 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 from hotcold import methods
 from hotcold.config import ConfigError
 from hotcold.files import tree_sha256
-from hotcold.workflow.matrix import Matrix, Run
+from hotcold.workflow.matrix import Matrix, Run, scale_dir
 from hotcold.workflow.settings import to_json
 from hotcold.workflow.peers import peer_state
 from hotcold.workflow.resume import MARKER as RESUME_MARKER
@@ -139,25 +139,39 @@ def run_config(wildcards) -> str:
     return to_json(MATRIX.run_config(run_of(wildcards)))
 
 
-def group_rule_name(dataset: str) -> str:
-    """The name of the dataset's interleaved training rule."""
-    return f"train_group_{dataset.replace('-', '_')}"
+def group_rule_name(dataset: str, scale: tuple[int, int] = (1, 1)) -> str:
+    """The name of the dataset's interleaved training rule (with a scale: of its scale-out runs at that scale)."""
+    name = f"train_group_{dataset.replace('-', '_')}"
+    return name if scale == (1, 1) else f"{name}_world{scale[0]}_rpn{scale[1]}"
 
 
-def group_outputs(dataset: str, name: str) -> list[str]:
-    """The run files (``record.json`` or ``steps.parquet``) of the dataset's interleaved runs, per {seed}."""
-    return [f"results/runs/{dataset}/{method}/{variant}/seed~{{seed}}/{name}"
-            for method, variant in MATRIX.interleaved_runs(dataset)]
+def group_pairs(dataset: str, scale: tuple[int, int] = (1, 1)) -> list[tuple[str, str]]:
+    """(method, variant) of the runs one group job trains: the dataset's interleaved one-process runs, or its
+    scale-out runs at ``scale`` (``distributed.group_runs``)."""
+    return MATRIX.interleaved_runs(dataset) if scale == (1, 1) else MATRIX.scale_out_groups(dataset)[scale]
 
 
-def group_runs(dataset: str):
-    """`hotcold train-group --runs` for one seed of the dataset: every interleaved run's config and directory."""
+def group_outputs(dataset: str, name: str, scale: tuple[int, int] = (1, 1)) -> list[str]:
+    """The run files (``record.json`` or ``steps.parquet``) of the group's runs, per {seed}."""
+    return [f"{Path(Run(dataset, method, variant, 0, *scale).dir).parent.as_posix()}/seed~{{seed}}/{name}"
+            for method, variant in group_pairs(dataset, scale)]
+
+
+def group_runs(dataset: str, scale: tuple[int, int] = (1, 1)):
+    """`hotcold train-group --runs` for one seed of the group: every run's config and directory."""
     def runs_json(wildcards) -> str:
-        group = [Run(dataset, method, variant, int(wildcards.seed))
-                 for method, variant in MATRIX.interleaved_runs(dataset)]
+        group = [Run(dataset, method, variant, int(wildcards.seed), *scale)
+                 for method, variant in group_pairs(dataset, scale)]
         return to_json([{"run_config": MATRIX.run_config(run), "out": run.dir} for run in group])
 
     return runs_json
+
+
+def group_scales(dataset: str) -> list[tuple[int, int]]:
+    """The scales of the dataset's group jobs: (1, 1) for its interleaved one-process runs (``timing.interleave``),
+    then each scale of its grouped scale-out runs (``distributed.group_runs``)."""
+    one = [(1, 1)] if config["timing"]["interleave"] and MATRIX.interleaved_runs(dataset) else []
+    return one + list(MATRIX.scale_out_groups(dataset))
 
 
 def shard_sim_config(wildcards) -> str:
@@ -238,8 +252,8 @@ def forget_how_made(paths) -> None:
 # `infeasible` record (rule device_infeasible); a line per dataset and scale says so at every plan (`-n` too).
 for _note in MATRIX.skip_notes():
     print(_note, file=sys.stderr)
-if config["timing"]["interleave"]:
-    names = [group_rule_name(d) for d in MATRIX.datasets()]
-    if len(set(names)) < len(names):
-        raise WorkflowError(f"invalid configuration: with timing.interleave, dataset names must stay distinct "
-                            f"with '-' read as '_' (rule names {sorted(names)})")
+_group_names = [group_rule_name(d) for d in MATRIX.datasets()]
+if (config["timing"]["interleave"] or config["distributed"].get("group_runs")) and \
+        len(set(_group_names)) < len(_group_names):
+    raise WorkflowError(f"invalid configuration: with timing.interleave or distributed.group_runs, dataset names "
+                        f"must stay distinct with '-' read as '_' (rule names {sorted(_group_names)})")

@@ -37,12 +37,13 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def add_train_group(sub: argparse._SubParsersAction) -> None:
-    tg = sub.add_parser("train-group", help="train several one-process runs of one dataset interleaved by repeat "
-                                            "(repeat 1 of each, then repeat 2 of each, ...) and write their records")
+    tg = sub.add_parser("train-group", help="train several runs of one dataset interleaved by repeat (repeat 1 of "
+                                            "each, then repeat 2 of each, ...) and write their records: one-process "
+                                            "runs, or scale-out runs of one world over one launch of their ranks")
     tg.add_argument("--dataset", required=True, help="dataset directory (with manifest.json)")
     tg.add_argument("--runs", required=True,
                     help='[{"run_config": {...}, "out": RUN_DIR}, ...]: a JSON list, or a JSON/YAML file holding it')
-    tg.add_argument("--threads", type=int, default=1, help="threads of the job")
+    tg.add_argument("--threads", type=int, default=1, help="threads of the job, shared by its ranks")
     tg.add_argument("--device", choices=["auto", "cpu", "cuda"], help="override timing.device")
     tg.add_argument("--no-progress", action="store_true")
     tg.set_defaults(func=cmd_train_group)
@@ -53,7 +54,8 @@ def cmd_train_group(args: argparse.Namespace) -> None:
 
     for job, record in train_group(load_runs(args.runs), args.dataset, threads=args.threads, device=args.device,
                                    progress=not args.no_progress):
-        print(f"wrote {job.out_dir / 'record.json'}: {outcome(record)}", file=sys.stderr)
+        if record is not None:  # None: a launch's rank 0 wrote it (and said so)
+            print(f"wrote {job.out_dir / 'record.json'}: {outcome(record)}", file=sys.stderr)
 
 
 def add_infeasible(sub: argparse._SubParsersAction) -> None:

@@ -39,7 +39,7 @@ from hotcold.runs.records import (
 )
 from hotcold.record_status import sketch_rel_diff
 from hotcold.timing import TimedPart, summarize_repeats
-from hotcold.train import DivergedError, RunResult, reference, store_spec, train
+from hotcold.train import DivergedError, RunResult, reference, reference_key, store_spec, train
 
 
 class RepeatMismatchError(RuntimeError):
@@ -52,6 +52,28 @@ class Job:
 
     cfg: RunConfig
     out_dir: Path
+
+
+class References:
+    """The ``device`` replays (``train.reference``) of a group's runs, the last one kept: the next run that
+    needs the same replay (its key: ``train.reference_key``) takes it instead of training it again, as the
+    plans of one launch do, trained on the same batches. One is kept at a time: its tables may be large."""
+
+    def __init__(self, ds: Dataset, device: torch.device, progress: bool) -> None:
+        self.ds, self.device, self.progress = ds, device, progress
+        self._key: tuple | None = None
+        self._ref: RunResult | None = None
+
+    def replay(self, cfg: RunConfig, order: Sequence[Any]) -> RunResult | None:
+        """The run's replay (None: it needs none), trained unless the last one was the same."""
+        key = reference_key(cfg, order)
+        if key is None:
+            return None
+        if key != self._key:
+            self._key, self._ref = None, None  # the old replay's memory goes before the new one is trained
+            self._ref = reference(cfg, self.ds, self.device, order, progress=self.progress)
+            self._key = key
+        return self._ref
 
 
 class RepeatedRun:
@@ -67,9 +89,10 @@ class RepeatedRun:
     """
 
     def __init__(self, job: Job, ds: Dataset, device: torch.device, world: World, progress: bool,
-                 group_runs: int = 1) -> None:
+                 group_runs: int = 1, references: "References | None" = None) -> None:
         self.job, self.ds, self.device, self.world, self.progress = job, ds, device, world, progress
         self.group_runs = group_runs
+        self.references = references or References(ds, device, progress)
         self.parts: list[TimedPart] = []
         self.steps: list[pd.DataFrame] = []
         self.params: list[dict[str, Any]] = []
@@ -161,7 +184,7 @@ class RepeatedRun:
             return record
         if self.diverged is None:
             try:
-                ref = reference(cfg, self.ds, self.device, self._first["order"], progress=self.progress)
+                ref = self.references.replay(cfg, self._first["order"])
             except DivergedError as e:
                 self.diverged = (e.step, f"its device reference replay: {e}")
         if self.diverged is not None:
@@ -183,8 +206,10 @@ def run_group(jobs: Sequence[Job], dataset_dir: Path, device: torch.device, prog
     once: ``runner``); write each run directory.
 
     Returns the records in the order of ``jobs`` (None on ranks other than
-    0). Several runs in one group must be one-process runs of one dataset
-    with distinct run directories.
+    0). The runs of a group are runs of one dataset with distinct run
+    directories, over the ranks of ``world`` (one process without one); runs
+    whose ``device`` replays are the same (a launch's plans, on the same
+    batches) share one (``References``).
 
     Round-robin by repeat: repeat 1 of every run, then repeat 2 of every run,
     ..., so that a slow period of the machine does not land on one method only.
@@ -197,9 +222,10 @@ def run_group(jobs: Sequence[Job], dataset_dir: Path, device: torch.device, prog
     world = world or World.single()
     if not jobs:
         raise ConfigError("no runs to train")
+    if any(j.cfg.distributed.world != world.size for j in jobs):
+        raise ConfigError(f"the runs of this group train over {world.size} rank(s), got runs over "
+                          f"{sorted({j.cfg.distributed.world for j in jobs})}")
     if len(jobs) > 1:
-        if world.size > 1 or any(j.cfg.distributed.world > 1 for j in jobs):
-            raise ConfigError("runs over several ranks train one at a time (hotcold train), not in a group")
         names = sorted({j.cfg.dataset for j in jobs})
         if len(names) > 1:
             raise ConfigError(f"a group trains the runs of one dataset, got {names}")
@@ -210,7 +236,8 @@ def run_group(jobs: Sequence[Job], dataset_dir: Path, device: torch.device, prog
         for job in jobs:  # never leave a stale complete-looking run
             (Path(job.out_dir) / "record.json").unlink(missing_ok=True)
     ds = Dataset.open(dataset_dir, verify=True, progress=progress and world.is_main)  # checks and hashes (cached)
-    runs = [RepeatedRun(j, ds, device, world, progress, len(jobs)) for j in jobs]
+    references = References(ds, device, progress)
+    runs = [RepeatedRun(j, ds, device, world, progress, len(jobs), references) for j in jobs]
     records: list[dict[str, Any] | None] = [None] * len(runs)
     started, position = time.perf_counter(), 0
     for _ in range(max(run.repeats for run in runs)):

@@ -6,7 +6,10 @@ many ranks (``nproc`` overrides ``distributed.world``) and with how many
 threads, shared by its ranks. A run over P ranks started by hand launches
 P ranks with torchrun, each running ``hotcold train`` on the resolved
 config, and each of those joins the process group and trains its slice
-(``repeats.run_and_record``). Status lines go to stderr, as progress does.
+(``repeats.run_group``). A group of scale-out runs that agree on their
+launch trains over one launch the same way (``hotcold train-group``): the
+ranks start, import and open the dataset once for all of them. Status lines
+go to stderr, as progress does.
 """
 from __future__ import annotations
 
@@ -54,30 +57,45 @@ def train_run(cfg: RunConfig, dataset_dir: str | Path, out_dir: str | Path, thre
     if nproc is not None:
         cfg = cfg.with_world(nproc)
         cfg.distributed.validate("--nproc")
-    world_size = cfg.distributed.world
-    if world_size > 1 and not methods.get(cfg.method).spans_ranks:
-        raise ConfigError(f"method {cfg.method!r} runs in one process; over {world_size} ranks use "
-                          f"{', '.join(methods.names(spans_ranks=True))}")
-    if world_size > 1 and cfg.train.batch_size % world_size:  # before any rank starts
-        raise ConfigError(f"{batch_option(cfg.distributed)}: the global batch {cfg.train.batch_size} is not "
-                          f"divisible by the world size {world_size}")
-    if world_size > 1 and not launched():
-        check_ranks_fit(world_size, on.type, cfg.distributed.backend, gpu_count() if on.type == "cuda" else 0,
-                        "--nproc" if nproc is not None else "distributed.world")
-        _launch(cfg, dataset_dir, out_dir, threads, progress)
+    option = "--nproc" if nproc is not None else "distributed.world"
+    if cfg.distributed.world > 1:
+        _check_spans_ranks(cfg)
+    if cfg.distributed.world > 1 and not launched():
+        _check_launch(cfg, on, option)
+        verb = ["train", "--dataset", str(dataset_dir), "--run-config", json.dumps(cfg.to_dict()), "--out",
+                str(out_dir)]
+        _launch(cfg.distributed.world, verb, [Path(out_dir)], threads, progress)
         return None
     if launched():
-        join_launch(int(os.environ["RANK"]))
-        return _train_rank(cfg, Path(dataset_dir), Path(out_dir), on, threads, progress)
+        return _train_rank([Job(cfg, Path(out_dir))], Path(dataset_dir), on, threads, progress)[0]
     torch.set_num_threads(max(1, threads))
     print(f"run {cfg.dataset}/{cfg.method}/{cfg.variant}/seed~{cfg.seed} ({threads} threads, 1 rank(s))",
           file=sys.stderr)
     return run_and_record(cfg, Path(dataset_dir), Path(out_dir), on, progress=progress)
 
 
-def _train_rank(cfg: RunConfig, dataset_dir: Path, out_dir: Path, device: torch.device, threads: int,
-                progress: bool) -> dict[str, Any] | None:
-    """One rank of a launch: join the process group and train this rank's slice; rank 0 returns the record.
+def _check_spans_ranks(cfg: RunConfig) -> None:
+    """A run over several ranks: its method spans ranks and its global batch divides over them (before any
+    rank starts)."""
+    world_size = cfg.distributed.world
+    if not methods.get(cfg.method).spans_ranks:
+        raise ConfigError(f"method {cfg.method!r} runs in one process; over {world_size} ranks use "
+                          f"{', '.join(methods.names(spans_ranks=True))}")
+    if cfg.train.batch_size % world_size:
+        raise ConfigError(f"{batch_option(cfg.distributed)}: the global batch {cfg.train.batch_size} is not "
+                          f"divisible by the world size {world_size}")
+
+
+def _check_launch(cfg: RunConfig, on: torch.device, option: str) -> None:
+    """The launch's ranks fit this machine (over NCCL: a GPU each)."""
+    check_ranks_fit(cfg.distributed.world, on.type, cfg.distributed.backend,
+                    gpu_count() if on.type == "cuda" else 0, option)
+
+
+def _train_rank(jobs: Sequence[Job], dataset_dir: Path, device: torch.device, threads: int,
+                progress: bool) -> list[dict[str, Any] | None]:
+    """One rank of a launch: join the process group and train this rank's slice of each job (one launch: the
+    jobs agree on ``DistributedConfig.launch``); rank 0 returns the records, the others None each.
 
     A collective that fails (a rank that did not answer within
     ``distributed.timeout_s``, or died) ends this rank with ``RankTimeoutError``
@@ -86,18 +104,21 @@ def _train_rank(cfg: RunConfig, dataset_dir: Path, out_dir: Path, device: torch.
     """
     from hotcold.distributed.world import World, collective_failure, unanswered
 
+    cfg = jobs[0].cfg
     world = None
     world_size, timeout_s = cfg.distributed.world, cfg.distributed.timeout_s
     rank = int(os.environ["RANK"])
+    join_launch(rank)
     try:
         world = World.join(cfg.distributed.ranks_per_node, world_size, device,
                            timeout_s=timeout_s, backend=cfg.distributed.backend)
         torch.set_num_threads(threads_per_rank(threads))  # the job's threads over the ranks on this machine
         if world.is_main:
-            print(f"run {cfg.dataset}/{cfg.method}/{cfg.variant}/seed~{cfg.seed} ({threads} threads, "
-                  f"{world_size} rank(s), {torch.get_num_threads()} per rank, {cfg.distributed.backend} backend "
-                  f"on {world.comm.device})", file=sys.stderr)
-        return run_and_record(cfg, dataset_dir, out_dir, world.comm.device, progress=progress, world=world)
+            what = (f"{cfg.dataset}/{cfg.method}/{cfg.variant}/seed~{cfg.seed}" if len(jobs) == 1
+                    else f"{len(jobs)} runs of {cfg.dataset} interleaved by repeat")
+            print(f"run {what} ({threads} threads, {world_size} rank(s), {torch.get_num_threads()} per rank, "
+                  f"{cfg.distributed.backend} backend on {world.comm.device})", file=sys.stderr)
+        return run_group(jobs, dataset_dir, world.comm.device, progress=progress, world=world)
     except Exception as e:
         if world_size > 1 and collective_failure(e):
             missing = unanswered(rank, world_size, grace_s=min(ROLL_CALL_S, timeout_s))
@@ -116,33 +137,58 @@ class RankTimeoutError(TimeoutError):
     """A rank of the launch did not answer a collective in time: the run fails, naming it."""
 
 
-def _launch(cfg: RunConfig, dataset_dir: str | Path, out_dir: str | Path, threads: int, progress: bool) -> None:
-    """Start the config's ranks, each running ``hotcold train`` on the resolved config; a failed rank fails the job."""
-    (Path(out_dir) / "record.json").unlink(missing_ok=True)
-    verb = ["train", "--dataset", str(dataset_dir), "--run-config", json.dumps(cfg.to_dict()), "--out", str(out_dir),
-            "--threads", str(threads)] + ([] if progress else ["--no-progress"])
-    record = Path(out_dir) / "record.json"
-    rc, message = run_ranks(cfg.distributed.world, verb, on_stop=lambda: record.unlink(missing_ok=True))
+def _launch(world_size: int, verb: list[str], out_dirs: Sequence[Path], threads: int, progress: bool) -> None:
+    """Start ``world_size`` ranks, each running the ``hotcold`` ``verb``; a failed or stopped launch leaves none of
+    the records in ``out_dirs``."""
+    records = [Path(out) / "record.json" for out in out_dirs]
+
+    def forget() -> None:
+        for record in records:
+            record.unlink(missing_ok=True)
+
+    forget()
+    verb = [*verb, "--threads", str(threads)] + ([] if progress else ["--no-progress"])
+    rc, message = run_ranks(world_size, verb, on_stop=forget)
     if rc != 0:
-        record.unlink(missing_ok=True)
+        forget()
         raise ChildProcessError(f"torchrun exited with status {rc}: a rank failed, no record was written"
                                 + (f": {message}" if message else ""))
 
 
 def train_group(runs: Sequence[tuple[Mapping[str, Any], str | Path]], dataset_dir: str | Path, threads: int = 1,
                 device: str | None = None, progress: bool = True) -> list[tuple[Job, dict[str, Any] | None]]:
-    """Train one-process runs of one dataset interleaved by repeat (``repeats.run_group``); each job and its record.
+    """Train runs of one dataset interleaved by repeat (``repeats.run_group``); each job and its record (None
+    where another process wrote it).
 
-    ``runs``: (run config mapping, run directory) pairs.
+    ``runs``: (run config mapping, run directory) pairs: one-process runs, or
+    scale-out runs that agree on their launch (``DistributedConfig.launch``:
+    world, ranks per node, backend, timeout), which then train over one launch
+    of their ranks, as ``train_run`` launches one run's.
     """
     jobs = [Job(with_device(RunConfig.from_dict(config), device), Path(out)) for config, out in runs]
+    if not jobs:
+        raise ConfigError("no runs to train")
     devices = {job.cfg.timing.device for job in jobs}
     if len(devices) > 1:
         raise ConfigError(f"the runs of one group train on one timing.device, got {sorted(devices)}")
+    launches = {job.cfg.distributed.launch() for job in jobs}
+    if len(launches) > 1:
+        raise ConfigError("the runs of one group train over one launch: their distributed world, ranks_per_node, "
+                          f"backend and timeout_s agree, got {sorted(launches)}")
     on = resolve_device(devices.pop())
+    cfg = jobs[0].cfg
+    if cfg.distributed.world > 1:
+        for job in jobs:
+            _check_spans_ranks(job.cfg)
+        if not launched():
+            _check_launch(cfg, on, "distributed.world")
+            verb = ["train-group", "--dataset", str(dataset_dir),
+                    "--runs", json.dumps([{"run_config": job.cfg.to_dict(), "out": str(job.out_dir)} for job in jobs])]
+            _launch(cfg.distributed.world, verb, [job.out_dir for job in jobs], threads, progress)
+            return [(job, None) for job in jobs]
+        return list(zip(jobs, _train_rank(jobs, Path(dataset_dir), on, threads, progress)))
     torch.set_num_threads(max(1, threads))
-    print(f"train {len(jobs)} run(s) of {jobs[0].cfg.dataset} interleaved by repeat ({threads} threads)",
-          file=sys.stderr)
+    print(f"train {len(jobs)} run(s) of {cfg.dataset} interleaved by repeat ({threads} threads)", file=sys.stderr)
     return list(zip(jobs, run_group(jobs, Path(dataset_dir), on, progress=progress)))
 
 

@@ -191,6 +191,28 @@ class Matrix:
         return list(dict.fromkeys((r.method, r.variant) for r in self._runs
                                   if r.dataset == dataset and not r.scale_out and r not in skip))
 
+    def scale_out_groups(self, dataset: str) -> dict[tuple[int, int], list[tuple[str, str]]]:
+        """With ``distributed.group_runs``: (world, ranks_per_node) -> (method, variant) of the dataset's
+        scale-out runs that one ``hotcold train-group`` job trains per seed over one launch ({} without it)."""
+        if not self.config["distributed"].get("group_runs", False):
+            return {}
+        skip, groups = set(self._device_infeasible), {}
+        for r in self._runs:
+            if r.dataset == dataset and r.scale_out and r not in skip:
+                pairs = groups.setdefault((r.world, r.ranks_per_node), [])
+                if (r.method, r.variant) not in pairs:
+                    pairs.append((r.method, r.variant))
+        return groups
+
+    def grouped(self, run: Run) -> bool:
+        """Whether a job of several runs trains ``run``: an interleaved one-process run (``timing.interleave``),
+        a scale-out run with ``distributed.group_runs``; never a run known not to run."""
+        if run in set(self._device_infeasible):
+            return False
+        if run.scale_out:
+            return bool(self.config["distributed"].get("group_runs", False))
+        return bool(self.config["timing"]["interleave"])
+
     def trained_ratios(self, dataset: str) -> list[float]:
         """The device shares the dataset's runs state (``simulate --curve-ratios``), ascending."""
         shares = {methods.get(method).parse_options(options).device_share()

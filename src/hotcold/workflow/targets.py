@@ -7,11 +7,12 @@ nothing of them, so the workflow reads its own command line
 (``CommandLine``, with Snakemake's own argument parser). Every run file
 named there must be a run the config asks for (``check_named``: a wrong
 dataset, method, variant, seed or scale is named with what is configured,
-before any job starts). Where every target is a run file, the one-process
-runs among them are trained one job each (``hotcold train``) instead of by
-their dataset's interleaved job (``lone_runs``; docs/configuration.md,
-"Rerunning parts"): the plan then holds only those runs, so no interleaved
-job makes the same files. A target that Snakemake's ``--configfile`` took
+before any job starts). Where every target is a run file, the runs among
+them that a group would train (one-process runs with ``timing.interleave``,
+scale-out runs with ``distributed.group_runs``) are trained one job each
+(``hotcold train``) instead of by their group's job (``lone_runs``;
+docs/configuration.md, "Rerunning parts"): the plan then holds only those
+runs, so no group's job makes the same files. A target that Snakemake's ``--configfile`` took
 as a config file is named (``check_configfiles``), and a GPU count too small
 for a scale-out run over NCCL (``check_gpus``).
 
@@ -81,11 +82,10 @@ def named_runs(argv: Iterable[str]) -> list[tuple[str, Run]]:
 
 
 def lone_runs(matrix: Matrix, named: list[tuple[str, Run]]) -> list[Run]:
-    """The one-process runs among ``named`` (``check_named`` first) that train: each by a job of its own (those
-    known not to run keep their one ``infeasible`` job)."""
-    skip = set(matrix.device_infeasible())
-    return list(dict.fromkeys(run for _, run in named
-                              if not methods.get(run.method).spans_ranks and run not in skip))
+    """The runs among ``named`` (``check_named`` first) that a job of several runs would train
+    (``Matrix.grouped``): each by a job of its own instead (those known not to run keep their one
+    ``infeasible`` job)."""
+    return list(dict.fromkeys(run for _, run in named if matrix.grouped(run)))
 
 
 def check_named(matrix: Matrix, named: list[tuple[str, Run]]) -> None:
