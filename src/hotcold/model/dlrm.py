@@ -30,8 +30,10 @@ class DLRM(nn.Module):
         self.bottom = mlp([num_dense, *cfg.bottom_mlp], last_relu=True)
         f = num_tables + 1  # embedded features plus the dense vector
         li, lj = torch.tril_indices(f, f, offset=-1)
-        self.register_buffer("li", li, persistent=False)
-        self.register_buffer("lj", lj, persistent=False)
+        # the pairs as columns of the flattened [B, f * f] dots: one index_select, whose backward is one
+        # index_add (dots[:, li, lj]'s took index_put: 8.2 against 5.0 ms for the interaction at batch 1,024 with
+        # 27 features on two CPU threads, the same bits both ways)
+        self.register_buffer("pairs", li * f + lj, persistent=False)
         self.top = mlp([d + f * (f - 1) // 2, *cfg.top_mlp], last_relu=False)
 
     def forward(self, dense: torch.Tensor, emb: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
@@ -42,5 +44,5 @@ class DLRM(nn.Module):
         x = self.bottom(dense)                              # [B, D]
         z = torch.cat([x.unsqueeze(1), emb], dim=1)         # [B, T+1, D]
         dots = torch.bmm(z, z.transpose(1, 2))              # [B, T+1, T+1]
-        pairs = dots[:, self.li, self.lj]                   # [B, (T+1)T/2]
+        pairs = dots.flatten(1).index_select(1, self.pairs)  # [B, (T+1)T/2]
         return self.top(torch.cat([x, pairs], dim=1)).squeeze(1)
