@@ -157,7 +157,7 @@ def test_bad_config_fails_naming_the_key(tmp_path: Path, yaml: str, expected: st
          "dataset kaggle: generator config: ['max_length'] only apply to kind 'taobao-style'"),
         ("datasets:\n  x:\n    source: {kind: criteo-kaggle, preprocess: {encodng: modulo}}\n",
          "dataset x: criteo config: unknown key(s) ['encodng']"),
-        ("train:\n  warmup_steps: 400\n", "warmup_steps must be in [0, steps=200)"),
+        ("train:\n  warmup_steps: 400\n", "warmup_steps must be in [0, steps=120)"),
         ("datasets:\n  taobao:\n    model: {embedding_dim: 8}\n", "bottom_mlp must end with embedding_dim=8"),
         ("profile: {window: 20, batches: 10}\n", "profile.window=20 is more than profile.batches=10"),
         ("train: {lr: .inf}\n", "lr must be a finite number > 0, got inf"),
@@ -257,7 +257,8 @@ def test_taobao_without_a_path_fails_at_dry_run(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_dry_run_plans_scale_out_runs_and_shard_sims(tmp_path: Path) -> None:
     """Scale-out methods train at every scale under their own path; one-process paths are unchanged."""
-    proc = dry_run(tmp_path, "seeds: [0]\ntiming: {interleave: false}\n", "-p", "--cores", "2")  # 4 ranks, 2 cores
+    proc = dry_run(tmp_path, "seeds: [0]\ntiming: {interleave: false}\ndistributed: {group_runs: false}\n", "-p",
+                   "--cores", "2")  # 4 ranks, 2 cores
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     lines = out.splitlines()
@@ -265,7 +266,7 @@ def test_dry_run_plans_scale_out_runs_and_shard_sims(tmp_path: Path) -> None:
     assert len(trains) == 5 + 6 + 1  # kaggle: 4 plans + proactive; taobao: + flexshard; terabyte: row
     four = [ln for ln in trains if "runs/kaggle/sharded/row/world~4-rpn~2/seed~0" in ln]
     assert len(four) == 1 and "--nproc 4" in four[0] and "--threads 2" in four[0]
-    assert '"ranks_per_node": 2, "wire_dtype": "float32", "world": 4}' in four[0] and '"steps": 40' in four[0]
+    assert '"ranks_per_node": 2, "wire_dtype": "float32", "world": 4}' in four[0] and '"steps": 24' in four[0]
     assert not any("runs/kaggle/flexshard" in ln for ln in trains)
     assert any("runs/taobao/flexshard/base/world~4-rpn~2/seed~0" in ln for ln in trains)
     assert any("--out 'results/runs/kaggle/lru/1.5pct/seed~0'" in ln and "--nproc" not in ln for ln in lines)
@@ -278,14 +279,14 @@ def test_dry_run_plans_scale_out_runs_and_shard_sims(tmp_path: Path) -> None:
     assert not any("runs/multihot/" in ln for ln in trains)
     multihot = [ln for ln in sims if "results/data/multihot" in ln]
     assert len(multihot) == 1 and '"interaction": "dcnv2"' in multihot[0] and '"steps": 5,' in multihot[0]
-    assert all('"steps": 40,' in ln for ln in sims if ln not in multihot)
+    assert all('"steps": 24,' in ln for ln in sims if ln not in multihot)
 
 
 @pytest.mark.slow
 def test_dry_run_weak_scales_the_trained_runs_with_a_per_rank_batch(tmp_path: Path) -> None:
     """distributed.train.batch_per_rank: each trained scale's run config has batch_size = per-rank x world (the
     matrix's side is in the default tier: test_workflow_matrix; this is the Snakefile's command lines)."""
-    yaml = ("seeds: [0]\ntiming: {interleave: false}\ndistributed:\n  train: {batch_per_rank: 96}\n"
+    yaml = ("seeds: [0]\ntiming: {interleave: false}\ndistributed:\n  group_runs: false\n  train: {batch_per_rank: 96}\n"
             "  shard_sim: {batch_per_rank: 256, fixed_batch: false}\n")
     proc = dry_run(tmp_path, yaml, "-p", "--cores", "2")
     out = proc.stdout + proc.stderr
@@ -316,7 +317,7 @@ def test_dry_run_plans_real_and_generated_datasets_with_overrides(tmp_path: Path
     assert proc.returncode == 0, out
     stats = out[out.index("Job stats:"):].splitlines()
     counts = {f[0]: int(f[1]) for f in (ln.split() for ln in stats) if len(f) == 2 and f[1].isdigit()}
-    assert (counts["download"], counts["preprocess"], counts["generate"]) == (1, 1, 2)
+    assert (counts["download"], counts["preprocess"], counts["generate"]) == (1, 1, 3)  # kaggle, terabyte, multihot
     generate = [ln for ln in out.splitlines() if "hotcold generate" in ln]
     assert not any('"name": "taobao"' in ln for ln in generate)
     assert any("hotcold download" in ln and "--out results/raw/taobao" in ln for ln in out.splitlines())

@@ -61,7 +61,7 @@ def test_run_configs_carry_the_dataset_overrides():
     assert not any(r.dataset == "taobao" and r.method == "fae" for r in m.runs())
     four = m.run_config(Run("kaggle", "sharded", "row", 0, 4, 2))
     assert four["distributed"] == {"world": 4, "ranks_per_node": 2, "wire_dtype": "float32", "exact": False}
-    assert four["train"]["steps"] == 40
+    assert four["train"]["steps"] == 24
     assert "interleave" not in four["timing"]
 
 
@@ -184,7 +184,7 @@ def test_a_dataset_sets_its_own_shard_sim_steps():
     m = matrix()
     assert m.shard_sim_config("multihot")["train"] == {**m.scale_out_train("multihot"), "steps": 5, "warmup_steps": 4}
     assert m.shard_sim_config("kaggle")["train"] == m.scale_out_train("kaggle")
-    assert m.shard_sim_config("kaggle")["train"]["steps"] == 40
+    assert m.shard_sim_config("kaggle")["train"]["steps"] == 24
     RunConfig.from_dict({**m.shard_sim_config("multihot"), "dataset": "multihot", "method": "sharded"})  # valid
     m = matrix(distributed={"shard_sim": {"steps": 300}}, datasets={"multihot": {"shard_sim": {"steps": None}}})
     assert m.shard_sim_config("multihot")["train"]["steps"] == m.shard_sim_config("kaggle")["train"]["steps"] == 300

@@ -140,7 +140,7 @@ def run_config(wildcards) -> str:
 
 
 def group_rule_name(dataset: str, scale: tuple[int, int] = (1, 1)) -> str:
-    """The name of the dataset's interleaved training rule (with a scale: of its scale-out runs at that scale)."""
+    """The name of the dataset's interleaved training rule, or with a scale, of its scale-out runs at that scale."""
     name = f"train_group_{dataset.replace('-', '_')}"
     return name if scale == (1, 1) else f"{name}_world{scale[0]}_rpn{scale[1]}"
 
