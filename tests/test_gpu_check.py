@@ -43,7 +43,7 @@ def test_the_plan_is_the_workflows_one_process_runs_device_first():
     gpu = plan(config, Path("out"), "cuda", SCALES["config"])
     assert not any(r.infeasible for r in gpu.runs)
     assert gpu.generators["kaggle"]["rows"] == config["datasets"]["kaggle"]["generator"]["rows"]
-    assert "steps" not in gpu.runs[0].run_config["train"]  # the config's own (the schema's default)
+    assert gpu.runs[0].run_config["train"]["steps"] == config["train"]["steps"]  # the config's own
 
 
 @pytest.mark.parametrize("name", ["default.yaml", "paper-scale-cpu.yaml", "paper.yaml"])
