@@ -192,3 +192,15 @@ def test_a_dataset_sets_its_own_shard_sim_steps():
         matrix(datasets={"kaggle": {"shard_sim": {"steps": 0}}})
     with pytest.raises(Exception, match="plans"):
         matrix(datasets={"kaggle": {"shard_sim": {"plans": ["row"]}}})
+
+
+def test_the_group_jobs_of_each_dataset():
+    """default.yaml: a job of one-process runs per dataset, and one of scale-out runs per dataset and trained scale
+    (distributed.group_runs); without grouping the scale-out runs are nobody's group."""
+    m = matrix()
+    assert list(m.groups("kaggle")) == [(1, 1), (4, 2)] and list(m.groups("multihot")) == [(1, 1)]
+    assert m.groups("kaggle")[(4, 2)] == [("sharded", s) for s in ("table", "row", "column", "balanced")] + \
+        [("proactive", "row")]
+    assert m.grouped(Run("kaggle", "sharded", "row", 0, 4, 2)) and m.grouped(Run("kaggle", "lru", "1.5pct", 0))
+    alone = matrix(distributed={"group_runs": False}, timing={"interleave": False})
+    assert alone.groups("kaggle") == {} and not alone.grouped(Run("kaggle", "sharded", "row", 0, 4, 2))

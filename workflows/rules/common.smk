@@ -146,9 +146,8 @@ def group_rule_name(dataset: str, scale: tuple[int, int] = (1, 1)) -> str:
 
 
 def group_pairs(dataset: str, scale: tuple[int, int] = (1, 1)) -> list[tuple[str, str]]:
-    """(method, variant) of the runs one group job trains: the dataset's interleaved one-process runs, or its
-    scale-out runs at ``scale`` (``distributed.group_runs``)."""
-    return MATRIX.interleaved_runs(dataset) if scale == (1, 1) else MATRIX.scale_out_groups(dataset)[scale]
+    """(method, variant) of the runs one group job trains (``Matrix.groups``)."""
+    return MATRIX.groups(dataset)[scale]
 
 
 def group_outputs(dataset: str, name: str, scale: tuple[int, int] = (1, 1)) -> list[str]:
@@ -165,13 +164,6 @@ def group_runs(dataset: str, scale: tuple[int, int] = (1, 1)):
         return to_json([{"run_config": MATRIX.run_config(run), "out": run.dir} for run in group])
 
     return runs_json
-
-
-def group_scales(dataset: str) -> list[tuple[int, int]]:
-    """The scales of the dataset's group jobs: (1, 1) for its interleaved one-process runs (``timing.interleave``),
-    then each scale of its grouped scale-out runs (``distributed.group_runs``)."""
-    one = [(1, 1)] if config["timing"]["interleave"] and MATRIX.interleaved_runs(dataset) else []
-    return one + list(MATRIX.scale_out_groups(dataset))
 
 
 def shard_sim_config(wildcards) -> str:
@@ -253,7 +245,6 @@ def forget_how_made(paths) -> None:
 for _note in MATRIX.skip_notes():
     print(_note, file=sys.stderr)
 _group_names = [group_rule_name(d) for d in MATRIX.datasets()]
-if (config["timing"]["interleave"] or config["distributed"].get("group_runs")) and \
-        len(set(_group_names)) < len(_group_names):
+if (MATRIX.interleaves() or MATRIX.groups_scale_out()) and len(set(_group_names)) < len(_group_names):
     raise WorkflowError(f"invalid configuration: with timing.interleave or distributed.group_runs, dataset names "
                         f"must stay distinct with '-' read as '_' (rule names {sorted(_group_names)})")

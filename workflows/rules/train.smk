@@ -41,17 +41,17 @@ if MATRIX.device_infeasible():
             "{params.cli} infeasible --runs {params.runs:q} --data {params.data:q} > {log:q} 2>&1"
 
 
-if MATRIX.device_infeasible() and not config["distributed"].get("group_runs"):
+if MATRIX.device_infeasible() and not MATRIX.groups_scale_out():
 
     ruleorder: device_infeasible > train_scaleout
 
 
-if MATRIX.device_infeasible() and not config["timing"]["interleave"]:
+if MATRIX.device_infeasible() and not MATRIX.interleaves():
 
     ruleorder: device_infeasible > train
 
 
-if not config["timing"]["interleave"]:
+if not MATRIX.interleaves():
 
     rule train:
         input:
@@ -81,7 +81,7 @@ if not config["timing"]["interleave"]:
 
 
 for _dataset in MATRIX.datasets():
-    for _scale in group_scales(_dataset):
+    for _scale in MATRIX.groups(_dataset):
         _dir = "" if _scale == (1, 1) else f"{scale_dir(*_scale)}/"
 
         rule:
@@ -116,14 +116,13 @@ for _dataset in MATRIX.datasets():
 _sized = dict(getattr(workflow.resource_settings, "overwrite_resources", None) or {})
 if any(name.startswith("train_group_") for name in _sized):
     for _dataset in MATRIX.datasets():
-        for _scale in group_scales(_dataset):
+        for _scale in MATRIX.groups(_dataset):
             if group_rule_name(_dataset, _scale) not in _sized:
                 print(f"{group_rule_name(_dataset, _scale)}: the profile's set-resources does not size this "
                       f"group's job (it gets default-resources); add an entry as for the others", file=sys.stderr)
 
 # A job run elsewhere (a cluster executor) reads this file again naming its job, not the files.
-if (config["timing"]["interleave"] or config["distributed"].get("group_runs")) and \
-        (LONE_RUNS or "--target-jobs" in sys.argv):
+if (MATRIX.interleaves() or MATRIX.groups_scale_out()) and (LONE_RUNS or "--target-jobs" in sys.argv):
 
     rule train_alone:
         input:
@@ -155,7 +154,7 @@ if (config["timing"]["interleave"] or config["distributed"].get("group_runs")) a
             " --out {params.out:q} --threads {threads} --no-progress > {log:q} 2>&1"
 
     for _dataset in MATRIX.datasets():
-        for _scale in group_scales(_dataset):
+        for _scale in MATRIX.groups(_dataset):
             workflow.ruleorder("train_alone", group_rule_name(_dataset, _scale))
 
     onsuccess:
@@ -167,7 +166,7 @@ if (config["timing"]["interleave"] or config["distributed"].get("group_runs")) a
 # the record once every rank has finished; a plan that does not fit its memory budget ends as an
 # `infeasible` record, as other variants do. The run config states the global batch: train.batch_size,
 # distributed.train.batch_per_rank x world where that is set (then also its distributed.batch_per_rank).
-if not config["distributed"].get("group_runs"):
+if not MATRIX.groups_scale_out():
 
     rule train_scaleout:
         input:

@@ -89,10 +89,9 @@ class RepeatedRun:
     """
 
     def __init__(self, job: Job, ds: Dataset, device: torch.device, world: World, progress: bool,
-                 group_runs: int = 1, references: "References | None" = None) -> None:
+                 references: References, group_runs: int = 1) -> None:
         self.job, self.ds, self.device, self.world, self.progress = job, ds, device, world, progress
-        self.group_runs = group_runs
-        self.references = references or References(ds, device, progress)
+        self.references, self.group_runs = references, group_runs
         self.parts: list[TimedPart] = []
         self.steps: list[pd.DataFrame] = []
         self.params: list[dict[str, Any]] = []
@@ -237,7 +236,7 @@ def run_group(jobs: Sequence[Job], dataset_dir: Path, device: torch.device, prog
             (Path(job.out_dir) / "record.json").unlink(missing_ok=True)
     ds = Dataset.open(dataset_dir, verify=True, progress=progress and world.is_main)  # checks and hashes (cached)
     references = References(ds, device, progress)
-    runs = [RepeatedRun(j, ds, device, world, progress, len(jobs), references) for j in jobs]
+    runs = [RepeatedRun(j, ds, device, world, progress, references, len(jobs)) for j in jobs]
     records: list[dict[str, Any] | None] = [None] * len(runs)
     started, position = time.perf_counter(), 0
     for _ in range(max(run.repeats for run in runs)):

@@ -185,33 +185,41 @@ class Matrix:
         job writes their records (``hotcold infeasible``) instead of a job each."""
         return list(self._device_infeasible)
 
+    @cached_property
+    def _skip(self) -> frozenset[Run]:
+        return frozenset(self._device_infeasible)
+
     def interleaved_runs(self, dataset: str) -> list[tuple[str, str]]:
         """(method, variant) of the dataset's one-process runs that one ``hotcold train-group`` job trains per seed."""
-        skip = set(self._device_infeasible)
         return list(dict.fromkeys((r.method, r.variant) for r in self._runs
-                                  if r.dataset == dataset and not r.scale_out and r not in skip))
+                                  if r.dataset == dataset and not r.scale_out and r not in self._skip))
 
-    def scale_out_groups(self, dataset: str) -> dict[tuple[int, int], list[tuple[str, str]]]:
-        """With ``distributed.group_runs``: (world, ranks_per_node) -> (method, variant) of the dataset's
-        scale-out runs that one ``hotcold train-group`` job trains per seed over one launch ({} without it)."""
-        if not self.config["distributed"].get("group_runs", False):
-            return {}
-        skip, groups = set(self._device_infeasible), {}
-        for r in self._runs:
-            if r.dataset == dataset and r.scale_out and r not in skip:
-                pairs = groups.setdefault((r.world, r.ranks_per_node), [])
-                if (r.method, r.variant) not in pairs:
-                    pairs.append((r.method, r.variant))
-        return groups
+    def interleaves(self) -> bool:
+        """``timing.interleave``: one job per dataset and seed trains its one-process runs."""
+        return bool(self.config["timing"]["interleave"])
+
+    def groups_scale_out(self) -> bool:
+        """``distributed.group_runs``: one job per dataset, scale and seed trains its scale-out runs."""
+        return bool(self.config["distributed"].get("group_runs", False))
+
+    def groups(self, dataset: str) -> dict[tuple[int, int], list[tuple[str, str]]]:
+        """The dataset's jobs of several runs, each trained per seed by ``hotcold train-group``: (1, 1) -> its
+        interleaved one-process runs (``interleaves``), (world, ranks_per_node) -> its scale-out runs at that
+        scale, over one launch (``groups_scale_out``). A run known not to run is in none."""
+        out = {(1, 1): self.interleaved_runs(dataset)} if self.interleaves() else {}
+        if self.groups_scale_out():
+            for r in self._runs:
+                if r.dataset == dataset and r.scale_out and r not in self._skip:
+                    pairs = out.setdefault((r.world, r.ranks_per_node), [])
+                    if (r.method, r.variant) not in pairs:
+                        pairs.append((r.method, r.variant))
+        return {scale: pairs for scale, pairs in out.items() if pairs}
 
     def grouped(self, run: Run) -> bool:
-        """Whether a job of several runs trains ``run``: an interleaved one-process run (``timing.interleave``),
-        a scale-out run with ``distributed.group_runs``; never a run known not to run."""
-        if run in set(self._device_infeasible):
+        """Whether a job of several runs (``groups``) trains ``run``."""
+        if run in self._skip:
             return False
-        if run.scale_out:
-            return bool(self.config["distributed"].get("group_runs", False))
-        return bool(self.config["timing"]["interleave"])
+        return self.groups_scale_out() if run.scale_out else self.interleaves()
 
     def trained_ratios(self, dataset: str) -> list[float]:
         """The device shares the dataset's runs state (``simulate --curve-ratios``), ascending."""
