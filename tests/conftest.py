@@ -26,11 +26,11 @@ def device(request) -> torch.device:
     return request.param
 
 
-#: the longest test files (the tiny workflow, the launched ranks), started first: with `make test`'s workers
-#: (pytest-xdist, --dist loadfile --no-loadscope-reorder) a long file handed out last would keep one worker busy
-#: while the other waits
-LONG_FILES_FIRST = ("test_workflow.py", "test_distributed.py", "test_flow_resume.py", "test_rw_protocol.py",
-                    "test_torchrec_peer.py", "test_run_faults.py")
+#: the longest test files of the default tier, longest first (the tiny workflow, the launched ranks, the figures),
+#: started first: with `make test`'s workers (pytest-xdist, --dist loadfile --no-loadscope-reorder) a long file
+#: handed out last would keep one worker busy while the other waits
+LONG_FILES_FIRST = ("test_workflow.py", "test_distributed.py", "test_analysis.py", "test_torchrec_peer.py",
+                    "test_cli.py", "test_rw_protocol.py", "test_run_faults.py", "test_flow_resume.py")
 
 
 def pytest_collection_modifyitems(config, items) -> None:

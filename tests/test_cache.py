@@ -52,9 +52,17 @@ def _device_run(ds, row_optimizer: str):
     return _DEVICE_RUNS[key]
 
 
-@pytest.mark.parametrize("row_optimizer", ["sgd", "adagrad"])
-@pytest.mark.parametrize("method,options", VARIANTS, ids=["lru", "lfu", "freqcache", "freqcache-lfu"])
-@pytest.mark.parametrize("data", ["small_dataset", "sequence_dataset"])
+#: the default tier: each cache once, each dataset with each optimizer once; the slow tier: every combination
+CACHE_DEFAULT = {("small_dataset", "lru", "adagrad"), ("sequence_dataset", "lfu", "sgd"),
+                 ("small_dataset", "freqcache", "sgd"), ("sequence_dataset", "freqcache-lfu", "adagrad")}
+
+
+@pytest.mark.parametrize("data,method,options,row_optimizer", [
+    pytest.param(data, method, options, opt, id=f"{data}-{name}-{opt}",
+                 marks=() if (data, name, opt) in CACHE_DEFAULT else pytest.mark.slow)
+    for data in ("small_dataset", "sequence_dataset")
+    for (method, options), name in zip(VARIANTS, ["lru", "lfu", "freqcache", "freqcache-lfu"])
+    for opt in ("sgd", "adagrad")])
 def test_cache_trains_same_model_as_device(request, data, method, options, row_optimizer):
     ds = request.getfixturevalue(data)
     smallest = dataset_trace(ds, 128, STEPS).max_unique

@@ -25,6 +25,7 @@ from hotcold.embedding.rows import RowGroups, sum_by_index
 from hotcold.embedding.update import row_square_means, row_square_sums, update_rows
 from hotcold.train import train
 from test_stores import run_cfg
+from tiers import tiered
 
 #: the modules whose reductions the emulation reorders: the stores' update path
 UPDATE_PATH = ("hotcold.embedding", "hotcold.distributed")
@@ -172,8 +173,10 @@ def _named(res) -> list[tuple[str, torch.Tensor]]:
     return [(n, p.detach().cpu()) for n, p in res.named_parameters()]
 
 
-@pytest.mark.parametrize("row_optimizer", ["sgd", "adagrad"])
-@pytest.mark.parametrize("method", HARNESS)
+#: the default tier: every store under one row optimizer (the two alternately); the slow tier: under both
+@pytest.mark.parametrize("method,row_optimizer", tiered(
+    [(method, opt) for method in HARNESS for opt in ("sgd", "adagrad")],
+    {(method, ("adagrad", "sgd")[i % 2]) for i, method in enumerate(HARNESS)}))
 def test_every_store_keeps_device_bits_under_a_random_order(small_dataset, method, row_optimizer, device):
     """The store and the ``device`` reference, each under its own random reduction order, end with equal bits."""
     with random_reduction_order(seed=11):

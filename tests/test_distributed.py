@@ -84,10 +84,26 @@ def test_replay_of_p_slices_is_the_full_batch_model(small_dataset, world):
     assert rel_diff(got.named_parameters(), want.named_parameters()) <= 1e-6
 
 
-@pytest.mark.parametrize("row_optimizer", ["sgd", "adagrad"])
-@pytest.mark.parametrize("method,extra", METHODS)
-@pytest.mark.parametrize("plan", PLANS)
-@pytest.mark.parametrize("data", ["small_dataset", "sequence_dataset", "multihot_dataset"])
+#: (dataset, row optimizer) of the one-rank cases, in an order where any three in a row take every dataset
+ONE_RANK_DATA = [("small_dataset", "sgd"), ("sequence_dataset", "adagrad"), ("multihot_dataset", "sgd"),
+                 ("small_dataset", "adagrad"), ("sequence_dataset", "sgd"), ("multihot_dataset", "adagrad")]
+
+
+def one_rank_cases() -> list:
+    """Every dataset x plan x method x row optimizer. The default tier's: every plan with every method once (plan i's
+    methods on data i, i + 1 and i + 2: every dataset), every method on every (dataset, optimizer); the rest slow."""
+    cases = []
+    for data in ("small_dataset", "sequence_dataset", "multihot_dataset"):
+        for i, plan in enumerate(PLANS):
+            for j, (method, extra) in enumerate(METHODS):
+                for row_optimizer in ("sgd", "adagrad"):
+                    default = ONE_RANK_DATA[(i + j) % len(ONE_RANK_DATA)] == (data, row_optimizer)
+                    cases.append(pytest.param(data, plan, method, extra, row_optimizer, marks=() if default else
+                                              pytest.mark.slow, id=f"{data}-{plan}-{method}-extra{j}-{row_optimizer}"))
+    return cases
+
+
+@pytest.mark.parametrize("data,plan,method,extra,row_optimizer", one_rank_cases())
 def test_one_rank_trains_device_model(request, data, plan, method, extra, row_optimizer):
     ds = request.getfixturevalue(data)
     got = train(case_cfg(method, plan, extra, row_optimizer), ds, CPU, progress=False)
@@ -168,11 +184,40 @@ def negative_controls(ds, world: int, ranks_per_node: int) -> list[dict]:
             for plan in ("row", "column")]
 
 
-#: the 4-rank world (2 nodes of 2: intra- and inter-node links) runs by default, 2 ranks in the slow tier
-@pytest.fixture(scope="module", params=[pytest.param((2, 1), marks=pytest.mark.slow), (4, 2)], ids=["2x1", "4x2"])
+#: the default tier's multi-rank cases, per plan: the (dataset, row optimizer) of its exact cases (each method of the
+#: plan, so Proactive has its sharded twin and depth 2 its depth 1), the optimizer of its float32 and bfloat16 wire
+#: cases (WIRE_PLANS) and of its multi-hot case. Every plan, method, table plan and wire, every (dataset, optimizer),
+#: per-element Adagrad on column and row shards; with the column shard state, the sparse replica syncs on both
+#: datasets and the negative controls. The slow tier runs every case (``all_cases``).
+DEFAULT_EXACT = {"row": ("seq", "sgd"), "table": ("small", "sgd"), "column": ("small", "adagrad"),
+                 "balanced": ("seq", "adagrad"), "recshard": ("small", "adagrad"), "flexshard": ("seq", "adagrad"),
+                 "data-parallel": ("small", "adagrad"), "twrw": ("seq", "sgd"), "auto": ("small", "sgd")}
+DEFAULT_WIRE = {"row": "sgd", "column": "adagrad", "flexshard": "adagrad"}
+DEFAULT_MULTIHOT = {"row": "elementwise-adagrad", "table": "adagrad", "column": "elementwise-adagrad",
+                    "balanced": "adagrad", "recshard": "elementwise-adagrad", "flexshard": "adagrad"}
+DEFAULT_SPARSE_SYNC = {("small", "adagrad"), ("seq", "sgd")}
+
+
+def in_default_tier(case: dict) -> bool:
+    data, plan, opt = case["data"], case["plan"], case["opt"]
+    if data == "multihot":
+        return DEFAULT_MULTIHOT[plan] == opt
+    if case["method"] == "flexshard":
+        return (data, opt) in DEFAULT_SPARSE_SYNC
+    if "plan_options" in case or case["wire"] != "exact":
+        return "plan_options" in case or DEFAULT_WIRE[plan] == opt
+    return DEFAULT_EXACT[plan] == (data, opt)
+
+
+#: the 4-rank world (2 nodes of 2: intra- and inter-node links) runs by default with the cases above; every case
+#: at 4 ranks, and 2 ranks, in the slow tier
+@pytest.fixture(scope="module", params=[pytest.param((2, 1, True), marks=pytest.mark.slow), (4, 2, False),
+                                        pytest.param((4, 2, True), marks=pytest.mark.slow)],
+                ids=["2x1", "4x2", "4x2-every-case"])
 def multi_rank(request, small_dataset, sequence_dataset, multihot_dataset, tmp_path_factory):
-    world, rpn = request.param
+    world, rpn, every = request.param
     cases = all_cases([small_dataset, sequence_dataset], world, rpn) + multihot_cases(multihot_dataset, world, rpn)
+    cases = [case for case in cases if every or in_default_tier(case)]
     _, results = launch(cases + negative_controls(small_dataset, world, rpn), world,
                         tmp_path_factory.mktemp(f"w{world}"), "cases")
     return world, rpn, cases, results, {ds.name: ds for ds in (small_dataset, sequence_dataset, multihot_dataset)}

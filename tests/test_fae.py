@@ -19,6 +19,7 @@ from hotcold.policies.fae_schedule import classify_samples, hottest_rows, profil
 from hotcold.train import default_order, train
 
 from test_stores import rel_diff
+from tiers import tiered
 
 CPU = torch.device("cpu")
 
@@ -50,8 +51,10 @@ def train_rows(ds) -> list[list[int]]:
     return [[int(offsets[t] + i) for t, i in zip(ds.column_tables, row) if i >= 0] for row in ids]
 
 
-@pytest.mark.parametrize("row_optimizer", ["sgd", "adagrad"])
-@pytest.mark.parametrize("data", ["small_dataset", "sequence_dataset"])
+#: the default tier: each dataset under one row optimizer; the slow tier: under both
+@pytest.mark.parametrize("data,row_optimizer", tiered(
+    [(data, opt) for data in ("small_dataset", "sequence_dataset") for opt in ("sgd", "adagrad")],
+    {("small_dataset", "adagrad"), ("sequence_dataset", "sgd")}))
 def test_trains_same_model_as_device_on_its_schedule(request, data, row_optimizer):
     ds = request.getfixturevalue(data)
     got = train(fae_cfg({"run_length": 1}, row_optimizer=row_optimizer), ds, CPU, progress=False)

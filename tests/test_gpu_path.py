@@ -14,6 +14,7 @@ from hotcold import accel, methods
 from hotcold.train import train
 
 from test_stores import run_cfg
+from tiers import tiered
 
 CPU = torch.device("cpu")
 ONE_PROCESS = [m for m in methods.names(spans_ranks=False) if not methods.get(m).peer]
@@ -23,9 +24,14 @@ def bits(a, b) -> bool:
     return all(torch.equal(x, y) for (_, x), (_, y) in zip(a, b, strict=True))
 
 
-@pytest.mark.parametrize("method", ONE_PROCESS)
-@pytest.mark.parametrize("data,row_optimizer", [("small_dataset", "adagrad"), ("sequence_dataset", "adagrad"),
-                                                ("multihot_dataset", "elementwise-adagrad")])
+DATA = [("small_dataset", "adagrad"), ("sequence_dataset", "adagrad"), ("multihot_dataset", "elementwise-adagrad")]
+
+
+#: the default tier: every store on one dataset (the i-th store on the (i mod 3)-th: each dataset by some stores);
+#: the slow tier: every store on every dataset
+@pytest.mark.parametrize("data,row_optimizer,method", tiered(
+    [(data, opt, method) for data, opt in DATA for method in ONE_PROCESS],
+    {(*DATA[i % len(DATA)], method) for i, method in enumerate(ONE_PROCESS)}))
 def test_the_gpu_path_trains_the_host_paths_bits(request, data, row_optimizer, method):
     ds = request.getfixturevalue(data)
     cfg = run_cfg(method, row_optimizer, steps=30)
@@ -38,7 +44,9 @@ def test_the_gpu_path_trains_the_host_paths_bits(request, data, row_optimizer, m
     assert gpu.counters == host.counters
 
 
-@pytest.mark.parametrize("method", ["device", "lru", "lfu", "freqcache", "belady"])
+#: the default tier: the directories that evict by recency (lru), by dataset rank (freqcache) and by next use
+#: (belady); the slow tier adds device (no directory) and lfu (by counts)
+@pytest.mark.parametrize("method", tiered(["device", "lru", "lfu", "freqcache", "belady"], {"lru", "freqcache", "belady"}))
 def test_a_gpu_step_never_waits_for_the_device(small_dataset, method):
     """On meta (a GPU's step without its values) every step runs, the pipeline ahead: no read of device values
     (which fails there) and no wait for the device on any thread (``accel.waits``)."""

@@ -19,6 +19,7 @@ from hotcold.embedding.base import EmbeddingStore
 from hotcold.pipeline import StepPipeline
 from hotcold.train import train
 from test_stores import run_cfg, skip_missing
+from tiers import tiered
 
 CPU = torch.device("cpu")
 HARNESS = [m for m in methods.names(spans_ranks=False, peer=False)]
@@ -47,8 +48,10 @@ def slowed(monkeypatch):
     return hold
 
 
-@pytest.mark.parametrize("row_optimizer", ["sgd", "adagrad"])
-@pytest.mark.parametrize("method", HARNESS)
+#: the default tier: every store under one row optimizer (the two alternately); the slow tier: under both
+@pytest.mark.parametrize("method,row_optimizer", tiered(
+    [(method, opt) for method in HARNESS for opt in ("sgd", "adagrad")],
+    {(method, ("sgd", "adagrad")[i % 2]) for i, method in enumerate(HARNESS)}))
 def test_pipeline_on_trains_the_bits_of_pipeline_off(small_dataset, method, row_optimizer, slowed):
     skip_missing(method)
     off = train(run_cfg(method, row_optimizer, steps=STEPS, pipeline="off"), small_dataset, CPU, progress=False)

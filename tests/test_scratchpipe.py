@@ -6,6 +6,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from tiers import tiered
 
 from hotcold.config import ConfigError
 from hotcold.run_config import RunConfig
@@ -57,9 +58,12 @@ def reference(data: str, ds, row_optimizer: str):
     return _REFERENCE[key]
 
 
-@pytest.mark.parametrize("window", [1, 3])
-@pytest.mark.parametrize("row_optimizer", ["sgd", "adagrad"])
-@pytest.mark.parametrize("data", ["small_dataset", "sequence_dataset"])
+#: the default tier: each window with each optimizer once, each dataset twice; the slow tier: every combination
+@pytest.mark.parametrize("data,row_optimizer,window", tiered(
+    [(data, opt, window) for data in ("small_dataset", "sequence_dataset") for opt in ("sgd", "adagrad")
+     for window in (1, 3)],
+    {("small_dataset", "sgd", 1), ("small_dataset", "adagrad", 3), ("sequence_dataset", "adagrad", 1),
+     ("sequence_dataset", "sgd", 3)}))
 def test_trains_same_model_as_device_with_heavy_eviction(request, data, row_optimizer, window):
     ds = request.getfixturevalue(data)
     m = min_capacity(window_sets(run_cfg("device"), ds), window)

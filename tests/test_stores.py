@@ -13,6 +13,7 @@ from hotcold.embedding.update import RowOptimizer
 from hotcold.embedding.rows import init_table
 from hotcold.embedding.fbgemm import available as fbgemm_available
 from hotcold.train import train
+from tiers import tiered
 
 CPU = torch.device("cpu")
 #: a peer store whose optional package is missing here is skipped, saying why
@@ -59,10 +60,18 @@ def rel_diff(a: list[tuple[str, torch.Tensor]], b: list[tuple[str, torch.Tensor]
 INVARIANT_CASES = [(data, opt) for data in ("small_dataset", "sequence_dataset", "multihot_dataset")
                    for opt in ("sgd", "adagrad")] + [(data, "elementwise-adagrad")
                                                      for data in ("small_dataset", "multihot_dataset")]
+#: the default tier: each store once, each of the cases above by one store (every store's bits on bags of
+#: repeated ids: test_multihot.py; step by step: test_lockstep.py); the slow tier: every store on every case
+DEFAULT_INVARIANT_CASES = {("hybrid", "small_dataset", "adagrad"), ("fae", "sequence_dataset", "adagrad"),
+                           ("lru", "multihot_dataset", "elementwise-adagrad"),
+                           ("lfu", "small_dataset", "elementwise-adagrad"), ("freqcache", "sequence_dataset", "sgd"),
+                           ("belady", "multihot_dataset", "sgd"), ("scratchpipe", "small_dataset", "sgd"),
+                           ("fbgemm", "multihot_dataset", "adagrad")}
 
 
-@pytest.mark.parametrize("data,row_optimizer", INVARIANT_CASES)
-@pytest.mark.parametrize("method", [m for m in methods.names(spans_ranks=False) if m != "device"])
+@pytest.mark.parametrize("method,data,row_optimizer", tiered(
+    [(method, data, opt) for method in methods.names(spans_ranks=False) if method != "device"
+     for data, opt in INVARIANT_CASES], DEFAULT_INVARIANT_CASES))
 def test_store_trains_same_model_as_device(request, data, method, row_optimizer, device):
     skip_missing(method)
     if methods.get(method).peer and row_optimizer == "elementwise-adagrad":
