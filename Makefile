@@ -13,7 +13,7 @@ CONFIG ?=
 SNAKEMAKE := $(BIN)/snakemake --cores $(CORES) --show-failed-logs --rerun-incomplete $(if $(CONFIG),--configfile $(CONFIG),)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup reproduce figures report test test-all bench gpu-check lint clean
+.PHONY: setup lock reproduce figures report test test-all bench gpu-check lint clean
 
 setup: $(STAMP)
 
@@ -26,24 +26,38 @@ setup: $(STAMP)
 unexport PYTHONDONTWRITEBYTECODE
 PIP := $(BIN)/python -m pip install --quiet --no-compile
 # Where the environment's torch sees a GPU, the FBGEMM peer is its CUDA build (envs/peers-cuda.txt), probed
-# by a TBE forward on the GPU; elsewhere the CPU build (envs/peers.txt), probed by an import.
-$(STAMP): envs/requirements.txt envs/peers.txt envs/peers-cuda.txt envs/peers-nodeps.txt pyproject.toml
+# by a TBE forward on the GPU; elsewhere the CPU build (envs/peers.txt), probed by an import. TorchRec (it
+# imports fbgemm_gpu) is probed at the same time, and kept only where FBGEMM is.
+FBGEMM_PROBE := import sys; from hotcold.embedding.fbgemm import available; r = available(sys.argv[1]); r and print(r); sys.exit(r is not None)
+TORCHREC_PROBE := import sys; from hotcold.distributed.torchrec_peer import available; r = available(); r and print(r); sys.exit(r is not None)
+# envs/requirements.lock pins every package (`make lock` writes it from envs/requirements.txt): nothing is
+# resolved, and CORES pip processes install it at once (envs/install.py; one process took 48 s on 2 cores, two 31 s).
+$(STAMP): envs/requirements.lock envs/peers.txt envs/peers-cuda.txt envs/peers-nodeps.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) -r envs/requirements.txt
+	$(BIN)/python envs/install.py envs/requirements.lock --jobs $(CORES) -- $(PIP)
+	$(BIN)/python -m pip check --quiet
 	$(PIP) --no-deps --no-build-isolation -e .
 	@dev=$$($(BIN)/python -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")'); \
-	peers=envs/peers.txt; [ "$$dev" = cuda ] && peers=envs/peers-cuda.txt; \
-	if $(PIP) -r $$peers -c envs/requirements.txt \
-		&& $(BIN)/python -c 'import sys; from hotcold.embedding.fbgemm import available; r = available(sys.argv[1]); r and print(r); sys.exit(r is not None)' $$dev; \
-	then echo "peers: fbgemm installed ($$peers, probed on $$dev); the fbgemm runs train"; \
+	peers=envs/peers.txt; [ "$$dev" = cuda ] && peers=envs/peers-cuda.txt; fbgemm=1; torchrec=1; probe=; \
+	if $(PIP) -r $$peers -c envs/requirements.lock; then \
+		if $(PIP) --no-deps -r envs/peers-nodeps.txt; then \
+			$(BIN)/python -c '$(TORCHREC_PROBE)' & probe=$$!; fi; \
+		$(BIN)/python -c '$(FBGEMM_PROBE)' $$dev; fbgemm=$$?; \
+		[ -n "$$probe" ] && { wait $$probe; torchrec=$$?; }; fi; \
+	if [ $$fbgemm = 0 ]; then echo "peers: fbgemm installed ($$peers, probed on $$dev); the fbgemm runs train"; \
 	else $(BIN)/python -m pip uninstall --quiet --yes fbgemm-gpu-cpu fbgemm-gpu >/dev/null 2>&1 || true; \
-		echo "peers: fbgemm not installed ($$peers did not install or run on $$dev here); the fbgemm runs are skipped"; fi
-	@if $(BIN)/python -c 'import fbgemm_gpu' >/dev/null 2>&1 && $(PIP) --no-deps -r envs/peers-nodeps.txt \
-		&& $(BIN)/python -c 'import sys; from hotcold.distributed.torchrec_peer import available; r = available(); r and print(r); sys.exit(r is not None)'; \
-	then echo "peers: torchrec installed (envs/peers-nodeps.txt); torchrec-peer runs"; \
+		echo "peers: fbgemm not installed ($$peers did not install or run on $$dev here); the fbgemm runs are skipped"; fi; \
+	if [ $$fbgemm = 0 ] && [ $$torchrec = 0 ]; then echo "peers: torchrec installed (envs/peers-nodeps.txt); torchrec-peer runs"; \
 	else $(BIN)/python -m pip uninstall --quiet --yes torchrec >/dev/null 2>&1 || true; \
 		echo "peers: torchrec not installed (envs/peers-nodeps.txt); torchrec-peer and its tests are skipped"; fi
 	touch $(STAMP)
+
+# After a pin in envs/requirements.txt changes: resolve it once in a scratch environment and write the lock.
+lock:
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && $(PYTHON) -m venv "$$tmp" \
+		&& "$$tmp/bin/python" -m pip install --quiet --no-compile -r envs/requirements.txt \
+		&& "$$tmp/bin/python" envs/lock.py > envs/requirements.lock.part && mv envs/requirements.lock.part envs/requirements.lock
+	@echo "wrote envs/requirements.lock"
 
 RESUME := $(BIN)/python -m hotcold resume
 # A config file of one's own is checked first (its YAML line, the setting and what is allowed, in one line):

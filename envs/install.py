@@ -1,0 +1,62 @@
+"""Install envs/requirements.lock with several pip processes at once (`make setup`).
+
+The lock pins every package, so nothing is resolved (pip --no-deps) and the packages can be spread over
+``--jobs`` pip processes writing disjoint files. A pip process unpacks one wheel at a time; one process for the
+whole lock took 48 s on 2 cores, two 31 s. The packages go to the process with the least work so far, largest
+first; a package's work is its installed size (the lock's comment) plus a fixed cost per package (pip's own:
+torch's 700 MB took 12 s, the other 83 packages 800 MB and 45 s). Standard library only.
+
+    python envs/install.py LOCK --jobs N -- PIP-COMMAND...
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+
+LINE = re.compile(r"^(?P<pin>[A-Za-z0-9._-]+==[A-Za-z0-9.!+_-]+)\s*(?:#\s*(?P<mb>[\d.]+) MB installed)?\s*$")
+PER_PACKAGE_MB = 20.0  # pip's fixed cost of a package, in MB of unpacking (measured above)
+
+
+def read_lock(path: str) -> list[tuple[str, float]]:
+    pins = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            match = LINE.match(line.strip())
+            if match is None:
+                sys.exit(f"{path}:{number}: not 'name==version  # size MB installed': {line.strip()!r}")
+            pins.append((match["pin"], float(match["mb"] or 0.0)))
+    return pins
+
+
+def spread(pins: list[tuple[str, float]], jobs: int) -> list[list[str]]:
+    """Largest first, each to the group with the least work so far (ties: the first such group)."""
+    groups: list[list[str]] = [[] for _ in range(max(1, jobs))]
+    work = [0.0] * len(groups)
+    for pin, mb in sorted(pins, key=lambda p: -p[1]):
+        least = work.index(min(work))
+        groups[least].append(pin)
+        work[least] += mb + PER_PACKAGE_MB
+    return [group for group in groups if group]
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("lock")
+    parser.add_argument("--jobs", type=int, default=2)
+    args, pip = parser.parse_args(argv[:split]), argv[split + 1:]
+    if not pip:
+        parser.error("the pip command goes after --")
+    procs = [subprocess.Popen([*pip, "--no-deps", *group]) for group in spread(read_lock(args.lock), args.jobs)]
+    failed = [p.args for p in procs if p.wait() != 0]
+    if failed:
+        sys.exit(f"{args.lock}: pip failed for {len(failed)} of {len(procs)} groups of packages (above)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""The set-up's lock (envs/requirements.lock) and its parallel install (envs/install.py)."""
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ENVS = Path(__file__).resolve().parents[1] / "envs"
+spec = importlib.util.spec_from_file_location("envs_install", ENVS / "install.py")
+install = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(install)
+
+
+def pins(path: Path) -> dict[str, str]:
+    found = {}
+    for line in path.read_text().splitlines():
+        match = re.match(r"^([A-Za-z0-9._-]+)==([^\s#]+)", line)
+        if match:
+            found[re.sub(r"[-_.]+", "-", match[1]).lower()] = match[2]
+    return found
+
+
+def test_the_lock_pins_every_requirement_at_its_version() -> None:
+    wanted, locked = pins(ENVS / "requirements.txt"), pins(ENVS / "requirements.lock")
+    assert {name: locked.get(name) for name in wanted} == wanted
+    assert len(locked) > len(wanted)  # their dependencies too
+    assert "hotcold" not in locked and "pip" not in locked and not any("+" in v for v in locked.values())
+
+
+def test_every_lock_line_is_read_and_the_largest_starts_first() -> None:
+    lock = install.read_lock(str(ENVS / "requirements.lock"))
+    assert len(lock) == len(pins(ENVS / "requirements.lock"))
+    assert lock[0][0].startswith("torch==") and lock[0][1] == max(mb for _, mb in lock)
+
+
+def test_packages_go_to_the_group_with_the_least_work() -> None:
+    lock = [("a==1", 100.0), ("b==1", 10.0), ("c==1", 50.0), ("d==1", 0.0), ("e==1", 30.0)]
+    # with 20 MB a package: a to 0 (120), c to 1 (70), e to 1 (120), b to 0 (a tie: the first; 130), d to 1 (140)
+    by_hand = {"a==1": 0, "c==1": 1, "e==1": 1, "b==1": 0, "d==1": 1}
+    groups = install.spread(lock, 2)
+    assert {pin: g for g, group in enumerate(groups) for pin in group} == by_hand
+    assert install.spread(lock, 1) == [["a==1", "c==1", "e==1", "b==1", "d==1"]]
+    assert install.spread(lock[:1], 4) == [["a==1"]]  # no empty group, no pip run for nothing
+
+
+def test_a_bad_lock_line_is_named_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "bad.lock").write_text("# header\ntorch>=2.4\n")
+    proc = subprocess.run([sys.executable, str(ENVS / "install.py"), str(tmp_path / "bad.lock"), "--", "true"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [f"{tmp_path / 'bad.lock'}:2: not 'name==version  # size MB installed': "
+                                                "'torch>=2.4'"]
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_every_group_is_installed_and_a_failed_one_fails_the_set_up(tmp_path: Path, fails: bool) -> None:
+    (tmp_path / "ok.lock").write_text("a==1  # 5.0 MB installed\nb==2  # 1.0 MB installed\nc==3\n")
+    pip = [sys.executable, "-c", "import sys; open(sys.argv[1], 'a').write(' '.join(sys.argv[2:]) + '\\n'); "
+           f"sys.exit({int(fails)} if 'b==2' in sys.argv else 0)", str(tmp_path / "calls")]
+    proc = subprocess.run([sys.executable, str(ENVS / "install.py"), str(tmp_path / "ok.lock"), "--jobs", "2", "--",
+                           *pip], capture_output=True, text=True)
+    calls = sorted((tmp_path / "calls").read_text().splitlines())
+    assert calls == ["--no-deps a==1", "--no-deps b==2 c==3"]
+    assert proc.returncode == int(fails)
+    if fails:
+        assert "pip failed for 1 of 2 groups" in proc.stderr
