@@ -43,8 +43,8 @@ def test_make_report_without_results_says_to_reproduce_first(tmp_path: Path) -> 
     shutil.copy(REPO / "Makefile", tmp_path / "Makefile")
     (tmp_path / "envs").mkdir()
     # the set-up stamp newest: nothing to install
-    for name in (*(p.relative_to(REPO).as_posix() for p in sorted((REPO / "envs").glob("*.txt"))), "pyproject.toml",
-                 "stamp"):
+    envs = sorted((REPO / "envs").glob("requirements.*")) + sorted((REPO / "envs").glob("peers*.txt"))
+    for name in (*(p.relative_to(REPO).as_posix() for p in envs), "pyproject.toml", "stamp"):
         (tmp_path / name).touch()
     proc = subprocess.run(["make", "--no-print-directory", "report", f"STAMP={tmp_path / 'stamp'}", "BIN=/nonexistent"],
                           cwd=tmp_path, capture_output=True, text=True)

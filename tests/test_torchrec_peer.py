@@ -10,17 +10,24 @@ import pytest
 from hotcold.cli import main
 from hotcold.distributed.torchrec_peer import available
 
-needs_torchrec = pytest.mark.skipif(available() is not None, reason=f"optional peer: {available()}")
+
+def needs_torchrec() -> None:
+    """Skip where the optional peer is missing; asked when the test runs, not at collection (importing TorchRec
+    takes seconds in every test process)."""
+    reason = available()
+    if reason is not None:
+        pytest.skip(f"optional peer: {reason}")
 
 BATCH_PER_RANK, STEPS, WORLD = 32, 3, 2
 
 
-@needs_torchrec
+@pytest.mark.slow  # TorchRec's two ranks take 26 s on 2 cores, most of it importing TorchRec
 def test_torchrec_bytes_match_a_hand_count(small_dataset, tmp_path):
     """Two ranks, one id per table and sample, column-wise (a table wide enough to split: some tables have a
     shard on each rank, others both shards on one, as table-wise). Each shard's rank gets the other rank's ids
     and lengths (int64 each), once per rank holding shards of the table, and sends back the other rank's
     pooled vectors at the shard's width; the gradients come the same way. One launch: each costs seconds."""
+    needs_torchrec()
     sharding, dim = "column_wise", 256
     out = tmp_path / "peer.json"
     run = json.dumps({"seed": 0, "train": {"steps": STEPS, "warmup_steps": 0},
