@@ -366,10 +366,10 @@ def test_interleave_plans_one_group_job_per_dataset_and_seed(tmp_path: Path) -> 
     assert all("interleave" not in r["run_config"]["timing"] for r in runs)  # a layout of jobs, not of a run
 
 
-def test_a_named_run_is_trained_alone_and_a_wrong_one_named(tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_a_named_run_is_trained_alone(tmp_path: Path) -> None:
     """Under the default (interleaved) config, naming one run's record plans one training job, a method's
-    record on every dataset four; a path the config does not ask for stops the dry run in one line naming
-    what is configured (every mistake: tests/test_workflow_targets.py)."""
+    record on every dataset four."""
     one = snakemake(tmp_path, "-n", "results/runs/kaggle/lru/1.5pct/seed~0/record.json")
     every = snakemake(tmp_path, "-n", *(f"results/runs/{d}/lru/1.5pct/seed~0/record.json" for d in DEFAULT_DATASETS))
     for proc in (one, every):
@@ -377,6 +377,11 @@ def test_a_named_run_is_trained_alone_and_a_wrong_one_named(tmp_path: Path) -> N
     assert training_jobs(one.stdout) == (Counter(train_alone=1), {"results/runs/kaggle/lru/1.5pct/seed~0/record.json",
                                                            "results/runs/kaggle/lru/1.5pct/seed~0/steps.parquet"})
     assert training_jobs(every.stdout)[0] == Counter(train_alone=4)
+
+
+def test_a_run_the_config_does_not_ask_for_is_named_at_the_dry_run(tmp_path: Path) -> None:
+    """A path the config does not ask for stops the dry run in one line naming what is configured (every
+    mistake: tests/test_workflow_targets.py)."""
     bad = snakemake(tmp_path, "-n", "results/runs/kaggle/lru/1.4pct/seed~0/record.json")
     assert bad.returncode != 0
     assert ("results/runs/kaggle/lru/1.4pct/seed~0/record.json: lru has no variant '1.4pct' on kaggle "
