@@ -32,16 +32,19 @@ FBGEMM_PROBE := import sys; from hotcold.embedding.fbgemm import available; r = 
 TORCHREC_PROBE := import sys; from hotcold.distributed.torchrec_peer import available; r = available(); r and print(r); sys.exit(r is not None)
 # envs/requirements.lock pins every package (`make lock` writes it from envs/requirements.txt): nothing is
 # resolved, and CORES pip processes install it at once (envs/install.py; one process took 48 s on 2 cores, two 31 s).
+# Then, two at a time: pip's check beside the device probe; TorchRec's pure-Python pins (--no-deps) beside the
+# package itself, then FBGEMM; the two peers' probes.
 $(STAMP): envs/requirements.lock envs/peers.txt envs/peers-cuda.txt envs/peers-nodeps.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python envs/install.py envs/requirements.lock --jobs $(CORES) -- $(PIP)
-	$(BIN)/python -m pip check --quiet
-	$(PIP) --no-deps --no-build-isolation -e .
-	@dev=$$($(BIN)/python -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")'); \
+	@$(BIN)/python -m pip check --quiet & check=$$!; \
+	dev=$$($(BIN)/python -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")'); \
+	wait $$check || exit 1; \
+	$(PIP) --no-deps -r envs/peers-nodeps.txt & nodeps=$$!; \
+	$(PIP) --no-deps --no-build-isolation -e . || exit 1; \
 	peers=envs/peers.txt; [ "$$dev" = cuda ] && peers=envs/peers-cuda.txt; fbgemm=1; torchrec=1; probe=; \
 	if $(PIP) -r $$peers -c envs/requirements.lock; then \
-		if $(PIP) --no-deps -r envs/peers-nodeps.txt; then \
-			$(BIN)/python -c '$(TORCHREC_PROBE)' & probe=$$!; fi; \
+		if wait $$nodeps; then $(BIN)/python -c '$(TORCHREC_PROBE)' & probe=$$!; fi; \
 		$(BIN)/python -c '$(FBGEMM_PROBE)' $$dev; fbgemm=$$?; \
 		[ -n "$$probe" ] && { wait $$probe; torchrec=$$?; }; fi; \
 	if [ $$fbgemm = 0 ]; then echo "peers: fbgemm installed ($$peers, probed on $$dev); the fbgemm runs train"; \

@@ -11,12 +11,17 @@ torch's 700 MB took 12 s, the other 83 packages 800 MB and 45 s). Standard libra
 from __future__ import annotations
 
 import argparse
+import importlib.metadata as metadata
 import re
 import subprocess
 import sys
 
 LINE = re.compile(r"^(?P<pin>[A-Za-z0-9._-]+==[A-Za-z0-9.!+_-]+)\s*(?:#\s*(?P<mb>[\d.]+) MB installed)?\s*$")
 PER_PACKAGE_MB = 20.0  # pip's fixed cost of a package, in MB of unpacking (measured above)
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def read_lock(path: str) -> list[tuple[str, float]]:
@@ -52,7 +57,15 @@ def main() -> None:
     args, pip = parser.parse_args(argv[:split]), argv[split + 1:]
     if not pip:
         parser.error("the pip command goes after --")
-    procs = [subprocess.Popen([*pip, "--no-deps", *group]) for group in spread(read_lock(args.lock), args.jobs)]
+    pins = read_lock(args.lock)
+    # a package the environment already has at another version (a new environment's setuptools) is replaced
+    # first, alone: while one pip process uninstalls it, another would list a half-removed package
+    have = {normalize(d.metadata["Name"]): d.version for d in metadata.distributions()}
+    first = [pin for pin, _ in pins if have.get(normalize(pin.split("==")[0]), pin.split("==")[1]) != pin.split("==")[1]]
+    if first and subprocess.run([*pip, "--no-deps", *first]).returncode != 0:
+        sys.exit(f"{args.lock}: pip failed for {' '.join(first)} (above)")
+    rest = [(pin, mb) for pin, mb in pins if pin not in first]
+    procs = [subprocess.Popen([*pip, "--no-deps", *group]) for group in spread(rest, args.jobs)]
     failed = [p.args for p in procs if p.wait() != 0]
     if failed:
         sys.exit(f"{args.lock}: pip failed for {len(failed)} of {len(procs)} groups of packages (above)")

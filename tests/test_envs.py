@@ -5,6 +5,7 @@ import importlib.util
 import re
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,18 @@ def test_every_group_is_installed_and_a_failed_one_fails_the_set_up(tmp_path: Pa
     assert proc.returncode == int(fails)
     if fails:
         assert "pip failed for 1 of 2 groups" in proc.stderr
+
+
+def test_a_package_the_environment_has_at_another_version_is_replaced_first_alone(tmp_path: Path) -> None:
+    """A new environment's own setuptools: replacing it beside another pip process showed that one a
+    half-removed package."""
+    (tmp_path / "ok.lock").write_text(f"pytest==0.1  # 1.0 MB installed\na==1  # 5.0 MB installed\n"
+                                      f"pluggy=={version('pluggy')}  # 1.0 MB installed\n")
+    pip = [sys.executable, "-c", "import sys; open(sys.argv[1], 'a').write(' '.join(sys.argv[2:]) + '\\n')",
+           str(tmp_path / "calls")]
+    proc = subprocess.run([sys.executable, str(ENVS / "install.py"), str(tmp_path / "ok.lock"), "--jobs", "2", "--",
+                           *pip], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls[0] == "--no-deps pytest==0.1"  # the same version of pluggy is no replacement: it goes in a group
+    assert sorted(calls[1:]) == ["--no-deps a==1", f"--no-deps pluggy=={version('pluggy')}"]
