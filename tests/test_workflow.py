@@ -22,34 +22,32 @@ pytest.importorskip("snakemake", reason="Snakemake runs the workflow; `make` ins
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "Snakefile"
-DATASETS = ("kaggle", "taobao")   # the tiny workflow's: a one-hot set and the sequence set (TINY_CONFIG)
+DATASETS = ("kaggle",)   # the tiny workflow's (TINY_CONFIG)
 DEFAULT_DATASETS = ("kaggle", "terabyte", "taobao", "multihot")   # default.yaml's
 METHODS = ("device", "hybrid", "fae", "lru", "lfu", "freqcache", "scratchpipe")
 TABLES = ("summary.csv", "summary.md", "infeasible.md", "phases.csv", "counters.csv", "counters.md", "speedup.csv", "speedup.md",
           "cache_sim.csv", "fae_hot_fraction.csv", "rows_moved.csv", "dataset_stats.csv", "comm_traffic.csv",
           "comm_traffic.md", "flexshard_headroom.csv", "flexshard_headroom.md", "proactive.csv", "proactive.md",
           "costmodel_validation.csv", "costmodel_validation.md", "claims.csv", "claims.md")
-INFEASIBLE = ("taobao", "lfu")  # its cache is smaller than a batch's unique rows
+INFEASIBLE = ("kaggle", "lfu")  # its cache is smaller than a batch's unique rows
 SAFETY_TIMEOUT_S = 1200            # against a hung run only; the tiny workflow takes about a minute
 FIGURES = ("coverage", "step_phases", "throughput", "speedup", "hit_rate", "fae_hot_fraction", "rows_moved",
            "inter_node_bytes", "proactive_hidden", "flexshard_headroom", "claims", "hit_rate_curves")
 # the scale-out runs: 2 ranks, one per simulated node, on kaggle; one job trains both over one launch
 SCALE_OUT_RUNS = (("kaggle", "proactive", "row", 2, 1), ("kaggle", "sharded", "row", 2, 1))
-# The peer (kaggle and taobao; its managed cache on kaggle only): fbgemm's base variant trains where the extra is
-# installed (else it is skipped), and its managed cache (lfu-5pct) ends infeasible on a CPU.
+# The peer: fbgemm's base variant trains where the extra is installed (else it is skipped), and its managed cache
+# (lfu-5pct) ends infeasible on a CPU.
 PEER_STATUS = {"base": "ok" if fbgemm_available() is None else "skipped", "lfu-5pct": "infeasible"}
-PEER_RUNS = (("kaggle", "base"), ("kaggle", "lfu-5pct"), ("taobao", "base"))
+PEER_RUNS = (("kaggle", "base"), ("kaggle", "lfu-5pct"))
 
-# Two of the default config's generated datasets, Kaggle's one-hot features and Taobao's sequences, and its seven
-# methods at a tiny scale (Terabyte's is Kaggle's path with another generator: tests/test_generate.py; every store's
-# bits on multi-hot bags are tests/test_multihot.py's; their jobs the dry runs'): one
-# variant per method (a null removes a default variant). At this scale a batch touches a
-# large share of the rows, so the caches get large ratios, Taobao's the largest (a
-# per-dataset override, as is its smaller batch). Taobao's lfu cache is too small for its
-# batches: that run ends as an infeasible record, and the workflow still completes. Two
-# scale-out runs (row-wise and Proactive, 2 ranks, kaggle only; one launch trains both, default.yaml's
-# distributed.group_runs) and a shard-sim of every dataset at two scales, at 64
-# samples per rank and at the fixed global batch where that differs.
+# One of the default config's generated datasets, Kaggle's, and its seven methods at a tiny scale: every job of a
+# dataset, and every table and figure, once (each dataset's jobs are the same rules: the others' plans are the dry
+# runs'; their data the generators' tests; every store's bits on Taobao's sequences and on multi-hot bags are
+# tests/test_stores.py's and tests/test_multihot.py's). One variant per method (a null removes a default variant).
+# At this scale a batch touches a large share of the rows, so the caches get large ratios; two are per-dataset
+# overrides, one of them too small for a batch: that lfu run ends as an infeasible record, and the workflow still
+# completes. Two scale-out runs (row-wise and Proactive, 2 ranks; one launch trains both, default.yaml's
+# distributed.group_runs) and a shard-sim at two scales, at 64 samples per rank and at the fixed global batch.
 # Every run trains its timed part twice (one-process and scale-out runs alike).
 TINY_CONFIG = """\
 threads: 1
@@ -57,17 +55,11 @@ timing: {repeats: 2}
 datasets:
   kaggle:
     generator: {kind: criteo-kaggle-style, rows: 4000, max_rows_per_table: 2000, seed: 0}
-  terabyte: null
-  taobao:
-    generator: {kind: taobao-style, rows: 4000, max_rows_per_table: 2000, max_length: 5, seed: 0}
     methods:
       lru: {tiny: {cache_ratio: 0.3}}
       lfu: {tiny: {cache_ratio: 0.02}}
-      freqcache: {tiny: {cache_ratio: 0.3}}
-      sharded: null
-      proactive: null
-      fbgemm: {lfu-5pct: null}
-    train: {batch_size: 128}
+  terabyte: null
+  taobao: null
   multihot: null
 methods:
   sharded: {table: null, column: null, balanced: null}
@@ -438,7 +430,7 @@ def check_scale_out(workdir: Path, summary: pd.DataFrame) -> None:
     assert run.speedup_vs_hybrid.isna().all()
     assert (summary[summary.world == 1].ranks_per_node == 1).all()
     speedup_methods = set(pd.read_csv(workdir / "results" / "tables" / "speedup.csv").method)
-    assert speedup_methods == set(METHODS) | ({"fbgemm"} if PEER_STATUS["base"] == "ok" else set())
+    assert speedup_methods == set(METHODS) - {INFEASIBLE[1]} | ({"fbgemm"} if PEER_STATUS["base"] == "ok" else set())
     traffic = pd.read_csv(workdir / "results" / "tables" / "comm_traffic.csv")
     assert set(traffic[traffic.source == "simulated"].dataset) == set(DATASETS)
     assert set(traffic.world) == {2, 4}  # shard_sim's 2x2 and the trained 2x1
@@ -498,14 +490,14 @@ def test_tiny_workflow_end_to_end(tiny: Path) -> None:
     hybrid = summary[summary.method == "hybrid"]
     assert hybrid.speedup_vs_hybrid.tolist() == pytest.approx([1.0] * len(DATASETS))
     assert hybrid.auc_vs_hybrid.tolist() == pytest.approx([0.0] * len(DATASETS))
-    taobao_lru = summary[(summary.dataset == "taobao") & (summary.method == "lru")].iloc[0]
-    assert taobao_lru.options == "cache_ratio=0.3"
+    lru = summary[summary.method == "lru"].iloc[0]
+    assert lru.options == "cache_ratio=0.3"
     for name in TABLES:
         assert (tables / name).stat().st_size > 0, name
     for name in FIGURES:
         for ext in ("png", "pdf"):
             assert (figs / f"{name}.{ext}").stat().st_size > 0, name
-    assert "taobao/lfu/tiny/seed~0 (cache_ratio=0.02): cache of" in (tables / "infeasible.md").read_text()
+    assert "kaggle/lfu/tiny/seed~0 (cache_ratio=0.02): cache of" in (tables / "infeasible.md").read_text()
     assert set(pd.read_csv(tables / "dataset_stats.csv").dataset) == set(DATASETS)
     assert set(pd.read_csv(tables / "cache_sim.csv").dataset) == set(DATASETS)
     assert set(pd.read_csv(tables / "fae_hot_fraction.csv").dataset) == set(DATASETS)
@@ -514,12 +506,13 @@ def test_tiny_workflow_end_to_end(tiny: Path) -> None:
     assert len(rows_moved) == len(DATASETS) * len(METHODS) - 1
     assert INFEASIBLE not in set(zip(rows_moved.dataset, rows_moved.method))
     # default.yaml's layout (timing.interleave): one job per dataset and seed trains its one-process runs
-    assert (tmp_path / "results" / "benchmarks" / "taobao" / "train_group" / "seed~0.tsv").is_file()
+    assert (tmp_path / "results" / "benchmarks" / "kaggle" / "train_group" / "seed~0.tsv").is_file()
     claims = pd.read_csv(tables / "claims.csv")
     assert list(claims.claim_id) == [c.claim_id for c in CLAIMS]   # every claim keeps its row, run or not
     assert claims.status.str.startswith(("ok", "not run", "no hotcold method")).all()
     validation = pd.read_csv(tables / "costmodel_validation.csv")
-    assert set(METHODS) <= set(validation.method)   # every trained one-process method has modelled phases
+    trained = set(METHODS) - {INFEASIBLE[1]}         # lfu's one run is the infeasible one
+    assert trained <= set(validation.method)   # every trained one-process method has modelled phases
     check_scale_out(tmp_path, summary)
     assert (ok[ok.world == 1].timed_with > 1).all()  # the reproduction's runs were interleaved
 
