@@ -30,6 +30,7 @@ TABLES = ("summary.csv", "summary.md", "infeasible.md", "phases.csv", "counters.
           "comm_traffic.md", "flexshard_headroom.csv", "flexshard_headroom.md", "proactive.csv", "proactive.md",
           "costmodel_validation.csv", "costmodel_validation.md", "claims.csv", "claims.md")
 INFEASIBLE = ("kaggle", "lfu")  # its cache is smaller than a batch's unique rows
+TRAINED = set(METHODS) - {INFEASIBLE[1]}   # the methods with a trained run (lfu's one run is the infeasible one)
 SAFETY_TIMEOUT_S = 1200            # against a hung run only; the tiny workflow takes about a minute
 FIGURES = ("coverage", "step_phases", "throughput", "speedup", "hit_rate", "fae_hot_fraction", "rows_moved",
            "inter_node_bytes", "proactive_hidden", "flexshard_headroom", "claims", "hit_rate_curves")
@@ -430,7 +431,7 @@ def check_scale_out(workdir: Path, summary: pd.DataFrame) -> None:
     assert run.speedup_vs_hybrid.isna().all()
     assert (summary[summary.world == 1].ranks_per_node == 1).all()
     speedup_methods = set(pd.read_csv(workdir / "results" / "tables" / "speedup.csv").method)
-    assert speedup_methods == set(METHODS) - {INFEASIBLE[1]} | ({"fbgemm"} if PEER_STATUS["base"] == "ok" else set())
+    assert speedup_methods == TRAINED | ({"fbgemm"} if PEER_STATUS["base"] == "ok" else set())
     traffic = pd.read_csv(workdir / "results" / "tables" / "comm_traffic.csv")
     assert set(traffic[traffic.source == "simulated"].dataset) == set(DATASETS)
     assert set(traffic.world) == {2, 4}  # shard_sim's 2x2 and the trained 2x1
@@ -511,8 +512,7 @@ def test_tiny_workflow_end_to_end(tiny: Path) -> None:
     assert list(claims.claim_id) == [c.claim_id for c in CLAIMS]   # every claim keeps its row, run or not
     assert claims.status.str.startswith(("ok", "not run", "no hotcold method")).all()
     validation = pd.read_csv(tables / "costmodel_validation.csv")
-    trained = set(METHODS) - {INFEASIBLE[1]}         # lfu's one run is the infeasible one
-    assert trained <= set(validation.method)   # every trained one-process method has modelled phases
+    assert TRAINED <= set(validation.method)   # every trained one-process method has modelled phases
     check_scale_out(tmp_path, summary)
     assert (ok[ok.world == 1].timed_with > 1).all()  # the reproduction's runs were interleaved
 
