@@ -31,7 +31,7 @@ PIP := $(BIN)/python -m pip install --quiet --no-compile
 FBGEMM_PROBE := import sys; from hotcold.embedding.fbgemm import available; r = available(sys.argv[1]); r and print(r); sys.exit(r is not None)
 TORCHREC_PROBE := import sys; from hotcold.distributed.torchrec_peer import available; r = available(); r and print(r); sys.exit(r is not None)
 # envs/requirements.lock pins every package (`make lock` writes it from envs/requirements.txt): nothing is
-# resolved, and CORES pip processes install it at once (envs/install.py; one process took 48 s on 2 cores, two 31 s).
+# resolved, and CORES pip processes install it at once (envs/install.py: 48 s in one pip process on 2 cores, 26 s in two).
 # Then, two at a time: pip's check beside the device probe; TorchRec's pure-Python pins (--no-deps) beside the
 # package itself, then FBGEMM; the two peers' probes.
 $(STAMP): envs/requirements.lock envs/peers.txt envs/peers-cuda.txt envs/peers-nodeps.txt pyproject.toml
