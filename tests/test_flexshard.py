@@ -7,6 +7,7 @@ byte accounting as well as the search.
 """
 from __future__ import annotations
 
+import heapq
 import math
 
 import numpy as np
@@ -217,6 +218,25 @@ def test_balance_respects_room_and_evens_load_and_memory() -> None:
     even = balance(loads, np.full(4, 6000), head=500)
     load = np.bincount(even, weights=loads, minlength=4)
     assert load.max() - load.min() <= 2 * loads[500]                   # within two tail items
+
+
+def test_the_head_goes_by_least_load_then_fewest_items_then_lowest_bin() -> None:
+    """The exact head of ``balance``: each item, heaviest first, to the bin of least load, then fewest items,
+    then lowest index, among the bins with room; here computed with a heap, on loads with many ties."""
+    rng = np.random.default_rng(3)
+    for bins in (1, 3, 8):
+        loads = np.sort(rng.integers(1, 5, 40).astype(np.float64))[::-1]
+        room = rng.integers(40 // bins + 1, 40 // bins + 4, bins)
+        initial = rng.integers(0, 3, bins).astype(np.float64)
+        heap = [(initial[b], 0, b) for b in range(bins)]
+        heapq.heapify(heap)
+        want = []
+        for x in loads:
+            load, used, b = heapq.heappop(heap)
+            want.append(b)
+            if used + 1 < room[b]:
+                heapq.heappush(heap, (load + x, used + 1, b))
+        assert balance(loads, room, initial=initial, head=loads.size).tolist() == want
 
 
 def test_balance_leaves_a_giant_item_alone() -> None:

@@ -9,33 +9,29 @@ whole tables with a device/host row split, is ``recshard.py``.)
 """
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 
-from hotcold.distributed.plan_types import Plan, PlanInputs, sharded_plan
+from hotcold.distributed.plan_types import Plan, PlanInputs, descending, sharded_plan
+from hotcold.jit import jit
 
 #: rows placed one by one by the exact greedy before the tail is dealt in snake order
 HEAD_ROWS = 8192
 
 
-def descending(counts: np.ndarray) -> np.ndarray:
-    """Row order by count, hottest first (stable, so ties keep row order and plans are deterministic)."""
-    return np.argsort(-np.asarray(counts, dtype=np.int64), kind="stable")
-
-
+@jit
 def _greedy_head(loads: np.ndarray, room: np.ndarray, load: np.ndarray, used: np.ndarray,
                  owner: np.ndarray) -> None:
-    """Exact LPT over ``loads`` (descending): each item to the bin with the least load, then fewest items."""
-    heap = [(float(load[b]), int(used[b]), b) for b in range(room.size) if used[b] < room[b]]
-    heapq.heapify(heap)
-    for i, x in enumerate(loads.tolist()):
-        _, _, b = heapq.heappop(heap)
-        owner[i] = b
-        load[b] += x
-        used[b] += 1
-        if used[b] < room[b]:
-            heapq.heappush(heap, (float(load[b]), int(used[b]), b))
+    """Exact LPT over ``loads`` (descending): each item to the bin with the least load, then fewest items, then the
+    lowest index, among the bins with room (a scan of the bins per item: at most 128 bins, 8,192 items)."""
+    for i in range(loads.size):
+        best = -1
+        for b in range(room.size):
+            if used[b] < room[b] and (best < 0 or load[b] < load[best]
+                                      or (load[b] == load[best] and used[b] < used[best])):
+                best = b
+        owner[i] = best
+        load[best] += loads[i]
+        used[best] += 1
 
 
 def _snake(loads: np.ndarray, room: np.ndarray, load: np.ndarray, used: np.ndarray, owner: np.ndarray) -> None:
@@ -176,7 +172,7 @@ def balanced(inputs: PlanInputs) -> Plan:
     """Every row on one rank, expected lookups balanced over the ranks under the per-rank row budget."""
     p = inputs.topology.world
     counts = np.asarray(inputs.counts, dtype=np.int64)
-    order = descending(counts)
+    order = inputs.hottest_first()
     owner = np.empty(inputs.num_rows, dtype=np.int64)
     owner[order] = balance(counts[order], np.full(p, inputs.budget_rows(), dtype=np.int64))
     served = np.bincount(owner, weights=counts, minlength=p)

@@ -38,7 +38,7 @@ import numpy as np
 
 from hotcold.config import Wire, is_real, require
 from hotcold.distributed.plan_types import ALL, NODE, SHARDED, Plan, PlanInputs, rowwise_owner
-from hotcold.distributed.balanced import balance, descending, imbalance
+from hotcold.distributed.balanced import balance, imbalance
 from hotcold.distributed.topology import Topology
 from hotcold.distributed.traffic import ID_BYTES
 from hotcold.options.sharded import DEFAULT_INTER_GBPS, DEFAULT_INTRA_GBPS, REPLICA_SYNC, UNACCESSED
@@ -287,7 +287,7 @@ def flexshard(inputs: PlanInputs) -> Plan:
     unaccessed, sync = (_choice(inputs, key, known) for key, known in (("unaccessed_rows", UNACCESSED),
                                                                         ("replica_sync", REPLICA_SYNC)))
     lookups = expected_lookups(inputs)
-    order = descending(inputs.counts)
+    order = inputs.hottest_first()
     off = None
     if unaccessed == "host":   # the never-seen rows (a suffix of ``order``) leave the device budget
         seen = int(np.count_nonzero(np.asarray(inputs.counts)))

@@ -170,6 +170,9 @@ class PlanInputs:
     headroom: float = DEFAULT_HEADROOM
     options: Mapping[str, Any] = field(default_factory=dict)
     wire: Wire = field(default_factory=Wire)   # what the collectives send: a planner pricing traffic reads it
+    #: the rows by count, hottest first (``descending(counts)``): given where several plans share the counts
+    #: (shard-sim's plans, headrooms and scales), computed at first use otherwise
+    order: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def num_rows(self) -> int:
@@ -182,12 +185,18 @@ class PlanInputs:
     @classmethod
     def for_training(cls, table_sizes: Sequence[int], counts: np.ndarray, topology: Topology, dim: int,
                      state_width: int, headroom: float, options: Mapping[str, Any], batch_share: float,
-                     wire: Wire | None = None) -> "PlanInputs":
+                     wire: Wire | None = None, order: np.ndarray | None = None) -> "PlanInputs":
         """Inputs whose counts cover the training split, of which one step reads ``batch_share``:
         planners that model a step's traffic get ``lookups_per_step``."""
         per_step = {"lookups_per_step": float(np.sum(counts)) * batch_share}
         return cls(list(table_sizes), counts, topology, dim, state_width, headroom, {**options, **per_step},
-                   wire or Wire())
+                   wire or Wire(), order)
+
+    def hottest_first(self) -> np.ndarray:
+        """int64 [N]: the rows by count, hottest first (``descending``)."""
+        if self.order is None:
+            self.order = descending(self.counts)
+        return self.order
 
     def row_bytes(self) -> int:
         return counters.row_bytes(self.dim, self.state_width)
@@ -203,6 +212,11 @@ class PlanInputs:
 
     def budget_rows(self) -> int:
         return self.budget_bytes() // self.row_bytes()
+
+
+def descending(counts: np.ndarray) -> np.ndarray:
+    """Row order by count, hottest first (stable, so ties keep row order and plans are deterministic)."""
+    return np.argsort(-np.asarray(counts, dtype=np.int64), kind="stable")
 
 
 def column_exchange(holds: np.ndarray, distinct: np.ndarray, element: int) -> np.ndarray:

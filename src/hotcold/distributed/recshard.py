@@ -37,8 +37,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from hotcold.config import ConfigError, is_int, is_real
-from hotcold.distributed.balanced import descending, imbalance
-from hotcold.distributed.plan_types import Plan, PlanInputs, sharded_plan
+from hotcold.distributed.balanced import imbalance
+from hotcold.distributed.plan_types import Plan, PlanInputs, descending, sharded_plan
 
 #: the profile the prices come from when the options name none (the repository's GPU cluster)
 DEFAULT_PROFILE = Path(__file__).resolve().parents[3] / "workflows" / "config" / "hardware" / "h100-cluster.yaml"
