@@ -5,6 +5,8 @@
 # then incomplete jobs rerun.
 SHELL := /bin/bash
 PYTHON ?= python3
+# PYTHON as found before .venv/bin goes first on PATH (below): the interpreter whose pip installs the lock
+HOST_PYTHON := $(shell command -v $(PYTHON))
 VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -30,13 +32,17 @@ PIP := $(BIN)/python -m pip install --quiet --no-compile
 # imports fbgemm_gpu) is probed at the same time, and kept only where FBGEMM is.
 FBGEMM_PROBE := import sys; from hotcold.embedding.fbgemm import available; r = available(sys.argv[1]); r and print(r); sys.exit(r is not None)
 TORCHREC_PROBE := import sys; from hotcold.distributed.torchrec_peer import available; r = available(); r and print(r); sys.exit(r is not None)
-# envs/requirements.lock pins every package (`make lock` writes it from envs/requirements.txt): nothing is
-# resolved, and CORES pip processes install it at once (envs/install.py: 48 s in one pip process on 2 cores, 26 s in two).
-# Then, two at a time: pip's check beside the device probe; TorchRec's pure-Python pins (--no-deps) beside the
-# package itself, then FBGEMM; the two peers' probes.
+# envs/requirements.lock pins every package (`make lock` writes it from envs/requirements.txt), pip among them:
+# nothing is resolved, and CORES pip processes install it at once (envs/install.py: 48 s in one pip process on 2
+# cores, 26 s in two). Where PYTHON has pip, its pip installs into a venv made without one (making the venv with
+# its own pip took 7-8 s: ensurepip compiles pip); elsewhere the venv's own pip does. Then, two at a time: pip's
+# check beside the device probe; TorchRec's pure-Python pins (--no-deps) beside the package itself, then FBGEMM;
+# the two peers' probes.
 $(STAMP): envs/requirements.lock envs/peers.txt envs/peers-cuda.txt envs/peers-nodeps.txt pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python envs/install.py envs/requirements.lock --jobs $(CORES) -- $(PIP)
+	if $(HOST_PYTHON) -m pip --version >/dev/null 2>&1; then \
+		$(HOST_PYTHON) -m venv --without-pip $(VENV) && pip="$(HOST_PYTHON) -m pip --python $(BIN)/python"; \
+	else $(HOST_PYTHON) -m venv $(VENV) && pip="$(BIN)/python -m pip"; fi && \
+	$(BIN)/python envs/install.py envs/requirements.lock --jobs $(CORES) -- $$pip install --quiet --no-compile
 	@$(BIN)/python -m pip check --quiet & check=$$!; \
 	dev=$$($(BIN)/python -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")'); \
 	wait $$check || exit 1; \

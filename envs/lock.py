@@ -12,7 +12,7 @@ import importlib.metadata as metadata
 import os
 import sys
 
-LEFT_OUT = {"pip", "hotcold"}  # the installer itself, and the package installed editable after the lock
+LEFT_OUT = {"hotcold"}  # the package itself, installed editable after the lock
 
 
 def installed_size(dist: metadata.Distribution) -> int:
