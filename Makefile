@@ -86,7 +86,8 @@ reproduce: $(STAMP)
 
 # Redraws every table and figure from the runs, simulations, profiles and calibration there (only the rules that
 # draw are allowed, each forced): a run's missing files stop it with one line naming them.
-DRAWING_RULES := aggregate cache_sim dataset_stats scaleout_tables costmodel_validation claims figures hit_rate_curves
+DRAWING_RULES := aggregate cache_sim dataset_stats scaleout_tables costmodel_validation claims figures scaleout_figures \
+	hit_rate_curves
 figures: $(STAMP)
 	$(CHECK_CONFIG)
 	$(RESUME)

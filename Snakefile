@@ -57,6 +57,7 @@ localrules:
     aggregate,
     scaleout_tables,
     figures,
+    scaleout_figures,
     costmodel_validation,
     claims,
 

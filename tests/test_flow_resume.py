@@ -47,7 +47,7 @@ distributed:
 ONE_PROCESS = "results/runs/kaggle/hybrid/base/seed~0"
 SCALE_OUT = "results/runs/kaggle/sharded/row/world~2-rpn~1/seed~0"
 # the rules whose jobs read every run's record, directly or through the summary
-READ_EVERY_RECORD = {"aggregate", "costmodel_validation", "claims", "figures", "hit_rate_curves", "all"}
+READ_EVERY_RECORD = {"aggregate", "costmodel_validation", "claims", "figures", "scaleout_figures", "hit_rate_curves", "all"}
 
 
 def snakemake(workdir: Path, *args: str, env: dict[str, str] | None = None,

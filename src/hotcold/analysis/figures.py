@@ -160,8 +160,14 @@ def trained_runs(summary: pd.DataFrame) -> pd.DataFrame:
     return summary[summary["status"].fillna("ok") == "ok"].reset_index(drop=True)
 
 
-def make_figures(tables_dir: Path, out_dir: Path) -> list[Path]:
-    """Draw every figure whose tables are in ``tables_dir``; return the paths written.
+#: the figure sets ``make_figures`` draws alone: the one-process runs' figures, the scale-out runs' figures
+ONE_PROCESS, SCALE_OUT = "one-process", "scale-out"
+FIGURE_SETS = (ONE_PROCESS, SCALE_OUT)
+
+
+def make_figures(tables_dir: Path, out_dir: Path, which: str = "all") -> list[Path]:
+    """Draw every figure whose tables are in ``tables_dir``; return the paths written. ``which``: ``all``, or
+    one of ``FIGURE_SETS``, the one-process figures or the scale-out ones (the workflow draws each set in a job).
 
     ``summary.csv`` and ``phases.csv`` are required; the comparison figures
     are drawn when their table is there (``hit_rate`` needs ``cache_sim.csv``
@@ -184,27 +190,32 @@ def make_figures(tables_dir: Path, out_dir: Path) -> list[Path]:
     throughput and step-time bars carry whiskers from each run's step-time
     distribution (p10 to p90).
     """
+    if which != "all" and which not in FIGURE_SETS:
+        raise ValueError(f"which figures: 'all' or one of {list(FIGURE_SETS)}, got {which!r}")
     tables_dir, out_dir = Path(tables_dir), Path(out_dir)
     runs = trained_runs(read_table(tables_dir / "summary.csv"))
-    summary = one_process(runs).reset_index(drop=True)
-    if summary.empty:
-        raise ValueError(f"{tables_dir / 'summary.csv'} has no trained runs in one process")
-    phases = with_stability(one_process(read_table(tables_dir / "phases.csv")), summary)
-    speedup_path = tables_dir / "speedup.csv"
-    speedup = read_table(speedup_path) if speedup_path.is_file() else None
-    written = [
-        *save_atomic(step_phases_figure(phases, summary), out_dir, "step_phases"),
-        *save_atomic(throughput_figure(summary), out_dir, "throughput"),
-        *save_atomic(cf.speedup_figure(summary, speedup), out_dir, "speedup"),
-    ]
-    proactive_runs = runs[runs["method"] == sf.PROACTIVE_METHOD]
-    optional = [("rows_moved.csv", cf.traffic_figure, "rows_moved"),
-                ("fae_hot_fraction.csv", cf.fae_hot_fraction_figure, "fae_hot_fraction"),
-                ("cache_sim.csv", cf.hit_rate_figure, "hit_rate"),
-                ("comm_traffic.csv", sf.inter_node_bytes_figure, "inter_node_bytes"),
-                ("proactive.csv", lambda t: sf.proactive_hidden_figure(with_stability(t, proactive_runs)),
-                 "proactive_hidden"),
-                ("flexshard_headroom.csv", sf.flexshard_headroom_figure, "flexshard_headroom")]
+    written, optional = [], []
+    if which in ("all", ONE_PROCESS):
+        summary = one_process(runs).reset_index(drop=True)
+        if summary.empty:
+            raise ValueError(f"{tables_dir / 'summary.csv'} has no trained runs in one process")
+        phases = with_stability(one_process(read_table(tables_dir / "phases.csv")), summary)
+        speedup_path = tables_dir / "speedup.csv"
+        speedup = read_table(speedup_path) if speedup_path.is_file() else None
+        written += [
+            *save_atomic(step_phases_figure(phases, summary), out_dir, "step_phases"),
+            *save_atomic(throughput_figure(summary), out_dir, "throughput"),
+            *save_atomic(cf.speedup_figure(summary, speedup), out_dir, "speedup"),
+        ]
+        optional += [("rows_moved.csv", cf.traffic_figure, "rows_moved"),
+                     ("fae_hot_fraction.csv", cf.fae_hot_fraction_figure, "fae_hot_fraction"),
+                     ("cache_sim.csv", cf.hit_rate_figure, "hit_rate")]
+    if which in ("all", SCALE_OUT):
+        proactive_runs = runs[runs["method"] == sf.PROACTIVE_METHOD]
+        optional += [("comm_traffic.csv", sf.inter_node_bytes_figure, "inter_node_bytes"),
+                     ("proactive.csv", lambda t: sf.proactive_hidden_figure(with_stability(t, proactive_runs)),
+                      "proactive_hidden"),
+                     ("flexshard_headroom.csv", sf.flexshard_headroom_figure, "flexshard_headroom")]
     for table, draw, stem in optional:
         path = tables_dir / table
         if not path.is_file():

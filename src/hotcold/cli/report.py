@@ -50,13 +50,15 @@ def add_figures(sub: argparse._SubParsersAction) -> None:
     f = sub.add_parser("figures", help="paper figures from the tables")
     f.add_argument("--tables", default="results/tables")
     f.add_argument("--out", default="paper_figs")
+    f.add_argument("--set", dest="which", choices=["all", "one-process", "scale-out"], default="all",
+                   help="draw every figure (default), or only the one-process runs' or the scale-out runs'")
     f.set_defaults(func=cmd_figures)
 
 
 def cmd_figures(args: argparse.Namespace) -> None:
     from hotcold.analysis.figures import make_figures
 
-    for path in make_figures(Path(args.tables), Path(args.out)):
+    for path in make_figures(Path(args.tables), Path(args.out), args.which):
         print(f"wrote {path}")
 
 
