@@ -255,7 +255,7 @@ def test_dry_run_plans_scale_out_runs_and_shard_sims(tmp_path: Path) -> None:
     assert proc.returncode == 0, out
     lines = out.splitlines()
     trains = [ln for ln in lines if "-m hotcold train --nproc" in ln]
-    assert len(trains) == 5 + 6 + 1  # kaggle: 4 plans + proactive; taobao: + flexshard; terabyte: row
+    assert len(trains) == 5 + 6  # kaggle: 4 plans + proactive; taobao: + flexshard
     four = [ln for ln in trains if "runs/kaggle/sharded/row/world~4-rpn~2/seed~0" in ln]
     assert len(four) == 1 and "--nproc 4" in four[0] and "--threads 2" in four[0]
     assert '"ranks_per_node": 2, "wire_dtype": "float32", "world": 4}' in four[0] and '"steps": 24' in four[0]
@@ -350,8 +350,8 @@ def test_interleave_plans_one_group_job_per_dataset_and_seed(tmp_path: Path) -> 
     assert jobs["train"] == 2 * (56 + 4) and "train" not in group_jobs
     assert separate.stdout.count("rule device_infeasible:") == interleaved.stdout.count("rule device_infeasible:") == 1
     assert group_jobs == {**{f"train_group_{d}": 2 for d in DEFAULT_DATASETS},
-                          **{f"train_group_{d}_world4_rpn2": 2 for d in ("kaggle", "terabyte", "taobao")}}
-    assert jobs["train_scaleout"] == 2 * (5 + 1 + 6)  # kaggle's plans and Proactive, terabyte's row, taobao's six
+                          **{f"train_group_{d}_world4_rpn2": 2 for d in ("kaggle", "taobao")}}
+    assert jobs["train_scaleout"] == 2 * (5 + 6)  # kaggle's plans and Proactive, taobao's six
     command = next(ln for ln in interleaved.stdout.splitlines() if "hotcold train-group" in ln and "taobao" in ln)
     runs = json.loads(re.search(r"--runs '(.*?)' --threads", command)[1])
     assert {r["run_config"]["dataset"] for r in runs} == {"taobao"}

@@ -44,8 +44,8 @@ def test_the_default_matrix():
     assert m.datasets() == ["kaggle", "terabyte", "taobao", "multihot"] and m.config["seeds"] == [0]
     # 14 variants of the seven harness methods and the peer's 5, on four datasets
     assert len(one) == 4 * (14 + 5)
-    # 4 ranks on 2 nodes: kaggle: 4 plans + proactive; taobao: + flexshard; terabyte: row; multihot: none
-    assert len(scale_out) == 5 + 6 + 1 and {(r.world, r.ranks_per_node) for r in scale_out} == {(4, 2)}
+    # 4 ranks on 2 nodes: kaggle: 4 plans + proactive; taobao: + flexshard; terabyte and multihot: none
+    assert len(scale_out) == 5 + 6 and {(r.world, r.ranks_per_node) for r in scale_out} == {(4, 2)}
     assert {r.method for r in scale_out} == set(methods.names(spans_ranks=True))
     assert Run("kaggle", "sharded", "row", 0, 4, 2).dir == "results/runs/kaggle/sharded/row/world~4-rpn~2/seed~0"
     assert Run("kaggle", "lru", "1.5pct", 0).dir == "results/runs/kaggle/lru/1.5pct/seed~0"
