@@ -22,7 +22,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = (
     ("foundation", ("", "accel", "config", "counters", "devices", "files", "jit", "machine", "metrics")),
     ("options and budgets", ("options",)),
-    ("measured models, data and policies", ("contention", "timing", "costmodel", "data", "trace", "model",
+    ("measured models, data and policies", ("contention", "timing", "costmodel", "data", "trace", "model", "model_size",
                                             "policies")),
     ("stores", ("embedding", "distributed", "pipeline", "memory", "dense_step")),
     ("registry", ("methods", "run_config")),
@@ -201,9 +201,9 @@ def test_nothing_but_the_registry_imports_by_name():
     assert found == []
 
 
-#: the modules behind the verbs that read records, draw, or replay the training order (every rule but training,
-#: ``shard-sim``, which counts the model's parameters, and ``calibrate``)
-NO_TORCH = ("hotcold.analysis.tables", "hotcold.analysis.scaleout", "hotcold.analysis.figures",
+#: the modules behind the verbs that read records, draw, or replay the training order (every rule but training
+#: and ``calibrate``)
+NO_TORCH = ("hotcold.distributed.shardsim", "hotcold.analysis.tables", "hotcold.analysis.scaleout", "hotcold.analysis.figures",
             "hotcold.analysis.modelled", "hotcold.analysis.claims.report", "hotcold.analysis.hit_rate_curves", "hotcold.analysis.comparisons",
             "hotcold.trace.sweeps", "hotcold.trace.curves", "hotcold.trace.profile", "hotcold.distributed.sweep",
             "hotcold.data.generators", "hotcold.cli")

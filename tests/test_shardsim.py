@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from hotcold.cli import main
-from hotcold.config import InfeasibleError
+from hotcold import model_size
+from hotcold.config import InfeasibleError, ModelConfig
 from hotcold.run_config import RunConfig
 from hotcold.data.columns import to_global
 from hotcold.data.skew import row_counts
@@ -294,3 +295,16 @@ def test_same_rows_without_numba(small_dataset, monkeypatch):
     assert shard_sim(*args, batch_per_rank=8) == compiled
     flex = next(r for r in compiled if r["plan"] == "flexshard")
     assert flex["replica_allreduce_bytes"] > 0 and 0 <= flex["replica_sparse_share"] <= 1
+
+
+@pytest.mark.parametrize("data,model", [("small_dataset", {}), ("small_dataset", {"bottom_mlp": [8, 4], "embedding_dim": 4}),
+                                        ("multihot_dataset", {"interaction": "dcnv2", "cross_layers": 2, "cross_rank": 5}),
+                                        ("sequence_dataset", {"top_mlp": [12, 1]})])
+def test_the_dense_parameter_count_is_the_built_models(request, data, model):
+    """shard-sim counts the all-reduce's floats from the config (``hotcold.model_size``): the built model's, on every
+    model (DLRM's dots, DCNv2's cross network, the sequence model)."""
+    from hotcold.model import build_model
+
+    ds, cfg = request.getfixturevalue(data), ModelConfig(**model)
+    cfg.validate("model")
+    assert model_size.dense_parameters(ds, cfg) == sum(p.numel() for p in build_model(ds, cfg).parameters())

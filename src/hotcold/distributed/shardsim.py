@@ -25,6 +25,7 @@ import numpy as np
 from tqdm import tqdm
 
 from hotcold.config import ConfigError, InfeasibleError, Wire, row_state_width
+from hotcold import model_size
 from hotcold.counters import exchanges_row_squares
 from hotcold.data.format import Dataset
 from hotcold.data.order import table_batches
@@ -74,10 +75,8 @@ class Scale:
 
 
 def dense_parameters(ds: Dataset, cfg: Sections) -> int:
-    """Parameters of the dense layers: the data-parallel all-reduce's floats."""
-    from hotcold.model import build_model
-
-    return sum(p.numel() for p in build_model(ds, cfg.model).parameters())
+    """Parameters of the dense layers: the data-parallel all-reduce's floats (counted without building the model)."""
+    return model_size.dense_parameters(ds, cfg.model)
 
 
 def route(plan: Plan, batch: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
