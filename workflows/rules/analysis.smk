@@ -29,6 +29,7 @@ rule cache_sim:
         ),
     params:
         cli=HOTCOLD,
+    priority: 1   # as soon as the simulations are there: the figures wait for it
     log:
         "results/logs/cache_sim.log",
     conda:
