@@ -149,7 +149,7 @@ def test_bad_config_fails_naming_the_key(tmp_path: Path, yaml: str, expected: st
          "dataset kaggle: generator config: ['max_length'] only apply to kind 'taobao-style'"),
         ("datasets:\n  x:\n    source: {kind: criteo-kaggle, preprocess: {encodng: modulo}}\n",
          "dataset x: criteo config: unknown key(s) ['encodng']"),
-        ("train:\n  warmup_steps: 400\n", "warmup_steps must be in [0, steps=80)"),
+        ("train:\n  warmup_steps: 400\n", "warmup_steps must be in [0, steps=60)"),
         ("datasets:\n  taobao:\n    model: {embedding_dim: 8}\n", "bottom_mlp must end with embedding_dim=8"),
         ("profile: {window: 20, batches: 10}\n", "profile.window=20 is more than profile.batches=10"),
         ("train: {lr: .inf}\n", "lr must be a finite number > 0, got inf"),

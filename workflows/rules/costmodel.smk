@@ -12,7 +12,6 @@ rule calibrate:
         device=config["timing"]["device"],
         threads=config["threads"],
     threads: lambda wildcards: workflow.cores
-    priority: 2   # first, on the quiet machine: it holds every core, so anywhere else it adds its time alone
     log:
         "results/logs/calibrate.log",
     conda:

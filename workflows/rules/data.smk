@@ -14,6 +14,7 @@ rule generate:
         out=lambda wildcards, output: str(Path(output.manifest).parent),
     wildcard_constraints:
         dataset=one_of(MATRIX.generated()),
+    priority: 1   # every dataset first, so that every shard-sim can start early (see shard_sim)
     benchmark:
         "results/benchmarks/{dataset}/generate.tsv"
     log:
