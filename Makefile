@@ -6,7 +6,7 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 # PYTHON as found before .venv/bin goes first on PATH (below): the interpreter whose pip installs the lock
-HOST_PYTHON := $(shell command -v $(PYTHON))
+HOST_PYTHON := $(or $(shell command -v $(PYTHON)),$(PYTHON))
 VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed
