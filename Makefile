@@ -32,6 +32,9 @@ PIP := $(BIN)/python -m pip install --quiet --no-compile
 # imports fbgemm_gpu) is probed at the same time, and kept only where FBGEMM is.
 FBGEMM_PROBE := import sys; from hotcold.embedding.fbgemm import available; r = available(sys.argv[1]); r and print(r); sys.exit(r is not None)
 TORCHREC_PROBE := import sys; from hotcold.distributed.torchrec_peer import available; r = available(); r and print(r); sys.exit(r is not None)
+# A set-up run again over a venv that has the peers: pip's check names what TorchRec's --no-deps pins leave out
+# (fbgemm-gpu, the CUDA build's name, among them); only the other packages' conflicts fail it.
+NODEPS_NAMES := $(shell sed -n 's/^\([A-Za-z0-9._-]*\)==.*/\1/p' envs/peers-nodeps.txt | paste -sd'|' -)
 # envs/requirements.lock pins every package (`make lock` writes it from envs/requirements.txt), pip among them:
 # nothing is resolved, and CORES pip processes install it at once (envs/install.py: 48 s in one pip process on 2
 # cores, 26 s in two). Where PYTHON has pip, its pip installs into a venv made without one (making the venv with
@@ -43,9 +46,9 @@ $(STAMP): envs/requirements.lock envs/peers.txt envs/peers-cuda.txt envs/peers-n
 		$(HOST_PYTHON) -m venv --without-pip $(VENV) && pip="$(HOST_PYTHON) -m pip --python $(BIN)/python"; \
 	else $(HOST_PYTHON) -m venv $(VENV) && pip="$(BIN)/python -m pip"; fi && \
 	$(BIN)/python envs/install.py envs/requirements.lock --jobs $(CORES) -- $$pip install --quiet --no-compile
-	@$(BIN)/python -m pip check --quiet & check=$$!; \
+	@$(BIN)/python -m pip check > $(VENV)/pip-check.txt 2>&1 & check=$$!; \
 	dev=$$($(BIN)/python -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")'); \
-	wait $$check || exit 1; \
+	if ! wait $$check; then grep -v -i -E "^($(NODEPS_NAMES)) " $(VENV)/pip-check.txt && exit 1; fi; \
 	$(PIP) --no-deps -r envs/peers-nodeps.txt & nodeps=$$!; \
 	$(PIP) --no-deps --no-build-isolation -e . || exit 1; \
 	peers=envs/peers.txt; [ "$$dev" = cuda ] && peers=envs/peers-cuda.txt; fbgemm=1; torchrec=1; probe=; \
