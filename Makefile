@@ -26,7 +26,8 @@ setup: $(STAMP)
 # installed files). pip compiles nothing (its compiling is serial: 68 s); compiling every installed module at set-up
 # took 25 s.
 unexport PYTHONDONTWRITEBYTECODE
-PIP := $(BIN)/python -m pip install --quiet --no-compile
+PIP_INSTALL := install --quiet --no-compile
+PIP := $(BIN)/python -m pip $(PIP_INSTALL)
 # Where the environment's torch sees a GPU, the FBGEMM peer is its CUDA build (envs/peers-cuda.txt), probed
 # by a TBE forward on the GPU; elsewhere the CPU build (envs/peers.txt), probed by an import. TorchRec (it
 # imports fbgemm_gpu) is probed at the same time, and kept only where FBGEMM is.
@@ -45,7 +46,7 @@ $(STAMP): envs/requirements.lock envs/peers.txt envs/peers-cuda.txt envs/peers-n
 	if $(HOST_PYTHON) -m pip --version >/dev/null 2>&1; then \
 		$(HOST_PYTHON) -m venv --without-pip $(VENV) && pip="$(HOST_PYTHON) -m pip --python $(BIN)/python"; \
 	else $(HOST_PYTHON) -m venv $(VENV) && pip="$(BIN)/python -m pip"; fi && \
-	$(BIN)/python envs/install.py envs/requirements.lock --jobs $(CORES) -- $$pip install --quiet --no-compile
+	$(BIN)/python envs/install.py envs/requirements.lock --jobs $(CORES) -- $$pip $(PIP_INSTALL)
 	@$(BIN)/python -m pip check > $(VENV)/pip-check.txt 2>&1 & check=$$!; \
 	dev=$$($(BIN)/python -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")'); \
 	if ! wait $$check; then grep -v -i -E "^($(NODEPS_NAMES)) " $(VENV)/pip-check.txt && exit 1; fi; \

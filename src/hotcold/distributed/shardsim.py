@@ -188,14 +188,14 @@ class _Entry:
 def plan_scale(ds: Dataset, topo: Topology, plans: list[str], headrooms: list[float], counts: np.ndarray,
                batch: int, dim: int, state: int, dense: int, steps: int,
                options: dict[str, Any], wire: Wire | None = None,
-               rw_protocol: str = LOOKUP, order: np.ndarray | None = None) -> tuple[ScaleSweep, list[_Entry]]:
+               rw_protocol: str = LOOKUP) -> tuple[ScaleSweep, list[_Entry]]:
     """Every plan x headroom of one scale (``counts``: the training split's row counts, ``batch``: the global
     batch, ``wire``: what is sent and priced, ``rw_protocol``: the row plan's output protocol, the other plans
-    send lookups; ``order``: ``descending(counts)``, sorted once for all of them), in a ``ScaleSweep`` ready
-    for the batches, and one entry per output row (headroom-major)."""
+    send lookups), in a ``ScaleSweep`` ready for the batches, and one entry per output row (headroom-major). The
+    rows are sorted by count once, for every plan and headroom (``PlanInputs.order``)."""
     start, stop = ds.split("train")
     wire = wire or Wire()
-    order = descending(counts) if order is None else order
+    order = descending(counts)
     sweep = ScaleSweep(topo, int(sum(ds.cardinalities)), wire)
     entries = []
     for headroom in headrooms:
@@ -261,7 +261,6 @@ def shard_sim(ds: Dataset, cfg: Sections, plans: list[str], scales: list[Scale],
     dim = cfg.model.embedding_dim
     state = row_state_width(t.row_optimizer, dim)
     counts = row_counts(ds, "train")
-    order = descending(counts)
     start, stop = ds.split("train")
     dense = dense_parameters(ds, cfg)
     rows = []
@@ -274,7 +273,7 @@ def shard_sim(ds: Dataset, cfg: Sections, plans: list[str], scales: list[Scale],
             raise ValueError(f"{ds.path}: a global batch of {batch} samples at {scale} is more than the "
                              f"{stop - start} training samples")
         sweep, entries = plan_scale(ds, topo, plans, headrooms, counts, batch, dim, state, dense, t.steps,
-                                    options or {}, cfg.distributed.wire(), rw_protocol, order)
+                                    options or {}, cfg.distributed.wire(), rw_protocol)
         sweep.run(tqdm(table_batches(ds, cfg, batch), total=t.steps, unit="batch", disable=not progress,
                        desc=f"shard-sim {topo.label()}: {len(sweep.traffic)} distinct plan(s)"), ds.column_offsets)
         rows += scale_rows(sweep, entries, t.steps)
