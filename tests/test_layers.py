@@ -20,7 +20,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: (``data``: every module under it) relative to ``hotcold`` (``""``: the package itself, its version); a name
 #: ending in ``*`` is a prefix of module names
 LAYERS = (
-    ("foundation", ("", "accel", "config", "counters", "devices", "files", "jit", "machine", "metrics")),
+    ("foundation", ("", "accel", "config", "counters", "devices", "files", "jit", "machine", "metrics", "sorting")),
     ("options and budgets", ("options",)),
     ("measured models, data and policies", ("contention", "timing", "costmodel", "data", "trace", "model", "model_size",
                                             "policies")),

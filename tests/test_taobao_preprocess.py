@@ -43,7 +43,8 @@ def random_lines(n: int, seed: int, bad_share: float = 0.2) -> list[str]:
 def plain_helpers(monkeypatch) -> None:
     """Make the kernels' plain-Python bodies call the plain-Python bodies of the kernels they use."""
     for module, name in ((taobao_parse, "_line"), (taobao_parse, "_digits"), (taobao_parse, "_behavior"),
-                         (taobao_ids, "_line"), (taobao_ids, "_lookup"), (taobao_group, "_sort_small")):
+                         (taobao_ids, "_line"), (taobao_ids, "_lookup"), (taobao_group, "sort_range"),
+                         (taobao_group, "stable_argsort")):
         monkeypatch.setattr(module, name, python(getattr(module, name)))
 
 

@@ -6,6 +6,18 @@
 ``kernel.py_func``, so tests can check the two agree on small inputs. The
 one-pass LRU curve (``trace.stackdist``) keeps its own switch: its test
 re-imports it with numba hidden.
+
+What a cold compile costs (seconds a kernel, in every process that finds no
+cache) comes mostly from what a kernel calls:
+
+- numba's own ``np.sort``, ``np.argsort``, ``np.partition``, ``np.diff`` and
+  ``np.searchsorted``, and an array assigned to a slice (``a[i:j] = b``: a
+  shape check with a formatted message), take seconds each: kernels use
+  ``hotcold.sorting`` and loops instead;
+- a compiled function called with a literal integer (``f(a, 0)``), or with a
+  loop variable that starts at one (``pos = 0``), is compiled for
+  ``Literal[int](0)`` besides ``int64``: such arguments start as
+  ``np.int64(0)``.
 """
 from __future__ import annotations
 

@@ -225,8 +225,8 @@ def column_bounds(block: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
             v = block[r, c]
             low[c] = min(low[c], v)
             high[c] = max(high[c], v)
-    lo[:] = low
-    hi[:] = high
+    for c in range(cols):   # a loop: a slice assignment compiles numba's shape check and its message (3 s)
+        lo[c], hi[c] = low[c], high[c]
 
 
 def _bounds(block: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from hotcold.jit import KERNEL, jit
+from hotcold.sorting import search_right
 
 
 def pair_table(world: int, ranks_per_node: int) -> np.ndarray:
@@ -100,7 +101,7 @@ def _table_kernel(ids: np.ndarray, offsets: np.ndarray, bounds: np.ndarray, worl
         for k in range(ids.shape[1]):
             if ids[s, k] >= 0:
                 row = ids[s, k] + offsets[k]
-                t = np.searchsorted(bounds, row, side="right") - 1
+                t = search_right(bounds, row) - 1
                 lookups[r, t] += 1
                 if seen[row] == 0:
                     seen[row] = 1

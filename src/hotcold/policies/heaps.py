@@ -11,6 +11,8 @@ the arrays (``new_heap``, ``new_lists``) and calls these from its per-row loops.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from hotcold.jit import jit_helper
 
 
@@ -49,7 +51,7 @@ def heap_pop(h, n):
     """Remove the root of ``h[:n]`` (read it first); returns the new size."""
     n -= 1
     if n > 0:
-        _sift_down(h, n, 0, h[n, 0], h[n, 1], h[n, 2], h[n, 3])
+        _sift_down(h, n, np.int64(0), h[n, 0], h[n, 1], h[n, 2], h[n, 3])
     return n
 
 

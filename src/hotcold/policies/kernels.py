@@ -51,6 +51,7 @@ import numpy as np
 from hotcold.jit import jit
 from hotcold.policies.heaps import heap_pop, heap_push, heapify, list_append, list_unlink, pair_pop, pair_push
 from hotcold.policies.victims import BELADY, LFU, LRU, STATIC, bulk_victims, demand_key, row_bits, static_key
+from hotcold.sorting import sort_range, stable_argsort
 
 #: columns of a heap entry: primary key, secondary key, slot, slot generation
 HEAP_COLS = 4
@@ -92,7 +93,7 @@ def demand_rebuild(policy, num_rows, slot_row, used, last, count, rank, nxt, gen
         for s in range(used):
             pair_push(heap, count, s)
         return used
-    n = 0
+    n = np.int64(0)   # not a literal 0: see hotcold.jit
     for s in range(used):
         if policy == LFU and count[s] < small:
             continue
@@ -114,20 +115,19 @@ def demand_warm(policy, num_rows, rows, row_slot, slot_row, last, count, rank, n
         if policy == STATIC:
             count[i] = static_key(rank, rows[i], bits)
     state[0] = rows.size
+    small = bucket.shape[1]
+    order = np.empty(rows.size if policy == LRU or small else 0, dtype=np.int64)   # their slots in row order
+    stable_argsort(rows[:order.size], order, np.empty(order.size, dtype=np.int64))
     if policy == LRU:   # the queue: warm rows share step last = -1, in row order
-        order = np.argsort(rows)
         for j in range(rows.size):
             s = order[j]
             heap[j, 0], heap[j, 1], heap[j, 2] = last[s], s, gen[s]
         state[2], state[3] = rows.size, 0
     else:
-        small = bucket.shape[1]
-        if small:   # warm rows share step -1: each count's FIFO in row order
-            order = np.argsort(rows)
-            for j in range(rows.size):
-                s = order[j]
-                if count[s] < small:
-                    list_append(link, bucket, count[s], s)
+        for j in range(order.size):   # lfu's small counts: warm rows share step -1, each count's FIFO in row order
+            s = order[j]
+            if count[s] < small:
+                list_append(link, bucket, count[s], s)
         state[2] = demand_rebuild(policy, num_rows, slot_row, rows.size, last, count, rank, nxt, gen, heap, small)
 
 
@@ -175,7 +175,10 @@ def demand_steps(policy, rows, counts, offsets, next_use, num_rows, row_slot, sl
     static = policy == STATIC
     bits = row_bits(num_rows)
     # freqcache: a step's misses' ranks, read in the first pass over its rows
-    fetched = np.empty(np.diff(offsets).max() if static and offsets.size > 1 else 0, dtype=np.int64)
+    widest = 0
+    for t in range(offsets.size - 1):
+        widest = max(widest, offsets[t + 1] - offsets[t])
+    fetched = np.empty(widest if static else 0, dtype=np.int64)
     for t in range(offsets.size - 1):
         a, b = offsets[t], offsets[t + 1]
         u = b - a
@@ -259,7 +262,7 @@ def demand_steps(policy, rows, counts, offsets, next_use, num_rows, row_slot, sl
                         hsize += 1
                     else:
                         hsize = heap_push(heap, hsize, aside[0, j], aside[1, j], aside[2, j], aside[3, j])
-            victim_slots[:nv].sort()
+            sort_range(victim_slots, np.int64(0), nv)
             for j in range(nv):
                 if small and count[victim_slots[j]] < small:
                     list_unlink(link, bucket, count[victim_slots[j]], victim_slots[j])

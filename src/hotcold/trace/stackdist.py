@@ -106,7 +106,7 @@ def _rebuild(tree, words, live):
 @_jit
 def _compact(last_pos, pos_row, tree, words, next_pos):
     """Renumber the live positions 0, 1, .. in order; returns how many are live."""
-    live = 0
+    live = np.int64(0)   # not a literal 0: see hotcold.jit
     for p in range(next_pos):
         if (words[p >> 6] >> np.uint64(p & 63)) & _ONE:
             r = pos_row[p]

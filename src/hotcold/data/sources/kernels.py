@@ -96,7 +96,7 @@ def parse_criteo(u8, codes, labels, ints, hexv, missing, good):  # pragma: no co
     n_fields = 1 + n_dense + n_cat
     starts = np.empty(n_fields + 2, dtype=np.int64)   # starts[k]: first byte of field k; one spare slot
     n = u8.size
-    pos, line, g = 0, 0, 0
+    pos, line, g = np.int64(0), 0, 0   # pos not a literal 0: see hotcold.jit
     while pos < n:
         if line == codes.size:
             return -1, g

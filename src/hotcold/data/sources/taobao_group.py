@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from hotcold.jit import KERNEL, jit
+from hotcold.sorting import sort_range, stable_argsort
 
 SHORT_RUN = 8                # events at one (user, timestamp) compared pairwise; longer runs are sorted
 
@@ -85,7 +86,8 @@ def _drop_repeats(events, i, j, item, cat, beh, keep):  # pragma: no cover - com
             e = events[x]
             key[x - i] = (np.uint64(item[e]) << np.uint64(33)) | (np.uint64(cat[e]) << np.uint64(2)) \
                 | np.uint64(beh[e])
-        by_key = np.argsort(key, kind="mergesort")    # stable: the first of equal keys is the earliest
+        by_key = np.empty(j - i, dtype=np.int64)        # stable: the first of equal keys is the earliest
+        stable_argsort(key, by_key, np.empty(j - i, dtype=np.int64))
         for x in range(1, j - i):
             if key[by_key[x]] == key[by_key[x - 1]]:
                 keep[i + by_key[x]] = False
@@ -116,13 +118,19 @@ def _group_kernel(user, ts, item, cat, beh, n_users):  # pragma: no cover - comp
         sts[fill[u]] = ts[i]
         fill[u] += 1
     keep = np.ones(n, dtype=np.bool_)
+    by_time, tmp = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
     kept = 0
     for u in range(n_users):
         a, b = start[u], start[u + 1]
         if b - a > 16:
-            by_time = np.argsort(sts[a:b], kind="mergesort")
-            order[a:b] = order[a:b][by_time]
-            sts[a:b] = sts[a:b][by_time]
+            stable_argsort(sts[a:b], by_time[:b - a], tmp[:b - a])
+            for x in range(b - a):
+                tmp[x] = order[a + by_time[x]]
+            for x in range(b - a):
+                order[a + x] = tmp[x]
+                tmp[x] = sts[a + by_time[x]]
+            for x in range(b - a):
+                sts[a + x] = tmp[x]
         else:
             for i in range(a + 1, b):                    # insertion sort: stable
                 e, t = order[i], sts[i]
@@ -144,21 +152,6 @@ def _group_kernel(user, ts, item, cat, beh, n_users):  # pragma: no cover - comp
             order[kept] = order[x]
             kept += 1
     return order[:kept]
-
-
-@jit
-def _sort_small(key, a, b):  # pragma: no cover - compiled
-    """Sort ``key[a:b]`` in place: insertion sort when short, else the library sort."""
-    if b - a > 16:
-        key[a:b].sort()
-        return
-    for i in range(a + 1, b):
-        k = key[i]
-        j = i - 1
-        while j >= a and key[j] > k:
-            key[j + 1] = key[j]
-            j -= 1
-        key[j + 1] = k
 
 
 @jit
@@ -209,15 +202,16 @@ def _group_packed(user, ts, item, cat, beh, n_users, tmin, shift):  # pragma: no
                 k = bins[x - a]
                 tmp[bin_start[k]] = key[x]
                 bin_start[k] += 1
-            lo_k = 0
+            lo_k = np.int64(0)   # not a literal 0: see hotcold.jit
             for k in range(m):                           # bin_start[k] is now the end of bin k
                 hi_k = bin_start[k]
                 if hi_k - lo_k > 1:
-                    _sort_small(tmp, lo_k, hi_k)
+                    sort_range(tmp, lo_k, hi_k)
                 lo_k = hi_k
-            key[a:b] = tmp[:m]
+            for x in range(m):
+                key[a + x] = tmp[x]
         else:
-            _sort_small(key, a, b)
+            sort_range(key, a, b)
         for x in range(a, b):
             events[x] = np.int64(key[x] & mask)
         i = a

@@ -155,7 +155,7 @@ def parse_taobao(u8, codes, vals, beh, good):  # pragma: no cover - compiled
     lines than ``codes`` holds. Good lines are packed in order into ``vals`` (int64 [., 4] user, item,
     category, timestamp), ``beh`` and ``good`` (their index in the chunk)."""
     n = u8.size
-    pos, line, g = 0, 0, 0
+    pos, line, g = np.int64(0), 0, 0   # pos not a literal 0: see hotcold.jit
     while pos < n:
         if line == codes.size:
             return -1, g
