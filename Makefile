@@ -27,7 +27,9 @@ setup: $(STAMP)
 # took 25 s.
 unexport PYTHONDONTWRITEBYTECODE
 PIP_INSTALL := install --quiet --no-compile
-PIP := $(BIN)/python -m pip $(PIP_INSTALL)
+# uv installs the lock (and the package and its peers) where it installs; pip otherwise (envs/install.py)
+UV := uv==0.13.9
+PIP := $(BIN)/python envs/install.py add --venv $(VENV) --
 # Where the environment's torch sees a GPU, the FBGEMM peer is its CUDA build (envs/peers-cuda.txt), probed
 # by a TBE forward on the GPU; elsewhere the CPU build (envs/peers.txt), probed by an import. TorchRec (it
 # imports fbgemm_gpu) is probed at the same time, and kept only where FBGEMM is.
@@ -37,16 +39,17 @@ TORCHREC_PROBE := import sys; from hotcold.distributed.torchrec_peer import avai
 # (fbgemm-gpu, the CUDA build's name, among them); only the other packages' conflicts fail it.
 NODEPS_NAMES := $(shell sed -n 's/^\([A-Za-z0-9._-]*\)==.*/\1/p' envs/peers-nodeps.txt | paste -sd'|' -)
 # envs/requirements.lock pins every package (`make lock` writes it from envs/requirements.txt), pip among them:
-# nothing is resolved, and CORES pip processes install it at once (envs/install.py: 48 s in one pip process on 2
-# cores, 26 s in two). Where PYTHON has pip, its pip installs into a venv made without one (making the venv with
-# its own pip took 7-8 s: ensurepip compiles pip); elsewhere the venv's own pip does. Then, two at a time: pip's
-# check beside the device probe; TorchRec's pure-Python pins (--no-deps) beside the package itself, then FBGEMM;
-# the two peers' probes.
+# nothing is resolved. Where PYTHON has pip, its pip installs into a venv made without one (making the venv with
+# its own pip took 7-8 s: ensurepip compiles pip); elsewhere the venv's own pip does. That pip installs uv, and
+# uv the lock, with pip's indexes and links (envs/install.py: 11 s on 2 cores); where uv does not install, CORES
+# pip processes do (31 s). Then, two at a time: pip's check beside the device probe; TorchRec's pure-Python pins
+# (--no-deps) beside the package itself, then FBGEMM; the two peers' probes.
 $(STAMP): envs/requirements.lock envs/peers.txt envs/peers-cuda.txt envs/peers-nodeps.txt pyproject.toml
 	if $(HOST_PYTHON) -m pip --version >/dev/null 2>&1; then \
 		$(HOST_PYTHON) -m venv --without-pip $(VENV) && pip="$(HOST_PYTHON) -m pip --python $(BIN)/python"; \
 	else $(HOST_PYTHON) -m venv $(VENV) && pip="$(BIN)/python -m pip"; fi && \
-	$(BIN)/python envs/install.py envs/requirements.lock --jobs $(CORES) -- $$pip $(PIP_INSTALL)
+	$(BIN)/python envs/install.py lock envs/requirements.lock --jobs $(CORES) --uv $(UV) --venv $(VENV) -- \
+		$$pip $(PIP_INSTALL)
 	@$(BIN)/python -m pip check > $(VENV)/pip-check.txt 2>&1 & check=$$!; \
 	dev=$$($(BIN)/python -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")'); \
 	if ! wait $$check; then grep -v -i -E "^($(NODEPS_NAMES)) " $(VENV)/pip-check.txt && exit 1; fi; \

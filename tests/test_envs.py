@@ -1,4 +1,4 @@
-"""The set-up's lock (envs/requirements.lock) and its parallel install (envs/install.py)."""
+"""The set-up's lock (envs/requirements.lock) and its install (envs/install.py: by uv, else by pip processes at once)."""
 from __future__ import annotations
 
 import importlib.util
@@ -51,7 +51,7 @@ def test_packages_go_to_the_group_with_the_least_work() -> None:
 
 def test_a_bad_lock_line_is_named_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "bad.lock").write_text("# header\ntorch>=2.4\n")
-    proc = subprocess.run([sys.executable, str(ENVS / "install.py"), str(tmp_path / "bad.lock"), "--", "true"],
+    proc = subprocess.run([sys.executable, str(ENVS / "install.py"), "lock", str(tmp_path / "bad.lock"), "--", "true"],
                           capture_output=True, text=True)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [f"{tmp_path / 'bad.lock'}:2: not 'name==version  # size MB installed': "
@@ -63,7 +63,7 @@ def test_every_group_is_installed_and_a_failed_one_fails_the_set_up(tmp_path: Pa
     (tmp_path / "ok.lock").write_text("a==1  # 5.0 MB installed\nb==2  # 1.0 MB installed\nc==3\n")
     pip = [sys.executable, "-c", "import sys; open(sys.argv[1], 'a').write(' '.join(sys.argv[2:]) + '\\n'); "
            f"sys.exit({int(fails)} if 'b==2' in sys.argv else 0)", str(tmp_path / "calls")]
-    proc = subprocess.run([sys.executable, str(ENVS / "install.py"), str(tmp_path / "ok.lock"), "--jobs", "2", "--",
+    proc = subprocess.run([sys.executable, str(ENVS / "install.py"), "lock", str(tmp_path / "ok.lock"), "--jobs", "2", "--",
                            *pip], capture_output=True, text=True)
     calls = sorted((tmp_path / "calls").read_text().splitlines())
     assert calls == ["--no-deps a==1", "--no-deps b==2 c==3"]
@@ -79,9 +79,46 @@ def test_a_package_the_environment_has_at_another_version_is_replaced_first_alon
                                       f"pluggy=={version('pluggy')}  # 1.0 MB installed\n")
     pip = [sys.executable, "-c", "import sys; open(sys.argv[1], 'a').write(' '.join(sys.argv[2:]) + '\\n')",
            str(tmp_path / "calls")]
-    proc = subprocess.run([sys.executable, str(ENVS / "install.py"), str(tmp_path / "ok.lock"), "--jobs", "2", "--",
+    proc = subprocess.run([sys.executable, str(ENVS / "install.py"), "lock", str(tmp_path / "ok.lock"), "--jobs", "2", "--",
                            *pip], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     calls = (tmp_path / "calls").read_text().splitlines()
     assert calls[0] == "--no-deps pytest==0.1"  # the same version of pluggy is no replacement: it goes in a group
     assert sorted(calls[1:]) == ["--no-deps a==1", f"--no-deps pluggy=={version('pluggy')}"]
+
+
+def fake_pip(tmp_path: Path, config: str = "", fails_for: str = "") -> list[str]:
+    """A pip command that appends its arguments to ``calls``, prints ``config`` for ``config list`` and fails
+    for an argument ``fails_for``."""
+    (tmp_path / "config.txt").write_text(config)
+    return [sys.executable, "-c", "import sys; a = sys.argv[3:]; open(sys.argv[1], 'a').write(' '.join(a) + '\\n'); "
+            "print(open(sys.argv[2]).read() if a[:2] == ['config', 'list'] else '', end=''); "
+            f"sys.exit({fails_for!r} in a and {fails_for!r} != '')", str(tmp_path / "calls"), str(tmp_path / "config.txt")]
+
+
+def test_uv_is_told_pips_indexes_links_constraints_and_certificate(tmp_path: Path) -> None:
+    config = ("global.extra-index-url='https://a.example/simple https://b.example/simple'\n"
+              "global.find-links='/from/file'\n:env:.find-links='/from/env'\ninstall.index-url='https://i.example'\n"
+              "global.index-url='https://ignored.example'\nglobal.constraint='c.txt'\nglobal.cert='ca.pem'\n"
+              "global.timeout='60'\n")
+    settings = install.pip_settings(fake_pip(tmp_path, config))
+    assert settings["find-links"] == "/from/env" and settings["index-url"] == "https://i.example"   # env, install
+    args, env = install.uv_options(settings)
+    assert args == ["--index-strategy", "unsafe-best-match", "--index-url", "https://i.example",
+                    "--extra-index-url", "https://a.example/simple", "--extra-index-url", "https://b.example/simple",
+                    "--find-links", "/from/env", "--constraint", "c.txt"]
+    assert env == {"SSL_CERT_FILE": "ca.pem"}
+    assert install.uv_options({}) == (["--index-strategy", "unsafe-best-match"], {})
+
+
+def test_where_uv_does_not_install_pip_installs_the_lock(tmp_path: Path) -> None:
+    (tmp_path / "ok.lock").write_text("a==1  # 5.0 MB installed\nb==2  # 1.0 MB installed\n")
+    pip = fake_pip(tmp_path, fails_for="uv==9.9")
+    proc = subprocess.run([sys.executable, str(ENVS / "install.py"), "lock", str(tmp_path / "ok.lock"), "--jobs",
+                           "2", "--uv", "uv==9.9", "--venv", str(tmp_path / "venv"), "--", *pip, "install"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip() == f"install: uv==9.9 did not install; pip installs {tmp_path / 'ok.lock'}"
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls[0] == "install --no-deps uv==9.9"
+    assert sorted(calls[1:]) == ["install --no-deps a==1", "install --no-deps b==2"]
