@@ -22,10 +22,13 @@ setup: $(STAMP)
 # The optional peers (envs/peers.txt) stay only if they install beside the pinned packages and import.
 # A module's bytecode is written where it is first imported, even where the environment sets
 # PYTHONDONTWRITEBYTECODE (without bytecode each process of the workflow spent 1.4 s more importing torch): the
-# set-up's probes write torch's and the peers', the first test or job the rest of what it imports (about 40% of the
-# installed files). pip compiles nothing (its compiling is serial: 68 s); compiling every installed module at set-up
-# took 25 s.
+# set-up's probes write torch's and the peers', and an import of the libraries every test worker and job starts
+# with (WARM_IMPORTS, beside the probes: 12 s cold, 5 s with bytecode) theirs, which the test workers and the
+# workflow's first jobs each compiled at once; the first test or job writes the rest. pip compiles nothing (its
+# compiling is serial: 68 s); compiling every installed module at set-up took 25 s.
 unexport PYTHONDONTWRITEBYTECODE
+WARM_IMPORTS := import pandas, pyarrow.parquet, scipy.stats, matplotlib.pyplot, seaborn, numba, jsonschema, yaml, \
+	snakemake.api
 PIP_INSTALL := install --quiet --no-compile
 # uv installs the lock (and the package and its peers) where it installs; pip otherwise (envs/install.py)
 UV := uv==0.13.9
@@ -41,16 +44,17 @@ NODEPS_NAMES := $(shell sed -n 's/^\([A-Za-z0-9._-]*\)==.*/\1/p' envs/peers-node
 # envs/requirements.lock pins every package (`make lock` writes it from envs/requirements.txt), pip among them:
 # nothing is resolved. Where PYTHON has pip, its pip installs into a venv made without one (making the venv with
 # its own pip took 7-8 s: ensurepip compiles pip); elsewhere the venv's own pip does. That pip installs uv, and
-# uv the lock, with pip's indexes and links (envs/install.py: 11 s on 2 cores); where uv does not install, CORES
-# pip processes do (31 s). Then, two at a time: pip's check beside the device probe; TorchRec's pure-Python pins
-# (--no-deps) beside the package itself, then FBGEMM; the two peers' probes.
+# uv the lock, with pip's indexes and links (envs/install.py: 15 s on 2 cores); where uv does not install, CORES
+# pip processes do (31 s). Then, beside WARM_IMPORTS, two at a time: pip's check beside the device probe;
+# TorchRec's pure-Python pins (--no-deps) beside the package itself, then FBGEMM; the two peers' probes.
 $(STAMP): envs/requirements.lock envs/peers.txt envs/peers-cuda.txt envs/peers-nodeps.txt pyproject.toml
 	if $(HOST_PYTHON) -m pip --version >/dev/null 2>&1; then \
 		$(HOST_PYTHON) -m venv --without-pip $(VENV) && pip="$(HOST_PYTHON) -m pip --python $(BIN)/python"; \
 	else $(HOST_PYTHON) -m venv $(VENV) && pip="$(BIN)/python -m pip"; fi && \
 	$(BIN)/python envs/install.py lock envs/requirements.lock --jobs $(CORES) --uv $(UV) --venv $(VENV) -- \
 		$$pip $(PIP_INSTALL)
-	@$(BIN)/python -m pip check > $(VENV)/pip-check.txt 2>&1 & check=$$!; \
+	@$(BIN)/python -c '$(WARM_IMPORTS)' & warm=$$!; \
+	$(BIN)/python -m pip check > $(VENV)/pip-check.txt 2>&1 & check=$$!; \
 	dev=$$($(BIN)/python -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")'); \
 	if ! wait $$check; then grep -v -i -E "^($(NODEPS_NAMES)) " $(VENV)/pip-check.txt && exit 1; fi; \
 	$(PIP) --no-deps -r envs/peers-nodeps.txt & nodeps=$$!; \
@@ -65,7 +69,8 @@ $(STAMP): envs/requirements.lock envs/peers.txt envs/peers-cuda.txt envs/peers-n
 		echo "peers: fbgemm not installed ($$peers did not install or run on $$dev here); the fbgemm runs are skipped"; fi; \
 	if [ $$fbgemm = 0 ] && [ $$torchrec = 0 ]; then echo "peers: torchrec installed (envs/peers-nodeps.txt); torchrec-peer runs"; \
 	else $(BIN)/python -m pip uninstall --quiet --yes torchrec >/dev/null 2>&1 || true; \
-		echo "peers: torchrec not installed (envs/peers-nodeps.txt); torchrec-peer and its tests are skipped"; fi
+		echo "peers: torchrec not installed (envs/peers-nodeps.txt); torchrec-peer and its tests are skipped"; fi; \
+	wait $$warm || exit 1
 	touch $(STAMP)
 
 # After a pin in envs/requirements.txt changes: resolve it once in a scratch environment and write the lock.

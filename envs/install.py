@@ -4,9 +4,9 @@
     python envs/install.py add --venv V -- PIP-INSTALL-ARGS...
 
 ``lock``: the lock pins every package, so nothing is resolved (``--no-deps``). With ``--uv``, PIP-COMMAND
-installs that pin of uv into the environment first, and uv installs the lock (10 s on 2 cores, and 5 s to install uv, against 31 s
-for two pip processes: pip spent most of its time reading the indexes' pages of each package, 30 s of CPU for
-the 85 packages). uv is told the indexes, links, constraints and certificate pip is configured with (``pip
+installs that pin of uv into the environment first (5 s), and uv installs the lock (10 s on 2 cores, against
+31 s for two pip processes: pip spent most of its time reading the indexes' pages of each package, 30 s of CPU
+for the 85 packages). uv is told the indexes, links, constraints and certificate pip is configured with (``pip
 config list``) and, as pip does, takes the best match over all of them; its cache is the environment's
 (``V/uv-cache``: same disk, so the files are linked, not copied). Where uv does not install or fails, pip
 does, as without ``--uv``: the packages spread over ``--jobs`` pip processes writing disjoint files, largest
