@@ -29,7 +29,6 @@ setup: $(STAMP)
 unexport PYTHONDONTWRITEBYTECODE
 WARM_IMPORTS := import pandas, pyarrow.parquet, scipy.stats, matplotlib.pyplot, seaborn, numba, jsonschema, yaml, \
 	snakemake.api
-PIP_INSTALL := install --quiet --no-compile
 # uv installs the lock (and the package and its peers) where it installs; pip otherwise (envs/install.py)
 UV := uv==0.13.9
 PIP := $(BIN)/python envs/install.py add --venv $(VENV) --
@@ -51,8 +50,7 @@ $(STAMP): envs/requirements.lock envs/peers.txt envs/peers-cuda.txt envs/peers-n
 	if $(HOST_PYTHON) -m pip --version >/dev/null 2>&1; then \
 		$(HOST_PYTHON) -m venv --without-pip $(VENV) && pip="$(HOST_PYTHON) -m pip --python $(BIN)/python"; \
 	else $(HOST_PYTHON) -m venv $(VENV) && pip="$(BIN)/python -m pip"; fi && \
-	$(BIN)/python envs/install.py lock envs/requirements.lock --jobs $(CORES) --uv $(UV) --venv $(VENV) -- \
-		$$pip $(PIP_INSTALL)
+	$(BIN)/python envs/install.py lock envs/requirements.lock --jobs $(CORES) --uv $(UV) --venv $(VENV) -- $$pip
 	@$(BIN)/python -c '$(WARM_IMPORTS)' & warm=$$!; \
 	$(BIN)/python -m pip check > $(VENV)/pip-check.txt 2>&1 & check=$$!; \
 	dev=$$($(BIN)/python -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")'); \

@@ -1,9 +1,11 @@
 """Install into the set-up's environment (`make setup`): the lock, then the package and its peers.
 
-    python envs/install.py lock LOCK --jobs N [--uv PIN --venv V] -- PIP-COMMAND...
+    python envs/install.py lock LOCK --jobs N [--uv PIN --venv V] -- PIP...
     python envs/install.py add --venv V -- PIP-INSTALL-ARGS...
 
-``lock``: the lock pins every package, so nothing is resolved (``--no-deps``). With ``--uv``, PIP-COMMAND
+PIP runs pip for the environment (``python -m pip [--python V]``); ``install --quiet --no-compile`` is added.
+
+``lock``: the lock pins every package, so nothing is resolved (``--no-deps``). With ``--uv``, PIP
 installs that pin of uv into the environment first (5 s), and uv installs the lock (10 s on 2 cores, against
 31 s for two pip processes: pip spent most of its time reading the indexes' pages of each package, 30 s of CPU
 for the 85 packages). uv is told the indexes, links, constraints and certificate pip is configured with (``pip
@@ -61,7 +63,7 @@ def spread(pins: list[tuple[str, float]], jobs: int) -> list[list[str]]:
     return [group for group in groups if group]
 
 
-PIP_QUIET = ["--quiet", "--no-compile"]   # pip compiles nothing: its compiling is serial (68 s)
+INSTALL = ["install", "--quiet", "--no-compile"]   # pip compiles nothing: its compiling is serial (68 s)
 SOURCES = {":env:": 3, "install": 2, "global": 1}   # pip's settings: the environment's first, then its files'
 
 
@@ -94,8 +96,7 @@ def uv_options(settings: dict[str, str]) -> tuple[list[str], dict[str, str]]:
 
 
 def uv_install(venv: Path, pip: list[str], install_args: list[str]) -> int:
-    """``uv pip install`` of ``install_args`` into ``venv`` with pip's settings (``pip``: a pip command
-    without its verb); its exit status."""
+    """``uv pip install`` of ``install_args`` into ``venv`` with the settings of ``pip``; its exit status."""
     args, env = uv_options(pip_settings(pip))
     env = {**os.environ, **env}
     env.setdefault("UV_CACHE_DIR", str(venv / "uv-cache"))
@@ -103,17 +104,12 @@ def uv_install(venv: Path, pip: list[str], install_args: list[str]) -> int:
                            str(venv / "bin" / "python"), *args, *install_args], env=env).returncode
 
 
-def pip_verbless(pip: list[str]) -> list[str]:
-    """A pip install command without ``install`` and what follows: ``python -m pip [--python V]``."""
-    return pip[:pip.index("install")] if "install" in pip else pip
-
-
 def install_lock_with_uv(lock: str, pin: str, venv: Path, pip: list[str]) -> bool:
     """The lock by uv (``pin``, installed by ``pip`` first); False where either failed (said in one line)."""
-    if subprocess.run([*pip, "--no-deps", pin]).returncode != 0 or not (venv / "bin" / "uv").exists():
+    if subprocess.run([*pip, *INSTALL, "--no-deps", pin]).returncode != 0 or not (venv / "bin" / "uv").exists():
         print(f"install: {pin} did not install; pip installs {lock}", file=sys.stderr)
         return False
-    if uv_install(venv, pip_verbless(pip), ["--no-deps", "-r", lock]) != 0:
+    if uv_install(venv, pip, ["--no-deps", "-r", lock]) != 0:
         print(f"install: uv failed on {lock} (above); pip installs it", file=sys.stderr)
         return False
     return True
@@ -129,10 +125,10 @@ def install_lock_with_pip(lock: str, pins: list[tuple[str, float]], jobs: int, p
         return have.get(normalize(name), version) != version
 
     first = [pin for pin, _ in pins if replaces(pin)]
-    if first and subprocess.run([*pip, "--no-deps", *first]).returncode != 0:
+    if first and subprocess.run([*pip, *INSTALL, "--no-deps", *first]).returncode != 0:
         sys.exit(f"{lock}: pip failed for {' '.join(first)} (above)")
     rest = [(pin, mb) for pin, mb in pins if pin not in first]
-    procs = [subprocess.Popen([*pip, "--no-deps", *group]) for group in spread(rest, jobs)]
+    procs = [subprocess.Popen([*pip, *INSTALL, "--no-deps", *group]) for group in spread(rest, jobs)]
     failed = [p.args for p in procs if p.wait() != 0]
     if failed:
         sys.exit(f"{lock}: pip failed for {len(failed)} of {len(procs)} groups of packages (above)")
@@ -143,21 +139,21 @@ def main() -> None:
     split = argv.index("--") if "--" in argv else len(argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     verbs = parser.add_subparsers(dest="verb", required=True)
-    lock = verbs.add_parser("lock", help="install the lock: PIP-COMMAND (an install command) after --")
+    lock = verbs.add_parser("lock", help="install the lock: the pip command (python -m pip ...) after --")
     lock.add_argument("lock")
     lock.add_argument("--jobs", type=int, default=2)
     lock.add_argument("--uv", metavar="PIN", help="install this uv first and let it install the lock")
-    lock.add_argument("--venv", type=Path, help="the environment PIP-COMMAND installs into (with --uv)")
+    lock.add_argument("--venv", type=Path, help="the environment the pip command installs into (with --uv)")
     add = verbs.add_parser("add", help="one install into the environment: pip install's arguments after --")
     add.add_argument("--venv", type=Path, required=True)
     args, rest = parser.parse_args(argv[:split]), argv[split + 1:]
     if not rest:
         parser.error("the pip command (lock) or pip install's arguments (add) go after --")
     if args.verb == "add":
-        python = str(args.venv / "bin" / "python")
+        pip = [str(args.venv / "bin" / "python"), "-m", "pip"]
         if (args.venv / "bin" / "uv").exists():
-            sys.exit(uv_install(args.venv, [python, "-m", "pip"], rest))
-        sys.exit(subprocess.run([python, "-m", "pip", "install", *PIP_QUIET, *rest]).returncode)
+            sys.exit(uv_install(args.venv, pip, rest))
+        sys.exit(subprocess.run([*pip, *INSTALL, *rest]).returncode)
     if args.uv and args.venv is None:
         parser.error("--uv needs --venv")
     pins = read_lock(args.lock)

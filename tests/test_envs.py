@@ -14,6 +14,7 @@ ENVS = Path(__file__).resolve().parents[1] / "envs"
 spec = importlib.util.spec_from_file_location("envs_install", ENVS / "install.py")
 install = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(install)
+Q = "install --quiet --no-compile"   # what install.py adds to the pip command it is given
 
 
 def pins(path: Path) -> dict[str, str]:
@@ -66,7 +67,7 @@ def test_every_group_is_installed_and_a_failed_one_fails_the_set_up(tmp_path: Pa
     proc = subprocess.run([sys.executable, str(ENVS / "install.py"), "lock", str(tmp_path / "ok.lock"), "--jobs", "2", "--",
                            *pip], capture_output=True, text=True)
     calls = sorted((tmp_path / "calls").read_text().splitlines())
-    assert calls == ["--no-deps a==1", "--no-deps b==2 c==3"]
+    assert calls == [f"{Q} --no-deps a==1", f"{Q} --no-deps b==2 c==3"]
     assert proc.returncode == int(fails)
     if fails:
         assert "pip failed for 1 of 2 groups" in proc.stderr
@@ -83,8 +84,8 @@ def test_a_package_the_environment_has_at_another_version_is_replaced_first_alon
                            *pip], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     calls = (tmp_path / "calls").read_text().splitlines()
-    assert calls[0] == "--no-deps pytest==0.1"  # the same version of pluggy is no replacement: it goes in a group
-    assert sorted(calls[1:]) == ["--no-deps a==1", f"--no-deps pluggy=={version('pluggy')}"]
+    assert calls[0] == f"{Q} --no-deps pytest==0.1"  # the same version of pluggy is no replacement: it goes in a group
+    assert sorted(calls[1:]) == [f"{Q} --no-deps a==1", f"{Q} --no-deps pluggy=={version('pluggy')}"]
 
 
 def fake_pip(tmp_path: Path, config: str = "", fails_for: str = "") -> list[str]:
@@ -115,10 +116,10 @@ def test_where_uv_does_not_install_pip_installs_the_lock(tmp_path: Path) -> None
     (tmp_path / "ok.lock").write_text("a==1  # 5.0 MB installed\nb==2  # 1.0 MB installed\n")
     pip = fake_pip(tmp_path, fails_for="uv==9.9")
     proc = subprocess.run([sys.executable, str(ENVS / "install.py"), "lock", str(tmp_path / "ok.lock"), "--jobs",
-                           "2", "--uv", "uv==9.9", "--venv", str(tmp_path / "venv"), "--", *pip, "install"],
+                           "2", "--uv", "uv==9.9", "--venv", str(tmp_path / "venv"), "--", *pip],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip() == f"install: uv==9.9 did not install; pip installs {tmp_path / 'ok.lock'}"
     calls = (tmp_path / "calls").read_text().splitlines()
-    assert calls[0] == "install --no-deps uv==9.9"
-    assert sorted(calls[1:]) == ["install --no-deps a==1", "install --no-deps b==2"]
+    assert calls[0] == f"{Q} --no-deps uv==9.9"
+    assert sorted(calls[1:]) == [f"{Q} --no-deps a==1", f"{Q} --no-deps b==2"]
