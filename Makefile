@@ -34,9 +34,9 @@ UV := uv==0.13.9
 PIP := $(BIN)/python envs/install.py add --venv $(VENV) --
 # Where the environment's torch sees a GPU, the FBGEMM peer is its CUDA build (envs/peers-cuda.txt), probed
 # by a TBE forward on the GPU; elsewhere the CPU build (envs/peers.txt), probed by an import. TorchRec (it
-# imports fbgemm_gpu) is probed at the same time, and kept only where FBGEMM is.
+# imports fbgemm_gpu) is kept only where FBGEMM is; it is not probed here (importing it the first time took
+# 15 s, at the end of the set-up): `hotcold torchrec-peer` and its tests ask whether it imports when they run.
 FBGEMM_PROBE := import sys; from hotcold.embedding.fbgemm import available; r = available(sys.argv[1]); r and print(r); sys.exit(r is not None)
-TORCHREC_PROBE := import sys; from hotcold.distributed.torchrec_peer import available; r = available(); r and print(r); sys.exit(r is not None)
 # A set-up run again over a venv that has the peers: pip's check names what TorchRec's --no-deps pins leave out
 # (fbgemm-gpu, the CUDA build's name, among them); only the other packages' conflicts fail it.
 NODEPS_NAMES := $(shell sed -n 's/^\([A-Za-z0-9._-]*\)==.*/\1/p' envs/peers-nodeps.txt | paste -sd'|' -)
@@ -44,28 +44,27 @@ NODEPS_NAMES := $(shell sed -n 's/^\([A-Za-z0-9._-]*\)==.*/\1/p' envs/peers-node
 # nothing is resolved. Where PYTHON has pip, its pip installs into a venv made without one (making the venv with
 # its own pip took 7-8 s: ensurepip compiles pip); elsewhere the venv's own pip does. That pip installs uv, and
 # uv the lock, with pip's indexes and links (envs/install.py: 15 s on 2 cores); where uv does not install, CORES
-# pip processes do (31 s). Then, beside WARM_IMPORTS, two at a time: pip's check beside the device probe;
-# TorchRec's pure-Python pins (--no-deps) beside the package itself, then FBGEMM; the two peers' probes.
+# pip processes do (31 s). Then, beside WARM_IMPORTS and the device probe (importing torch the first time: 6 s):
+# pip's check, then TorchRec's pure-Python pins (--no-deps) beside the package itself; then FBGEMM and its probe.
 $(STAMP): envs/requirements.lock envs/peers.txt envs/peers-cuda.txt envs/peers-nodeps.txt pyproject.toml
 	if $(HOST_PYTHON) -m pip --version >/dev/null 2>&1; then \
 		$(HOST_PYTHON) -m venv --without-pip $(VENV) && pip="$(HOST_PYTHON) -m pip --python $(BIN)/python"; \
 	else $(HOST_PYTHON) -m venv $(VENV) && pip="$(BIN)/python -m pip"; fi && \
 	$(BIN)/python envs/install.py lock envs/requirements.lock --jobs $(CORES) --uv $(UV) --venv $(VENV) -- $$pip
 	@$(BIN)/python -c '$(WARM_IMPORTS)' & warm=$$!; \
-	$(BIN)/python -m pip check > $(VENV)/pip-check.txt 2>&1 & check=$$!; \
-	dev=$$($(BIN)/python -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")'); \
-	if ! wait $$check; then grep -v -i -E "^($(NODEPS_NAMES)) " $(VENV)/pip-check.txt && exit 1; fi; \
+	$(BIN)/python -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")' > $(VENV)/device.txt & dev=$$!; \
+	if ! $(BIN)/python -m pip check > $(VENV)/pip-check.txt 2>&1; then \
+		grep -v -i -E "^($(NODEPS_NAMES)) " $(VENV)/pip-check.txt && exit 1; fi; \
 	$(PIP) --no-deps -r envs/peers-nodeps.txt & nodeps=$$!; \
 	$(PIP) --no-deps --no-build-isolation -e . || exit 1; \
-	peers=envs/peers.txt; [ "$$dev" = cuda ] && peers=envs/peers-cuda.txt; fbgemm=1; torchrec=1; probe=; \
-	if $(PIP) -r $$peers -c envs/requirements.lock; then \
-		if wait $$nodeps; then $(BIN)/python -c '$(TORCHREC_PROBE)' & probe=$$!; fi; \
-		$(BIN)/python -c '$(FBGEMM_PROBE)' $$dev; fbgemm=$$?; \
-		[ -n "$$probe" ] && { wait $$probe; torchrec=$$?; }; fi; \
+	wait $$dev; dev=$$(cat $(VENV)/device.txt); \
+	peers=envs/peers.txt; [ "$$dev" = cuda ] && peers=envs/peers-cuda.txt; fbgemm=1; \
+	if $(PIP) -r $$peers -c envs/requirements.lock; then $(BIN)/python -c '$(FBGEMM_PROBE)' $$dev; fbgemm=$$?; fi; \
+	wait $$nodeps; torchrec=$$?; \
 	if [ $$fbgemm = 0 ]; then echo "peers: fbgemm installed ($$peers, probed on $$dev); the fbgemm runs train"; \
 	else $(BIN)/python -m pip uninstall --quiet --yes fbgemm-gpu-cpu fbgemm-gpu >/dev/null 2>&1 || true; \
 		echo "peers: fbgemm not installed ($$peers did not install or run on $$dev here); the fbgemm runs are skipped"; fi; \
-	if [ $$fbgemm = 0 ] && [ $$torchrec = 0 ]; then echo "peers: torchrec installed (envs/peers-nodeps.txt); torchrec-peer runs"; \
+	if [ $$fbgemm = 0 ] && [ $$torchrec = 0 ]; then echo "peers: torchrec installed (envs/peers-nodeps.txt); torchrec-peer runs where it imports"; \
 	else $(BIN)/python -m pip uninstall --quiet --yes torchrec >/dev/null 2>&1 || true; \
 		echo "peers: torchrec not installed (envs/peers-nodeps.txt); torchrec-peer and its tests are skipped"; fi; \
 	wait $$warm || exit 1

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib.metadata as metadata
+import json
 import os
 import re
 import subprocess
@@ -95,9 +96,23 @@ def uv_options(settings: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     return args, env
 
 
+def uv_settings(venv: Path, pip: list[str]) -> tuple[list[str], dict[str, str]]:
+    """``uv_options`` for ``pip``'s settings, read once per environment: ``pip config list`` took 1.3 s, and
+    each ``add`` asked again (``V/uv-options.json``, written by the first install)."""
+    saved = venv / "uv-options.json"
+    if saved.exists():
+        args, env = json.loads(saved.read_text())
+        return args, env
+    args, env = uv_options(pip_settings(pip))
+    tmp = saved.with_suffix(".tmp")
+    tmp.write_text(json.dumps([args, env]))
+    tmp.replace(saved)
+    return args, env
+
+
 def uv_install(venv: Path, pip: list[str], install_args: list[str]) -> int:
     """``uv pip install`` of ``install_args`` into ``venv`` with the settings of ``pip``; its exit status."""
-    args, env = uv_options(pip_settings(pip))
+    args, env = uv_settings(venv, pip)
     env = {**os.environ, **env}
     env.setdefault("UV_CACHE_DIR", str(venv / "uv-cache"))
     return subprocess.run([str(venv / "bin" / "uv"), "pip", "install", "--quiet", "--python",

@@ -112,6 +112,17 @@ def test_uv_is_told_pips_indexes_links_constraints_and_certificate(tmp_path: Pat
     assert install.uv_options({}) == (["--index-strategy", "unsafe-best-match"], {})
 
 
+def test_pips_settings_are_read_once_per_environment(tmp_path: Path) -> None:
+    """The lock's install reads them (``pip config list``); each later install into the environment reuses them."""
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    first = install.uv_settings(venv, fake_pip(tmp_path, "global.find-links='/wheels'\n"))
+    assert first == (["--index-strategy", "unsafe-best-match", "--find-links", "/wheels"], {})
+    assert (tmp_path / "calls").read_text().splitlines() == ["config list"]
+    assert install.uv_settings(venv, fake_pip(tmp_path, "global.find-links='/elsewhere'\n")) == first
+    assert (tmp_path / "calls").read_text().splitlines() == ["config list"]   # not asked again
+
+
 def test_where_uv_does_not_install_pip_installs_the_lock(tmp_path: Path) -> None:
     (tmp_path / "ok.lock").write_text("a==1  # 5.0 MB installed\nb==2  # 1.0 MB installed\n")
     pip = fake_pip(tmp_path, fails_for="uv==9.9")
