@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from hotcold.cli import main, parser
-from hotcold.config import (AggregateConfig, ConfigError, DistributedConfig, ModelConfig, ProfileConfig, ShardSimConfig, SimulateConfig, TimingConfig, TrainConfig)
+from hotcold.config import (AggregateConfig, ConfigError, DistributedConfig, ModelConfig, ProfileConfig, ShardSimConfig, SimulateConfig, TimingConfig, TrainConfig, parse_yaml, read_yaml)
 from hotcold.run_config import RunConfig
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflows" / "schemas" / "config.schema.yaml"
@@ -17,6 +16,17 @@ TYPED_SECTIONS = {"model": ModelConfig, "train": TrainConfig, "timing": TimingCo
                   "simulate": SimulateConfig, "aggregate": AggregateConfig}
 
 BASE = {"dataset": "d", "method": "hybrid"}
+
+
+def test_yaml_is_read_as_pyyamls_safe_loader_reads_it(tmp_path):
+    """libyaml's loader where PyYAML has it, the same data; a file that does not parse says what the Python
+    loader says."""
+    yaml = pytest.importorskip("yaml")
+    for path in sorted((Path(__file__).resolve().parents[1] / "workflows").rglob("*.yaml")):
+        assert parse_yaml(path.read_text()) == yaml.safe_load(path.read_text()), path
+    (tmp_path / "bad.yaml").write_text("a: [1, 2\nb: 3\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml, line 2, column 2: not valid YAML: expected ',' or ']'"):
+        read_yaml(tmp_path / "bad.yaml")
 
 
 def test_defaults_resolve_and_round_trip():
@@ -71,7 +81,7 @@ def test_cli_reports_missing_dataset(tmp_path, capsys):
 
 def schema_defaults(section: str) -> dict:
     """The defaults the workflow schema gives the keys of one top-level section."""
-    props = yaml.safe_load(SCHEMA.read_text())["properties"][section]["properties"]
+    props = read_yaml(SCHEMA)["properties"][section]["properties"]
     return {key: spec["default"] for key, spec in props.items() if "default" in spec}
 
 
@@ -87,7 +97,7 @@ def test_typed_defaults_are_the_schemas(section):
 
 def test_shard_sim_defaults_are_the_schemas():
     """distributed.shard_sim in the schema and ShardSimConfig (the CLI's defaults) agree."""
-    props = yaml.safe_load(SCHEMA.read_text())["properties"]["distributed"]["properties"]["shard_sim"]["properties"]
+    props = read_yaml(SCHEMA)["properties"]["distributed"]["properties"]["shard_sim"]["properties"]
     schema = {key: tuple(spec["default"]) if isinstance(spec["default"], list) else spec["default"]
               for key, spec in props.items()}
     assert schema == dataclasses.asdict(ShardSimConfig())
@@ -99,7 +109,7 @@ def test_shard_sim_defaults_are_the_schemas():
 
 def test_trained_scales_are_valid_distributed_configs():
     """The schema's default trained scales are worlds the typed config accepts."""
-    props = yaml.safe_load(SCHEMA.read_text())["properties"]["distributed"]["properties"]
+    props = read_yaml(SCHEMA)["properties"]["distributed"]["properties"]
     for scale in props["scales"]["default"]:
         DistributedConfig(**scale).validate("distributed")
 

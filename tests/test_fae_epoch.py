@@ -10,10 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-import yaml
 
 from hotcold.analysis.summary import SUMMARY_COLUMNS, summary_frame
-from hotcold.config import TrainConfig
+from hotcold.config import TrainConfig, read_yaml
 from hotcold.run_config import RunConfig
 from hotcold.data.format import Dataset
 from hotcold.data.generators.config import GeneratorConfig
@@ -86,7 +85,7 @@ def test_trained_timed_hot_share_is_the_epochs(small_dataset, steps):
 # --- the default budgets on the default Kaggle-style data ---------------------------------------------------------
 
 def default_config() -> dict:
-    return yaml.safe_load((REPO / "workflows/config/default.yaml").read_text())
+    return read_yaml(REPO / "workflows/config/default.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +125,7 @@ def test_default_budgets_on_default_kaggle_data(kaggle_style, variant):
 
 def paper_run() -> tuple[int, int, int]:
     """paper.yaml's steps and warm-up, and the batches of an epoch of full Criteo Kaggle at its batch size."""
-    train_cfg = yaml.safe_load((REPO / "workflows/config/paper.yaml").read_text())["train"]
+    train_cfg = read_yaml(REPO / "workflows/config/paper.yaml")["train"]
     batch = train_cfg.get("batch_size", TrainConfig().batch_size)
     samples = 45_840_617 * 6 // 7   # six of its seven days train
     return train_cfg["steps"], train_cfg["warmup_steps"], samples // batch

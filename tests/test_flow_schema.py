@@ -4,15 +4,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
+from hotcold.config import read_yaml
 
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed: the workflow's schema "
                                  "checks need it (make setup installs it)")
 
 REPO = Path(__file__).resolve().parents[1]
-SCHEMA = yaml.safe_load((REPO / "workflows" / "schemas" / "config.schema.yaml").read_text())
-DEFAULT = yaml.safe_load((REPO / "workflows" / "config" / "default.yaml").read_text())
-PAPER = yaml.safe_load((REPO / "workflows" / "config" / "paper.yaml").read_text())
+SCHEMA = read_yaml(REPO / "workflows" / "schemas" / "config.schema.yaml")
+DEFAULT = read_yaml(REPO / "workflows" / "config" / "default.yaml")
+PAPER = read_yaml(REPO / "workflows" / "config" / "paper.yaml")
 METHODS = jsonschema.Draft202012Validator(
     {"$schema": SCHEMA["$schema"], "$defs": SCHEMA["$defs"], "$ref": "#/$defs/methods"})
 

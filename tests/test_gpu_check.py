@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from hotcold import methods
+from hotcold.config import read_yaml
 from hotcold.runs import runner
 from hotcold.cli import main
 from hotcold.gpucheck import CheckOptions, check, env, resolve
@@ -23,7 +23,7 @@ HARNESS = [m for m in methods.names(spans_ranks=False, peer=False)]
 
 
 def test_the_plan_is_the_workflows_one_process_runs_device_first():
-    config = yaml.safe_load(DEFAULT.read_text())
+    config = read_yaml(DEFAULT)
     cpu = plan(config, Path("out"), "cpu", SCALES["tiny"])
     assert list(cpu.generators) == ["kaggle", "terabyte", "taobao", "multihot"]
     assert all(spec["rows"] == SCALES["tiny"].rows for spec in cpu.generators.values())
@@ -55,9 +55,9 @@ def test_a_config_is_read_and_planned_as_the_workflow_reads_it(name, tmp_path):
     from hotcold.workflow.matrix import Matrix
 
     path = REPO / "workflows/config" / name
-    snakemake_config = yaml.safe_load(DEFAULT.read_text())
+    snakemake_config = read_yaml(DEFAULT)
     if name != "default.yaml":
-        utils.update_config(snakemake_config, yaml.safe_load(path.read_text()))
+        utils.update_config(snakemake_config, read_yaml(path))
     utils.validate(snakemake_config, str(REPO / "workflows/schemas/config.schema.yaml"))
     config = load_config(path)
     assert config == snakemake_config
@@ -92,7 +92,7 @@ def test_the_full_size_kaggle_preset_plans_the_evidence_runs(tmp_path):
 
 
 def test_the_plan_refuses_scale_out_and_unknown_names():
-    config = yaml.safe_load(DEFAULT.read_text())
+    config = read_yaml(DEFAULT)
     with pytest.raises(ValueError, match="spans ranks"):
         plan(config, Path("out"), "cpu", SCALES["tiny"], only=["sharded"])
     with pytest.raises(ValueError, match="unknown dataset"):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hotcold.config import ConfigError, DistributedConfig
+from hotcold.config import ConfigError, DistributedConfig, read_yaml
 from hotcold.run_config import RunConfig
 from hotcold.devices import (check_ranks_fit, local_ranks, rank_gpu, ranks_fit_problem, resolve_backend,
                                          threads_per_rank)
@@ -77,12 +77,10 @@ snakemake_utils = pytest.importorskip("snakemake.utils", reason="configs are val
 
 
 def matrix(**overrides):
-    import yaml
-
     from hotcold.workflow.matrix import Matrix
     from hotcold.workflow.settings import merged
 
-    config = merged(copy.deepcopy(yaml.safe_load((ROOT / "workflows/config/default.yaml").read_text())), overrides)
+    config = merged(copy.deepcopy(read_yaml(ROOT / "workflows/config/default.yaml")), overrides)
     snakemake_utils.validate(config, str(ROOT / "workflows/schemas/config.schema.yaml"))
     return Matrix(config)
 

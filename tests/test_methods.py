@@ -5,15 +5,14 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-import yaml
 
 from hotcold import methods
-from hotcold.config import ConfigError
+from hotcold.config import ConfigError, read_yaml
 from hotcold.embedding.base import EmbeddingStore
 from hotcold.options.base import StoreOptions
 
 
-SCHEMA = yaml.safe_load((Path(__file__).resolve().parents[1] / "workflows/schemas/config.schema.yaml").read_text())
+SCHEMA = read_yaml(Path(__file__).resolve().parents[1] / "workflows/schemas/config.schema.yaml")
 DEFS = SCHEMA["$defs"]
 #: values tried on every option: the schema and the options class must accept and reject the same ones
 PROBES = [True, False, 0, 1, 2, -1, 0.0, 0.5, 0.9, 1.0, 1.5, 2.5, 1e9, "x", "epoch", "none", "lru", "lfu",

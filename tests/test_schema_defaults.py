@@ -10,14 +10,14 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-import yaml
 
 from hotcold import methods
 from hotcold.options.stores import DEFAULT_CACHE_RATIO
 from hotcold.options.base import DEFAULT_BUDGET_RATIO
+from hotcold.config import read_yaml
 
 REPO = Path(__file__).resolve().parents[1]
-SCHEMA = yaml.safe_load((REPO / "workflows" / "schemas" / "config.schema.yaml").read_text())
+SCHEMA = read_yaml(REPO / "workflows" / "schemas" / "config.schema.yaml")
 DEFS = SCHEMA["$defs"]
 
 #: (method, option): the default of an option whose field is None, as the store takes it

@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from hotcold.config import ConfigError
+from hotcold.config import ConfigError, read_yaml
 from hotcold.workflow.matrix import Matrix, Run
 from hotcold.workflow.settings import overlaid
 
@@ -24,7 +24,7 @@ snakemake_utils = pytest.importorskip("snakemake.utils", reason="configs are val
                                       "them; `make` installs it (envs/requirements.txt)")
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT = yaml.safe_load((REPO / "workflows/config/default.yaml").read_text())
+DEFAULT = read_yaml(REPO / "workflows/config/default.yaml")
 SCHEMA = str(REPO / "workflows/schemas/config.schema.yaml")
 
 # One Kaggle-style dataset of 40,000 samples (36,000 train: the tail 10% is held out), on the CPU.

@@ -8,10 +8,9 @@ import copy
 from pathlib import Path
 
 import pytest
-import yaml
 
 from hotcold import methods
-from hotcold.config import ConfigError
+from hotcold.config import ConfigError, read_yaml
 from hotcold.run_config import RunConfig
 from hotcold.workflow.matrix import Matrix, Run
 from hotcold.workflow.settings import merged, without_nulls
@@ -20,7 +19,7 @@ snakemake_utils = pytest.importorskip(
     "snakemake.utils", reason="configs are validated as Snakemake validates them; `make` installs it (envs/requirements.txt)")
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT = yaml.safe_load((REPO / "workflows/config/default.yaml").read_text())
+DEFAULT = read_yaml(REPO / "workflows/config/default.yaml")
 SCHEMA = str(REPO / "workflows/schemas/config.schema.yaml")
 
 

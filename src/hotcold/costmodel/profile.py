@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from hotcold.config import ConfigError
+from hotcold.config import ConfigError, parse_yaml
 
 KINDS = ("cpu", "gpu")
 
@@ -150,7 +150,7 @@ def load_profile(path: str | Path) -> HardwareProfile:
 
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = parse_yaml(path.read_text())
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML ({e})") from None
     return profile_from_dict(data, str(path))
