@@ -1,10 +1,12 @@
-"""One torchrun launch trains many scale-out cases in one process group (tests/test_distributed.py).
+"""One launch trains many scale-out cases in one process group (tests/test_distributed.py).
 
-Usage (under torchrun): ``python -m torch.distributed.run --standalone --nproc-per-node P
-tests/distributed_worker.py CASES.json OUT.pt``. CASES.json: a list of
-``{"name", "dataset" (directory), "run_config" (RunConfig dict)}``, and
-``"broken": true`` for a negative control (Proactive with ``reads_before_update``); rank 0
-saves ``{name: {"params", "counters", "report", "summary"}}`` with torch.save.
+The tests start the ranks with ``rank_main``, forked from one process that imported torch and
+the harness once (``test_distributed.launch``); by hand, under torchrun:
+``python -m torch.distributed.run --standalone --nproc-per-node P tests/distributed_worker.py
+CASES.json OUT.pt``. CASES.json: a list of ``{"name", "dataset" (directory), "run_config"
+(RunConfig dict)}``, and ``"broken": true`` for a negative control (Proactive with
+``reads_before_update``); rank 0 saves ``{name: {"params", "counters", "report", "summary"}}``
+with torch.save.
 """
 from __future__ import annotations
 
@@ -48,6 +50,17 @@ def main(cases_path: str, out_path: str) -> None:
     if world.is_main:
         torch.save(results, out_path)
     world.close()
+
+
+def rank_main(rank: int, world: int, port: int, cases_path: str, out_path: str, log_path: str) -> None:
+    """One rank of ``world`` on this machine, with the environment torchrun gives its ranks; what it prints (a
+    traceback too) goes to ``log_path``."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
+                      GROUP_RANK="0", GROUP_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    main(cases_path, out_path)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Scale-out: every plan, with and without Proactive, trains the ``device`` store's model at 1, 2 and 4 ranks;
 byte counters match shard-sim and an independent count; bad plans fail before training; a dead rank leaves no record.
 
-Multi-rank cases run in one torchrun launch per world size (tests/distributed_worker.py);
+Multi-rank cases run in one launch of ranks per world size (tests/distributed_worker.py);
 their reference is the ``device`` store in one process computing each step's gradient
 from the same P slices (``World.replay``), which must give the same parameters.
 """
@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
+import multiprocessing.connection
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import distributed_worker
 import numpy as np
 import pytest
 import torch
@@ -110,17 +115,43 @@ def test_one_rank_trains_device_model(request, data, plan, method, extra, row_op
     assert rel_diff(got.named_parameters(), reference(ds, row_optimizer).named_parameters()) <= 1e-6
 
 
-def launch(cases: list[dict], world: int, tmp: Path, name: str) -> tuple[int, dict]:
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(cases: list[dict], world: int, tmp: Path, name: str, timeout_s: float = 600.0) -> tuple[int, dict]:
+    """``cases`` trained over ``world`` ranks (``distributed_worker.rank_main``); rank 0's results.
+
+    The ranks are forked from one server process that imported torch and the harness once for this test
+    process (multiprocessing's forkserver); torchrun and each of its ranks imported them again, 3-4 s of CPU
+    each (``hotcold train``'s own launch through torchrun is tests/test_run_faults.py's and the workflow's).
+    As torchrun does, a failed rank stops the others."""
     (tmp / f"{name}.json").write_text(json.dumps(cases))
     out = tmp / f"{name}.pt"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")]))
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
-                           str(ROOT / "tests" / "distributed_worker.py"), str(tmp / f"{name}.json"), str(out)],
-                          env=env, capture_output=True, text=True, timeout=600)
-    results = torch.load(out, weights_only=False) if out.exists() else {}
-    if proc.returncode != 0:
-        raise AssertionError("\n".join([line for line in proc.stderr.splitlines() if "Error" in line][-12:]))
-    return proc.returncode, results
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["distributed_worker"])
+    port, logs = free_port(), [tmp / f"{name}-rank{rank}.log" for rank in range(world)]
+    procs = [ctx.Process(target=distributed_worker.rank_main, daemon=True,
+                         args=(rank, world, port, str(tmp / f"{name}.json"), str(out), str(logs[rank])))
+             for rank in range(world)]
+    for proc in procs:
+        proc.start()
+    deadline = time.monotonic() + timeout_s
+    while any(proc.exitcode is None for proc in procs) and time.monotonic() < deadline:
+        if any(proc.exitcode for proc in procs):
+            break
+        multiprocessing.connection.wait([proc.sentinel for proc in procs if proc.exitcode is None], timeout=1.0)
+    for proc in procs:
+        if proc.exitcode is None:
+            proc.kill()
+        proc.join()
+    codes = [proc.exitcode for proc in procs]
+    if any(codes):
+        errors = [line for log in logs if log.exists() for line in log.read_text().splitlines() if "Error" in line]
+        raise AssertionError(f"ranks' exit codes {codes}: " + "\n".join(errors[-12:]))
+    return 0, torch.load(out, weights_only=False)
 
 
 def flexshard_cfg(row_optimizer: str, world: int = 1, ranks_per_node: int = 1):

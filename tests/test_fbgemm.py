@@ -18,12 +18,27 @@ from hotcold.embedding.update import RowOptimizer
 from hotcold.embedding.rows import init_table
 
 CPU = torch.device("cpu")
-MISSING = fbgemm.available()
-needs_fbgemm = pytest.mark.skipif(MISSING is not None, reason=f"the optional extra is missing: {MISSING}")
-needs_cuda_fbgemm = pytest.mark.skipif(
-    MISSING is not None or not torch.cuda.is_available(),
-    reason="needs a GPU and fbgemm_gpu's CUDA build (`pip install -e .[peers-cuda]`): the managed cache and "
-           "device placement run on a machine with both")
+
+
+@pytest.fixture
+def fbgemm_installed() -> None:
+    """Skip where the optional extra is missing; asked when a test runs, not at collection (importing FBGEMM
+    takes seconds in every test process)."""
+    missing = fbgemm.available()
+    if missing is not None:
+        pytest.skip(f"the optional extra is missing: {missing}")
+
+
+needs_fbgemm = pytest.mark.usefixtures("fbgemm_installed")
+
+
+def needs_cuda_fbgemm(test):
+    return pytest.mark.skipif(
+        not torch.cuda.is_available(),
+        reason="needs a GPU and fbgemm_gpu's CUDA build (`pip install -e .[peers-cuda]`): the managed cache and "
+               "device placement run on a machine with both")(needs_fbgemm(test))
+
+
 SIZES = [30, 7, 200]
 COLUMNS = [0, 1, 2, 1, 2]  # columns 3 and 4 share tables 1 and 2 with columns 1 and 2, as histories do
 RUN = {"dataset": "small", "method": "fbgemm", "variant": "host", "seed": 0,

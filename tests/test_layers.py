@@ -43,6 +43,12 @@ def modules() -> dict[str, Path]:
     return out
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once for this file's tests (read-only: the tests only walk it)."""
+    return ast.parse(path.read_text())
+
+
 def _type_checking_nodes(tree: ast.AST) -> set[int]:
     skip = set()
     for node in ast.walk(tree):
@@ -65,7 +71,7 @@ def imports(types: bool = False) -> dict[str, set[str]]:
 
     edges: dict[str, set[str]] = {}
     for mod, path in mods.items():
-        tree = ast.parse(path.read_text())
+        tree = parsed(path)
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
         skip = set() if types else _type_checking_nodes(tree)
         found = set()
@@ -194,7 +200,7 @@ def test_nothing_but_the_registry_imports_by_name():
     (``methods``) alone names its stores and pricing functions so, to read the registry without torch."""
     found = []
     for mod, path in sorted(modules().items()):
-        tree = ast.parse(path.read_text())
+        tree = parsed(path)
         lazy = any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body)
         if mod != "hotcold.methods" and ("import_module" in path.read_text() or lazy):
             found.append(mod)
