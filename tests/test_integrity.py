@@ -231,8 +231,12 @@ def test_the_range_kernel_agrees_with_numpy() -> None:
         assert (lo == block.min(axis=0)).all() and (hi == block.max(axis=0)).all()
 
 
+@pytest.mark.parametrize("numpy_ids", [0, integrity.NUMPY_IDS], ids=["compiled", "numpy"])
 @pytest.mark.parametrize("chunk", [1, 5, 64, 1 << 20])
-def test_the_first_id_out_of_range_is_found_in_any_chunking(chunk: int) -> None:
+def test_the_first_id_out_of_range_is_found_in_any_chunking(chunk: int, numpy_ids: int,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Either pass: the compiled one over a large dataset's ids, numpy's over a small one's."""
+    monkeypatch.setattr(integrity, "NUMPY_IDS", numpy_ids)
     rng = np.random.default_rng(4)
     card = np.array([5, 50, 500])
     ids = (rng.random((300, 3)) * card).astype(np.int32)

@@ -222,3 +222,16 @@ def test_the_jobs_that_only_read_or_replay_start_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(SRC)}).stdout
     assert out.strip() == "[]"
+
+
+def test_reading_every_methods_options_imports_neither_torch_nor_numba():
+    """Snakemake's dry run checks every configured store's options (plans included): numba's import alone cost
+    each one 0.5 s."""
+    code = ("import sys\nfrom hotcold import methods\n"
+            "for name in methods.names():\n    methods.get(name).parse_options({})\n"
+            "for plan in ('row', 'column', 'recshard', 'flexshard', 'twrw'):\n"
+            "    methods.get('sharded').parse_options({'plan': plan})\n"
+            "print(sorted(k for k in ('torch', 'numba') if k in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(SRC)}).stdout
+    assert out.strip() == "[]"

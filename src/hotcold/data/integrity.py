@@ -15,7 +15,9 @@ dataset, the file and what is wrong, never train silently. Three levels:
   batch, so -1 is refused in every file), labels in {0, 1}, dense features
   finite, history offsets non-decreasing with lengths up to ``max_length``.
   A compiled pass over each chunk (``column_bounds``) keeps this a fraction
-  of a second per GB of ids (``docs/measurements.md``).
+  of a second per GB of ids (``docs/measurements.md``); a small dataset's
+  ids are checked by numpy, in a process that may need no other kernel
+  (numba's start in a process costs about 1 s).
 
 ``verify_sha256`` re-hashes the column files against the manifest's sha256
 when a run first uses a dataset; a file already verified is not hashed again
@@ -41,6 +43,8 @@ CACHE = ".hotcold-verified.json"
 CACHE_VERSION = 1
 #: rows per chunk of the content checks (bounded memory at any dataset size)
 CHUNK_ROWS = 1 << 18
+#: ids of a dataset smaller than this are checked by numpy (milliseconds) rather than the compiled pass
+NUMPY_IDS = 1 << 20
 
 
 class Where:
@@ -229,8 +233,8 @@ def column_bounds(block: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
         lo[c], hi[c] = low[c], high[c]
 
 
-def _bounds(block: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
-    if KERNEL == "numba":
+def _bounds(block: np.ndarray, lo: np.ndarray, hi: np.ndarray, compiled: bool) -> None:
+    if compiled and KERNEL == "numba":
         column_bounds(np.ascontiguousarray(block), lo, hi)
     else:  # numpy's reduction over the rows: far faster than the interpreted kernel
         np.minimum(lo, block.min(axis=0), out=lo)
@@ -257,11 +261,12 @@ def first_out_of_range(ids: np.ndarray, card: np.ndarray, chunk: int = CHUNK_ROW
     chunk that fails is searched for the offending row.
     """
     card = np.asarray(card, dtype=np.int64)
+    compiled = ids.size >= NUMPY_IDS
     for a, block in chunks(ids, chunk):
         lo = np.full(block.shape[1], np.iinfo(np.int64).max, dtype=np.int64)
         hi = np.full(block.shape[1], np.iinfo(np.int64).min, dtype=np.int64)
         if len(block):
-            _bounds(block, lo, hi)
+            _bounds(block, lo, hi, compiled)
         if (lo < 0).any() or (hi >= card).any():
             bad = (block < 0) | (block >= card)
             r, c = np.argwhere(bad)[0]

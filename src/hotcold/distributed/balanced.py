@@ -11,27 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from hotcold.distributed.plan_types import Plan, PlanInputs, descending, sharded_plan
-from hotcold.jit import jit
+from hotcold.distributed.plan_types import Plan, PlanInputs, sharded_plan
 
 #: rows placed one by one by the exact greedy before the tail is dealt in snake order
 HEAD_ROWS = 8192
-
-
-@jit
-def _greedy_head(loads: np.ndarray, room: np.ndarray, load: np.ndarray, used: np.ndarray,
-                 owner: np.ndarray) -> None:
-    """Exact LPT over ``loads`` (descending): each item to the bin with the least load, then fewest items, then the
-    lowest index, among the bins with room (a scan of the bins per item: at most 128 bins, 8,192 items)."""
-    for i in range(loads.size):
-        best = -1
-        for b in range(room.size):
-            if used[b] < room[b] and (best < 0 or load[b] < load[best]
-                                      or (load[b] == load[best] and used[b] < used[best])):
-                best = b
-        owner[i] = best
-        load[best] += loads[i]
-        used[best] += 1
 
 
 def _snake(loads: np.ndarray, room: np.ndarray, load: np.ndarray, used: np.ndarray, owner: np.ndarray) -> None:
@@ -147,7 +130,9 @@ def balance(loads: np.ndarray, room: np.ndarray, initial: np.ndarray | None = No
     load = np.zeros(room.size) if initial is None else np.asarray(initial, dtype=np.float64).copy()
     used = np.zeros(room.size, dtype=np.int64)
     k = min(head, int(np.count_nonzero(loads > 0)))
-    _greedy_head(loads[:k], room, load, used, owner[:k])
+    from hotcold.distributed.balance_kernel import greedy_head  # numba: imported where a plan is made
+
+    greedy_head(loads[:k], room, load, used, owner[:k])
     _fill_tail(loads[k:], room, load, used, owner[k:])
     return owner
 
