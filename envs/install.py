@@ -30,6 +30,7 @@ import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 LINE = re.compile(r"^(?P<pin>[A-Za-z0-9._-]+==[A-Za-z0-9.!+_-]+)\s*(?:#\s*(?P<mb>[\d.]+) MB installed)?\s*$")
@@ -96,14 +97,15 @@ def uv_options(settings: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     return args, env
 
 
-def uv_settings(venv: Path, pip: list[str]) -> tuple[list[str], dict[str, str]]:
-    """``uv_options`` for ``pip``'s settings, read once per environment: ``pip config list`` took 1.3 s, and
-    each ``add`` asked again (``V/uv-options.json``, written by the first install)."""
+def uv_settings(venv: Path, pip: list[str],
+                known: tuple[list[str], dict[str, str]] | None = None) -> tuple[list[str], dict[str, str]]:
+    """``uv_options`` for ``pip``'s settings (``known``: already read), read once per environment: ``pip config
+    list`` took 1.3 s, and each ``add`` asked again (``V/uv-options.json``, written by the first install)."""
     saved = venv / "uv-options.json"
     if saved.exists():
         args, env = json.loads(saved.read_text())
         return args, env
-    args, env = uv_options(pip_settings(pip))
+    args, env = known or uv_options(pip_settings(pip))
     tmp = saved.with_suffix(".tmp")
     tmp.write_text(json.dumps([args, env]))
     tmp.replace(saved)
@@ -120,10 +122,16 @@ def uv_install(venv: Path, pip: list[str], install_args: list[str]) -> int:
 
 
 def install_lock_with_uv(lock: str, pin: str, venv: Path, pip: list[str]) -> bool:
-    """The lock by uv (``pin``, installed by ``pip`` first); False where either failed (said in one line)."""
-    if subprocess.run([*pip, *INSTALL, "--no-deps", pin]).returncode != 0 or not (venv / "bin" / "uv").exists():
+    """The lock by uv (``pin``, installed by ``pip`` first, while pip's settings are read); False where either
+    failed (said in one line)."""
+    with ThreadPoolExecutor(1) as pool:
+        options = pool.submit(lambda: uv_options(pip_settings(pip)))
+        installed = subprocess.run([*pip, *INSTALL, "--no-deps", pin]).returncode == 0
+        known = options.result()
+    if not installed or not (venv / "bin" / "uv").exists():
         print(f"install: {pin} did not install; pip installs {lock}", file=sys.stderr)
         return False
+    uv_settings(venv, pip, known)  # saved for this install and the later ones
     if uv_install(venv, pip, ["--no-deps", "-r", lock]) != 0:
         print(f"install: uv failed on {lock} (above); pip installs it", file=sys.stderr)
         return False
