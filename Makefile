@@ -52,12 +52,12 @@ $(STAMP): envs/requirements.lock envs/peers.txt envs/peers-cuda.txt envs/peers-n
 	else $(HOST_PYTHON) -m venv $(VENV) && pip="$(BIN)/python -m pip"; fi && \
 	$(BIN)/python envs/install.py lock envs/requirements.lock --jobs $(CORES) --uv $(UV) --venv $(VENV) -- $$pip
 	@$(BIN)/python -c '$(WARM_IMPORTS)' & warm=$$!; \
-	$(BIN)/python -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")' > $(VENV)/device.txt & dev=$$!; \
+	$(BIN)/python -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")' > $(VENV)/device.txt & probe=$$!; \
 	if ! $(BIN)/python -m pip check > $(VENV)/pip-check.txt 2>&1; then \
 		grep -v -i -E "^($(NODEPS_NAMES)) " $(VENV)/pip-check.txt && exit 1; fi; \
 	$(PIP) --no-deps -r envs/peers-nodeps.txt & nodeps=$$!; \
 	$(PIP) --no-deps --no-build-isolation -e . || exit 1; \
-	wait $$dev; dev=$$(cat $(VENV)/device.txt); \
+	wait $$probe; dev=$$(cat $(VENV)/device.txt); \
 	peers=envs/peers.txt; [ "$$dev" = cuda ] && peers=envs/peers-cuda.txt; fbgemm=1; \
 	if $(PIP) -r $$peers -c envs/requirements.lock; then $(BIN)/python -c '$(FBGEMM_PROBE)' $$dev; fbgemm=$$?; fi; \
 	wait $$nodeps; torchrec=$$?; \

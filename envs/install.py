@@ -97,19 +97,23 @@ def uv_options(settings: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     return args, env
 
 
-def uv_settings(venv: Path, pip: list[str],
-                known: tuple[list[str], dict[str, str]] | None = None) -> tuple[list[str], dict[str, str]]:
-    """``uv_options`` for ``pip``'s settings (``known``: already read), read once per environment: ``pip config
-    list`` took 1.3 s, and each ``add`` asked again (``V/uv-options.json``, written by the first install)."""
+def uv_settings(venv: Path, pip: list[str]) -> tuple[list[str], dict[str, str]]:
+    """``uv_options`` for ``pip``'s settings, read once per environment: ``pip config list`` took 1.3 s, and
+    each ``add`` asked again (``V/uv-options.json``, written by the first install)."""
     saved = venv / "uv-options.json"
     if saved.exists():
         args, env = json.loads(saved.read_text())
         return args, env
-    args, env = known or uv_options(pip_settings(pip))
+    return save_uv_settings(venv, uv_options(pip_settings(pip)))
+
+
+def save_uv_settings(venv: Path, options: tuple[list[str], dict[str, str]]) -> tuple[list[str], dict[str, str]]:
+    """Keep ``options`` for the environment's later installs (``uv_settings``)."""
+    saved = venv / "uv-options.json"
     tmp = saved.with_suffix(".tmp")
-    tmp.write_text(json.dumps([args, env]))
+    tmp.write_text(json.dumps(list(options)))
     tmp.replace(saved)
-    return args, env
+    return options
 
 
 def uv_install(venv: Path, pip: list[str], install_args: list[str]) -> int:
@@ -131,7 +135,7 @@ def install_lock_with_uv(lock: str, pin: str, venv: Path, pip: list[str]) -> boo
     if not installed or not (venv / "bin" / "uv").exists():
         print(f"install: {pin} did not install; pip installs {lock}", file=sys.stderr)
         return False
-    uv_settings(venv, pip, known)  # saved for this install and the later ones
+    save_uv_settings(venv, known)  # for this install and the later ones
     if uv_install(venv, pip, ["--no-deps", "-r", lock]) != 0:
         print(f"install: uv failed on {lock} (above); pip installs it", file=sys.stderr)
         return False

@@ -121,7 +121,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(cases: list[dict], world: int, tmp: Path, name: str, timeout_s: float = 600.0) -> tuple[int, dict]:
+def launch(cases: list[dict], world: int, tmp: Path, name: str, timeout_s: float = 600.0) -> dict:
     """``cases`` trained over ``world`` ranks (``distributed_worker.rank_main``); rank 0's results.
 
     The ranks are forked from one server process that imported torch and the harness once for this test
@@ -151,7 +151,7 @@ def launch(cases: list[dict], world: int, tmp: Path, name: str, timeout_s: float
     if any(codes):
         errors = [line for log in logs if log.exists() for line in log.read_text().splitlines() if "Error" in line]
         raise AssertionError(f"ranks' exit codes {codes}: " + "\n".join(errors[-12:]))
-    return 0, torch.load(out, weights_only=False)
+    return torch.load(out, weights_only=False)
 
 
 def flexshard_cfg(row_optimizer: str, world: int = 1, ranks_per_node: int = 1):
@@ -249,8 +249,8 @@ def multi_rank(request, small_dataset, sequence_dataset, multihot_dataset, tmp_p
     world, rpn, every = request.param
     cases = all_cases([small_dataset, sequence_dataset], world, rpn) + multihot_cases(multihot_dataset, world, rpn)
     cases = [case for case in cases if every or in_default_tier(case)]
-    _, results = launch(cases + negative_controls(small_dataset, world, rpn), world,
-                        tmp_path_factory.mktemp(f"w{world}"), "cases")
+    results = launch(cases + negative_controls(small_dataset, world, rpn), world,
+                     tmp_path_factory.mktemp(f"w{world}"), "cases")
     return world, rpn, cases, results, {ds.name: ds for ds in (small_dataset, sequence_dataset, multihot_dataset)}
 
 

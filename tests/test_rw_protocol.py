@@ -112,7 +112,7 @@ def multi_rank(request, small_dataset, tmp_path_factory):
     cases = [{"name": f"{opt}/{wire}", "dataset": str(small_dataset.path), "ranks_per_node": rpn, "opt": opt,
               "wire": wire, "run_config": rs_cfg(opt, world, rpn, wire).to_dict()}
              for opt in ("sgd", "adagrad") for wire in ("exact", "float32")]
-    _, results = launch(cases, world, tmp_path_factory.mktemp(f"rs{world}"), "cases")
+    results = launch(cases, world, tmp_path_factory.mktemp(f"rs{world}"), "cases")
     return world, rpn, cases, results
 
 
