@@ -18,10 +18,23 @@ cache) comes mostly from what a kernel calls:
   loop variable that starts at one (``pos = 0``), is compiled for
   ``Literal[int](0)`` besides ``int64``: such arguments start as
   ``np.int64(0)``.
+
+Processes that start the same uncompiled kernel at once (the workflow's jobs and
+the test workers in a fresh clone) compile it one at a time: the first compiles
+and writes the cache, the others then load it (``one_compile_at_a_time``).
+Without this, two or three processes each compiled the same kernels, the
+longest for 6 s each.
 """
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
 from typing import Callable, TypeVar
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: there each process compiles for itself
+    fcntl = None
 
 try:
     import numba
@@ -34,9 +47,62 @@ KERNEL = "numba" if numba is not None else "python"
 F = TypeVar("F", bound=Callable)
 
 
+_HELD: set[Path] = set()   # the compile locks this process holds (a kernel compiled inside another's compile)
+
+
+def one_compile_at_a_time(dispatcher):
+    """``dispatcher`` (a cached numba kernel) compiling a new signature under an exclusive lock on a file beside
+    its cache: a process that finds the lock taken waits, then loads what the holder wrote (numba's ``compile``
+    looks in the cache first). The lock is taken inside numba's own compiler lock, so a process's threads never
+    wait on each other's file locks; a kernel compiled while compiling another takes its own. Where the cache has
+    no directory or the system no ``fcntl``, the kernel compiles as numba's own does."""
+    try:
+        lock = Path(f"{dispatcher._cache._cache_file._index_path}.lock")
+        from numba.core.compiler_lock import global_compiler_lock
+    except (AttributeError, ImportError):   # another numba's internals
+        return dispatcher
+    if fcntl is None:
+        return dispatcher
+    compile_ = dispatcher.compile
+
+    def compile(sig):
+        with global_compiler_lock:
+            if lock in _HELD:
+                return compile_(sig)
+            with _locked(lock):
+                return compile_(sig)
+
+    dispatcher.compile = compile
+    return dispatcher
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive ``flock`` on ``path`` while the block runs; none where the file cannot be made or locked (a
+    cache directory it cannot write: numba then caches elsewhere or not at all)."""
+    fd = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = open(path, "a")
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        if fd is not None:
+            fd.close()
+        fd = None
+    if fd is None:
+        yield
+        return
+    _HELD.add(path)
+    try:
+        yield
+    finally:
+        _HELD.discard(path)
+        fd.close()   # releases the lock
+
+
 def jit(fn: F) -> F:
     """``fn`` compiled in nopython mode without the GIL when numba is installed, else ``fn`` itself."""
-    return numba.njit(nogil=True, cache=True)(fn) if numba is not None else fn
+    return one_compile_at_a_time(numba.njit(nogil=True, cache=True)(fn)) if numba is not None else fn
 
 
 def _without_refcounts() -> dict:
@@ -55,7 +121,8 @@ def jit_helper(fn: F) -> F:
     counting. Each call of an ordinary compiled function increments and decrements the count of every array
     it takes, with locked instructions, which also wait for the loop's outstanding cache misses: in a
     kernel's per-row loop over large arrays these calls cost more than the work."""
-    return numba.njit(nogil=True, cache=True, **_without_refcounts())(fn) if numba is not None else fn
+    return one_compile_at_a_time(numba.njit(nogil=True, cache=True, **_without_refcounts())(fn)) \
+        if numba is not None else fn
 
 
 def python(fn: Callable) -> Callable:
@@ -63,4 +130,4 @@ def python(fn: Callable) -> Callable:
     return getattr(fn, "py_func", fn)
 
 
-__all__ = ["KERNEL", "jit", "jit_helper", "python"]
+__all__ = ["KERNEL", "jit", "jit_helper", "one_compile_at_a_time", "python"]

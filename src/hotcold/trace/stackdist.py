@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from hotcold.jit import one_compile_at_a_time
 from hotcold.trace.cachesim import Trace, simulate
 
 try:
@@ -43,7 +44,7 @@ _H01 = np.uint64(0x0101010101010101)
 def _jit(fn):
     """Compiled as ``hotcold.jit.jit`` does, cached beside the module: compiling the curve's kernels took 6.6 s of
     each process that drew a curve (a simulate job of the smallest dataset took 7 s)."""
-    return numba.njit(nogil=True, cache=True)(fn) if numba is not None else fn
+    return one_compile_at_a_time(numba.njit(nogil=True, cache=True)(fn)) if numba is not None else fn
 
 
 if numba is not None:
