@@ -97,7 +97,8 @@ def _locked(path: Path):
         yield
     finally:
         _HELD.discard(path)
-        fd.close()   # releases the lock
+        fcntl.flock(fd, fcntl.LOCK_UN)   # a child forked meanwhile shares the descriptor: closing would not release
+        fd.close()
 
 
 def jit(fn: F) -> F:
