@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from hotcold.cli import main, parser
 from hotcold.config import (AggregateConfig, ConfigError, DistributedConfig, ModelConfig, ProfileConfig, ShardSimConfig, SimulateConfig, TimingConfig, TrainConfig, parse_yaml, read_yaml)
@@ -21,7 +22,6 @@ BASE = {"dataset": "d", "method": "hybrid"}
 def test_yaml_is_read_as_pyyamls_safe_loader_reads_it(tmp_path):
     """libyaml's loader where PyYAML has it, the same data; a file that does not parse says what the Python
     loader says."""
-    yaml = pytest.importorskip("yaml")
     for path in sorted((Path(__file__).resolve().parents[1] / "workflows").rglob("*.yaml")):
         assert parse_yaml(path.read_text()) == yaml.safe_load(path.read_text()), path
     (tmp_path / "bad.yaml").write_text("a: [1, 2\nb: 3\n")
