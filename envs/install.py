@@ -65,6 +65,8 @@ def spread(pins: list[tuple[str, float]], jobs: int) -> list[list[str]]:
     return [group for group in groups if group]
 
 
+#: pip's settings as uv options, kept in the environment by its first install (``uv_settings``)
+UV_SETTINGS = "uv-options.json"
 INSTALL = ["install", "--quiet", "--no-compile"]   # pip compiles nothing: its compiling is serial (68 s)
 SOURCES = {":env:": 3, "install": 2, "global": 1}   # pip's settings: the environment's first, then its files'
 
@@ -100,7 +102,7 @@ def uv_options(settings: dict[str, str]) -> tuple[list[str], dict[str, str]]:
 def uv_settings(venv: Path, pip: list[str]) -> tuple[list[str], dict[str, str]]:
     """``uv_options`` for ``pip``'s settings, read once per environment: ``pip config list`` took 1.3 s, and
     each ``add`` asked again (``V/uv-options.json``, written by the first install)."""
-    saved = venv / "uv-options.json"
+    saved = venv / UV_SETTINGS
     if saved.exists():
         args, env = json.loads(saved.read_text())
         return args, env
@@ -109,7 +111,7 @@ def uv_settings(venv: Path, pip: list[str]) -> tuple[list[str], dict[str, str]]:
 
 def save_uv_settings(venv: Path, options: tuple[list[str], dict[str, str]]) -> tuple[list[str], dict[str, str]]:
     """Keep ``options`` for the environment's later installs (``uv_settings``)."""
-    saved = venv / "uv-options.json"
+    saved = venv / UV_SETTINGS
     tmp = saved.with_suffix(".tmp")
     tmp.write_text(json.dumps(list(options)))
     tmp.replace(saved)

@@ -12,7 +12,6 @@ import json
 import multiprocessing
 import multiprocessing.connection
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ import pytest
 import torch
 from test_stores import rel_diff, run_cfg
 
+from hotcold.calibrate.network import free_port
 from hotcold.config import ConfigError, InfeasibleError, row_state_width
 from hotcold.data.skew import row_counts
 from hotcold.distributed.plan_types import PlanInputs
@@ -113,12 +113,6 @@ def test_one_rank_trains_device_model(request, data, plan, method, extra, row_op
     ds = request.getfixturevalue(data)
     got = train(case_cfg(method, plan, extra, row_optimizer), ds, CPU, progress=False)
     assert rel_diff(got.named_parameters(), reference(ds, row_optimizer).named_parameters()) <= 1e-6
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(cases: list[dict], world: int, tmp: Path, name: str, timeout_s: float = 600.0) -> dict:

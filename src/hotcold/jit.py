@@ -27,7 +27,6 @@ longest for 6 s each.
 """
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Callable, TypeVar
 
@@ -56,49 +55,46 @@ def one_compile_at_a_time(dispatcher):
     looks in the cache first). The lock is taken inside numba's own compiler lock, so a process's threads never
     wait on each other's file locks; a kernel compiled while compiling another takes its own. Where the cache has
     no directory or the system no ``fcntl``, the kernel compiles as numba's own does."""
+    if fcntl is None:
+        return dispatcher
     try:
         lock = Path(f"{dispatcher._cache._cache_file._index_path}.lock")
         from numba.core.compiler_lock import global_compiler_lock
     except (AttributeError, ImportError):   # another numba's internals
         return dispatcher
-    if fcntl is None:
-        return dispatcher
     compile_ = dispatcher.compile
 
     def compile(sig):
         with global_compiler_lock:
-            if lock in _HELD:
+            fd = None if lock in _HELD else _lock(lock)
+            if fd is None:
                 return compile_(sig)
-            with _locked(lock):
+            _HELD.add(lock)
+            try:
                 return compile_(sig)
+            finally:
+                _HELD.discard(lock)
+                fcntl.flock(fd, fcntl.LOCK_UN)   # a child forked meanwhile shares the descriptor: closing would not
+                fd.close()
 
     dispatcher.compile = compile
     return dispatcher
 
 
-@contextlib.contextmanager
-def _locked(path: Path):
-    """An exclusive ``flock`` on ``path`` while the block runs; none where the file cannot be made or locked (a
-    cache directory it cannot write: numba then caches elsewhere or not at all)."""
-    fd = None
+def _lock(path: Path):
+    """``path`` opened and locked exclusively (waiting for another process's lock); None where it cannot be made
+    or locked (a cache directory it cannot write: numba then caches elsewhere or not at all)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = open(path, "a")
+    except OSError:
+        return None
+    try:
         fcntl.flock(fd, fcntl.LOCK_EX)
     except OSError:
-        if fd is not None:
-            fd.close()
-        fd = None
-    if fd is None:
-        yield
-        return
-    _HELD.add(path)
-    try:
-        yield
-    finally:
-        _HELD.discard(path)
-        fcntl.flock(fd, fcntl.LOCK_UN)   # a child forked meanwhile shares the descriptor: closing would not release
         fd.close()
+        return None
+    return fd
 
 
 def jit(fn: F) -> F:

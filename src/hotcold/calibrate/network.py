@@ -37,7 +37,8 @@ def network_rates(cal: Calibration, sizes: tuple[int, ...] = GLOO_BYTES) -> None
                          "(ranks_per_node): intra- and inter-node traffic both go over loopback, at this rate")
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -82,7 +83,7 @@ def gloo_all_to_all_ms(sizes: tuple[int, ...], repeats: int) -> list[tuple[int, 
         # fork where there is one: a spawned child spends seconds importing torch; the children use one
         # thread each, so the parent's thread pools are never entered after the fork
         method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-        mp.start_processes(_gloo_worker, args=(2, _free_port(), tuple(sizes), repeats, str(out)), nprocs=2,
+        mp.start_processes(_gloo_worker, args=(2, free_port(), tuple(sizes), repeats, str(out)), nprocs=2,
                            join=True, start_method=method)
         result = json.loads(out.read_text())
     return [(int(b), float(ms)) for b, ms in result.items()]
